@@ -1,0 +1,1 @@
+//! Ingress conformance runner.

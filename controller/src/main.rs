@@ -1,0 +1,3 @@
+//! The `weir` binary.
+
+fn main() {}

@@ -1,0 +1,1 @@
+//! The manifest-directory source: reads, watches and reloads `--manifests DIR`.

@@ -1,0 +1,1 @@
+//! Parsing YAML manifests into typed Kubernetes objects.

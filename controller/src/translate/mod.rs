@@ -1,0 +1,1 @@
+//! Translation of a snapshot of Kubernetes objects into the dataplane routing table (pure).

@@ -1,0 +1,1 @@
+//! Load balancing over the endpoints of a backend.

@@ -1,0 +1,1 @@
+//! `weir echo`: a debugging backend that answers every request with JSON describing it.

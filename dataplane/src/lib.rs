@@ -1,0 +1,9 @@
+//! weir's dataplane: the routing-table model, the compiled router, balancers and the HTTP proxy.
+//!
+//! It never depends on Kubernetes: its only input is [`model::RouteTable`].
+
+pub mod balance;
+pub mod echo;
+pub mod model;
+pub mod proxy;
+pub mod router;

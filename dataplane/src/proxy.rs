@@ -1,0 +1,1 @@
+//! The HTTP proxy: listeners, forwarding, upgrades and the upstream client pool.

@@ -1,0 +1,1 @@
+//! The compiled router: host → path lookup with Ingress precedence.
