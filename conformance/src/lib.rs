@@ -1,1 +1,265 @@
 //! Ingress conformance runner.
+//!
+//! A scenario (`scenarios/<name>.yaml`, format in `conformance/README.md`) names echo backends
+//! and a list of steps. The runner starts the echo replicas on loopback addresses, starts weir
+//! in-process on a temporary manifests directory, and for each step writes or deletes manifest
+//! files, waits for weir to publish the new routing table, then sends real HTTP/1.1 requests and
+//! checks who answered. Every failed check is collected in a [`Report`] rather than stopping at
+//! the first.
+
+pub mod backends;
+pub mod check;
+pub mod scenario;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use weir::serve::{Running, ServeOptions};
+
+use crate::backends::Backends;
+use crate::check::Checker;
+use crate::scenario::{Reload, Scenario, ScenarioError, Step};
+
+/// How long weir may take to publish after a step changes files (it promises 1 s).
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+/// After a publish, further publishes within this time are waited for too (a burst of file
+/// events may be published in several tables).
+const QUIET_PERIOD: Duration = Duration::from_millis(300);
+/// How long a [`Reload::Settle`] step waits.
+const SETTLE_TIME: Duration = Duration::from_millis(1500);
+
+/// Errors that stop a scenario before its checks can run (not failed checks: see [`Report`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The scenario file is unreadable or invalid.
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    /// The echo replicas could not start.
+    #[error("cannot start the echo backends: {0}")]
+    Backends(#[source] std::io::Error),
+    /// The manifests directory could not be prepared or changed.
+    #[error("{what}: {source}")]
+    Files {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// A placeholder in a manifest cannot be substituted.
+    #[error("step {step}, file {file}: {reason}")]
+    Placeholder {
+        /// The step.
+        step: String,
+        /// The file.
+        file: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// weir did not start.
+    #[error("cannot start weir: {0:#}")]
+    Start(#[source] anyhow::Error),
+}
+
+/// A `Result` of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// One failed check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The step, as `2 (edit the ingress)`.
+    pub step: String,
+    /// What was checked: the request, or `reload`.
+    pub check: String,
+    /// Expected versus got.
+    pub problem: String,
+}
+
+/// The outcome of a scenario run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// The scenario's name (its file stem).
+    pub scenario: String,
+    /// How many checks ran (reloads and requests).
+    pub checks: usize,
+    /// The checks that failed, in order.
+    pub failures: Vec<Failure>,
+}
+
+impl Report {
+    /// Whether every check passed.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.passed() {
+            return write!(f, "scenario {}: all {} checks passed", self.scenario, self.checks);
+        }
+        write!(f, "scenario {}: {} of {} checks failed", self.scenario, self.failures.len(), self.checks)?;
+        for failure in &self.failures {
+            write!(f, "\n  step {}: {}: {}", failure.step, failure.check, failure.problem)?;
+        }
+        Ok(())
+    }
+}
+
+/// The directory of the scenarios shipped with this crate.
+pub fn scenarios_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios")
+}
+
+/// Loads and runs the scenario file at `path`.
+pub async fn run_file(path: &Path) -> Result<Report> {
+    let scenario = Scenario::load(path)?;
+    let name =
+        path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
+    run(&name, &scenario).await
+}
+
+/// Runs a scenario against a fresh in-process weir and fresh echo backends.
+pub async fn run(name: &str, scenario: &Scenario) -> Result<Report> {
+    let backends = Backends::start(&scenario.replicas()).await.map_err(Error::Backends)?;
+    let dirs = Dirs::new()?;
+    let options = ServeOptions { manifests: dirs.manifests.clone(), ..ServeOptions::default() };
+    let running = match Running::start(options).await {
+        Ok(running) => running,
+        Err(error) => {
+            backends.stop().await;
+            return Err(Error::Start(error));
+        }
+    };
+    let mut run = Run {
+        scenario,
+        dirs: &dirs,
+        backends: &backends,
+        running: &running,
+        checker: Checker::new(running.http_addr),
+        report: Report { scenario: name.to_owned(), checks: 0, failures: Vec::new() },
+    };
+    let mut result = Ok(());
+    for (index, step) in scenario.steps.iter().enumerate() {
+        result = run.step(step, &scenario.step_label(index)).await;
+        if result.is_err() {
+            break;
+        }
+    }
+    let report = run.report;
+    running.shutdown().await;
+    backends.stop().await;
+    result.map(|()| report)
+}
+
+/// One scenario run in progress.
+struct Run<'a> {
+    scenario: &'a Scenario,
+    dirs: &'a Dirs,
+    backends: &'a Backends,
+    running: &'a Running,
+    checker: Checker,
+    report: Report,
+}
+
+impl Run<'_> {
+    /// Applies a step's file changes, waits as it says, and checks its expectations.
+    async fn step(&mut self, step: &Step, label: &str) -> Result<()> {
+        let before = self.running.table_version();
+        let changed = !step.files.is_empty() || !step.delete.is_empty();
+        for (file, text) in &step.files {
+            let text = scenario::substitute(text, self.backends).map_err(|reason| Error::Placeholder {
+                step: label.to_owned(),
+                file: file.clone(),
+                reason,
+            })?;
+            self.dirs.write(file, &text)?;
+        }
+        for file in &step.delete {
+            self.dirs.delete(file)?;
+        }
+
+        if changed {
+            match step.reload {
+                Reload::Publish => {
+                    self.report.checks += 1;
+                    if let Err(problem) = wait_for_publish(self.running, before).await {
+                        self.fail(label, "reload".to_owned(), problem);
+                    }
+                }
+                Reload::Settle => tokio::time::sleep(SETTLE_TIME).await,
+            }
+        }
+
+        for expect in &step.expect {
+            self.report.checks += 1;
+            if let Err(problem) = self.checker.check(self.scenario, expect).await {
+                self.fail(label, expect.describe(), problem);
+            }
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, step: &str, check: String, problem: String) {
+        self.report.failures.push(Failure { step: step.to_owned(), check, problem });
+    }
+}
+
+/// Waits for a table newer than `before`, then for publishes to stop for [`QUIET_PERIOD`].
+async fn wait_for_publish(running: &Running, before: u64) -> Result<(), String> {
+    let mut version = running
+        .wait_for_version(before, PUBLISH_TIMEOUT)
+        .await
+        .map_err(|error| {
+            format!(
+                "expected a new routing table within {PUBLISH_TIMEOUT:?} (version was {before}), got none: {error:#}"
+            )
+        })?;
+    // Bounded: a weir that publishes forever shows up as failed checks, not a hang.
+    for _ in 0..20 {
+        match running.wait_for_version(version, QUIET_PERIOD).await {
+            Ok(newer) => version = newer,
+            Err(_) => break,
+        }
+    }
+    Ok(())
+}
+
+// === Dirs ===
+
+/// The manifests directory weir watches, and a staging directory on the same file system so
+/// each file appears whole, by rename.
+struct Dirs {
+    _root: tempfile::TempDir,
+    manifests: PathBuf,
+    staging: PathBuf,
+}
+
+impl Dirs {
+    fn new() -> Result<Dirs> {
+        let io = |what: &str| {
+            let what = what.to_owned();
+            move |source| Error::Files { what, source }
+        };
+        let root = tempfile::tempdir().map_err(io("cannot create a temporary directory"))?;
+        let manifests = root.path().join("manifests");
+        let staging = root.path().join("staging");
+        std::fs::create_dir(&manifests).map_err(io("cannot create the manifests directory"))?;
+        std::fs::create_dir(&staging).map_err(io("cannot create the staging directory"))?;
+        Ok(Dirs { _root: root, manifests, staging })
+    }
+
+    fn write(&self, file: &str, text: &str) -> Result<()> {
+        let staged = self.staging.join(file);
+        let target = self.manifests.join(file);
+        std::fs::write(&staged, text)
+            .and_then(|()| std::fs::rename(&staged, &target))
+            .map_err(|source| Error::Files { what: format!("cannot write {}", target.display()), source })
+    }
+
+    fn delete(&self, file: &str) -> Result<()> {
+        let target = self.manifests.join(file);
+        std::fs::remove_file(&target)
+            .map_err(|source| Error::Files { what: format!("cannot delete {}", target.display()), source })
+    }
+}

@@ -1,5 +1,9 @@
 //! weir's controller: sources of Kubernetes objects, their translation into the dataplane's
 //! routing table, and the `weir` command line.
 
+pub mod cli;
+pub mod metrics;
+pub mod node;
+pub mod serve;
 pub mod source;
 pub mod translate;

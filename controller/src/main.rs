@@ -1,3 +1,49 @@
 //! The `weir` binary.
 
-fn main() {}
+use std::process::ExitCode;
+
+use clap::Parser;
+use weir::cli::{self, Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&cli.log_level));
+    let filter = match filter {
+        Ok(f) => f,
+        Err(error) => {
+            eprintln!("weir: invalid --log-level {:?}: {error}", cli.log_level);
+            return ExitCode::from(2);
+        }
+    };
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
+
+    let result = match cli.command {
+        Command::Check(args) => cli::check(&args, &mut std::io::stdout().lock()),
+        Command::Dump(args) => cli::dump(&args, &mut std::io::stdout().lock()),
+        Command::Serve(args) => {
+            let threads = args.threads.map(usize::from);
+            runtime(threads).and_then(|rt| rt.block_on(cli::serve(args))).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Echo(args) => {
+            runtime(Some(1)).and_then(|rt| rt.block_on(cli::echo(args))).map(|()| ExitCode::SUCCESS)
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("weir: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all().thread_name("weir-worker");
+    if let Some(n) = threads {
+        builder.worker_threads(n);
+    }
+    Ok(builder.build()?)
+}

@@ -1,1 +1,364 @@
 //! Load balancing over the endpoints of a backend.
+//!
+//! Weighted round robin, lock-free on the request path: each publish precomputes one cycle of
+//! picks (a smooth interleaving, see [`schedule`]) and a request does one atomic `fetch_add` on
+//! the backend's cursor.
+//!
+//! State that must outlive a table swap (the cursor, per-endpoint state) lives in a
+//! [`Registry`] keyed by [`BackendId`] and [`EndpointKey`]. [`Registry::update`] reuses it for
+//! backends and endpoints that still exist (pingora's `Backends::do_update`), so a swap does not
+//! reset round robin to the first endpoint nor forget what was learnt about an endpoint.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+use http::uri::Authority;
+
+use crate::model::{Backend, BackendId, Target, UpstreamProtocol};
+
+/// Longest precomputed cycle; larger weight sums are scaled down to it.
+const MAX_CYCLE: u64 = 1 << 16;
+
+/// Identity of an endpoint, the key its state is carried over by.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum EndpointKey {
+    /// A socket address.
+    Addr(SocketAddr),
+    /// A DNS name resolved when connecting (ExternalName).
+    Dns {
+        /// The name.
+        host: Box<str>,
+        /// The port.
+        port: u16,
+    },
+}
+
+impl fmt::Display for EndpointKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EndpointKey::Addr(a) => a.fmt(f),
+            EndpointKey::Dns { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+/// Per-endpoint state shared by every table that contains the endpoint.
+#[derive(Debug)]
+pub struct EndpointState {
+    key: EndpointKey,
+    authority: Option<Authority>,
+    failures: AtomicU64,
+}
+
+impl EndpointState {
+    fn new(key: EndpointKey) -> Self {
+        // Built once per endpoint, so requests clone it instead of formatting an address.
+        let authority = Authority::try_from(key.to_string()).ok();
+        EndpointState { key, authority, failures: AtomicU64::new(0) }
+    }
+
+    /// The endpoint's identity.
+    pub fn key(&self) -> &EndpointKey {
+        &self.key
+    }
+
+    /// `host:port` for the upstream request URI (`None` if the DNS name is not a valid authority).
+    pub fn authority(&self) -> Option<&Authority> {
+        self.authority.as_ref()
+    }
+
+    /// Records a failed connection attempt (kept across table swaps).
+    pub fn record_failure(&self) {
+        self.failures.fetch_add(1, Relaxed);
+    }
+
+    /// Connection attempts that failed since the endpoint first appeared.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Relaxed)
+    }
+}
+
+/// The compiled balancer of one backend for one table.
+#[derive(Debug)]
+pub struct Balancer {
+    protocol: UpstreamProtocol,
+    cursor: Arc<AtomicUsize>,
+    endpoints: Box<[Arc<EndpointState>]>,
+    /// One weighted cycle of endpoint indexes; empty when all weights are equal (plain modulo).
+    cycle: Box<[u32]>,
+}
+
+impl Balancer {
+    /// The protocol spoken to this backend's endpoints.
+    pub fn protocol(&self) -> UpstreamProtocol {
+        self.protocol
+    }
+
+    /// The endpoints, in table order.
+    pub fn endpoints(&self) -> &[Arc<EndpointState>] {
+        &self.endpoints
+    }
+
+    /// True when there is nothing to send to (the backend answers 503).
+    pub fn is_empty(&self) -> bool {
+        self.endpoints.is_empty()
+    }
+
+    /// The next endpoint in weighted round-robin order, as an index into [`Balancer::endpoints`].
+    pub fn pick(&self) -> Option<usize> {
+        let n = self.endpoints.len();
+        if n == 0 {
+            return None;
+        }
+        let tick = self.cursor.fetch_add(1, Relaxed);
+        if self.cycle.is_empty() {
+            Some(tick % n)
+        } else {
+            Some(self.cycle[tick % self.cycle.len()] as usize)
+        }
+    }
+
+    /// Like [`Balancer::pick`], skipping endpoints already `tried` (for retries). `None` when
+    /// every endpoint was tried.
+    pub fn pick_untried(&self, tried: &[usize]) -> Option<usize> {
+        if tried.len() >= self.endpoints.len() {
+            return None;
+        }
+        // The cycle visits every endpoint; bound the walk by its length.
+        let bound = self.cycle.len().max(self.endpoints.len());
+        for _ in 0..bound {
+            let i = self.pick()?;
+            if !tried.contains(&i) {
+                return Some(i);
+            }
+        }
+        (0..self.endpoints.len()).find(|i| !tried.contains(i))
+    }
+}
+
+/// Balancer state kept across table swaps, keyed by backend and endpoint identity.
+#[derive(Debug, Default)]
+pub struct Registry {
+    backends: HashMap<BackendId, BackendEntry>,
+}
+
+#[derive(Debug, Default)]
+struct BackendEntry {
+    cursor: Arc<AtomicUsize>,
+    endpoints: HashMap<EndpointKey, Arc<EndpointState>>,
+}
+
+impl Registry {
+    /// Builds the balancers of a new table, in the iteration order of `backends`, reusing the
+    /// state of backends and endpoints that still exist and forgetting the rest.
+    pub fn update<'a>(
+        &mut self,
+        backends: impl IntoIterator<Item = (&'a BackendId, &'a Backend)>,
+    ) -> Vec<Balancer> {
+        let mut next: HashMap<BackendId, BackendEntry> = HashMap::new();
+        let mut balancers = Vec::new();
+        for (id, backend) in backends {
+            let mut old = self.backends.remove(id).unwrap_or_default();
+            let mut entry = BackendEntry { cursor: old.cursor.clone(), endpoints: HashMap::new() };
+            let weighted: Vec<(EndpointKey, u32)> = match &backend.target {
+                Target::Endpoints(eps) => {
+                    eps.iter().map(|e| (EndpointKey::Addr(e.address), e.weight)).collect()
+                }
+                Target::Dns { host, port } => {
+                    vec![(EndpointKey::Dns { host: host.as_str().into(), port: *port }, 1)]
+                }
+            };
+            let mut endpoints = Vec::with_capacity(weighted.len());
+            let mut weights = Vec::with_capacity(weighted.len());
+            for (key, weight) in weighted {
+                if weight == 0 || entry.endpoints.contains_key(&key) {
+                    continue; // weight 0 means drained; duplicates keep their first weight
+                }
+                let state =
+                    old.endpoints.remove(&key).unwrap_or_else(|| Arc::new(EndpointState::new(key.clone())));
+                entry.endpoints.insert(key, state.clone());
+                endpoints.push(state);
+                weights.push(weight);
+            }
+            balancers.push(Balancer {
+                protocol: backend.protocol,
+                cursor: entry.cursor.clone(),
+                endpoints: endpoints.into(),
+                cycle: schedule(&weights).into(),
+            });
+            next.insert(id.clone(), entry);
+        }
+        self.backends = next;
+        balancers
+    }
+
+    /// The state of an endpoint of a backend, if both are in the last table.
+    pub fn endpoint(&self, backend: &BackendId, key: &EndpointKey) -> Option<&Arc<EndpointState>> {
+        self.backends.get(backend)?.endpoints.get(key)
+    }
+}
+
+/// One cycle of a smooth weighted round robin: endpoint `i` appears `weights[i]` times (after
+/// dividing by the gcd and scaling to at most 65 536 turns), spread out rather than bunched.
+/// Empty when all weights are equal, which [`Balancer::pick`] serves with a plain modulo.
+///
+/// Each endpoint's `k`-th turn is due at `(2k + 1) / (2w)` of the cycle (earliest deadline
+/// first, ties to the lower index), which interleaves like nginx's smooth WRR in
+/// `O(total · log n)` instead of its `O(total · n)`.
+pub fn schedule(weights: &[u32]) -> Vec<u32> {
+    if weights.windows(2).all(|w| w[0] == w[1]) {
+        return Vec::new();
+    }
+    let g = weights.iter().fold(0u64, |g, &w| gcd(g, u64::from(w))).max(1);
+    let mut weights: Vec<u64> = weights.iter().map(|&w| u64::from(w) / g).collect();
+    let total: u64 = weights.iter().sum();
+    if total > MAX_CYCLE {
+        for w in &mut weights {
+            *w = (*w * MAX_CYCLE / total).max(1);
+        }
+    }
+    let total: u64 = weights.iter().sum();
+
+    #[derive(PartialEq, Eq)]
+    struct Turn {
+        num: u64, // deadline = num / den
+        den: u64,
+        idx: u32,
+    }
+    impl Ord for Turn {
+        fn cmp(&self, other: &Self) -> Ordering {
+            // Reversed: BinaryHeap is a max-heap and we want the earliest deadline.
+            let a = u128::from(self.num) * u128::from(other.den);
+            let b = u128::from(other.num) * u128::from(self.den);
+            b.cmp(&a).then(other.idx.cmp(&self.idx))
+        }
+    }
+    impl PartialOrd for Turn {
+        fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+
+    let mut heap: BinaryHeap<Turn> =
+        weights.iter().enumerate().map(|(i, &w)| Turn { num: 1, den: 2 * w, idx: i as u32 }).collect();
+    let mut cycle = Vec::with_capacity(total as usize);
+    while let Some(mut turn) = heap.pop() {
+        cycle.push(turn.idx);
+        if cycle.len() as u64 == total {
+            break;
+        }
+        turn.num += 2;
+        if turn.num < turn.den {
+            heap.push(turn);
+        }
+    }
+    cycle
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::model::Endpoint;
+
+    fn backend(eps: &[(u16, u32)]) -> Backend {
+        Backend {
+            protocol: UpstreamProtocol::Http1,
+            target: Target::Endpoints(
+                eps.iter()
+                    .map(|&(port, weight)| Endpoint {
+                        address: SocketAddr::from(([127, 0, 0, 1], port)),
+                        weight,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    fn counts(b: &Balancer, picks: usize) -> Vec<usize> {
+        let mut c = vec![0; b.endpoints().len()];
+        for _ in 0..picks {
+            c[b.pick().unwrap()] += 1;
+        }
+        c
+    }
+
+    #[test]
+    fn equal_weights_round_robin_in_order() {
+        let id: BackendId = "ns/a:80".parse().unwrap();
+        let mut reg = Registry::default();
+        let b = reg.update([(&id, &backend(&[(1, 1), (2, 1), (3, 1)]))]).pop().unwrap();
+        let seq: Vec<_> = (0..6).map(|_| b.pick().unwrap()).collect();
+        assert_eq!(seq, [0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn weights_are_honoured_and_smooth() {
+        assert_eq!(schedule(&[5, 1, 1]), [0, 0, 0, 1, 2, 0, 0]);
+        assert_eq!(schedule(&[2, 4]), [1, 0, 1]); // gcd 2 → [1, 2]
+        assert_eq!(schedule(&[3, 3]), Vec::<u32>::new());
+        let id: BackendId = "ns/a:80".parse().unwrap();
+        let b = Registry::default().update([(&id, &backend(&[(1, 3), (2, 1)]))]).pop().unwrap();
+        assert_eq!(counts(&b, 400), [300, 100]);
+    }
+
+    #[test]
+    fn huge_weight_sums_are_scaled() {
+        let cycle = schedule(&[u32::MAX, 1, u32::MAX / 2]);
+        assert!(cycle.len() as u64 <= MAX_CYCLE + 3);
+        assert!(cycle.contains(&1), "every endpoint keeps at least one turn");
+    }
+
+    #[test]
+    fn zero_weight_and_empty() {
+        let id: BackendId = "ns/a:80".parse().unwrap();
+        let b = Registry::default().update([(&id, &backend(&[(1, 0), (2, 1)]))]).pop().unwrap();
+        assert_eq!(b.endpoints().len(), 1);
+        let b = Registry::default().update([(&id, &backend(&[]))]).pop().unwrap();
+        assert!(b.is_empty());
+        assert_eq!(b.pick(), None);
+    }
+
+    #[test]
+    fn pick_untried_skips_tried_endpoints() {
+        let id: BackendId = "ns/a:80".parse().unwrap();
+        let b = Registry::default().update([(&id, &backend(&[(1, 5), (2, 1), (3, 1)]))]).pop().unwrap();
+        assert_eq!(b.pick_untried(&[0, 2]), Some(1));
+        assert_eq!(b.pick_untried(&[0, 1, 2]), None);
+    }
+
+    #[test]
+    fn state_is_carried_over_across_updates() {
+        let a: BackendId = "ns/a:80".parse().unwrap();
+        let gone: BackendId = "ns/gone:80".parse().unwrap();
+        let mut reg = Registry::default();
+        let first = reg.update([(&a, &backend(&[(1, 1), (2, 1)])), (&gone, &backend(&[(9, 1)]))]);
+        let kept = first[0].endpoints()[1].clone();
+        kept.record_failure();
+        assert_eq!(first[0].pick(), Some(0));
+
+        // Endpoint 1 leaves, 3 arrives, 2 stays; `gone` is removed.
+        let second = reg.update([(&a, &backend(&[(2, 1), (3, 1)]))]);
+        let b = &second[0];
+        assert!(Arc::ptr_eq(&b.endpoints()[0], &kept), "endpoint state is reused");
+        assert_eq!(b.endpoints()[0].failures(), 1);
+        assert_eq!(b.endpoints()[1].failures(), 0);
+        // The cursor continues where the previous table left it (1 pick so far).
+        assert_eq!(b.pick(), Some(1));
+        assert!(reg.endpoint(&a, &EndpointKey::Addr(SocketAddr::from(([127, 0, 0, 1], 1)))).is_none());
+        assert!(reg.endpoint(&gone, &EndpointKey::Addr(SocketAddr::from(([127, 0, 0, 1], 9)))).is_none());
+
+        // A backend that comes back starts afresh.
+        let third = reg.update([(&a, &backend(&[(2, 1)])), (&gone, &backend(&[(9, 1)]))]);
+        assert_eq!(third[1].endpoints()[0].failures(), 0);
+        assert!(Arc::ptr_eq(&third[0].endpoints()[0], &kept));
+    }
+}

@@ -403,8 +403,14 @@ pub struct TlsEntry {
 pub struct Certificate {
     /// The certificate chain, leaf first (PEM).
     pub chain_pem: String,
-    /// The private key (PEM).
+    /// The private key (PEM). Serialized as `<redacted>` so that `weir dump`, logs and golden
+    /// files never carry key material; tables are handed to the dataplane as values, not text.
+    #[serde(serialize_with = "redact")]
     pub key_pem: String,
+}
+
+fn redact<S: Serializer>(_: &str, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str("<redacted>")
 }
 
 impl fmt::Debug for Certificate {

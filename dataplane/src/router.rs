@@ -1,1 +1,494 @@
 //! The compiled router: host → path lookup with Ingress precedence.
+//!
+//! [`Router::compile`] turns a [`RouteTable`] into lookup structures off the request path;
+//! [`Router::lookup`] is then a few hash probes and, only for virtual hosts that have them,
+//! regex matches.
+//!
+//! Precedence, one rule at a time (each has its own unit test below):
+//! - host: exact name → wildcard (`*.suffix`, exactly one extra label) → the any-host entry.
+//!   One virtual host is chosen; when none of its routes matches, the table's default backend
+//!   serves (else no route: 404). There is no fall back to a less specific virtual host
+//!   (nginx `server_name` and envoy virtual-host semantics).
+//! - path, within the chosen virtual host: `Exact` → `Regex` (anchored at the start, longest
+//!   pattern first) → `Prefix` (longest, element-wise by `/`).
+//!
+//! ## Why not matchit for paths
+//! Exact paths are one `HashMap` probe. Element-wise prefixes are a walk over the request path's
+//! `/` boundaries from the longest candidate to the shortest, one probe each: `O(segments)`,
+//! no allocation, and the "longest element-wise prefix wins" rule falls out of the walk order.
+//! matchit would need every prefix inserted twice (`/foo` and `/foo/{*rest}`), escaping of
+//! `{`/`}`, and relies on its static-over-catch-all priority and backtracking to emulate
+//! longest-prefix; the map walk is simpler to reason about and at least as fast for the few
+//! segments real paths have.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
+use crate::model::{BackendId, HostMatch, ObjectRef, PathMatch, RouteAction, RouteTable};
+
+/// Errors compiling a [`RouteTable`].
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// A route or the default backend names a backend missing from [`RouteTable::backends`].
+    #[error("{referrer} refers to unknown backend {backend}")]
+    UnknownBackend {
+        /// Who refers to it (a host and path, or `default backend`).
+        referrer: String,
+        /// The missing backend.
+        backend: BackendId,
+    },
+    /// A regex path does not compile.
+    #[error("host {host}: invalid regex path {pattern:?}: {source}")]
+    InvalidRegex {
+        /// The virtual host of the route.
+        host: HostMatch,
+        /// The pattern as written.
+        pattern: String,
+        /// Why it does not compile.
+        #[source]
+        source: Box<regex::Error>,
+    },
+    /// The same host appears twice in [`RouteTable::hosts`].
+    #[error("host {0} appears more than once")]
+    DuplicateHost(HostMatch),
+}
+
+/// `Result` with [`CompileError`].
+pub type Result<T, E = CompileError> = std::result::Result<T, E>;
+
+/// Index of a backend in [`Router::backend_ids`]: a typed, allocation-free handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BackendIdx(pub u32);
+
+/// What the router found for a request: the backend to forward to and where the route came from.
+#[derive(Clone, Debug)]
+pub struct CompiledRoute {
+    /// The backend, an index into [`Router::backend_ids`].
+    pub backend: BackendIdx,
+    /// The virtual host the route belongs to (`None` for the default backend).
+    pub host: Option<HostMatch>,
+    /// The matched path rule (`None` for the default backend).
+    pub path: Option<PathMatch>,
+    /// The object the route came from (`None` for the default backend).
+    pub origin: Option<ObjectRef>,
+}
+
+impl CompiledRoute {
+    /// True for the table's default backend (no host/path rule matched).
+    pub fn is_default(&self) -> bool {
+        self.path.is_none()
+    }
+}
+
+/// Routes of one virtual host, indexed for lookup.
+#[derive(Debug, Default)]
+struct Vhost {
+    exact: HashMap<Box<str>, usize>,
+    /// Anchored regexes, longest pattern first.
+    regex: Vec<(regex::Regex, usize)>,
+    /// Element-wise prefixes, stored without trailing slash; the root `/` is `root`.
+    prefix: HashMap<Box<str>, usize>,
+    root: Option<usize>,
+    routes: Vec<CompiledRoute>,
+}
+
+/// A compiled [`RouteTable`]: answers `(host, path) → route`.
+#[derive(Debug, Default)]
+pub struct Router {
+    exact: HashMap<Box<str>, usize>,
+    wildcard: HashMap<Box<str>, usize>,
+    any: Option<usize>,
+    vhosts: Vec<Vhost>,
+    default: Option<CompiledRoute>,
+    backend_ids: Vec<BackendId>,
+}
+
+// === impl Router ===
+
+impl Router {
+    /// Compiles a table. Fails on references to unknown backends, bad regexes, duplicate hosts.
+    pub fn compile(table: &RouteTable) -> Result<Router> {
+        let backend_ids: Vec<BackendId> = table.backends.keys().cloned().collect();
+        let index: HashMap<&BackendId, BackendIdx> =
+            backend_ids.iter().enumerate().map(|(i, id)| (id, BackendIdx(i as u32))).collect();
+        let resolve = |id: &BackendId, referrer: &dyn Fn() -> String| {
+            index
+                .get(id)
+                .copied()
+                .ok_or_else(|| CompileError::UnknownBackend { referrer: referrer(), backend: id.clone() })
+        };
+
+        let mut router = Router { backend_ids: Vec::new(), ..Router::default() };
+        for vh in &table.hosts {
+            let slot = router.vhosts.len();
+            let dup = match &vh.host {
+                HostMatch::Exact(h) => insert_unique(&mut router.exact, h, slot),
+                HostMatch::Wildcard(s) => insert_unique(&mut router.wildcard, s, slot),
+                HostMatch::Any => router.any.replace(slot).is_some(),
+            };
+            if dup {
+                return Err(CompileError::DuplicateHost(vh.host.clone()));
+            }
+
+            let mut compiled = Vhost::default();
+            let mut regexes: Vec<(usize, regex::Regex, usize)> = Vec::new();
+            for route in &vh.routes {
+                let RouteAction::Forward(id) = &route.action;
+                let backend = resolve(id, &|| format!("host {} path {:?}", vh.host, route.path))?;
+                let idx = compiled.routes.len();
+                compiled.routes.push(CompiledRoute {
+                    backend,
+                    host: Some(vh.host.clone()),
+                    path: Some(route.path.clone()),
+                    origin: Some(route.origin.clone()),
+                });
+                // On duplicates the first route wins (translation already resolved conflicts).
+                match &route.path {
+                    PathMatch::Exact(p) => {
+                        compiled.exact.entry(p.as_str().into()).or_insert(idx);
+                    }
+                    PathMatch::Prefix(p) => {
+                        let p = p.trim_end_matches('/');
+                        if p.is_empty() {
+                            compiled.root.get_or_insert(idx);
+                        } else {
+                            compiled.prefix.entry(p.into()).or_insert(idx);
+                        }
+                    }
+                    PathMatch::Regex(pattern) => {
+                        let re = regex::Regex::new(&format!("^(?:{pattern})")).map_err(|e| {
+                            CompileError::InvalidRegex {
+                                host: vh.host.clone(),
+                                pattern: pattern.clone(),
+                                source: Box::new(e),
+                            }
+                        })?;
+                        regexes.push((pattern.len(), re, idx));
+                    }
+                }
+            }
+            // Longest pattern first (nginx tries regex locations in order; translation and
+            // ingress-nginx sort them by length); ties keep table order (stable sort).
+            regexes.sort_by_key(|r| std::cmp::Reverse(r.0));
+            compiled.regex = regexes.into_iter().map(|(_, re, idx)| (re, idx)).collect();
+            router.vhosts.push(compiled);
+        }
+
+        if let Some(id) = &table.default_backend {
+            let backend = resolve(id, &|| "default backend".to_string())?;
+            router.default = Some(CompiledRoute { backend, host: None, path: None, origin: None });
+        }
+        router.backend_ids = backend_ids;
+        Ok(router)
+    }
+
+    /// Finds the route for a request `Host` (as sent: any case, optional port, optional trailing
+    /// dot) and raw path (no query). `None` means 404.
+    pub fn lookup(&self, host: &str, path: &str) -> Option<&CompiledRoute> {
+        let host = normalize_host(host);
+        match self.vhost_for(&host) {
+            Some(vh) => vh.lookup(path).or(self.default.as_ref()),
+            None => self.default.as_ref(),
+        }
+    }
+
+    /// Backends in table order; [`BackendIdx`] indexes this.
+    pub fn backend_ids(&self) -> &[BackendId] {
+        &self.backend_ids
+    }
+
+    fn vhost_for(&self, host: &str) -> Option<&Vhost> {
+        let slot = self.exact.get(host).copied().or_else(|| {
+            // One label only: `a.example.com` → `example.com`; `*.example.com` does not cover
+            // `a.b.example.com` because its suffix `b.example.com` is a different key.
+            let (label, suffix) = host.split_once('.')?;
+            if label.is_empty() {
+                return None;
+            }
+            self.wildcard.get(suffix).copied()
+        });
+        slot.or(self.any).map(|i| &self.vhosts[i])
+    }
+}
+
+fn insert_unique(map: &mut HashMap<Box<str>, usize>, key: &str, slot: usize) -> bool {
+    match map.entry(key.into()) {
+        Entry::Occupied(_) => true,
+        Entry::Vacant(v) => {
+            v.insert(slot);
+            false
+        }
+    }
+}
+
+// === impl Vhost ===
+
+impl Vhost {
+    fn lookup(&self, path: &str) -> Option<&CompiledRoute> {
+        let idx = self
+            .exact
+            .get(path)
+            .copied()
+            .or_else(|| self.regex.iter().find(|(re, _)| re.is_match(path)).map(|(_, i)| *i))
+            .or_else(|| self.longest_prefix(path))?;
+        self.routes.get(idx)
+    }
+
+    /// Longest element-wise prefix: candidates are the whole path and each piece ending just
+    /// before a `/`, longest first; the root prefix matches everything.
+    fn longest_prefix(&self, path: &str) -> Option<usize> {
+        if !self.prefix.is_empty() {
+            let trimmed = path.trim_end_matches('/');
+            if let Some(i) = self.prefix.get(trimmed) {
+                return Some(*i);
+            }
+            let mut rest = trimmed;
+            while let Some(cut) = rest.rfind('/') {
+                rest = &rest[..cut];
+                if rest.is_empty() {
+                    break;
+                }
+                if let Some(i) = self.prefix.get(rest) {
+                    return Some(*i);
+                }
+            }
+        }
+        self.root
+    }
+}
+
+/// Lower-cases a request host and strips the port (also `[v6]:port`) and a trailing dot.
+/// Borrows when nothing needs to change (the common case).
+pub fn normalize_host(raw: &str) -> Cow<'_, str> {
+    let host = if let Some(v6) = raw.strip_prefix('[') {
+        // `[::1]:8080` → `[::1]`: keep the brackets, they never match a host name anyway.
+        match v6.find(']') {
+            Some(end) => &raw[..end + 2],
+            None => raw,
+        }
+    } else {
+        match raw.rsplit_once(':') {
+            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+            _ => raw,
+        }
+    };
+    let host = host.strip_suffix('.').unwrap_or(host);
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(host)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::model::{Backend, Endpoint, Route, RoutePolicy, Target, VirtualHost};
+
+    fn id(name: &str) -> BackendId {
+        format!("ns/{name}:80").parse().unwrap()
+    }
+
+    /// A table whose backends are named after what they route, so lookups read as assertions.
+    struct T(RouteTable);
+
+    impl T {
+        fn new() -> Self {
+            T(RouteTable::default())
+        }
+        fn route(mut self, host: &str, path: PathMatch, backend: &str) -> Self {
+            let host = HostMatch::parse(host).unwrap();
+            let route = Route {
+                path,
+                action: RouteAction::Forward(id(backend)),
+                policy: RoutePolicy::default(),
+                origin: ObjectRef::new("ns", backend),
+            };
+            match self.0.hosts.iter_mut().find(|v| v.host == host) {
+                Some(v) => v.routes.push(route),
+                None => self.0.hosts.push(VirtualHost { host, routes: vec![route] }),
+            }
+            self.backend(backend)
+        }
+        fn backend(mut self, name: &str) -> Self {
+            let target = Target::Endpoints(vec![Endpoint::new("127.0.0.1:1".parse().unwrap())]);
+            self.0.backends.insert(id(name), Backend { protocol: Default::default(), target });
+            self
+        }
+        fn default_backend(mut self, name: &str) -> Self {
+            self.0.default_backend = Some(id(name));
+            self.backend(name)
+        }
+        fn compile(self) -> Router {
+            Router::compile(&self.0).unwrap()
+        }
+    }
+
+    fn prefix(p: &str) -> PathMatch {
+        PathMatch::Prefix(p.into())
+    }
+    fn exact(p: &str) -> PathMatch {
+        PathMatch::Exact(p.into())
+    }
+    fn regex(p: &str) -> PathMatch {
+        PathMatch::Regex(p.into())
+    }
+
+    fn hit<'a>(r: &'a Router, host: &str, path: &str) -> Option<&'a str> {
+        r.lookup(host, path).map(|route| r.backend_ids()[route.backend.0 as usize].service.as_str())
+    }
+
+    #[test]
+    fn exact_host_beats_wildcard_beats_any() {
+        let r = T::new()
+            .route("a.example.com", prefix("/"), "exact")
+            .route("*.example.com", prefix("/"), "wild")
+            .route("*", prefix("/"), "any")
+            .compile();
+        assert_eq!(hit(&r, "a.example.com", "/"), Some("exact"));
+        assert_eq!(hit(&r, "b.example.com", "/"), Some("wild"));
+        assert_eq!(hit(&r, "other.test", "/"), Some("any"));
+    }
+
+    #[test]
+    fn wildcard_covers_exactly_one_label() {
+        let r = T::new().route("*.example.com", prefix("/"), "wild").compile();
+        assert_eq!(hit(&r, "a.example.com", "/"), Some("wild"));
+        assert_eq!(hit(&r, "example.com", "/"), None);
+        assert_eq!(hit(&r, "a.b.example.com", "/"), None);
+        assert_eq!(hit(&r, ".example.com", "/"), None);
+    }
+
+    #[test]
+    fn host_is_case_insensitive_without_port_or_trailing_dot() {
+        let r = T::new().route("a.example.com", prefix("/"), "a").compile();
+        assert_eq!(hit(&r, "A.Example.COM", "/"), Some("a"));
+        assert_eq!(hit(&r, "a.example.com:8080", "/"), Some("a"));
+        assert_eq!(hit(&r, "a.example.com.", "/"), Some("a"));
+        assert_eq!(hit(&r, "A.example.com.:80", "/"), Some("a"));
+        assert_eq!(normalize_host("[::1]:8080"), "[::1]");
+        assert_eq!(normalize_host("[::1]"), "[::1]");
+    }
+
+    #[test]
+    fn chosen_vhost_without_match_falls_to_default_backend_not_to_any_host() {
+        let r = T::new()
+            .route("a.test", prefix("/api"), "a-api")
+            .route("*", prefix("/"), "any")
+            .default_backend("default")
+            .compile();
+        assert_eq!(hit(&r, "a.test", "/api/x"), Some("a-api"));
+        assert_eq!(hit(&r, "a.test", "/other"), Some("default"));
+        assert_eq!(hit(&r, "b.test", "/other"), Some("any"));
+        assert!(r.lookup("a.test", "/other").unwrap().is_default());
+    }
+
+    #[test]
+    fn no_vhost_and_no_default_is_none() {
+        let r = T::new().route("a.test", prefix("/"), "a").compile();
+        assert_eq!(hit(&r, "b.test", "/"), None);
+        let r = T::new().route("a.test", prefix("/api"), "a").compile();
+        assert_eq!(hit(&r, "a.test", "/"), None);
+        let r = T::new().default_backend("default").compile();
+        assert_eq!(hit(&r, "b.test", "/x"), Some("default"));
+    }
+
+    #[test]
+    fn exact_path_beats_regex_and_prefix() {
+        let r = T::new()
+            .route("a.test", prefix("/foo"), "prefix")
+            .route("a.test", regex("/fo+"), "regex")
+            .route("a.test", exact("/foo"), "exact")
+            .compile();
+        assert_eq!(hit(&r, "a.test", "/foo"), Some("exact"));
+        assert_eq!(hit(&r, "a.test", "/foo/"), Some("regex"));
+    }
+
+    #[test]
+    fn regex_beats_prefix_even_shorter() {
+        let r = T::new()
+            .route("a.test", prefix("/api/v1/users"), "prefix")
+            .route("a.test", regex("/api/.*"), "regex")
+            .compile();
+        assert_eq!(hit(&r, "a.test", "/api/v1/users"), Some("regex"));
+        assert_eq!(hit(&r, "a.test", "/other"), None);
+    }
+
+    #[test]
+    fn regex_is_anchored_at_start_and_longest_pattern_first() {
+        let r = T::new()
+            .route("a.test", regex("/a.*"), "short")
+            .route("a.test", regex("/a/b/[0-9]+"), "long")
+            .compile();
+        assert_eq!(hit(&r, "a.test", "/a/b/42"), Some("long"));
+        assert_eq!(hit(&r, "a.test", "/a/b/x"), Some("short"));
+        assert_eq!(hit(&r, "a.test", "/x/a"), None, "anchored at the start");
+    }
+
+    #[test]
+    fn longest_prefix_wins() {
+        let r = T::new()
+            .route("a.test", prefix("/"), "root")
+            .route("a.test", prefix("/foo"), "foo")
+            .route("a.test", prefix("/foo/bar"), "foobar")
+            .compile();
+        assert_eq!(hit(&r, "a.test", "/foo/bar/baz"), Some("foobar"));
+        assert_eq!(hit(&r, "a.test", "/foo/baz"), Some("foo"));
+        assert_eq!(hit(&r, "a.test", "/"), Some("root"));
+        assert_eq!(hit(&r, "a.test", "/x"), Some("root"));
+    }
+
+    #[test]
+    fn prefix_matches_element_wise() {
+        let r = T::new().route("a.test", prefix("/foo"), "foo").compile();
+        assert_eq!(hit(&r, "a.test", "/foo"), Some("foo"));
+        assert_eq!(hit(&r, "a.test", "/foo/"), Some("foo"));
+        assert_eq!(hit(&r, "a.test", "/foo/bar"), Some("foo"));
+        assert_eq!(hit(&r, "a.test", "/foobar"), None);
+        assert_eq!(hit(&r, "a.test", "/fo"), None);
+        // A trailing slash on the prefix is ignored.
+        let r = T::new().route("a.test", prefix("/foo/"), "foo").compile();
+        assert_eq!(hit(&r, "a.test", "/foo"), Some("foo"));
+        assert_eq!(hit(&r, "a.test", "/foobar"), None);
+    }
+
+    #[test]
+    fn root_prefix_matches_everything() {
+        let r = T::new().route("a.test", prefix("/"), "root").compile();
+        for path in ["/", "/x", "/x/y/", "//"] {
+            assert_eq!(hit(&r, "a.test", path), Some("root"), "{path}");
+        }
+    }
+
+    #[test]
+    fn exact_path_is_byte_for_byte() {
+        let r = T::new().route("a.test", exact("/foo"), "exact").compile();
+        assert_eq!(hit(&r, "a.test", "/foo"), Some("exact"));
+        assert_eq!(hit(&r, "a.test", "/foo/"), None);
+        assert_eq!(hit(&r, "a.test", "/Foo"), None);
+    }
+
+    #[test]
+    fn literal_braces_in_paths_are_plain_bytes() {
+        let r = T::new().route("a.test", prefix("/{id}"), "braces").compile();
+        assert_eq!(hit(&r, "a.test", "/{id}/x"), Some("braces"));
+        assert_eq!(hit(&r, "a.test", "/42"), None);
+    }
+
+    #[test]
+    fn compile_errors() {
+        let mut t = T::new().route("a.test", prefix("/"), "a").0;
+        t.backends.clear();
+        assert!(matches!(Router::compile(&t), Err(CompileError::UnknownBackend { .. })));
+        let t = T::new().route("a.test", regex("(unclosed"), "a").0;
+        assert!(matches!(Router::compile(&t), Err(CompileError::InvalidRegex { .. })));
+        let mut t = T::new().route("a.test", prefix("/"), "a").0;
+        t.hosts.push(t.hosts[0].clone());
+        assert!(matches!(Router::compile(&t), Err(CompileError::DuplicateHost(_))));
+        let mut t = T::new().0;
+        t.default_backend = Some(id("missing"));
+        assert!(matches!(Router::compile(&t), Err(CompileError::UnknownBackend { .. })));
+    }
+}

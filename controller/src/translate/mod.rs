@@ -1,1 +1,145 @@
 //! Translation of a snapshot of Kubernetes objects into the dataplane routing table (pure).
+//!
+//! [`translate`] runs processors in order over a [`Snapshot`]: class selection (which Ingresses
+//! are ours), routes (hosts, paths, precedence, conflicts, default backends), backends (Service
+//! ports to endpoints) and TLS. No I/O, no clocks; the output does not depend on the order objects
+//! were added. Invalid objects become [`Warning`]s, never panics; the rest of the table builds.
+
+mod backend;
+mod class;
+mod rank;
+mod routes;
+mod snapshot;
+mod tls;
+mod warnings;
+
+#[cfg(test)]
+mod tests;
+
+use k8s_openapi::api::networking::v1::Ingress;
+use serde::{Deserialize, Serialize};
+use weir_dataplane::model::{ObjectRef, Route, RouteAction, RoutePolicy, RouteTable, VirtualHost};
+
+pub use snapshot::Snapshot;
+pub use warnings::{ObjectKind, Reason, Severity, Warning};
+
+use class::{ClassSelector, LEGACY_CLASS_ANNOTATION, Selected};
+use rank::Rank;
+use warnings::Warnings;
+
+/// What translation needs to know about this controller.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TranslateConfig {
+    /// The class name served when no IngressClass object of that name exists.
+    pub ingress_class: String,
+    /// The `spec.controller` of IngressClasses that are ours.
+    pub controller_name: String,
+    /// Whether Ingresses naming no class at all are ours (without a default IngressClass).
+    pub watch_ingress_without_class: bool,
+}
+
+impl Default for TranslateConfig {
+    fn default() -> Self {
+        TranslateConfig {
+            ingress_class: "weir".to_string(),
+            controller_name: "weir.dev/ingress-controller".to_string(),
+            watch_ingress_without_class: false,
+        }
+    }
+}
+
+/// The result of a translation.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Translation {
+    /// The routing table to publish.
+    pub table: RouteTable,
+    /// Findings about the objects, sorted.
+    pub warnings: Vec<Warning>,
+    /// The Ingresses of our class, sorted (the status writer updates these).
+    pub ingresses: Vec<ObjectRef>,
+}
+
+/// An Ingress of our class.
+pub(crate) struct Ours<'a> {
+    /// Its identity and precedence.
+    pub(crate) rank: Rank,
+    /// The object.
+    pub(crate) ingress: &'a Ingress,
+}
+
+/// Translates a snapshot into a routing table and warnings.
+pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
+    let mut warnings = Warnings::default();
+
+    // Class selection: Ingresses of other classes are ignored entirely.
+    let selector = ClassSelector::new(&snapshot.ingress_classes, config);
+    let mut ours = Vec::new();
+    for (key, ingress) in &snapshot.ingresses {
+        let Some(how) = selector.select(ingress) else { continue };
+        if let Selected::LegacyAnnotation(class) = how {
+            warnings.warn(
+                key,
+                Reason::DeprecatedClassAnnotation,
+                format!(
+                    "metadata.annotations[{LEGACY_CLASS_ANNOTATION}]: the annotation is deprecated; set spec.ingressClassName: {class} instead"
+                ),
+            );
+        }
+        ours.push(Ours { rank: Rank::of(key.clone(), ingress), ingress });
+    }
+
+    // Routes and default backend.
+    let plan = routes::plan(&ours, &mut warnings);
+
+    // Backends: only those a winning route or the default backend uses.
+    let mut resolver = backend::Resolver::new(snapshot);
+    let mut table = RouteTable::default();
+    let mut resolve = |claim: &routes::Claim, warnings: &mut Warnings, table: &mut RouteTable| {
+        let (backend, error) = resolver.resolve(&claim.backend);
+        if let Some(error) = error {
+            let field = match error {
+                backend::Error::PortNotFound { .. } => format!("{}.service.port", claim.backend_field),
+                _ => format!("{}.service.name", claim.backend_field),
+            };
+            warnings.error(
+                &claim.rank.object,
+                error.reason(),
+                format!("{field}: {error}; requests routed to it answer 503"),
+            );
+        }
+        table.backends.insert(claim.backend.clone(), backend.clone());
+    };
+    for (host, paths) in &plan.hosts {
+        let mut routes = Vec::with_capacity(paths.len());
+        for (path, claim) in paths {
+            resolve(claim, &mut warnings, &mut table);
+            routes.push(Route {
+                path: path.clone(),
+                action: RouteAction::Forward(claim.backend.clone()),
+                policy: RoutePolicy::default(),
+                origin: claim.rank.object.clone(),
+            });
+        }
+        if routes.is_empty() {
+            continue;
+        }
+        routes.sort_by(|a, b| routes::route_order(&a.path).cmp(&routes::route_order(&b.path)));
+        table.hosts.push(VirtualHost { host: host.clone(), routes });
+    }
+    if let Some(claim) = &plan.default_backend {
+        resolve(claim, &mut warnings, &mut table);
+        table.default_backend = Some(claim.backend.clone());
+    }
+
+    // TLS.
+    let tls = tls::plan(&ours, snapshot, &mut warnings);
+    table.tls = tls.entries;
+    table.certificates = tls.certificates;
+
+    Translation {
+        table,
+        warnings: warnings.finish(),
+        ingresses: ours.into_iter().map(|o| o.rank.object).collect(),
+    }
+}

@@ -1,0 +1,133 @@
+//! Echo replicas for a scenario, each on its own loopback IP, sharing one port per backend.
+//!
+//! An EndpointSlice has one port for all its endpoints, so the replicas of a backend listen on
+//! distinct loopback addresses (127.0.0.2, 127.0.0.3, ...) with the same port. Addresses are
+//! handed out from a process-wide counter so scenarios running in parallel never share one.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::scenario::Addresses;
+
+/// How often to retry a backend when its port is taken on one of the addresses.
+const BIND_ATTEMPTS: usize = 20;
+
+/// The next loopback address to hand out, as an offset in 127.0.0.0/8.
+static NEXT_IP: AtomicU32 = AtomicU32::new(2);
+
+/// Running echo replicas. Dropping this stops them.
+#[derive(Debug)]
+pub struct Backends {
+    ips: BTreeMap<String, Ipv4Addr>,
+    ports: BTreeMap<String, u16>,
+    stops: Vec<oneshot::Sender<()>>,
+    tasks: Vec<JoinHandle<io::Result<()>>>,
+}
+
+impl Backends {
+    /// Starts `replicas[backend]` echo servers for every backend.
+    pub async fn start(replicas: &BTreeMap<&str, Vec<String>>) -> io::Result<Backends> {
+        let mut backends =
+            Backends { ips: BTreeMap::new(), ports: BTreeMap::new(), stops: Vec::new(), tasks: Vec::new() };
+        for (backend, names) in replicas {
+            let ips: Vec<Ipv4Addr> = names.iter().map(|_| next_ip()).collect();
+            let (port, listeners) = bind_shared_port(&ips).await?;
+            backends.ports.insert((*backend).to_owned(), port);
+            for ((name, ip), listener) in names.iter().zip(ips).zip(listeners) {
+                backends.ips.insert(name.clone(), ip);
+                let (stop, stopped) = oneshot::channel::<()>();
+                let shutdown = async move {
+                    // Sent or dropped: either way, stop.
+                    let _stopped = stopped.await;
+                };
+                backends.stops.push(stop);
+                backends.tasks.push(tokio::spawn(weir_dataplane::echo::serve(
+                    listener,
+                    name.clone(),
+                    shutdown,
+                )));
+            }
+        }
+        Ok(backends)
+    }
+
+    /// The address replica `name` listens on.
+    pub fn addr(&self, name: &str) -> Option<SocketAddr> {
+        let ip = self.ips.get(name)?;
+        let backend = name.rsplit_once('-')?.0;
+        let port = self.ports.get(backend)?;
+        Some(SocketAddr::new(IpAddr::V4(*ip), *port))
+    }
+
+    /// Stops every replica and waits for their listeners to close.
+    pub async fn stop(mut self) {
+        self.stops.clear();
+        for task in self.tasks.drain(..) {
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::warn!(%error, "echo replica failed"),
+                Err(error) => tracing::warn!(%error, "echo replica task failed"),
+            }
+        }
+    }
+}
+
+impl Addresses for Backends {
+    fn ip(&self, replica: &str) -> Option<String> {
+        self.ips.get(replica).map(Ipv4Addr::to_string)
+    }
+
+    fn port(&self, backend: &str) -> Option<u16> {
+        self.ports.get(backend).copied()
+    }
+}
+
+/// A loopback address not handed out before in this process (never 127.0.0.1, nor .0/.255).
+fn next_ip() -> Ipv4Addr {
+    loop {
+        let n = NEXT_IP.fetch_add(1, Ordering::Relaxed) % (1 << 24);
+        let [_, b, c, d] = n.to_be_bytes();
+        if d != 0 && d != 255 && n > 1 {
+            return Ipv4Addr::new(127, b, c, d);
+        }
+    }
+}
+
+/// Binds every address on one port: the first on an ephemeral port, the others on the same
+/// port, starting over on a collision.
+async fn bind_shared_port(ips: &[Ipv4Addr]) -> io::Result<(u16, Vec<TcpListener>)> {
+    let Some((first, others)) = ips.split_first() else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "a backend needs at least one replica"));
+    };
+    let mut last_error = None;
+    'attempt: for _ in 0..BIND_ATTEMPTS {
+        let listener = TcpListener::bind((*first, 0)).await.map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!("cannot bind {first}:0 (is 127.0.0.0/8 routed to loopback?): {error}"),
+            )
+        })?;
+        let port = listener.local_addr()?.port();
+        let mut listeners = vec![listener];
+        for ip in others {
+            match TcpListener::bind((*ip, port)).await {
+                Ok(listener) => listeners.push(listener),
+                Err(error) if error.kind() == io::ErrorKind::AddrInUse => {
+                    last_error = Some(error);
+                    continue 'attempt;
+                }
+                Err(error) => {
+                    return Err(io::Error::new(error.kind(), format!("cannot bind {ip}:{port}: {error}")));
+                }
+            }
+        }
+        return Ok((port, listeners));
+    }
+    Err(last_error.unwrap_or_else(|| io::Error::other("no attempt made")))
+}

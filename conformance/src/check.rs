@@ -1,0 +1,195 @@
+//! Checking expectations: real HTTP/1.1 requests to weir and what answered them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use weir_dataplane::echo::EchoResponse;
+
+use crate::scenario::{Expect, Scenario};
+
+/// How long one request may take, head and body.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An answer from weir, as far as the expectations care.
+#[derive(Debug)]
+struct Answer {
+    status: StatusCode,
+    /// The echo replica that answered, when the body is an echo description.
+    echo: Option<String>,
+    /// The start of the body, for messages.
+    excerpt: String,
+}
+
+impl Answer {
+    fn describe(&self) -> String {
+        match &self.echo {
+            Some(name) => format!("{} from echo {name}", self.status.as_u16()),
+            None => format!("{} from weir (body {:?})", self.status.as_u16(), self.excerpt),
+        }
+    }
+}
+
+/// Sends requests to weir's HTTP listener.
+#[derive(Clone, Debug)]
+pub struct Checker {
+    client: Client<HttpConnector, Full<Bytes>>,
+    weir: SocketAddr,
+}
+
+impl Checker {
+    /// A checker for weir listening on `weir`.
+    pub fn new(weir: SocketAddr) -> Checker {
+        let client = Client::builder(TokioExecutor::new()).build_http();
+        Checker { client, weir }
+    }
+
+    /// Checks one expectation; `Err` says what was wrong.
+    pub async fn check(&self, scenario: &Scenario, expect: &Expect) -> Result<(), String> {
+        let wanted = |references: &[String]| -> BTreeSet<String> {
+            references.iter().filter_map(|r| scenario.resolve(r)).flatten().collect()
+        };
+        if let Some(distribution) = &expect.distribution {
+            return self
+                .check_distribution(scenario, expect, distribution.requests, &distribution.backends)
+                .await;
+        }
+        let answer = self.send(expect).await?;
+        let mut problems = Vec::new();
+        if answer.status.as_u16() != expect.status {
+            problems.push(format!("status {}", expect.status));
+        }
+        let allowed: Option<(String, BTreeSet<String>)> = if let Some(backend) = &expect.backend {
+            Some((format!("backend {backend}"), wanted(std::slice::from_ref(backend))))
+        } else if !expect.any_of.is_empty() {
+            Some((format!("one of {}", expect.any_of.join(", ")), wanted(&expect.any_of)))
+        } else {
+            None
+        };
+        match (&allowed, &answer.echo) {
+            (Some((label, names)), Some(echo)) if !names.contains(echo) => {
+                problems.push(format!("an answer from {label}"));
+            }
+            (Some((label, _)), None) => problems.push(format!("an answer from {label}")),
+            (None, Some(_)) => problems.push("an answer from weir itself".to_owned()),
+            _ => {}
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("expected {}, got {}", problems.join(" and "), answer.describe()))
+        }
+    }
+
+    async fn check_distribution(
+        &self,
+        scenario: &Scenario,
+        expect: &Expect,
+        requests: u32,
+        backends: &[String],
+    ) -> Result<(), String> {
+        let mut seen: BTreeMap<String, u32> = BTreeMap::new();
+        let mut unexpected = Vec::new();
+        for _ in 0..requests {
+            let answer = self.send(expect).await?;
+            let matches = answer.status.as_u16() == expect.status && answer.echo.is_some();
+            match answer.echo {
+                Some(name) if matches => *seen.entry(name).or_default() += 1,
+                _ => unexpected.push(answer.describe()),
+            }
+        }
+        let mut problems = Vec::new();
+        if !unexpected.is_empty() {
+            unexpected.dedup();
+            problems.push(format!(
+                "{} answers were not {} from an echo backend: {}",
+                unexpected.len(),
+                expect.status,
+                unexpected.join("; ")
+            ));
+        }
+        let mut allowed = BTreeSet::new();
+        for reference in backends {
+            let names = scenario.resolve(reference).unwrap_or_default();
+            for name in names.iter().filter(|n| !seen.contains_key(*n)) {
+                problems.push(format!("{name} never answered"));
+            }
+            allowed.extend(names);
+        }
+        let strangers: Vec<&String> = seen.keys().filter(|n| !allowed.contains(*n)).collect();
+        if !strangers.is_empty() {
+            problems.push(format!(
+                "unexpected answers from {}",
+                strangers.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "over {requests} requests expected answers from each of [{}]; {} (answers per replica: {seen:?})",
+                backends.join(", "),
+                problems.join("; ")
+            ))
+        }
+    }
+
+    /// Sends the request of `expect` once.
+    async fn send(&self, expect: &Expect) -> Result<Answer, String> {
+        let method = Method::from_bytes(expect.method.as_bytes())
+            .map_err(|error| format!("invalid method: {error}"))?;
+        let mut request =
+            Request::builder().method(method).uri(format!("http://{}{}", self.weir, expect.path));
+        if let Some(host) = &expect.host {
+            request = request.header(http::header::HOST, host.as_str());
+        }
+        for (name, value) in &expect.headers {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|error| format!("invalid header name {name:?}: {error}"))?;
+            let value = HeaderValue::from_str(value)
+                .map_err(|error| format!("invalid header value {value:?}: {error}"))?;
+            request = request.header(name, value);
+        }
+        let request =
+            request.body(Full::default()).map_err(|error| format!("cannot build the request: {error}"))?;
+
+        let exchange = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|error| format!("request failed: {}", chain(&error)))?;
+            let (parts, body) = response.into_parts();
+            let body = body
+                .collect()
+                .await
+                .map_err(|error| format!("reading the response body failed: {error}"))?
+                .to_bytes();
+            Ok::<_, String>((parts.status, body))
+        };
+        let (status, body) = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+            .await
+            .map_err(|_| format!("no answer within {REQUEST_TIMEOUT:?}"))??;
+        let echo = serde_json::from_slice::<EchoResponse>(&body).ok().map(|echo| echo.name);
+        let excerpt = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
+        Ok(Answer { status, echo, excerpt })
+    }
+}
+
+/// An error with its sources, `outer: inner: innermost`.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        out.push_str(": ");
+        out.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    out
+}

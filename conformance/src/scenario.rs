@@ -1,0 +1,396 @@
+//! The scenario file format (`scenarios/<name>.yaml`), its validation and placeholders.
+//!
+//! See `conformance/README.md` for the format as a scenario author sees it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// Errors of loading or validating a scenario.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The scenario file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a scenario.
+    #[error("{path}: {reason}")]
+    Parse {
+        /// The scenario file.
+        path: String,
+        /// What the YAML parser says.
+        reason: String,
+    },
+    /// The scenario parses but says something impossible.
+    #[error("{at}: {reason}")]
+    Invalid {
+        /// Where: the step and expectation.
+        at: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// A `Result` of this module.
+pub type Result<T, E = ScenarioError> = std::result::Result<T, E>;
+
+/// One conformance scenario: echo backends, then steps applying manifests and checking requests.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// What the scenario checks, in a sentence or two.
+    pub description: String,
+    /// Echo backends by name, with their number of replicas. Replica `i` of backend `a` answers
+    /// with the echo name `a-i`.
+    #[serde(default)]
+    pub backends: BTreeMap<String, u16>,
+    /// The steps, run in order against one weir.
+    pub steps: Vec<Step>,
+}
+
+/// One step: change the manifests directory, wait for weir to reload, check requests.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    /// A short name for messages (defaults to the step's number).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Files to write (created or replaced) in the manifests directory: name → YAML text, with
+    /// placeholders.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+    /// Files to delete from the manifests directory.
+    #[serde(default)]
+    pub delete: Vec<String>,
+    /// What the step waits for after changing files.
+    #[serde(default)]
+    pub reload: Reload,
+    /// The requests to check once the step's changes are live.
+    #[serde(default)]
+    pub expect: Vec<Expect>,
+}
+
+/// What a step waits for after changing the manifests directory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reload {
+    /// A new routing table must be published (the step fails otherwise).
+    #[default]
+    Publish,
+    /// Wait a fixed time, publish or not: for changes weir must reject, such as broken files.
+    Settle,
+}
+
+/// One request and what must answer it.
+///
+/// Without `backend`, `any_of` or `distribution`, the answer must come from weir itself (its
+/// body is not an echo description), as for a 404 without route or a 503 without endpoints.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// The request method (`GET` by default).
+    #[serde(default = "get")]
+    pub method: String,
+    /// The `Host` header (by default the address weir listens on).
+    #[serde(default)]
+    pub host: Option<String>,
+    /// The request target: path and optional query (`/` by default).
+    #[serde(default = "root")]
+    pub path: String,
+    /// Extra request headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The expected status (200 by default).
+    #[serde(default = "ok")]
+    pub status: u16,
+    /// The echo backend that must answer: a backend name (any of its replicas) or a replica name.
+    #[serde(default)]
+    pub backend: Option<String>,
+    /// Backends or replicas one of which must answer.
+    #[serde(default)]
+    pub any_of: Vec<String>,
+    /// Send the request several times: every listed backend or replica must answer at least
+    /// once, and nothing else may answer.
+    #[serde(default)]
+    pub distribution: Option<Distribution>,
+}
+
+/// A load-balancing expectation.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Distribution {
+    /// How many times to send the request.
+    pub requests: u32,
+    /// Backends or replicas each of which must answer at least once.
+    pub backends: Vec<String>,
+}
+
+fn get() -> String {
+    "GET".to_owned()
+}
+
+fn root() -> String {
+    "/".to_owned()
+}
+
+fn ok() -> u16 {
+    200
+}
+
+// === impl Scenario ===
+
+impl Scenario {
+    /// Reads and validates a scenario file.
+    pub fn load(path: &Path) -> Result<Scenario> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ScenarioError::Read { path: path.display().to_string(), source })?;
+        Scenario::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates scenario text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Scenario> {
+        let scenario: Scenario = serde_saphyr::from_str(text)
+            .map_err(|error| ScenarioError::Parse { path: origin.to_owned(), reason: error.to_string() })?;
+        scenario.validate()?;
+        Ok(scenario)
+    }
+
+    /// Replica names by backend: `a` → `[a-0, a-1]`.
+    pub fn replicas(&self) -> BTreeMap<&str, Vec<String>> {
+        self.backends
+            .iter()
+            .map(|(name, n)| (name.as_str(), (0..*n).map(|i| format!("{name}-{i}")).collect()))
+            .collect()
+    }
+
+    /// The replica names a backend reference (a backend or a replica name) stands for.
+    pub fn resolve(&self, reference: &str) -> Option<BTreeSet<String>> {
+        let replicas = self.replicas();
+        if let Some(names) = replicas.get(reference) {
+            return Some(names.iter().cloned().collect());
+        }
+        replicas.values().flatten().find(|name| *name == reference).map(|name| BTreeSet::from([name.clone()]))
+    }
+
+    /// The label of step `index` (0-based) in messages: `2 (edit the ingress)`.
+    pub fn step_label(&self, index: usize) -> String {
+        match self.steps.get(index).and_then(|s| s.name.as_deref()) {
+            Some(name) => format!("{} ({name})", index + 1),
+            None => (index + 1).to_string(),
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let invalid = |at: String, reason: String| ScenarioError::Invalid { at, reason };
+        let replicas = self.replicas();
+        for (name, names) in &replicas {
+            if names.is_empty() {
+                return Err(invalid(format!("backend {name}"), "needs at least one replica".into()));
+            }
+            if name.is_empty() || name.contains(['{', '}', ':', ' ']) {
+                return Err(invalid(format!("backend {name:?}"), "invalid name".into()));
+            }
+            if let Some(clash) = replicas.values().flatten().find(|r| *r == name) {
+                return Err(invalid(format!("backend {name}"), format!("name clashes with replica {clash}")));
+            }
+        }
+        if self.steps.is_empty() {
+            return Err(invalid("scenario".into(), "has no steps".into()));
+        }
+        for (index, step) in self.steps.iter().enumerate() {
+            let at = format!("step {}", self.step_label(index));
+            for file in step.files.keys().chain(&step.delete) {
+                if !is_plain_file_name(file) {
+                    return Err(invalid(at, format!("{file:?} is not a plain file name")));
+                }
+            }
+            for (i, expect) in step.expect.iter().enumerate() {
+                let at = format!("{at}, expect[{i}] {}", expect.describe());
+                self.validate_expect(expect).map_err(|reason| invalid(at, reason))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_expect(&self, expect: &Expect) -> Result<(), String> {
+        let forms = usize::from(expect.backend.is_some())
+            + usize::from(!expect.any_of.is_empty())
+            + usize::from(expect.distribution.is_some());
+        if forms > 1 {
+            return Err("use only one of backend, any_of, distribution".into());
+        }
+        let references = expect
+            .backend
+            .iter()
+            .chain(&expect.any_of)
+            .chain(expect.distribution.iter().flat_map(|d| &d.backends));
+        for reference in references {
+            if self.resolve(reference).is_none() {
+                return Err(format!("unknown backend or replica {reference:?}"));
+            }
+        }
+        if let Some(distribution) = &expect.distribution {
+            if distribution.backends.is_empty() {
+                return Err("distribution.backends is empty".into());
+            }
+            let needed = distribution
+                .backends
+                .iter()
+                .filter_map(|b| self.resolve(b))
+                .map(|set| set.len())
+                .sum::<usize>();
+            if (distribution.requests as usize) < needed {
+                return Err(format!(
+                    "distribution.requests ({}) is fewer than the replicas that must answer ({needed})",
+                    distribution.requests
+                ));
+            }
+        }
+        if http::Method::from_bytes(expect.method.as_bytes()).is_err() {
+            return Err(format!("invalid method {:?}", expect.method));
+        }
+        if !expect.path.starts_with('/') || expect.path.parse::<http::Uri>().is_err() {
+            return Err(format!("invalid path {:?}", expect.path));
+        }
+        if http::StatusCode::from_u16(expect.status).is_err() {
+            return Err(format!("invalid status {}", expect.status));
+        }
+        for (name, value) in &expect.headers {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err()
+                || http::HeaderValue::from_str(value).is_err()
+            {
+                return Err(format!("invalid header {name}: {value:?}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+// === impl Expect ===
+
+impl Expect {
+    /// The request in messages: `GET http://a.example.com/foo`.
+    pub fn describe(&self) -> String {
+        let host = self.host.as_deref().unwrap_or("<weir address>");
+        let mut out = format!("{} http://{host}{}", self.method, self.path);
+        for (name, value) in &self.headers {
+            out.push_str(&format!(" [{name}: {value}]"));
+        }
+        out
+    }
+}
+
+/// A file name without directories, usable in the manifests directory.
+fn is_plain_file_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\']) && !name.starts_with('.')
+}
+
+// === placeholders ===
+
+/// Where the echo replicas listen, for placeholder substitution.
+pub trait Addresses {
+    /// The IP address of a replica (`{{ip:a-0}}`).
+    fn ip(&self, replica: &str) -> Option<String>;
+    /// The port shared by a backend's replicas (`{{port:a}}`).
+    fn port(&self, backend: &str) -> Option<u16>;
+}
+
+/// Replaces `{{ip:REPLICA}}` and `{{port:BACKEND}}` in manifest text; any other `{{...}}` is an
+/// error.
+pub fn substitute(text: &str, addresses: &dyn Addresses) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find("}}")
+            .ok_or_else(|| format!("unterminated placeholder at {:?}", truncate(&rest[start..])))?;
+        let inner = after[..end].trim();
+        let value = match inner.split_once(':').map(|(k, v)| (k.trim(), v.trim())) {
+            Some(("ip", replica)) => {
+                addresses.ip(replica).ok_or_else(|| format!("{{{{{inner}}}}}: no replica {replica:?}"))?
+            }
+            Some(("port", backend)) => addresses
+                .port(backend)
+                .ok_or_else(|| format!("{{{{{inner}}}}}: no backend {backend:?}"))?
+                .to_string(),
+            _ => {
+                return Err(format!(
+                    "unknown placeholder {{{{{inner}}}}} (expected {{{{ip:REPLICA}}}} or {{{{port:BACKEND}}}})"
+                ));
+            }
+        };
+        out.push_str(&value);
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn truncate(text: &str) -> &str {
+    let end = text.char_indices().nth(30).map_or(text.len(), |(index, _)| index);
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed;
+
+    impl Addresses for Fixed {
+        fn ip(&self, replica: &str) -> Option<String> {
+            (replica == "a-0").then(|| "127.0.0.2".to_owned())
+        }
+        fn port(&self, backend: &str) -> Option<u16> {
+            (backend == "a").then_some(4242)
+        }
+    }
+
+    #[test]
+    fn substitutes_placeholders() {
+        let text = "addresses: [\"{{ip:a-0}}\"]\nport: {{ port:a }}\n";
+        assert_eq!(substitute(text, &Fixed).as_deref(), Ok("addresses: [\"127.0.0.2\"]\nport: 4242\n"));
+    }
+
+    #[test]
+    fn rejects_unknown_placeholders() {
+        assert!(substitute("{{ip:b-0}}", &Fixed).is_err());
+        assert!(substitute("{{name:a}}", &Fixed).is_err());
+        assert!(substitute("{{ip:a-0", &Fixed).is_err());
+    }
+
+    #[test]
+    fn validates_backend_references() {
+        let text = r"
+description: x
+backends: {a: 2}
+steps:
+  - expect:
+      - {path: /, backend: b}
+";
+        let error = Scenario::parse(text, "test").err().map(|e| e.to_string());
+        assert!(
+            error.as_deref().is_some_and(|e| e.contains("unknown backend or replica \"b\"")),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn resolves_backends_and_replicas() {
+        let text = "description: x\nbackends: {a: 2}\nsteps: [{}]\n";
+        let scenario = Scenario::parse(text, "test").map_err(|e| e.to_string());
+        let Ok(scenario) = scenario else {
+            panic!("{scenario:?}");
+        };
+        assert_eq!(scenario.resolve("a"), Some(BTreeSet::from(["a-0".to_owned(), "a-1".to_owned()])));
+        assert_eq!(scenario.resolve("a-1"), Some(BTreeSet::from(["a-1".to_owned()])));
+        assert_eq!(scenario.resolve("a-2"), None);
+    }
+}

@@ -1,0 +1,198 @@
+//! The `weir` command line: `serve`, `check`, `dump` and `echo`.
+//!
+//! The listener flags are stable: the chart, the docs and the benchmarks depend on them.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::serve::{Running, ServeOptions};
+use crate::source::files::ManifestDir;
+use crate::translate::{self, Severity, TranslateConfig, Translation};
+
+/// weir: a Kubernetes Ingress controller and edge proxy.
+#[derive(Debug, Parser)]
+#[command(name = "weir", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+    /// Log filter (tracing EnvFilter syntax); RUST_LOG overrides it.
+    #[arg(long, global = true, default_value = "info")]
+    pub log_level: String,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the proxy, routing by the Ingresses found in a manifest directory (hot-reloaded).
+    Serve(ServeArgs),
+    /// Translate a manifest directory and print every warning; exit non-zero on errors.
+    Check(SourceArgs),
+    /// Translate a manifest directory and print the routing table as YAML.
+    Dump(SourceArgs),
+    /// Run a debugging backend that answers every request with JSON describing it.
+    Echo(EchoArgs),
+}
+
+/// Where the objects come from and which of them are weir's.
+#[derive(Debug, Args)]
+pub struct SourceArgs {
+    /// Directory of Kubernetes YAML manifests (Ingress, IngressClass, Service, EndpointSlice,
+    /// Endpoints, Secret); multi-document files and `kind: List` are read.
+    #[arg(long, value_name = "DIR")]
+    pub manifests: PathBuf,
+    /// The IngressClass name weir serves.
+    #[arg(long, default_value = "weir", value_name = "NAME")]
+    pub ingress_class: String,
+    /// The IngressClass `spec.controller` weir owns.
+    #[arg(long, default_value = "weir.dev/ingress-controller", value_name = "NAME")]
+    pub controller_name: String,
+    /// Also serve Ingresses that name no class.
+    #[arg(long)]
+    pub watch_ingress_without_class: bool,
+}
+
+impl SourceArgs {
+    fn translate_config(&self) -> TranslateConfig {
+        TranslateConfig {
+            ingress_class: self.ingress_class.clone(),
+            controller_name: self.controller_name.clone(),
+            watch_ingress_without_class: self.watch_ingress_without_class,
+        }
+    }
+}
+
+/// `weir serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The source.
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Plain HTTP listener.
+    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
+    pub listen_http: SocketAddr,
+    /// HTTPS listener (TLS termination arrives with the TLS work; accepted now so that
+    /// deployments keep working unchanged).
+    #[arg(long, default_value = "0.0.0.0:8443", value_name = "ADDR")]
+    pub listen_https: SocketAddr,
+    /// Admin listener: /healthz, /readyz, /metrics.
+    #[arg(long, default_value = "127.0.0.1:9090", value_name = "ADDR")]
+    pub listen_admin: SocketAddr,
+    /// Worker threads (default: the number of CPUs).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
+}
+
+/// `weir echo`.
+#[derive(Debug, Args)]
+pub struct EchoArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8000", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// Name reported in every answer (to tell replicas apart).
+    #[arg(long, default_value = "echo")]
+    pub name: String,
+}
+
+impl ServeArgs {
+    /// The in-process server options these flags describe.
+    pub fn options(&self) -> ServeOptions {
+        let config = self.source.translate_config();
+        ServeOptions {
+            manifests: self.source.manifests.clone(),
+            listen_http: self.listen_http,
+            listen_admin: self.listen_admin,
+            ingress_class: config.ingress_class,
+            controller_name: config.controller_name,
+            watch_ingress_without_class: config.watch_ingress_without_class,
+            threads: self.threads.map(usize::from),
+            ..ServeOptions::default()
+        }
+    }
+}
+
+/// Runs `weir serve` until SIGTERM/Ctrl-C.
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    tracing::info!(
+        listen_https = %args.listen_https,
+        "the HTTPS listener is not served yet (TLS termination is a later milestone)"
+    );
+    let running = Running::start(args.options()).await?;
+    running.run_until_signal().await;
+    Ok(())
+}
+
+/// Runs `weir echo` until SIGTERM/Ctrl-C.
+pub async fn echo(args: EchoArgs) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    tracing::info!(listen = %listener.local_addr()?, name = %args.name, "echo backend serving");
+    weir_dataplane::echo::serve(listener, args.name, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
+    Ok(())
+}
+
+/// Loads and translates a manifest directory once; returns the translation and file errors.
+pub fn load(args: &SourceArgs) -> anyhow::Result<(Translation, Vec<String>)> {
+    let mut dir = ManifestDir::new(&args.manifests);
+    dir.rescan(true)?;
+    let (snapshot, duplicates) = dir.snapshot();
+    let mut problems: Vec<String> = dir.errors().iter().map(|e| e.to_string()).collect();
+    problems.extend(duplicates);
+    Ok((translate::translate(&snapshot, &args.translate_config()), problems))
+}
+
+/// `weir check`: prints file errors and translation warnings; failure if any is an error.
+pub fn check(args: &SourceArgs, out: &mut impl std::io::Write) -> anyhow::Result<ExitCode> {
+    let (translation, file_problems) = load(args)?;
+    let mut errors = 0usize;
+    for problem in &file_problems {
+        writeln!(out, "error: {problem}")?;
+        errors += 1;
+    }
+    for warning in &translation.warnings {
+        let level = match warning.severity {
+            Severity::Error => {
+                errors += 1;
+                "error"
+            }
+            Severity::Warning => "warning",
+        };
+        writeln!(out, "{level}: {warning}")?;
+    }
+    let routes: usize = translation.table.hosts.iter().map(|h| h.routes.len()).sum();
+    writeln!(
+        out,
+        "{}: {} ingresses, {} hosts, {} routes, {} backends; {} errors, {} warnings",
+        display(&args.manifests),
+        translation.ingresses.len(),
+        translation.table.hosts.len(),
+        routes,
+        translation.table.backends.len(),
+        errors,
+        file_problems.len() + translation.warnings.len() - errors,
+    )?;
+    Ok(if errors > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// `weir dump`: prints the routing table as YAML (warnings go to the log, on stderr).
+pub fn dump(args: &SourceArgs, out: &mut impl std::io::Write) -> anyhow::Result<ExitCode> {
+    let (translation, file_problems) = load(args)?;
+    for problem in &file_problems {
+        tracing::warn!("{problem}");
+    }
+    for warning in &translation.warnings {
+        tracing::warn!("{warning}");
+    }
+    let yaml = serde_saphyr::to_string(&translation.table)?;
+    out.write_all(yaml.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn display(path: &Path) -> String {
+    path.display().to_string()
+}

@@ -1,0 +1,358 @@
+//! `weir serve`: the proxy fed by a source of Kubernetes objects.
+//!
+//! Data flow (shared/ARCHITECTURE.md): source → [`Snapshot`] → [`translate`] → `RouteTable` →
+//! [`Proxy::publish`] (one atomic swap). The admin listener serves `/healthz`, `/readyz` (ready
+//! after the first publish) and `/metrics`.
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use weir_dataplane::proxy::{Proxy, ProxyConfig};
+
+use crate::metrics::Metrics;
+use crate::source::files::{self, ManifestDir};
+use crate::translate::{self, Snapshot, TranslateConfig};
+
+/// Options of an in-process weir server.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// The manifest directory (the embedded default source).
+    pub manifests: PathBuf,
+    /// Plain HTTP listener.
+    pub listen_http: SocketAddr,
+    /// Admin listener (`/healthz`, `/readyz`, `/metrics`).
+    pub listen_admin: SocketAddr,
+    /// The IngressClass name weir serves.
+    pub ingress_class: String,
+    /// The IngressClass `spec.controller` value weir owns.
+    pub controller_name: String,
+    /// Serve Ingresses that name no class at all.
+    pub watch_ingress_without_class: bool,
+    /// Worker threads; only used by the binary, which builds the runtime.
+    pub threads: Option<usize>,
+    /// How long a manifest change waits for further changes before it is translated.
+    pub debounce: Duration,
+    /// How often the directory is polled in addition to filesystem notifications.
+    pub poll_interval: Duration,
+    /// Proxy settings.
+    pub proxy: ProxyConfig,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        let translate = TranslateConfig::default();
+        ServeOptions {
+            manifests: PathBuf::from("."),
+            listen_http: SocketAddr::from(([127, 0, 0, 1], 0)),
+            listen_admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ingress_class: translate.ingress_class,
+            controller_name: translate.controller_name,
+            watch_ingress_without_class: translate.watch_ingress_without_class,
+            threads: None,
+            debounce: Duration::from_millis(100),
+            poll_interval: Duration::from_secs(2),
+            proxy: ProxyConfig::default(),
+        }
+    }
+}
+
+impl ServeOptions {
+    fn translate_config(&self) -> TranslateConfig {
+        TranslateConfig {
+            ingress_class: self.ingress_class.clone(),
+            controller_name: self.controller_name.clone(),
+            watch_ingress_without_class: self.watch_ingress_without_class,
+        }
+    }
+}
+
+/// A running weir: listeners bound, source watched, routes published.
+pub struct Running {
+    /// Where the HTTP listener is bound.
+    pub http_addr: SocketAddr,
+    /// Where the admin listener is bound.
+    pub admin_addr: SocketAddr,
+    proxy: Proxy,
+    versions: watch::Receiver<u64>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Binds the listeners, loads the manifest directory, publishes the first table and starts
+    /// watching the directory for changes.
+    pub async fn start(opts: ServeOptions) -> anyhow::Result<Running> {
+        let http = TcpListener::bind(opts.listen_http)
+            .await
+            .with_context(|| format!("binding the HTTP listener on {}", opts.listen_http))?;
+        let admin = TcpListener::bind(opts.listen_admin)
+            .await
+            .with_context(|| format!("binding the admin listener on {}", opts.listen_admin))?;
+        let http_addr = http.local_addr()?;
+        let admin_addr = admin.local_addr()?;
+        let proxy = Proxy::new(opts.proxy.clone());
+        let metrics = Arc::new(Metrics::new());
+        let ready = Arc::new(AtomicBool::new(false));
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let (version_tx, versions) = watch::channel(0u64);
+
+        let mut dir = ManifestDir::new(&opts.manifests);
+        // A missing directory is a usage error; a broken file is not (it is reported and skipped).
+        dir.rescan(true).with_context(|| format!("reading --manifests {}", opts.manifests.display()))?;
+        let (change_tx, change_rx) = mpsc::channel(1);
+        let guard = files::watch(&opts.manifests, change_tx, opts.poll_interval)?;
+
+        let mut publisher = Publisher {
+            proxy: proxy.clone(),
+            config: opts.translate_config(),
+            metrics: metrics.clone(),
+            ready: ready.clone(),
+            versions: version_tx,
+            reported: BTreeSet::new(),
+        };
+        publisher.publish(&dir);
+
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(watch_loop(
+            dir,
+            change_rx,
+            guard,
+            publisher,
+            opts.debounce,
+            shutdown_rx.clone(),
+        )));
+        let serve_proxy = proxy.clone();
+        let stop = wait_for(shutdown_rx.clone());
+        tasks.push(tokio::spawn(async move {
+            if let Err(error) = serve_proxy.serve(http, stop).await {
+                tracing::error!(%error, "HTTP listener failed");
+            }
+        }));
+        tasks.push(tokio::spawn(serve_admin(admin, metrics, ready, wait_for(shutdown_rx))));
+        tracing::info!(http = %http_addr, admin = %admin_addr, manifests = %opts.manifests.display(), "weir is serving");
+        Ok(Running { http_addr, admin_addr, proxy, versions, shutdown, tasks })
+    }
+
+    /// The version of the routing table currently served (0 before the first publish).
+    pub fn table_version(&self) -> u64 {
+        self.proxy.version()
+    }
+
+    /// Waits until a table newer than `greater_than` is published.
+    pub async fn wait_for_version(&self, greater_than: u64, timeout: Duration) -> anyhow::Result<u64> {
+        let mut rx = self.versions.clone();
+        let wait = rx.wait_for(|v| *v > greater_than);
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(Ok(v)) => Ok(*v),
+            Ok(Err(_)) => anyhow::bail!("weir stopped before publishing a table newer than {greater_than}"),
+            Err(_) => anyhow::bail!("no table newer than {greater_than} within {timeout:?}"),
+        }
+    }
+
+    /// Waits for a shutdown signal (SIGTERM or Ctrl-C), then shuts down.
+    pub async fn run_until_signal(self) {
+        wait_for_signal().await;
+        tracing::info!("shutting down: draining in-flight requests");
+        self.shutdown().await;
+    }
+
+    /// Stops accepting, lets in-flight requests finish (bounded by the proxy's drain timeout)
+    /// and stops watching.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            if let Err(error) = task.await
+                && error.is_panic()
+            {
+                tracing::error!(%error, "a weir task panicked");
+            }
+        }
+    }
+}
+
+/// Resolves when `rx` turns true (or its sender is gone).
+async fn wait_for(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops weir");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Translates and publishes; remembers which problems were already logged so that a reload
+/// logs only what is new.
+struct Publisher {
+    proxy: Proxy,
+    config: TranslateConfig,
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+    versions: watch::Sender<u64>,
+    reported: BTreeSet<String>,
+}
+
+impl Publisher {
+    fn publish(&mut self, dir: &ManifestDir) {
+        let (snapshot, duplicates) = dir.snapshot();
+        let mut problems: BTreeSet<String> = duplicates.into_iter().collect();
+        problems.extend(dir.errors().iter().map(|e| e.to_string()));
+        self.metrics.manifest_errors.set(dir.errors().len() as i64);
+        self.publish_snapshot(&snapshot, problems);
+    }
+
+    fn publish_snapshot(&mut self, snapshot: &Snapshot, mut problems: BTreeSet<String>) {
+        let started = std::time::Instant::now();
+        let translation = translate::translate(snapshot, &self.config);
+        let translated = started.elapsed();
+        self.metrics.translation_warnings.set(translation.warnings.len() as i64);
+        problems.extend(translation.warnings.iter().map(|w| w.to_string()));
+        for problem in problems.difference(&self.reported) {
+            tracing::warn!("{problem}");
+        }
+        self.reported = problems;
+        match self.proxy.publish(translation.table) {
+            Ok(version) => {
+                self.metrics.reloads_ok.inc();
+                self.metrics.table_version.set(version as i64);
+                self.ready.store(true, Ordering::Release);
+                let _ = self.versions.send(version);
+                tracing::info!(
+                    version,
+                    ingresses = translation.ingresses.len(),
+                    warnings = translation.warnings.len(),
+                    translate_ms = translated.as_secs_f64() * 1e3,
+                    total_ms = started.elapsed().as_secs_f64() * 1e3,
+                    "routing table published"
+                );
+            }
+            Err(error) => {
+                // The last good table keeps serving.
+                self.metrics.reloads_failed.inc();
+                tracing::error!(%error, "routing table rejected; the previous table keeps serving");
+            }
+        }
+    }
+}
+
+async fn watch_loop(
+    mut dir: ManifestDir,
+    mut changes: mpsc::Receiver<bool>,
+    _guard: files::WatchGuard,
+    mut publisher: Publisher,
+    debounce: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let force = tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => return,
+            change = changes.recv() => match change {
+                Some(force) => force,
+                None => return,
+            },
+        };
+        // Debounce: editors write in bursts (truncate, write, rename).
+        let mut force = force;
+        if force {
+            tokio::time::sleep(debounce).await;
+            while let Ok(more) = changes.try_recv() {
+                force |= more;
+            }
+        }
+        match dir.rescan(force) {
+            Ok(scan) if scan.changed => publisher.publish(&dir),
+            // Nothing to translate, but a file may have broken or healed: keep the metric true.
+            Ok(_) => {
+                publisher.metrics.manifest_errors.set(dir.errors().len() as i64);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "rescanning the manifest directory failed; keeping the current table")
+            }
+        }
+    }
+}
+
+async fn serve_admin(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(error) => {
+                    tracing::warn!(%error, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let metrics = metrics.clone();
+        let ready = ready.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let response = admin_response(req.uri().path(), &metrics, &ready);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            if let Err(error) = builder.serve_connection(TokioIo::new(stream), service).await {
+                tracing::debug!(%error, "admin connection ended with an error");
+            }
+        });
+    }
+}
+
+fn admin_response(path: &str, metrics: &Metrics, ready: &AtomicBool) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = match path {
+        "/healthz" => (StatusCode::OK, "text/plain; charset=utf-8", Bytes::from_static(b"ok\n")),
+        "/readyz" if ready.load(Ordering::Acquire) => {
+            (StatusCode::OK, "text/plain; charset=utf-8", Bytes::from_static(b"ready\n"))
+        }
+        "/readyz" => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain; charset=utf-8",
+            Bytes::from_static(b"no routing table published yet\n"),
+        ),
+        "/metrics" => {
+            (StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", metrics.encode())
+        }
+        _ => (StatusCode::NOT_FOUND, "text/plain; charset=utf-8", Bytes::from_static(b"404 Not Found\n")),
+    };
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+    response
+}

@@ -1,0 +1,215 @@
+//! Backend resolution: a Service port named by an Ingress → ready endpoints (or a DNS name).
+//!
+//! Endpoints come from the Service's EndpointSlices (`kubernetes.io/service-name` label); only
+//! when a Service has no EndpointSlice at all are the core v1 Endpoints read. A problem with the
+//! Service (missing, no such port) still yields a backend with no endpoints, so the route exists
+//! and answers 503, as ingress-nginx does, rather than falling through to another route.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+
+use k8s_openapi::api::core::v1::{Endpoints, Service, ServicePort as K8sServicePort};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use weir_dataplane::model::{Backend, BackendId, Endpoint, ObjectRef, ServicePort, Target, UpstreamProtocol};
+
+use super::Snapshot;
+use super::warnings::Reason;
+
+/// The label tying an EndpointSlice to its Service.
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// Why a backend cannot reach its Service as written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Error {
+    /// No such Service.
+    #[error("Service {service} not found")]
+    ServiceNotFound {
+        /// The Service.
+        service: ObjectRef,
+    },
+    /// The Service has no such port.
+    #[error("Service {service} has no port {port}")]
+    PortNotFound {
+        /// The Service.
+        service: ObjectRef,
+        /// The port as the Ingress names it.
+        port: ServicePort,
+    },
+    /// An ExternalName Service without `spec.externalName`.
+    #[error("Service {service} is of type ExternalName but has no spec.externalName")]
+    NoExternalName {
+        /// The Service.
+        service: ObjectRef,
+    },
+}
+
+impl Error {
+    /// The warning reason for this error.
+    pub(crate) fn reason(&self) -> Reason {
+        match self {
+            Error::ServiceNotFound { .. } => Reason::ServiceNotFound,
+            Error::PortNotFound { .. } => Reason::ServicePortNotFound,
+            Error::NoExternalName { .. } => Reason::InvalidService,
+        }
+    }
+}
+
+/// Resolves backends against a snapshot, each at most once.
+pub(crate) struct Resolver<'a> {
+    snapshot: &'a Snapshot,
+    /// EndpointSlices by the Service they belong to.
+    slices: BTreeMap<ObjectRef, Vec<&'a EndpointSlice>>,
+    cache: BTreeMap<BackendId, (Backend, Option<Error>)>,
+}
+
+impl<'a> Resolver<'a> {
+    pub(crate) fn new(snapshot: &'a Snapshot) -> Self {
+        let mut slices: BTreeMap<ObjectRef, Vec<&EndpointSlice>> = BTreeMap::new();
+        for (key, slice) in &snapshot.endpoint_slices {
+            let service = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
+            if let Some(service) = service.filter(|s| !s.is_empty()) {
+                slices.entry(ObjectRef::new(key.namespace.clone(), service.clone())).or_default().push(slice);
+            }
+        }
+        Resolver { snapshot, slices, cache: BTreeMap::new() }
+    }
+
+    /// The backend for `id`, and what is wrong with it if anything.
+    pub(crate) fn resolve(&mut self, id: &BackendId) -> &(Backend, Option<Error>) {
+        if !self.cache.contains_key(id) {
+            let resolved = match self.resolve_uncached(id) {
+                Ok(backend) => (backend, None),
+                Err(error) => (empty(), Some(error)),
+            };
+            self.cache.insert(id.clone(), resolved);
+        }
+        &self.cache[id]
+    }
+
+    fn resolve_uncached(&self, id: &BackendId) -> Result<Backend, Error> {
+        let service_ref = ObjectRef::new(id.namespace.clone(), id.service.clone());
+        let service = self
+            .snapshot
+            .services
+            .get(&service_ref)
+            .ok_or_else(|| Error::ServiceNotFound { service: service_ref.clone() })?;
+        let spec = service.spec.as_ref();
+        let port = find_port(service, &id.port);
+        if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
+            let host = spec
+                .and_then(|s| s.external_name.as_deref())
+                .filter(|h| !h.is_empty())
+                .ok_or_else(|| Error::NoExternalName { service: service_ref.clone() })?;
+            let number = match (&id.port, port) {
+                (ServicePort::Number(n), _) => *n,
+                (ServicePort::Name(_), Some(p)) => {
+                    u16::try_from(p.port).ok().filter(|n| *n != 0).ok_or_else(|| Error::PortNotFound {
+                        service: service_ref.clone(),
+                        port: id.port.clone(),
+                    })?
+                }
+                (ServicePort::Name(_), None) => {
+                    return Err(Error::PortNotFound { service: service_ref, port: id.port.clone() });
+                }
+            };
+            return Ok(Backend {
+                protocol: UpstreamProtocol::default(),
+                target: Target::Dns { host: host.to_string(), port: number },
+            });
+        }
+        let port =
+            port.ok_or_else(|| Error::PortNotFound { service: service_ref.clone(), port: id.port.clone() })?;
+        let port_name = port.name.as_deref().unwrap_or("");
+        let endpoints = match self.slices.get(&service_ref) {
+            Some(slices) => from_slices(slices, port_name),
+            None => self
+                .snapshot
+                .endpoints
+                .get(&service_ref)
+                .map(|e| from_endpoints(e, port_name))
+                .unwrap_or_default(),
+        };
+        Ok(Backend {
+            protocol: UpstreamProtocol::default(),
+            target: Target::Endpoints(endpoints.into_iter().map(Endpoint::new).collect()),
+        })
+    }
+}
+
+/// A backend that answers 503.
+fn empty() -> Backend {
+    Backend { protocol: UpstreamProtocol::default(), target: Target::Endpoints(Vec::new()) }
+}
+
+/// The Service port an Ingress names: by `port` number (TCP ports only) or by `name`.
+fn find_port<'s>(service: &'s Service, port: &ServicePort) -> Option<&'s K8sServicePort> {
+    let ports = service.spec.as_ref().and_then(|s| s.ports.as_deref()).unwrap_or_default();
+    let tcp = |p: &&K8sServicePort| p.protocol.as_deref().is_none_or(|proto| proto == "TCP");
+    match port {
+        ServicePort::Number(n) => ports.iter().filter(tcp).find(|p| p.port == i32::from(*n)),
+        ServicePort::Name(name) => {
+            ports.iter().filter(tcp).find(|p| p.name.as_deref() == Some(name.as_str()))
+        }
+    }
+}
+
+/// Ready, non-terminating endpoints of a Service's slices, on the slice port named like the
+/// Service port (an unnamed port is named "").
+fn from_slices(slices: &[&EndpointSlice], port_name: &str) -> BTreeSet<SocketAddr> {
+    let mut out = BTreeSet::new();
+    for slice in slices {
+        if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
+            continue; // FQDN slices (deprecated) name hosts, not addresses
+        }
+        let Some(port) = slice
+            .ports
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .find(|p| p.name.as_deref().unwrap_or("") == port_name)
+            .and_then(|p| p.port)
+            .and_then(|p| u16::try_from(p).ok())
+            .filter(|p| *p != 0)
+        else {
+            continue;
+        };
+        for endpoint in &slice.endpoints {
+            let conditions = endpoint.conditions.as_ref();
+            let ready = conditions.and_then(|c| c.ready).unwrap_or(true);
+            let terminating = conditions.and_then(|c| c.terminating).unwrap_or(false);
+            if !ready || terminating {
+                continue;
+            }
+            // The API server validates addresses; anything unparsable is skipped.
+            if let Some(ip) = endpoint.addresses.first().and_then(|a| a.parse::<IpAddr>().ok()) {
+                out.insert(SocketAddr::new(ip, port));
+            }
+        }
+    }
+    out
+}
+
+/// Ready addresses of a core v1 Endpoints object (never `notReadyAddresses`), on the subset port
+/// named like the Service port.
+fn from_endpoints(endpoints: &Endpoints, port_name: &str) -> BTreeSet<SocketAddr> {
+    let mut out = BTreeSet::new();
+    for subset in endpoints.subsets.as_deref().unwrap_or_default() {
+        let Some(port) = subset
+            .ports
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .find(|p| p.name.as_deref().unwrap_or("") == port_name)
+            .and_then(|p| u16::try_from(p.port).ok())
+            .filter(|p| *p != 0)
+        else {
+            continue;
+        };
+        for address in subset.addresses.as_deref().unwrap_or_default() {
+            if let Ok(ip) = address.ip.parse::<IpAddr>() {
+                out.insert(SocketAddr::new(ip, port));
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,133 @@
+//! What translation has to say about the objects it read: rejected parts and notable choices.
+//!
+//! Warnings become Ingress status conditions and Kubernetes Events, so their `reason` follows the
+//! Event convention (a CamelCase word) and their `message` is a sentence naming the field.
+
+use std::fmt;
+
+use serde::Serialize;
+use weir_dataplane::model::ObjectRef;
+
+/// The kind of object a warning is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum ObjectKind {
+    /// A `networking.k8s.io/v1` Ingress.
+    Ingress,
+    /// A `networking.k8s.io/v1` IngressClass (cluster-scoped: the namespace is empty).
+    IngressClass,
+    /// A core `v1` Service.
+    Service,
+    /// A `discovery.k8s.io/v1` EndpointSlice.
+    EndpointSlice,
+    /// A core `v1` Endpoints.
+    Endpoints,
+    /// A core `v1` Secret.
+    Secret,
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// How bad it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Severity {
+    /// The object, or part of it, was rejected or cannot serve as written.
+    Error,
+    /// Accepted, but worth knowing (deprecated syntax, an ambiguous choice).
+    Warning,
+}
+
+/// Why: a stable, machine-readable word, like a Kubernetes Event reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Reason {
+    /// Another Ingress (or another part of this one) claims the same host and path, the same
+    /// default backend, or the same TLS host, and takes precedence.
+    ConflictLost,
+    /// A backend names a Service that does not exist; the route answers 503.
+    ServiceNotFound,
+    /// A backend names a port its Service does not have; the route answers 503.
+    ServicePortNotFound,
+    /// A Service cannot serve as a backend as written (an ExternalName without a name).
+    InvalidService,
+    /// A backend's service port is neither a valid number nor a name.
+    InvalidBackend,
+    /// A backend is not a Service (a `resource` backend); weir does not serve those.
+    UnsupportedBackend,
+    /// A path or path type is not valid; the path is ignored.
+    InvalidPath,
+    /// A host is not a valid host name; the rule or TLS host is ignored.
+    InvalidHost,
+    /// A TLS secret does not exist; the default certificate is used.
+    SecretNotFound,
+    /// A TLS secret lacks `tls.crt`/`tls.key` (or they are not text); the default certificate is used.
+    InvalidSecret,
+    /// The Ingress selects its class with the deprecated `kubernetes.io/ingress.class` annotation.
+    DeprecatedClassAnnotation,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// One finding about one object.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Warning {
+    /// The kind of the object concerned.
+    pub kind: ObjectKind,
+    /// The object concerned (namespace empty for cluster-scoped objects).
+    pub object: ObjectRef,
+    /// Whether something was rejected.
+    pub severity: Severity,
+    /// Machine-readable reason.
+    pub reason: Reason,
+    /// A sentence naming the offending field and value.
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.object.namespace.is_empty() {
+            write!(f, "{} {}: {}", self.kind, self.object.name, self.message)
+        } else {
+            write!(f, "{} {}: {}", self.kind, self.object, self.message)
+        }
+    }
+}
+
+/// Collects warnings during one translation.
+#[derive(Debug, Default)]
+pub(crate) struct Warnings(Vec<Warning>);
+
+impl Warnings {
+    /// An [`Severity::Error`] about an Ingress.
+    pub(crate) fn error(&mut self, ingress: &ObjectRef, reason: Reason, message: String) {
+        self.push(ingress, Severity::Error, reason, message);
+    }
+
+    /// A [`Severity::Warning`] about an Ingress.
+    pub(crate) fn warn(&mut self, ingress: &ObjectRef, reason: Reason, message: String) {
+        self.push(ingress, Severity::Warning, reason, message);
+    }
+
+    fn push(&mut self, ingress: &ObjectRef, severity: Severity, reason: Reason, message: String) {
+        self.0.push(Warning {
+            kind: ObjectKind::Ingress,
+            object: ingress.clone(),
+            severity,
+            reason,
+            message,
+        });
+    }
+
+    /// Sorted and deduplicated.
+    pub(crate) fn finish(mut self) -> Vec<Warning> {
+        self.0.sort();
+        self.0.dedup();
+        self.0
+    }
+}

@@ -1,0 +1,253 @@
+//! The `weir` binary as a user runs it: `check`, `dump`, and `serve` with hot reload, against
+//! `weir echo` backends, over real sockets on loopback.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed setup step should panic the test
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+
+fn quickstart() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/quickstart/manifests")
+}
+
+#[test]
+fn check_accepts_the_quickstart() {
+    let out = Command::new(WEIR).args(["check", "--manifests"]).arg(quickstart()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("2 ingresses"), "{stdout}");
+    assert!(stdout.contains("0 errors"), "{stdout}");
+}
+
+#[test]
+fn check_reports_file_line_and_fails_on_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: Service\nmetadata: [oops\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("ing.yaml"),
+        r#"apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: default}
+spec:
+  ingressClassName: weir
+  rules:
+  - host: a.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: missing, port: {number: 80}}}}
+"#,
+    )
+    .unwrap();
+    let out = Command::new(WEIR).args(["check", "--manifests"]).arg(dir.path()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "errors must fail the check:\n{stdout}");
+    let bad = dir.path().join("bad.yaml");
+    assert!(
+        stdout.lines().any(|l| l.starts_with(&format!("error: {}:", bad.display()))),
+        "the broken file is named with a line:\n{stdout}"
+    );
+    assert!(stdout.contains("default/web") && stdout.contains("missing"), "{stdout}");
+}
+
+#[test]
+fn dump_prints_the_table() {
+    let out = Command::new(WEIR).args(["dump", "--manifests"]).arg(quickstart()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let table: weir_dataplane::model::RouteTable = serde_saphyr::from_str(&stdout).unwrap();
+    let hosts: Vec<String> = table.hosts.iter().map(|h| h.host.to_string()).collect();
+    assert_eq!(hosts, ["demo.example.com", "*.apps.example.com"], "{stdout}");
+    assert_eq!(table.default_backend.map(|b| b.to_string()).as_deref(), Some("demo/web:80"));
+}
+
+#[test]
+fn missing_manifest_dir_is_a_clear_error() {
+    let out = Command::new(WEIR).args(["check", "--manifests", "/nonexistent/weir"]).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/nonexistent/weir"), "{stderr}");
+}
+
+/// A child process killed on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `weir ARGS` and waits for the log line that carries `key=ADDR`; returns the addresses.
+fn spawn(args: &[&str], keys: &[&str]) -> (Proc, Vec<SocketAddr>) {
+    let mut child = Command::new(WEIR)
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut proc = Proc(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    loop {
+        let line = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).unwrap_or_else(|_| {
+            let _ = proc.0.kill();
+            panic!("weir {args:?} did not log its addresses; saw:\n{}", seen.join("\n"))
+        });
+        let plain = strip_ansi(&line);
+        let addrs: Vec<Option<SocketAddr>> = keys.iter().map(|k| field(&plain, k)).collect();
+        if addrs.iter().all(Option::is_some) {
+            // Keep draining stderr so the child never blocks on a full pipe.
+            std::thread::spawn(move || for _ in rx {});
+            return (proc, addrs.into_iter().flatten().collect());
+        }
+        seen.push(plain);
+    }
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn field(line: &str, key: &str) -> Option<SocketAddr> {
+    let start = line.find(&format!("{key}="))? + key.len() + 1;
+    line[start..].split_whitespace().next()?.parse().ok()
+}
+
+fn get(addr: SocketAddr, host: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).unwrap();
+    let status = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+fn manifests(dir: &Path, backend: SocketAddr, path: &str) {
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Service
+metadata: {{name: echo, namespace: default}}
+spec:
+  ports: [{{name: http, port: 80}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: echo-1
+  namespace: default
+  labels: {{kubernetes.io/service-name: echo}}
+addressType: IPv4
+ports: [{{name: http, port: {port}}}]
+endpoints:
+- addresses: ["{ip}"]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{name: web, namespace: default}}
+spec:
+  ingressClassName: weir
+  rules:
+  - host: app.test
+    http:
+      paths:
+      - {{path: {path}, pathType: Prefix, backend: {{service: {{name: echo, port: {{number: 80}}}}}}}}
+"#,
+        port = backend.port(),
+        ip = backend.ip(),
+    );
+    // Write then rename, as editors and ConfigMap updates do.
+    let tmp = dir.join(".app.yaml.tmp");
+    std::fs::write(&tmp, yaml).unwrap();
+    std::fs::rename(&tmp, dir.join("app.yaml")).unwrap();
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn serve_routes_and_hot_reloads() {
+    let (_echo, echo_addrs) = spawn(&["echo", "--listen", "127.0.0.1:0", "--name", "backend-a"], &["listen"]);
+    let dir = tempfile::tempdir().unwrap();
+    manifests(dir.path(), echo_addrs[0], "/v1");
+    let manifests_dir = dir.path().to_str().unwrap();
+    let (_weir, addrs) = spawn(
+        &[
+            "serve",
+            "--manifests",
+            manifests_dir,
+            "--listen-http",
+            "127.0.0.1:0",
+            "--listen-admin",
+            "127.0.0.1:0",
+            "--threads",
+            "2",
+        ],
+        &["http", "admin"],
+    );
+    let (http, admin) = (addrs[0], addrs[1]);
+    assert_eq!(get(admin, "x", "/healthz").0, 200);
+    assert_eq!(get(admin, "x", "/readyz").0, 200);
+
+    let (status, body) = get(http, "app.test", "/v1/users");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"name\":\"backend-a\""), "{body}");
+    assert!(body.contains("\"path\":\"/v1/users\""), "{body}");
+    assert_eq!(get(http, "app.test", "/v2").0, 404);
+
+    // Edit the Ingress: /v1 disappears, /v2 appears.
+    manifests(dir.path(), echo_addrs[0], "/v2");
+    wait_until("the edited route to serve", || get(http, "app.test", "/v2").0 == 200);
+    assert_eq!(get(http, "app.test", "/v1").0, 404);
+
+    // A broken file is reported and the last good table keeps serving.
+    std::fs::write(dir.path().join("app.yaml"), "kind: Ingress\nmetadata: [\n").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(get(http, "app.test", "/v2").0, 200, "last good table must keep serving");
+    let metrics = get(admin, "x", "/metrics").1;
+    assert!(metrics.contains("weir_manifest_errors 1"), "{metrics}");
+
+    // Deleting the file removes its routes.
+    std::fs::remove_file(dir.path().join("app.yaml")).unwrap();
+    wait_until("the deleted route to go", || get(http, "app.test", "/v2").0 == 404);
+}

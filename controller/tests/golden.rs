@@ -1,0 +1,158 @@
+//! Golden tests of translation: `tests/fixtures/<case>/input.yaml` (manifests) and optional
+//! `config.yaml` (a `TranslateConfig`) are translated and compared, as YAML, with
+//! `expected.yaml`. Run with `WEIR_BLESS=1` to (re)write the expected files, then read them.
+
+// Test helpers outside `#[test]` functions: a failed unwrap is a test failure.
+#![allow(clippy::unwrap_used)]
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use weir::source::manifest::parse_manifests;
+use weir::translate::{Snapshot, TranslateConfig, Translation, translate};
+
+fn fixtures() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("input.yaml").is_file())
+        .collect();
+    cases.sort();
+    cases
+}
+
+fn config(case: &Path) -> TranslateConfig {
+    match std::fs::read_to_string(case.join("config.yaml")) {
+        Ok(text) => {
+            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}/config.yaml: {e}", case.display()))
+        }
+        Err(_) => TranslateConfig::default(),
+    }
+}
+
+fn run(case: &Path, input: &str, config: &TranslateConfig) -> Translation {
+    let objects = parse_manifests(input).unwrap_or_else(|e| panic!("{}/input.yaml: {e}", case.display()));
+    let snapshot: Snapshot = objects.into_iter().collect();
+    translate(&snapshot, config)
+}
+
+fn render(translation: &Translation) -> String {
+    serde_saphyr::to_string(translation).unwrap()
+}
+
+/// A small line diff (longest common subsequence), enough to read a failing case.
+fn diff(expected: &str, actual: &str) -> String {
+    let a: Vec<&str> = expected.lines().collect();
+    let b: Vec<&str> = actual.lines().collect();
+    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            lcs[i][j] = if a[i] == b[j] { lcs[i + 1][j + 1] + 1 } else { lcs[i + 1][j].max(lcs[i][j + 1]) };
+        }
+    }
+    let (mut i, mut j, mut out) = (0, 0, String::new());
+    while i < a.len() || j < b.len() {
+        if i < a.len() && j < b.len() && a[i] == b[j] {
+            writeln!(out, "  {}", a[i]).unwrap();
+            i += 1;
+            j += 1;
+        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] >= lcs[i + 1][j]) {
+            writeln!(out, "+ {}", b[j]).unwrap();
+            j += 1;
+        } else {
+            writeln!(out, "- {}", a[i]).unwrap();
+            i += 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn golden() {
+    let bless = std::env::var_os("WEIR_BLESS").is_some_and(|v| v == "1");
+    let cases = fixtures();
+    assert!(cases.len() >= 25, "expected at least 25 fixtures, found {}", cases.len());
+    let mut failures = Vec::new();
+    for case in &cases {
+        let input = std::fs::read_to_string(case.join("input.yaml")).unwrap();
+        let actual = render(&run(case, &input, &config(case)));
+        let expected_path = case.join("expected.yaml");
+        if bless {
+            std::fs::write(&expected_path, &actual).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
+        if expected != actual {
+            failures.push(format!(
+                "=== {} (- expected, + actual)\n{}",
+                case.file_name().unwrap().to_string_lossy(),
+                diff(&expected, &actual)
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ (WEIR_BLESS=1 rewrites them):\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
+
+/// A tiny deterministic PRNG (xorshift64*), so shuffles are reproducible.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = usize::try_from(self.next() % (i as u64 + 1)).unwrap();
+            items.swap(i, j);
+        }
+    }
+}
+
+/// Splits manifests at `---` lines (the fixtures use no other document markers).
+fn documents(input: &str) -> Vec<String> {
+    let mut docs = vec![String::new()];
+    for line in input.lines() {
+        if line.trim_end() == "---" {
+            docs.push(String::new());
+        } else if let Some(doc) = docs.last_mut() {
+            doc.push_str(line);
+            doc.push('\n');
+        }
+    }
+    docs.retain(|d| d.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')));
+    docs
+}
+
+#[test]
+fn translation_does_not_depend_on_input_order() {
+    for case in fixtures() {
+        let input = std::fs::read_to_string(case.join("input.yaml")).unwrap();
+        let config = config(&case);
+        let reference = run(&case, &input, &config);
+        let mut docs = documents(&input);
+        for seed in [1u64, 7, 42, 1234, 0x9e37_79b9_7f4a_7c15] {
+            let mut rng = Rng(seed);
+            rng.shuffle(&mut docs);
+            let shuffled = docs.join("---\n");
+            let translation = run(&case, &shuffled, &config);
+            assert_eq!(
+                translation,
+                reference,
+                "{} differs with seed {seed}:\n{}",
+                case.display(),
+                diff(&render(&reference), &render(&translation))
+            );
+        }
+    }
+}

@@ -1,1 +1,0 @@
-//! The HTTP proxy: listeners, forwarding, upgrades and the upstream client pool.

@@ -1,0 +1,286 @@
+//! The pooled upstream clients and a request body that survives a failed connect.
+//!
+//! HTTP/1.1 goes through hyper-util's pooled keep-alive client (keyed by endpoint address).
+//! h2c uses one multiplexed hyper connection per endpoint ([`H2Pool`]) instead, because the
+//! pooled client takes `:authority` from the URI it also connects to: we need `:authority` to be
+//! the request's host (as nginx's `grpc_pass` does) while connecting to the endpoint address.
+//!
+//! hyper-util's legacy client drops the request when connecting fails, body included. To retry
+//! a request *with* a body on another endpoint, [`UpstreamBody`] leaves the real body in a shared
+//! slot until the client first polls it, which happens only once a connection exists. After a
+//! connect error the body is still in the slot and [`BodySlot::reclaim`] takes it back; once
+//! polled it cannot be reclaimed and the request is not retried. Bodyless requests need no slot.
+
+use std::collections::HashMap;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::client::conn::http2;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+
+use super::ProxyConfig;
+use super::error::BoxError;
+use crate::balance::{EndpointKey, EndpointState};
+use crate::model::UpstreamProtocol;
+
+/// Why sending a request upstream failed.
+#[derive(Debug)]
+pub(super) enum SendError {
+    /// No connection could be made: nothing of the request was sent.
+    Connect {
+        /// It was the connect timeout.
+        timed_out: bool,
+        /// The cause.
+        error: BoxError,
+    },
+    /// The connection broke or the upstream answered something invalid after sending began.
+    Request(BoxError),
+}
+
+impl SendError {
+    fn from_legacy(e: hyper_util::client::legacy::Error) -> Self {
+        if e.is_connect() {
+            SendError::Connect { timed_out: is_timeout(&e), error: Box::new(e) }
+        } else {
+            SendError::Request(Box::new(e))
+        }
+    }
+}
+
+/// Whether an error chain contains an I/O timeout.
+fn is_timeout(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<io::Error>()
+            && io.kind() == io::ErrorKind::TimedOut
+        {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// One pooled client per upstream protocol.
+pub(super) struct Clients {
+    /// HTTP/1.1 keep-alive pool (also carries upgrades).
+    http1: Client<HttpConnector, UpstreamBody>,
+    /// h2c prior knowledge, one multiplexed connection per endpoint.
+    pub(super) h2c: H2Pool,
+}
+
+impl Clients {
+    pub(super) fn new(config: &ProxyConfig) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(config.connect_timeout));
+        connector.set_nodelay(true);
+        connector.enforce_http(true);
+        let http1 = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(config.pool_idle_timeout)
+            .pool_max_idle_per_host(config.pool_max_idle_per_host)
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            // We set Host ourselves; never derive it from the endpoint address.
+            .set_host(false)
+            .build(connector);
+        Clients { http1, h2c: H2Pool { conns: Mutex::default(), connect_timeout: config.connect_timeout } }
+    }
+
+    /// Sends `req` (its URI already aimed at `endpoint` for HTTP/1.1, at the request host for h2c).
+    pub(super) async fn send(
+        &self,
+        protocol: UpstreamProtocol,
+        endpoint: &Arc<EndpointState>,
+        req: Request<UpstreamBody>,
+    ) -> Result<Response<Incoming>, SendError> {
+        match protocol {
+            UpstreamProtocol::Http1 => self.http1.request(req).await.map_err(SendError::from_legacy),
+            UpstreamProtocol::H2c => self.h2c.send(endpoint, req).await,
+        }
+    }
+}
+
+// === impl H2Pool ===
+
+/// A pooled h2c connection and (weakly) the endpoint it belongs to.
+type H2Conn = (Weak<EndpointState>, http2::SendRequest<UpstreamBody>);
+
+/// One h2c connection per endpoint, shared by all requests to it.
+pub(super) struct H2Pool {
+    /// The endpoint's state is held weakly: entries of endpoints gone from every table are
+    /// pruned on publish, closing their connections.
+    conns: Mutex<HashMap<EndpointKey, H2Conn>>,
+    connect_timeout: Duration,
+}
+
+impl H2Pool {
+    async fn send(
+        &self,
+        endpoint: &Arc<EndpointState>,
+        mut req: Request<UpstreamBody>,
+    ) -> Result<Response<Incoming>, SendError> {
+        // A cached connection may have been closed (GOAWAY, idle close) since; hyper hands the
+        // request back when it was not sent, and we go once more on a fresh connection.
+        for _ in 0..2 {
+            let mut sender = match self.cached(endpoint.key()) {
+                Some(s) => s,
+                None => self.connect(endpoint).await?,
+            };
+            if sender.ready().await.is_err() {
+                self.evict(endpoint.key());
+                continue;
+            }
+            match sender.try_send_request(req).await {
+                Ok(resp) => return Ok(resp),
+                Err(mut err) => match err.take_message() {
+                    Some(unsent) => {
+                        self.evict(endpoint.key());
+                        req = unsent;
+                    }
+                    None => return Err(SendError::Request(Box::new(err.into_error()))),
+                },
+            }
+        }
+        Err(SendError::Request("h2c connection closed before the request was sent".into()))
+    }
+
+    fn cached(&self, key: &EndpointKey) -> Option<http2::SendRequest<UpstreamBody>> {
+        let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        conns.get(key).filter(|(_, s)| !s.is_closed()).map(|(_, s)| s.clone())
+    }
+
+    /// Forgets the endpoint's connection (at worst one a concurrent request just made: it
+    /// stays usable by whoever holds it and closes when they are done).
+    fn evict(&self, key: &EndpointKey) {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+    }
+
+    async fn connect(
+        &self,
+        endpoint: &Arc<EndpointState>,
+    ) -> Result<http2::SendRequest<UpstreamBody>, SendError> {
+        let key = endpoint.key();
+        let tcp = async {
+            let stream = match key {
+                EndpointKey::Addr(addr) => TcpStream::connect(*addr).await?,
+                // tokio resolves the name and tries each address in turn.
+                EndpointKey::Dns { host, port } => TcpStream::connect((&**host, *port)).await?,
+            };
+            stream.set_nodelay(true)?;
+            Ok::<_, io::Error>(stream)
+        };
+        let stream = match tokio::time::timeout(self.connect_timeout, tcp).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                return Err(SendError::Connect {
+                    timed_out: e.kind() == io::ErrorKind::TimedOut,
+                    error: e.into(),
+                });
+            }
+            Err(_) => return Err(SendError::Connect { timed_out: true, error: "connect timeout".into() }),
+        };
+        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| SendError::Connect { timed_out: false, error: e.into() })?;
+        let upstream = key.clone();
+        tokio::spawn(async move {
+            if let Err(error) = conn.await {
+                tracing::debug!(%upstream, %error, "h2c upstream connection closed");
+            }
+        });
+        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        conns.insert(key.clone(), (Arc::downgrade(endpoint), sender.clone()));
+        Ok(sender)
+    }
+
+    /// Drops connections of endpoints that no table refers to any more.
+    pub(super) fn prune(&self) {
+        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        conns.retain(|_, (state, sender)| state.strong_count() > 0 && !sender.is_closed());
+    }
+}
+
+/// Where a request body waits until a connection polls it.
+#[derive(Clone)]
+pub(super) struct BodySlot(Arc<Mutex<Option<Incoming>>>);
+
+impl BodySlot {
+    /// Wraps `body`: the returned slot can reclaim it while the returned body is unpolled.
+    /// `None` for a body that is already at its end (nothing to keep).
+    pub(super) fn new(body: Incoming) -> (Option<BodySlot>, UpstreamBody) {
+        if body.is_end_stream() {
+            return (None, UpstreamBody::empty());
+        }
+        let hint = body.size_hint();
+        let slot = BodySlot(Arc::new(Mutex::new(Some(body))));
+        let upstream = UpstreamBody { slot: Some(slot.clone()), body: None, hint, end: false };
+        (Some(slot), upstream)
+    }
+
+    /// Takes the body back if the upstream client never started sending it.
+    pub(super) fn reclaim(self) -> Option<(Option<BodySlot>, UpstreamBody)> {
+        let body = self.0.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+        Some(BodySlot::new(body))
+    }
+}
+
+/// The request body sent upstream: the client's body, streamed frame by frame, never buffered.
+pub(super) struct UpstreamBody {
+    slot: Option<BodySlot>,
+    body: Option<Incoming>,
+    hint: SizeHint,
+    end: bool,
+}
+
+impl UpstreamBody {
+    /// An empty body.
+    pub(super) fn empty() -> Self {
+        UpstreamBody { slot: None, body: None, hint: SizeHint::with_exact(0), end: true }
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        if let Some(slot) = this.slot.take() {
+            // First poll: from now on the body belongs to this connection.
+            this.body = slot.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        }
+        match &mut this.body {
+            Some(body) => Pin::new(body).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.body {
+            Some(body) => body.is_end_stream(),
+            None => self.end,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.body {
+            Some(body) => body.size_hint(),
+            None => self.hint,
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Errors of the proxy, classified by where they came from (pingora-error style), and the small
+//! plain responses the proxy answers with.
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use http::{Response, StatusCode};
+use http_body_util::{Either, Full};
+
+use super::forward::{ProxyBody, X_REQUEST_ID};
+
+/// A boxed error from the upstream side.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where an error came from: decides the status and whether a retry makes sense.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorSource {
+    /// The client sent something unusable (4xx).
+    Downstream,
+    /// The upstream failed or is missing (5xx).
+    Upstream,
+    /// The proxy itself: routing outcome or a bug (404, 500).
+    Internal,
+}
+
+/// A request the proxy answers itself instead of forwarding a response.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The request has no usable `Host`/authority.
+    #[error("request without a usable host")]
+    NoHost,
+    /// No route and no default backend.
+    #[error("no route")]
+    NoRoute,
+    /// The backend has no endpoint (no ready pod).
+    #[error("backend has no endpoints")]
+    NoEndpoints,
+    /// The endpoint's address cannot form a request URI (a bad ExternalName).
+    #[error("invalid upstream address")]
+    BadUpstreamAddress,
+    /// Connecting to the upstream failed (refused, unreachable, DNS).
+    #[error("upstream connect failed: {0}")]
+    Connect(#[source] BoxError),
+    /// Connecting to the upstream took longer than `connect_timeout`.
+    #[error("upstream connect timed out")]
+    ConnectTimeout,
+    /// The upstream response head took longer than `upstream_timeout`.
+    #[error("upstream response timed out")]
+    ResponseTimeout,
+    /// The upstream answered `101 Switching Protocols` to a request that asked for no upgrade.
+    #[error("upstream switched protocols unasked")]
+    UnexpectedSwitch,
+    /// The upstream reset the connection or sent a bad response.
+    #[error("upstream request failed: {0}")]
+    Upstream(#[source] BoxError),
+}
+
+impl ProxyError {
+    /// Where the error came from.
+    pub fn source_kind(&self) -> ErrorSource {
+        match self {
+            ProxyError::NoHost => ErrorSource::Downstream,
+            ProxyError::NoRoute | ProxyError::BadUpstreamAddress => ErrorSource::Internal,
+            ProxyError::NoEndpoints
+            | ProxyError::Connect(_)
+            | ProxyError::ConnectTimeout
+            | ProxyError::ResponseTimeout
+            | ProxyError::UnexpectedSwitch
+            | ProxyError::Upstream(_) => ErrorSource::Upstream,
+        }
+    }
+
+    /// The status the client gets.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::NoHost => StatusCode::BAD_REQUEST,
+            ProxyError::NoRoute => StatusCode::NOT_FOUND,
+            ProxyError::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::BadUpstreamAddress
+            | ProxyError::Connect(_)
+            | ProxyError::UnexpectedSwitch
+            | ProxyError::Upstream(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::ConnectTimeout | ProxyError::ResponseTimeout => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+}
+
+/// The one shape of every response the proxy makes itself: `text/plain`, body `"<code> <reason>\n"`,
+/// and the request id.
+pub(super) fn local_response(status: StatusCode, request_id: HeaderValue) -> Response<ProxyBody> {
+    let body: &'static str = match status {
+        StatusCode::BAD_REQUEST => "400 Bad Request\n",
+        StatusCode::NOT_FOUND => "404 Not Found\n",
+        StatusCode::BAD_GATEWAY => "502 Bad Gateway\n",
+        StatusCode::SERVICE_UNAVAILABLE => "503 Service Unavailable\n",
+        StatusCode::GATEWAY_TIMEOUT => "504 Gateway Timeout\n",
+        _ => "500 Internal Server Error\n",
+    };
+    let mut resp = Response::new(Either::Right(Full::new(Bytes::from_static(body.as_bytes()))));
+    *resp.status_mut() = status;
+    let headers = resp.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+    headers.insert(X_REQUEST_ID, request_id);
+    resp
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    #[test]
+    fn errors_map_to_status_and_source() {
+        let cases = [
+            (ProxyError::NoHost, 400, ErrorSource::Downstream),
+            (ProxyError::NoRoute, 404, ErrorSource::Internal),
+            (ProxyError::NoEndpoints, 503, ErrorSource::Upstream),
+            (ProxyError::Connect("refused".into()), 502, ErrorSource::Upstream),
+            (ProxyError::Upstream("reset".into()), 502, ErrorSource::Upstream),
+            (ProxyError::UnexpectedSwitch, 502, ErrorSource::Upstream),
+            (ProxyError::ConnectTimeout, 504, ErrorSource::Upstream),
+            (ProxyError::ResponseTimeout, 504, ErrorSource::Upstream),
+        ];
+        for (err, status, source) in cases {
+            assert_eq!((err.status().as_u16(), err.source_kind()), (status, source), "{err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn local_responses_have_one_shape() {
+        for status in [400, 404, 502, 503, 504] {
+            let status = StatusCode::from_u16(status).unwrap();
+            let resp = local_response(status, HeaderValue::from_static("id-1"));
+            assert_eq!(resp.status(), status);
+            assert_eq!(resp.headers()[CONTENT_TYPE], "text/plain; charset=utf-8");
+            assert_eq!(resp.headers()[X_REQUEST_ID], "id-1");
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            let want = format!("{} {}\n", status.as_u16(), status.canonical_reason().unwrap());
+            assert_eq!(body, want.as_bytes());
+        }
+    }
+}

@@ -1,0 +1,384 @@
+//! Forwarding one request: route, pick an endpoint, apply the header policy, send with retries on
+//! connect errors, and turn failures into the proxy's own responses.
+//!
+//! Header policy (ingress-nginx defaults, `use-forwarded-headers: false`):
+//! - hop-by-hop headers are removed both ways (RFC 9110 §7.6.1): `Connection` and the headers it
+//!   lists, `Keep-Alive`, `Proxy-Connection`, `TE` (`te: trailers` kept towards h2c),
+//!   `Transfer-Encoding`, `Upgrade` (kept on upgrade requests and 101 responses),
+//!   `Proxy-Authorization`, `Proxy-Authenticate`;
+//! - `Host` is preserved: the host the request was routed on (the `Host` header, or the
+//!   authority of h2 and absolute-form requests), sent as `Host` over HTTP/1.1 and as
+//!   `:authority` over h2c;
+//! - `X-Forwarded-For` and `X-Real-IP` are the client's IP, overwriting what the client sent so
+//!   it cannot spoof them; `X-Forwarded-Proto`, `-Host`, `-Port` describe this listener;
+//! - `X-Request-ID` is kept if present, else generated (32 hex characters).
+//!
+//! Retries (ingress-nginx `proxy-next-upstream: error timeout`, 3 tries): only connect errors and
+//! connect timeouts, where nothing was sent, go to another endpoint. The request body is kept
+//! for that by [`BodySlot`]; the head (method, headers) is cloned up front, and only when the
+//! backend has another endpoint to try. Errors after sending began are never retried.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{
+    CONNECTION, HOST, HeaderMap, HeaderName, HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE,
+    TRANSFER_ENCODING, UPGRADE,
+};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Request, Response, StatusCode, Uri, Version};
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+
+use super::client::{BodySlot, SendError, UpstreamBody};
+use super::error::{ProxyError, local_response};
+use super::{Compiled, Proxy, upgrade};
+use crate::balance::Balancer;
+use crate::model::UpstreamProtocol;
+
+/// The body of every response the proxy returns: the upstream's, streamed, or a small local one.
+pub(crate) type ProxyBody = Either<Incoming, Full<Bytes>>;
+
+/// `x-request-id`.
+pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// Upper bound on [`super::ProxyConfig::connect_tries`] (the tried endpoints live on the stack).
+const MAX_TRIES: usize = 8;
+
+/// What a connection knows once, reused by each of its requests.
+pub(super) struct ConnCtx {
+    pub(super) proxy: Proxy,
+    pub(super) peer: SocketAddr,
+    /// The client IP, for `X-Forwarded-For` / `X-Real-IP`.
+    pub(super) client_ip: HeaderValue,
+    /// The listener port, for `X-Forwarded-Port`.
+    pub(super) listener_port: HeaderValue,
+}
+
+// === impl ConnCtx ===
+
+impl ConnCtx {
+    /// Serves one request; never fails (errors become local responses).
+    pub(super) async fn handle(self: Arc<Self>, mut req: Request<Incoming>) -> Response<ProxyBody> {
+        let start = Instant::now();
+        let request_id = request_id(req.headers_mut());
+        let state = self.proxy.inner.state.load_full();
+        let outcome = self.forward(&state, req, start).await;
+        match outcome {
+            Ok(resp) => resp,
+            Err(err) => {
+                let status = err.status();
+                tracing::debug!(
+                    peer = %self.peer,
+                    version = state.version,
+                    status = status.as_u16(),
+                    error = %err,
+                    source = ?err.source_kind(),
+                    elapsed_ms = start.elapsed().as_millis() as u64,
+                    "request answered locally"
+                );
+                local_response(status, request_id)
+            }
+        }
+    }
+
+    async fn forward(
+        &self,
+        state: &Compiled,
+        mut req: Request<Incoming>,
+        start: Instant,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        let host = request_host(&req).ok_or(ProxyError::NoHost)?;
+        let route = state
+            .router
+            .lookup(host.to_str().unwrap_or_default(), req.uri().path())
+            .ok_or(ProxyError::NoRoute)?;
+        let balancer: &Balancer = state.balancers.get(route.backend.0 as usize).ok_or(ProxyError::NoRoute)?;
+        if balancer.is_empty() {
+            return Err(ProxyError::NoEndpoints);
+        }
+        let protocol = balancer.protocol();
+        let h2 = protocol == UpstreamProtocol::H2c;
+
+        // --- request head ---
+        let is_upgrade = !h2 && is_upgrade_request(&req);
+        let downstream_upgrade = is_upgrade.then(|| hyper::upgrade::on(&mut req));
+        let headers = req.headers_mut();
+        strip_hop_by_hop(headers, is_upgrade, h2);
+        if is_upgrade {
+            headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+        headers.insert(X_FORWARDED_FOR, self.client_ip.clone());
+        headers.insert(X_REAL_IP, self.client_ip.clone());
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+        headers.insert(X_FORWARDED_HOST, host.clone());
+        headers.insert(X_FORWARDED_PORT, self.listener_port.clone());
+        // The host we routed on is what the upstream sees: for HTTP/1.1 the Host header (the same
+        // value for ordinary requests; the authority for h2 clients, which send no Host, and for
+        // absolute-form requests, whose Host must be ignored); for h2c the `:authority`.
+        let h2_authority = if h2 {
+            headers.remove(HOST);
+            Some(Authority::try_from(host.as_bytes()).map_err(|_| ProxyError::NoHost)?)
+        } else {
+            headers.insert(HOST, host);
+            None
+        };
+
+        let (mut parts, body) = req.into_parts();
+        parts.version = if h2 { Version::HTTP_2 } else { Version::HTTP_11 };
+        let path_and_query =
+            parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let config = &self.proxy.inner.config;
+        let clients = &self.proxy.inner.clients;
+        let max_tries = config.connect_tries.clamp(1, balancer.endpoints().len().min(MAX_TRIES));
+        // The head is kept for a retry only when another endpoint could be tried.
+        let retry_head = (max_tries > 1).then(|| (parts.method.clone(), parts.headers.clone()));
+        let (mut slot, body) = BodySlot::new(body);
+        let mut next = Some((parts, body));
+        let (mut tried, mut tries) = ([usize::MAX; MAX_TRIES], 0);
+
+        loop {
+            let Some(idx) = balancer.pick_untried(&tried[..tries]) else {
+                return Err(ProxyError::NoEndpoints);
+            };
+            tried[tries] = idx;
+            tries += 1;
+            let endpoint = &balancer.endpoints()[idx];
+            let Some((mut parts, body)) = next.take() else {
+                return Err(ProxyError::NoEndpoints);
+            };
+            let authority = match &h2_authority {
+                Some(host) => host.clone(),
+                None => endpoint.authority().ok_or(ProxyError::BadUpstreamAddress)?.clone(),
+            };
+            let mut uri = http::uri::Parts::default();
+            uri.scheme = Some(Scheme::HTTP);
+            uri.authority = Some(authority);
+            uri.path_and_query = Some(path_and_query.clone());
+            parts.uri = Uri::from_parts(uri).map_err(|_| ProxyError::BadUpstreamAddress)?;
+            let attempt = Request::from_parts(parts, body);
+            let started = Instant::now();
+
+            let sent =
+                tokio::time::timeout(config.upstream_timeout, clients.send(protocol, endpoint, attempt))
+                    .await;
+            let (timed_out, error) = match sent {
+                Ok(Ok(resp)) => {
+                    let status = resp.status();
+                    tracing::debug!(
+                        peer = %self.peer,
+                        version = state.version,
+                        route = ?route.path,
+                        origin = route.origin.as_ref().map(tracing::field::display),
+                        backend = %state.router.backend_ids()[route.backend.0 as usize],
+                        upstream = %endpoint.key(),
+                        tries,
+                        status = status.as_u16(),
+                        upstream_ms = started.elapsed().as_millis() as u64,
+                        elapsed_ms = start.elapsed().as_millis() as u64,
+                        "proxied"
+                    );
+                    return self.response(resp, downstream_upgrade);
+                }
+                Ok(Err(SendError::Connect { timed_out, error })) => (timed_out, error),
+                Ok(Err(SendError::Request(error))) => return Err(ProxyError::Upstream(error)),
+                Err(_elapsed) => return Err(ProxyError::ResponseTimeout),
+            };
+            endpoint.record_failure();
+            tracing::debug!(upstream = %endpoint.key(), %error, timed_out, "upstream connect failed");
+            // Retry only if nothing was sent: connect failed and the body was never polled.
+            let reclaimed = match slot.take() {
+                Some(s) => s.reclaim(),
+                None => Some((None, UpstreamBody::empty())),
+            };
+            match (reclaimed, &retry_head) {
+                (Some((s, body)), Some((method, headers))) if tries < max_tries => {
+                    slot = s;
+                    let mut req = Request::new(body);
+                    *req.method_mut() = method.clone();
+                    *req.headers_mut() = headers.clone();
+                    *req.version_mut() = if h2 { Version::HTTP_2 } else { Version::HTTP_11 };
+                    next = Some(req.into_parts());
+                }
+                _ => {
+                    return Err(if timed_out {
+                        ProxyError::ConnectTimeout
+                    } else {
+                        ProxyError::Connect(error)
+                    });
+                }
+            }
+        }
+    }
+
+    /// Prepares the upstream response for the client; on `101` splices the two connections.
+    fn response(
+        &self,
+        mut resp: Response<Incoming>,
+        downstream_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+        if switching {
+            // A 101 we did not ask for cannot be relayed meaningfully.
+            let downstream = downstream_upgrade.ok_or(ProxyError::UnexpectedSwitch)?;
+            let upstream = hyper::upgrade::on(&mut resp);
+            upgrade::splice(downstream, upstream, self.peer);
+        }
+        strip_hop_by_hop(resp.headers_mut(), switching, false);
+        if switching {
+            resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+        Ok(resp.map(Either::Left))
+    }
+}
+
+/// The request's host as sent: the URI authority (h2, absolute-form) else the `Host` header.
+fn request_host<B>(req: &Request<B>) -> Option<HeaderValue> {
+    let value = match req.uri().authority() {
+        Some(auth) => {
+            let s = auth.as_str();
+            let s = s.rsplit_once('@').map_or(s, |(_, host)| host);
+            HeaderValue::from_str(s).ok()?
+        }
+        None => req.headers().get(HOST)?.clone(),
+    };
+    let s = value.to_str().ok()?;
+    if s.is_empty() || s.starts_with(':') {
+        return None;
+    }
+    Some(value)
+}
+
+/// Keeps a non-empty incoming `X-Request-ID`, else generates and sets one; returns it.
+fn request_id(headers: &mut HeaderMap) -> HeaderValue {
+    if let Some(v) = headers.get(X_REQUEST_ID)
+        && !v.is_empty()
+    {
+        return v.clone();
+    }
+    let id = new_request_id();
+    headers.insert(X_REQUEST_ID, id.clone());
+    id
+}
+
+/// 32 lower-case hex characters from 128 random bits.
+fn new_request_id() -> HeaderValue {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bits: u128 = rand::random();
+    let mut buf = [0u8; 32];
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = HEX[((bits >> (124 - 4 * i)) & 0xf) as usize];
+    }
+    HeaderValue::from_maybe_shared(Bytes::copy_from_slice(&buf))
+        .unwrap_or_else(|_| HeaderValue::from_static("0"))
+}
+
+/// An HTTP/1.1 `Connection: upgrade` + `Upgrade: x` request.
+fn is_upgrade_request<B>(req: &Request<B>) -> bool {
+    req.version() == Version::HTTP_11
+        && req.headers().contains_key(UPGRADE)
+        && connection_tokens(req.headers()).any(|t| t.eq_ignore_ascii_case("upgrade"))
+}
+
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// Removes hop-by-hop headers; `keep_upgrade` keeps `Upgrade`, `keep_te_trailers` keeps
+/// `te: trailers` (gRPC over h2).
+fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_trailers: bool) {
+    // Headers named by Connection, other than the ones removed below anyway. Rare, so the Vec
+    // only allocates when a client actually lists something.
+    let listed: Vec<HeaderName> = connection_tokens(headers)
+        .filter(|t| {
+            !t.eq_ignore_ascii_case("close")
+                && !t.eq_ignore_ascii_case("keep-alive")
+                && !t.eq_ignore_ascii_case("upgrade")
+        })
+        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+        .collect();
+    for name in listed {
+        if name == X_FORWARDED_FOR || name == X_REAL_IP || name == X_REQUEST_ID || name == HOST {
+            continue; // listing them must not strip what the proxy sets
+        }
+        headers.remove(name);
+    }
+    headers.remove(CONNECTION);
+    headers.remove(KEEP_ALIVE);
+    headers.remove(PROXY_CONNECTION);
+    headers.remove(TRANSFER_ENCODING);
+    headers.remove(PROXY_AUTHORIZATION);
+    headers.remove(PROXY_AUTHENTICATE);
+    if !keep_upgrade {
+        headers.remove(UPGRADE);
+    }
+    let trailers = keep_te_trailers
+        && headers
+            .get_all(TE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("trailers"));
+    headers.remove(TE);
+    if trailers {
+        headers.insert(TE, HeaderValue::from_static("trailers"));
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_hop_by_hop_and_listed_headers() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "keep-alive, x-secret"),
+            ("keep-alive", "timeout=5"),
+            ("x-secret", "1"),
+            ("proxy-connection", "keep-alive"),
+            ("te", "trailers, deflate"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("proxy-authorization", "Basic x"),
+            ("x-keep", "1"),
+        ] {
+            h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        let mut h1 = h.clone();
+        strip_hop_by_hop(&mut h1, false, false);
+        assert_eq!(h1.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["x-keep"]);
+        strip_hop_by_hop(&mut h, true, true);
+        let mut keys: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        keys.sort();
+        assert_eq!(keys, ["te", "upgrade", "x-keep"]);
+        assert_eq!(h[TE], "trailers");
+    }
+
+    #[test]
+    fn request_ids_are_32_hex() {
+        let id = new_request_id();
+        assert_eq!(id.len(), 32);
+        assert!(id.as_bytes().iter().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(id, new_request_id());
+        let mut h = HeaderMap::new();
+        h.insert(X_REQUEST_ID, HeaderValue::from_static("abc"));
+        assert_eq!(request_id(&mut h), "abc");
+    }
+}

@@ -1,0 +1,150 @@
+//! The HTTP proxy: listeners, forwarding, upgrades and the upstream client pool.
+//!
+//! A [`Proxy`] holds one compiled state (router + balancers + version) behind one
+//! [`ArcSwap`]. [`Proxy::publish`] compiles a new [`RouteTable`] on the caller's thread and swaps
+//! it in with a single store; requests load the state once and keep that snapshot until they
+//! finish, so none ever sees a half-built table and none waits for a rebuild.
+//!
+//! - `server`: accept loop, HTTP/1.1 + h2c on one port, graceful drain.
+//! - `forward`: routing, header policy, retries, upstream errors.
+//! - `upgrade`: HTTP/1.1 `Upgrade` (WebSocket and others) splicing.
+//! - `client`: the pooled upstream clients and the request body that survives connect errors.
+//! - [`error`]: errors classified by where they came from, and the responses they become.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+use crate::balance::{Balancer, Registry};
+use crate::model::RouteTable;
+use crate::router::{CompileError, Router};
+
+mod client;
+pub mod error;
+mod forward;
+mod server;
+mod upgrade;
+
+pub use error::{ErrorSource, ProxyError};
+
+/// Tunables of a [`Proxy`]. `Default` gives ingress-nginx-like values.
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    /// Time allowed to establish one upstream TCP connection (`proxy-connect-timeout`).
+    pub connect_timeout: Duration,
+    /// Time from sending the request until the upstream's response head arrives
+    /// (`proxy-read-timeout` for the head), connect included.
+    pub upstream_timeout: Duration,
+    /// How long an idle pooled upstream connection is kept.
+    pub pool_idle_timeout: Duration,
+    /// Idle pooled connections kept per upstream endpoint.
+    pub pool_max_idle_per_host: usize,
+    /// On shutdown, how long in-flight requests may take to finish before connections are cut.
+    pub drain_timeout: Duration,
+    /// Endpoints tried in all when connecting fails (`proxy-next-upstream-tries`; at most 8).
+    pub connect_tries: usize,
+    /// Time allowed for a client to send a request head (slowloris guard).
+    pub header_read_timeout: Duration,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            connect_timeout: Duration::from_secs(5),
+            upstream_timeout: Duration::from_secs(60),
+            pool_idle_timeout: Duration::from_secs(60),
+            pool_max_idle_per_host: 32,
+            drain_timeout: Duration::from_secs(30),
+            connect_tries: 3,
+            header_read_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The L7 proxy: cheap to clone, serves any number of listeners from one routing state.
+#[derive(Clone)]
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ProxyConfig,
+    state: ArcSwap<Compiled>,
+    publisher: Mutex<Publisher>,
+    clients: client::Clients,
+}
+
+/// Only touched by `publish`, serialized by its mutex.
+#[derive(Default)]
+struct Publisher {
+    registry: Registry,
+    last_version: u64,
+}
+
+/// Everything a request needs, built together and swapped together.
+struct Compiled {
+    version: u64,
+    router: Router,
+    /// Indexed by [`crate::router::BackendIdx`].
+    balancers: Vec<Balancer>,
+}
+
+// === impl Proxy ===
+
+impl Proxy {
+    /// A proxy with an empty table: every request gets 404 until the first [`Proxy::publish`].
+    pub fn new(config: ProxyConfig) -> Proxy {
+        let clients = client::Clients::new(&config);
+        let empty = Compiled { version: 0, router: Router::default(), balancers: Vec::new() };
+        Proxy {
+            inner: Arc::new(Inner {
+                config,
+                state: ArcSwap::from_pointee(empty),
+                publisher: Mutex::new(Publisher::default()),
+                clients,
+            }),
+        }
+    }
+
+    /// Compiles `table` and makes it the live table; returns the version stamped on it.
+    /// On error the live table is unchanged. Requests in flight finish on the table they started
+    /// with; balancer state of backends that still exist is carried over.
+    pub fn publish(&self, mut table: RouteTable) -> Result<u64, CompileError> {
+        let router = Router::compile(&table)?;
+        // Serializes publishers (versions stay monotonic, registry updates don't interleave);
+        // requests never take this lock.
+        let mut publisher = self.inner.publisher.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let version = publisher.last_version + 1;
+        table.version = version;
+        let balancers = publisher
+            .registry
+            .update(router.backend_ids().iter().filter_map(|id| table.backends.get_key_value(id)));
+        self.inner.state.store(Arc::new(Compiled { version, router, balancers }));
+        self.inner.clients.h2c.prune();
+        publisher.last_version = version;
+        tracing::debug!(
+            version,
+            hosts = table.hosts.len(),
+            backends = table.backends.len(),
+            "published route table"
+        );
+        Ok(version)
+    }
+
+    /// The version of the live table (0 before the first publish).
+    pub fn version(&self) -> u64 {
+        self.inner.state.load().version
+    }
+
+    /// The configuration this proxy was built with.
+    pub fn config(&self) -> &ProxyConfig {
+        &self.inner.config
+    }
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy").field("version", &self.version()).finish_non_exhaustive()
+    }
+}
