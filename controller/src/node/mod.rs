@@ -1,1 +1,421 @@
 //! `weir node`: the in-tree kube-proxy for Service ClusterIP L4 (iptables, ipvs, nftables).
+//!
+//! Services and their endpoints are read (for now from `--manifests DIR`), turned into a
+//! [`plan::Ruleset`] by the pure [`plan::plan`], and applied by a backend ([`iptables`] or
+//! [`nftables`]) in the [`sync`] loop. `--mode ipvs` falls back to iptables (logged): IPVS is
+//! not implemented yet, and this machine's kernel has none.
+
+pub mod conntrack;
+pub mod exec;
+pub mod iptables;
+pub mod nftables;
+pub mod plan;
+pub mod sync;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::sync::{mpsc, watch};
+
+use exec::Runner;
+use plan::{Cidr, IpFamily, PlanConfig, Ruleset};
+
+/// How `weir node` programs the kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// iptables (nat and filter tables), applied with `iptables-restore`.
+    #[default]
+    Iptables,
+    /// IPVS virtual servers; falls back to iptables where the kernel has no IPVS.
+    Ipvs,
+    /// nftables, one table `weir`.
+    Nftables,
+}
+
+/// Options of `weir node`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct NodeArgs {
+    /// Read Services, EndpointSlices and Endpoints from YAML manifests below DIR (watched).
+    #[arg(long, value_name = "DIR")]
+    pub manifests: Option<PathBuf>,
+    /// How to program the kernel.
+    #[arg(long, value_enum, default_value_t = Mode::Iptables)]
+    pub mode: Mode,
+    /// This node's name: endpoints with this `nodeName` are local (default: the hostname).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// Pod CIDR; ClusterIP traffic from outside it is masqueraded.
+    #[arg(long, value_name = "CIDR")]
+    pub cluster_cidr: Option<Cidr>,
+    /// Masquerade all traffic sent to ClusterIPs.
+    #[arg(long)]
+    pub masquerade_all: bool,
+    /// Period of the full resync (e.g. `30s`, `1m`).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub sync_period: Duration,
+    /// Minimum time between two syncs (e.g. `1s`, `500ms`).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub min_sync_interval: Duration,
+    /// Remove everything weir node created, in every mode, and exit.
+    #[arg(long)]
+    pub cleanup: bool,
+}
+
+/// Parses `500ms`, `30s`, `5m`, `1h` (a bare number is seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let value: f64 =
+        number.parse().map_err(|_| format!("invalid duration {s:?}: expected e.g. 30s, 500ms, 1m"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "" | "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?}: use ms, s, m or h")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
+// === mode selection ===
+
+/// Why IPVS cannot be used here, or `None` when the kernel offers it.
+pub fn ipvs_unavailable(proc_root: &Path) -> Option<String> {
+    let path = proc_root.join("net/ip_vs");
+    if path.exists() {
+        None
+    } else {
+        Some(format!(
+            "{} does not exist (the kernel has no IPVS, or the ip_vs module is not loaded)",
+            path.display()
+        ))
+    }
+}
+
+/// The mode to run: `requested`, or iptables with the reason when `requested` is not usable.
+pub fn effective_mode(requested: Mode, proc_root: &Path) -> (Mode, Option<String>) {
+    match requested {
+        Mode::Iptables => (Mode::Iptables, None),
+        Mode::Ipvs => match ipvs_unavailable(proc_root) {
+            Some(reason) => {
+                (Mode::Iptables, Some(format!("IPVS is unavailable: {reason}; using iptables mode")))
+            }
+            None => (
+                Mode::Iptables,
+                Some("IPVS mode is not implemented yet in this build; using iptables mode".to_string()),
+            ),
+        },
+        Mode::Nftables => (Mode::Nftables, None),
+    }
+}
+
+// === the iptables backend, both families ===
+
+/// iptables mode for IPv4 and, when the ruleset has IPv6 entries, IPv6.
+#[derive(Debug)]
+pub struct IptablesBackend {
+    v4: iptables::Iptables,
+    v6: Option<iptables::Iptables>,
+    runner: Runner,
+    config: iptables::Config,
+}
+
+impl IptablesBackend {
+    /// A backend running its tools through `runner`.
+    pub fn new(runner: Runner, config: iptables::Config) -> Self {
+        let v4 = iptables::Iptables::new(
+            runner.clone(),
+            iptables::Config { family: Some(IpFamily::IPv4), ..config.clone() },
+        );
+        IptablesBackend { v4, v6: None, runner, config }
+    }
+}
+
+impl sync::Backend for IptablesBackend {
+    fn name(&self) -> &'static str {
+        "iptables"
+    }
+
+    fn sync(&mut self, ruleset: &Ruleset, full: bool) -> anyhow::Result<sync::Report> {
+        let s4 = self.v4.sync(ruleset, full).context("iptables (IPv4)")?;
+        let mut report = sync::Report {
+            written: s4.written,
+            rules_written: s4.rules_written,
+            rules_total: s4.rules_total,
+        };
+        let has_v6 = ruleset.services.iter().any(|sp| sp.key.family == IpFamily::IPv6);
+        if has_v6 && self.v6.is_none() {
+            let config = iptables::Config { family: Some(IpFamily::IPv6), ..self.config.clone() };
+            self.v6 = Some(iptables::Iptables::new(self.runner.clone(), config));
+        }
+        if let Some(v6) = &mut self.v6 {
+            let s6 = v6.sync(ruleset, full).context("ip6tables (IPv6)")?;
+            report.written |= s6.written;
+            report.rules_written += s6.rules_written;
+            report.rules_total += s6.rules_total;
+        }
+        Ok(report)
+    }
+
+    fn repair(&mut self) -> anyhow::Result<bool> {
+        let mut missing = self.v4.ensure_jumps()?;
+        if let Some(v6) = &self.v6 {
+            missing += v6.ensure_jumps()?;
+        }
+        if missing > 0 {
+            tracing::warn!(missing, "jumps into weir's chains were missing; restored");
+        }
+        Ok(missing > 0)
+    }
+}
+
+// === the nftables backend, both families ===
+
+/// nftables mode: table `ip weir`, and `ip6 weir` when the ruleset has IPv6 entries.
+#[derive(Debug)]
+pub struct NftablesBackend {
+    v4: nftables::Nftables,
+    v6: Option<nftables::Nftables>,
+    runner: Runner,
+    config: nftables::Config,
+}
+
+impl NftablesBackend {
+    /// A backend running `nft` through `runner`.
+    pub fn new(runner: Runner, config: nftables::Config) -> Self {
+        let v4 = nftables::Nftables::new(
+            runner.clone(),
+            nftables::Config { family: Some(IpFamily::IPv4), ..config.clone() },
+        );
+        NftablesBackend { v4, v6: None, runner, config }
+    }
+}
+
+impl sync::Backend for NftablesBackend {
+    fn name(&self) -> &'static str {
+        "nftables"
+    }
+
+    fn sync(&mut self, ruleset: &Ruleset, full: bool) -> anyhow::Result<sync::Report> {
+        let s4 = self.v4.sync(ruleset, full).context("nftables (table ip weir)")?;
+        let mut report =
+            sync::Report { written: s4.written, rules_written: s4.commands, rules_total: s4.rules_total };
+        if self.v6.is_none() && ruleset.services.iter().any(|sp| sp.key.family == IpFamily::IPv6) {
+            let config = nftables::Config { family: Some(IpFamily::IPv6), ..self.config.clone() };
+            self.v6 = Some(nftables::Nftables::new(self.runner.clone(), config));
+        }
+        if let Some(v6) = &mut self.v6 {
+            let s6 = v6.sync(ruleset, full).context("nftables (table ip6 weir)")?;
+            report.written |= s6.written;
+            report.rules_written += s6.commands;
+            report.rules_total += s6.rules_total;
+        }
+        Ok(report)
+    }
+
+    fn repair(&mut self) -> anyhow::Result<bool> {
+        let mut missing = self.v4.table_missing()?;
+        if let Some(v6) = &self.v6 {
+            missing |= v6.table_missing()?;
+        }
+        if missing {
+            tracing::warn!("the nftables table weir was missing; restored");
+        }
+        Ok(missing)
+    }
+}
+
+/// Removes everything `weir node` created through `runner`: iptables and ip6tables chains and
+/// jumps, and the nftables table `weir` (where those tools exist).
+pub fn cleanup(runner: &Runner) -> anyhow::Result<()> {
+    for family in [IpFamily::IPv4, IpFamily::IPv6] {
+        let mut ipt = iptables::Iptables::new(
+            runner.clone(),
+            iptables::Config { family: Some(family), ..Default::default() },
+        );
+        match ipt.cleanup() {
+            Ok(()) => {}
+            Err(iptables::Error::Exec(exec::Error::Spawn { program, .. })) => {
+                tracing::info!(%program, "not installed; nothing to clean up");
+            }
+            Err(e) if family == IpFamily::IPv6 => tracing::warn!(error = %e, "ip6tables cleanup failed"),
+            Err(e) => return Err(e).context("iptables cleanup"),
+        }
+    }
+    for family in ["ip", "ip6", "inet"] {
+        // Exit status 1 when the table does not exist; only a missing `nft` matters less.
+        match runner.status("nft", &["delete", "table", family, "weir"], None) {
+            Ok(_) => {}
+            Err(e) => tracing::info!(error = %e, "nft unavailable; nothing to clean up"),
+        }
+    }
+    Ok(())
+}
+
+// === the command ===
+
+fn node_name(args: &NodeArgs) -> Option<String> {
+    args.node_name.clone().filter(|n| !n.is_empty()).or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+    })
+}
+
+/// Runs `weir node` until interrupted (or, with `--cleanup`, cleans up and returns).
+pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
+    run_with_stats(args, Arc::new(sync::Stats::default())).await
+}
+
+/// [`run`], recording into `stats` (register them with [`sync::Stats::register`] to serve them).
+pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::Result<()> {
+    let runner = Runner::host();
+    if args.cleanup {
+        cleanup(&runner)?;
+        tracing::info!("removed weir node's rules");
+        return Ok(());
+    }
+    let (mode, fallback) = effective_mode(args.mode, Path::new("/proc"));
+    if let Some(reason) = fallback {
+        tracing::warn!("{reason}");
+    }
+    let dir = args
+        .manifests
+        .clone()
+        .context("weir node needs --manifests DIR (the Kubernetes API source is not available yet)")?;
+    let config = PlanConfig { node_name: node_name(&args) };
+    tracing::info!(mode = ?mode, node = ?config.node_name, manifests = %dir.display(), "weir node starting");
+    let backend: Box<dyn sync::Backend> = match mode {
+        Mode::Nftables => Box::new(NftablesBackend::new(
+            runner,
+            nftables::Config {
+                family: None,
+                cluster_cidr: args.cluster_cidr,
+                masquerade_all: args.masquerade_all,
+            },
+        )),
+        Mode::Iptables | Mode::Ipvs => Box::new(IptablesBackend::new(
+            runner,
+            iptables::Config {
+                family: None,
+                cluster_cidr: args.cluster_cidr,
+                masquerade_all: args.masquerade_all,
+            },
+        )),
+    };
+    let options = sync::Options {
+        sync_period: args.sync_period,
+        min_sync_interval: args.min_sync_interval,
+        ..sync::Options::default()
+    };
+    let (tx, rx) = watch::channel(None);
+    let source = tokio::spawn(watch_manifests(dir, config, tx));
+    tokio::select! {
+        result = sync::run(backend, rx, options, stats) => result,
+        result = source => result?,
+        _ = tokio::signal::ctrl_c() => {
+            tracing::info!("interrupted; the rules stay in place (use --cleanup to remove them)");
+            Ok(())
+        }
+    }
+}
+
+/// Reads the manifest directory, plans, and publishes each new ruleset.
+async fn watch_manifests(
+    dir: PathBuf,
+    config: PlanConfig,
+    tx: watch::Sender<Option<Arc<Ruleset>>>,
+) -> anyhow::Result<()> {
+    let mut source = crate::source::files::ManifestDir::new(&dir);
+    let (wake_tx, mut wake) = mpsc::channel(1);
+    let _guard = crate::source::files::watch(&dir, wake_tx, Duration::from_secs(2))?;
+    let mut force = true;
+    let mut last_warnings = Vec::new();
+    loop {
+        let scan = source.rescan(force).with_context(|| format!("reading {}", dir.display()))?;
+        if scan.changed || tx.borrow().is_none() {
+            let (snapshot, duplicates) = source.snapshot();
+            for d in duplicates {
+                tracing::warn!("{d}");
+            }
+            let ruleset = plan::plan(&snapshot, &config);
+            if ruleset.warnings != last_warnings {
+                for w in &ruleset.warnings {
+                    tracing::warn!(object = %w.object, "{}", w.reason);
+                }
+                last_warnings = ruleset.warnings.clone();
+            }
+            let changed = tx.borrow().as_deref() != Some(&ruleset);
+            if changed {
+                tx.send_replace(Some(Arc::new(ruleset)));
+            }
+        }
+        match wake.recv().await {
+            Some(f) => force = f,
+            None => return Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1").unwrap(), Duration::from_secs(1));
+        assert!(parse_duration("1d").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn ipvs_falls_back_to_iptables_when_missing() {
+        let proc_root = tempfile::tempdir().unwrap();
+        let (mode, reason) = effective_mode(Mode::Ipvs, proc_root.path());
+        assert_eq!(mode, Mode::Iptables);
+        let reason = reason.unwrap();
+        assert!(reason.contains("IPVS is unavailable") && reason.contains("net/ip_vs"), "{reason}");
+        // This machine's kernel has no IPVS: the real /proc says so too.
+        if !Path::new("/proc/net/ip_vs").exists() {
+            let (mode, reason) = effective_mode(Mode::Ipvs, Path::new("/proc"));
+            assert_eq!(mode, Mode::Iptables);
+            assert!(reason.unwrap().contains("/proc/net/ip_vs"));
+        }
+        assert_eq!(effective_mode(Mode::Iptables, proc_root.path()), (Mode::Iptables, None));
+    }
+
+    #[test]
+    fn args_parse() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            node: NodeArgs,
+        }
+        let cli = Cli::try_parse_from([
+            "weir",
+            "--manifests",
+            "/m",
+            "--mode",
+            "ipvs",
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--min-sync-interval",
+            "250ms",
+        ])
+        .unwrap();
+        assert_eq!(cli.node.mode, Mode::Ipvs);
+        assert_eq!(cli.node.sync_period, Duration::from_secs(30));
+        assert_eq!(cli.node.min_sync_interval, Duration::from_millis(250));
+        assert_eq!(cli.node.cluster_cidr.unwrap().to_string(), "10.244.0.0/16");
+        assert!(Cli::try_parse_from(["weir", "--cluster-cidr", "10.0.0.0/33"]).is_err());
+    }
+}

@@ -1,0 +1,175 @@
+//! Golden tests of the node plan: `tests/node_fixtures/<case>/input.yaml` (Services, slices,
+//! Endpoints) and optional `config.yaml` (a `PlanConfig`; the node is `node-a` otherwise) are
+//! planned and compared, as YAML, with `expected.yaml`; the iptables and nftables renderings
+//! (IPv4, `--cluster-cidr 10.244.0.0/16`) with `iptables.expected` and `nftables.expected`.
+//! `WEIR_BLESS=1` rewrites the expected files; read them before committing.
+
+// Test helpers outside `#[test]` functions: a failed unwrap is a test failure.
+#![allow(clippy::unwrap_used)]
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use weir::node::plan::IpFamily;
+use weir::node::plan::{PlanConfig, Ruleset, plan};
+use weir::node::{iptables, nftables};
+use weir::source::manifest::parse_manifests;
+use weir::translate::Snapshot;
+
+fn fixtures() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node_fixtures");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("input.yaml").is_file())
+        .collect();
+    cases.sort();
+    cases
+}
+
+fn config(case: &Path) -> PlanConfig {
+    match std::fs::read_to_string(case.join("config.yaml")) {
+        Ok(text) => {
+            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}/config.yaml: {e}", case.display()))
+        }
+        Err(_) => PlanConfig { node_name: Some("node-a".into()) },
+    }
+}
+
+fn run(case: &Path, input: &str, config: &PlanConfig) -> Ruleset {
+    let objects = parse_manifests(input).unwrap_or_else(|e| panic!("{}/input.yaml: {e}", case.display()));
+    let snapshot: Snapshot = objects.into_iter().collect();
+    plan(&snapshot, config)
+}
+
+fn render(ruleset: &Ruleset) -> String {
+    serde_saphyr::to_string(ruleset).unwrap()
+}
+
+/// The full `iptables-restore` input for the IPv4 entries, with `--cluster-cidr 10.244.0.0/16`.
+fn render_iptables(ruleset: &Ruleset) -> String {
+    let config =
+        iptables::Config { cluster_cidr: Some("10.244.0.0/16".parse().unwrap()), ..Default::default() };
+    let tables = iptables::render(ruleset, &config);
+    iptables::restore_text(None, &tables, &iptables::Tables::default()).unwrap()
+}
+
+/// The full `nft -f` transaction for the IPv4 entries, with `--cluster-cidr 10.244.0.0/16`.
+fn render_nftables(ruleset: &Ruleset) -> String {
+    let config =
+        nftables::Config { cluster_cidr: Some("10.244.0.0/16".parse().unwrap()), ..Default::default() };
+    nftables::transaction(IpFamily::IPv4, None, &nftables::render(ruleset, &config)).unwrap()
+}
+
+/// A small line diff (longest common subsequence), enough to read a failing case.
+fn diff(expected: &str, actual: &str) -> String {
+    let a: Vec<&str> = expected.lines().collect();
+    let b: Vec<&str> = actual.lines().collect();
+    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            lcs[i][j] = if a[i] == b[j] { lcs[i + 1][j + 1] + 1 } else { lcs[i + 1][j].max(lcs[i][j + 1]) };
+        }
+    }
+    let (mut i, mut j, mut out) = (0, 0, String::new());
+    while i < a.len() || j < b.len() {
+        if i < a.len() && j < b.len() && a[i] == b[j] {
+            writeln!(out, "  {}", a[i]).unwrap();
+            i += 1;
+            j += 1;
+        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] >= lcs[i + 1][j]) {
+            writeln!(out, "+ {}", b[j]).unwrap();
+            j += 1;
+        } else {
+            writeln!(out, "- {}", a[i]).unwrap();
+            i += 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn golden() {
+    let bless = std::env::var_os("WEIR_BLESS").is_some_and(|v| v == "1");
+    let cases = fixtures();
+    assert!(cases.len() >= 12, "expected at least 12 node fixtures, found {}", cases.len());
+    let mut failures = Vec::new();
+    for case in &cases {
+        let input = std::fs::read_to_string(case.join("input.yaml")).unwrap();
+        let ruleset = run(case, &input, &config(case));
+        let outputs = [
+            ("expected.yaml", render(&ruleset)),
+            ("iptables.expected", render_iptables(&ruleset)),
+            ("nftables.expected", render_nftables(&ruleset)),
+        ];
+        for (file, actual) in outputs {
+            let expected_path = case.join(file);
+            if bless {
+                std::fs::write(&expected_path, &actual).unwrap();
+                continue;
+            }
+            let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
+            if expected != actual {
+                failures.push(format!(
+                    "=== {}/{file} (- expected, + actual)\n{}",
+                    case.file_name().unwrap().to_string_lossy(),
+                    diff(&expected, &actual)
+                ));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ (WEIR_BLESS=1 rewrites them):\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
+
+/// Splits manifests at `---` lines (the fixtures use no other document markers).
+fn documents(input: &str) -> Vec<String> {
+    let mut docs = vec![String::new()];
+    for line in input.lines() {
+        if line.trim_end() == "---" {
+            docs.push(String::new());
+        } else if let Some(doc) = docs.last_mut() {
+            doc.push_str(line);
+            doc.push('\n');
+        }
+    }
+    docs.retain(|d| d.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')));
+    docs
+}
+
+#[test]
+fn plan_does_not_depend_on_input_order() {
+    for case in fixtures() {
+        let input = std::fs::read_to_string(case.join("input.yaml")).unwrap();
+        let config = config(&case);
+        let reference = run(&case, &input, &config);
+        let mut docs = documents(&input);
+        for _ in 0..docs.len() {
+            docs.rotate_left(1);
+            docs.reverse();
+            let ruleset = run(&case, &docs.join("---\n"), &config);
+            assert_eq!(
+                ruleset,
+                reference,
+                "{}:\n{}",
+                case.display(),
+                diff(&render(&reference), &render(&ruleset))
+            );
+        }
+    }
+}
+
+#[test]
+fn ruleset_round_trips_through_yaml() {
+    for case in fixtures() {
+        let input = std::fs::read_to_string(case.join("input.yaml")).unwrap();
+        let ruleset = run(&case, &input, &config(&case));
+        let back: Ruleset = serde_saphyr::from_str(&render(&ruleset)).unwrap();
+        assert_eq!(back, ruleset, "{}", case.display());
+    }
+}
