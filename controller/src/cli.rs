@@ -1,4 +1,4 @@
-//! The `weir` command line: `serve`, `check`, `dump` and `echo`.
+//! The `weir` command line: `serve`, `node`, `check`, `dump` and `echo`.
 //!
 //! The listener flags are stable: the chart, the docs and the benchmarks depend on them.
 
@@ -35,6 +35,8 @@ pub enum Command {
     Dump(SourceArgs),
     /// Run a debugging backend that answers every request with JSON describing it.
     Echo(EchoArgs),
+    /// Program this node's kernel so that Service virtual IPs reach ready endpoints (kube-proxy).
+    Node(crate::node::NodeArgs),
 }
 
 /// Where the objects come from and which of them are weir's.
