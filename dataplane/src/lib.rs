@@ -5,5 +5,6 @@
 pub mod balance;
 pub mod echo;
 pub mod model;
+pub mod policy;
 pub mod proxy;
 pub mod router;

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -189,11 +189,187 @@ pub enum RouteAction {
     Forward(BackendId),
 }
 
-/// Per-route policies. Empty for now: rewrites, redirects, timeouts, weights, affinity and auth
-/// land here as typed fields.
+/// Per-route policies, typed and validated by translation (ingress-nginx annotations). Every
+/// field is optional: an empty policy forwards the request unchanged.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RoutePolicy {}
+pub struct RoutePolicy {
+    /// Answer every request with this redirect instead of proxying (`permanent-redirect`,
+    /// `temporal-redirect`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<Redirect>,
+    /// Requests for exactly `/` are redirected (302) to this path (`app-root`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_root: Option<String>,
+    /// Which client addresses may use the route (`allowlist-source-range`,
+    /// `denylist-source-range`); others get 403.
+    #[serde(default, skip_serializing_if = "SourceFilter::is_empty")]
+    pub source: SourceFilter,
+    /// Largest request body accepted, in bytes (`proxy-body-size`); larger ones get 413.
+    /// `None` leaves the proxy's global limit; `Some(0)` means unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_body_bytes: Option<u64>,
+    /// The `Host` sent upstream instead of the client's (`upstream-vhost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_host: Option<String>,
+    /// Sent upstream as `X-Forwarded-Prefix` (`x-forwarded-prefix`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forwarded_prefix: Option<String>,
+}
+
+/// A redirect the proxy answers with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Redirect {
+    /// The `Location`, an absolute `http`/`https` URL, sent as is.
+    pub location: String,
+    /// The status: a 3xx code (301, 302, 307 and 308 are usual).
+    pub code: u16,
+}
+
+/// Client address rules of a route. The deny list is checked first; then, when the allow list
+/// is not empty, only addresses in it pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceFilter {
+    /// Only these networks may use the route (empty: everyone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<IpNet>,
+    /// These networks may not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<IpNet>,
+}
+
+impl SourceFilter {
+    /// True when every address passes.
+    pub fn is_empty(&self) -> bool {
+        self.allow.is_empty() && self.deny.is_empty()
+    }
+
+    /// Whether `ip` may use the route.
+    pub fn permits(&self, ip: IpAddr) -> bool {
+        let ip = canonical_ip(ip);
+        if self.deny.iter().any(|n| n.contains(ip)) {
+            return false;
+        }
+        self.allow.is_empty() || self.allow.iter().any(|n| n.contains(ip))
+    }
+}
+
+/// An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, as dual-stack sockets report IPv4 peers) as the
+/// IPv4 address it is; others unchanged.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+// === impl IpNet ===
+
+/// An IP network in CIDR notation (`10.0.0.0/8`, `2001:db8::/32`); a bare address is a /32 or
+/// /128. Host bits must be zero, so that what is written is what is matched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IpNet {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+/// A string that is not a CIDR or an IP address.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid CIDR {input:?}: {reason}")]
+pub struct InvalidIpNet {
+    /// What was given.
+    pub input: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+impl IpNet {
+    /// The network of `addr` with `prefix` leading bits; fails when host bits are set.
+    pub fn new(addr: IpAddr, prefix: u8) -> Result<IpNet, &'static str> {
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        if prefix > max {
+            return Err("prefix length too long");
+        }
+        let net = IpNet { addr, prefix };
+        if net.mask(addr) != addr {
+            return Err("host bits set (write the network address)");
+        }
+        Ok(net)
+    }
+
+    /// The network address.
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// The prefix length.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// Whether `ip` is inside (an IPv4 network never contains an IPv6 address, and back).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        ip.is_ipv4() == self.addr.is_ipv4() && self.mask(ip) == self.addr
+    }
+
+    fn mask(&self, ip: IpAddr) -> IpAddr {
+        match ip {
+            IpAddr::V4(v4) => {
+                let bits = u32::from(v4);
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                IpAddr::V4((bits & mask).into())
+            }
+            IpAddr::V6(v6) => {
+                let bits = u128::from(v6);
+                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
+                IpAddr::V6((bits & mask).into())
+            }
+        }
+    }
+}
+
+impl FromStr for IpNet {
+    type Err = InvalidIpNet;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |reason| InvalidIpNet { input: s.to_string(), reason };
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: IpAddr = addr.parse().map_err(|_| err("not an IP address"))?;
+        let prefix = match prefix {
+            Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
+                p.parse::<u8>().map_err(|_| err("prefix length too long"))?
+            }
+            Some(_) => return Err(err("prefix length is not a number")),
+            None if addr.is_ipv4() => 32,
+            None => 128,
+        };
+        IpNet::new(addr, prefix).map_err(err)
+    }
+}
+
+impl fmt::Display for IpNet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+impl Serialize for IpNet {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for IpNet {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
 
 impl RoutePolicy {
     /// True when no policy is set (used to keep serialized tables short).
@@ -439,6 +615,37 @@ mod tests {
         assert!(HostMatch::parse("*.com").is_err());
         assert!(HostMatch::parse("10.0.0.1").is_err());
         assert!(HostMatch::parse("foo_bar.com").is_err());
+    }
+
+    #[test]
+    fn ip_nets_parse_and_match() {
+        let n: IpNet = "10.1.0.0/16".parse().unwrap();
+        assert!(n.contains("10.1.2.3".parse().unwrap()));
+        assert!(!n.contains("10.2.0.1".parse().unwrap()));
+        assert!(!n.contains("::1".parse().unwrap()));
+        assert_eq!(n.to_string(), "10.1.0.0/16");
+        assert_eq!("127.0.0.1".parse::<IpNet>().unwrap().to_string(), "127.0.0.1/32");
+        assert!("0.0.0.0/0".parse::<IpNet>().unwrap().contains("8.8.8.8".parse().unwrap()));
+        let v6: IpNet = "2001:db8::/32".parse().unwrap();
+        assert!(v6.contains("2001:db8::1".parse().unwrap()));
+        assert!(!v6.contains("2001:db9::1".parse().unwrap()));
+        for bad in ["10.1.0.1/16", "10.0.0.0/33", "10.0.0.0/", "10.0.0.0/x", "nope", "::/129", ""] {
+            assert!(bad.parse::<IpNet>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn source_filter_deny_then_allow() {
+        let f = SourceFilter {
+            allow: vec!["10.0.0.0/8".parse().unwrap()],
+            deny: vec!["10.9.0.0/16".parse().unwrap()],
+        };
+        assert!(f.permits("10.1.1.1".parse().unwrap()));
+        assert!(!f.permits("10.9.1.1".parse().unwrap()));
+        assert!(!f.permits("192.0.2.1".parse().unwrap()));
+        // An IPv4 client on a dual-stack socket is matched as IPv4.
+        assert!(f.permits("::ffff:10.1.1.1".parse().unwrap()));
+        assert!(SourceFilter::default().permits("192.0.2.1".parse().unwrap()));
     }
 
     #[test]

@@ -24,8 +24,10 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::sync::Arc;
 
 use crate::model::{BackendId, HostMatch, ObjectRef, PathMatch, RouteAction, RouteTable};
+use crate::policy::{CompiledPolicy, PolicyError};
 
 /// Errors compiling a [`RouteTable`].
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +54,17 @@ pub enum CompileError {
     /// The same host appears twice in [`RouteTable::hosts`].
     #[error("host {0} appears more than once")]
     DuplicateHost(HostMatch),
+    /// A route's policy cannot be compiled.
+    #[error("host {host} path {path:?}: {source}")]
+    InvalidPolicy {
+        /// The virtual host of the route.
+        host: HostMatch,
+        /// The route's path.
+        path: PathMatch,
+        /// What is wrong.
+        #[source]
+        source: PolicyError,
+    },
 }
 
 /// `Result` with [`CompileError`].
@@ -72,6 +85,8 @@ pub struct CompiledRoute {
     pub path: Option<PathMatch>,
     /// The object the route came from (`None` for the default backend).
     pub origin: Option<ObjectRef>,
+    /// The route's policy; `None` when it has none (the common case).
+    pub policy: Option<Arc<CompiledPolicy>>,
 }
 
 impl CompiledRoute {
@@ -136,12 +151,16 @@ impl Router {
             for route in &vh.routes {
                 let RouteAction::Forward(id) = &route.action;
                 let backend = resolve(id, &|| format!("host {} path {:?}", vh.host, route.path))?;
+                let policy = CompiledPolicy::compile(&route.policy).map_err(|source| {
+                    CompileError::InvalidPolicy { host: vh.host.clone(), path: route.path.clone(), source }
+                })?;
                 let idx = compiled.routes.len();
                 compiled.routes.push(CompiledRoute {
                     backend,
                     host: Some(vh.host.clone()),
                     path: Some(route.path.clone()),
                     origin: Some(route.origin.clone()),
+                    policy: policy.map(Arc::new),
                 });
                 // On duplicates the first route wins (translation already resolved conflicts).
                 match &route.path {
@@ -177,7 +196,8 @@ impl Router {
 
         if let Some(id) = &table.default_backend {
             let backend = resolve(id, &|| "default backend".to_string())?;
-            router.default = Some(CompiledRoute { backend, host: None, path: None, origin: None });
+            router.default =
+                Some(CompiledRoute { backend, host: None, path: None, origin: None, policy: None });
         }
         router.backend_ids = backend_ids;
         Ok(router)

@@ -214,27 +214,34 @@ impl H2Pool {
 
 /// Where a request body waits until a connection polls it.
 #[derive(Clone)]
-pub(super) struct BodySlot(Arc<Mutex<Option<Incoming>>>);
+pub(super) struct BodySlot(Arc<Mutex<Option<Incoming>>>, Option<u64>);
 
 impl BodySlot {
     /// Wraps `body`: the returned slot can reclaim it while the returned body is unpolled.
-    /// `None` for a body that is already at its end (nothing to keep).
-    pub(super) fn new(body: Incoming) -> (Option<BodySlot>, UpstreamBody) {
+    /// `None` for a body that is already at its end (nothing to keep). A body longer than
+    /// `limit` bytes fails with [`BodyTooLarge`] once it passes the limit.
+    pub(super) fn new(body: Incoming, limit: Option<u64>) -> (Option<BodySlot>, UpstreamBody) {
         if body.is_end_stream() {
             return (None, UpstreamBody::empty());
         }
         let hint = body.size_hint();
-        let slot = BodySlot(Arc::new(Mutex::new(Some(body))));
-        let upstream = UpstreamBody { slot: Some(slot.clone()), body: None, hint, end: false };
+        let slot = BodySlot(Arc::new(Mutex::new(Some(body))), limit);
+        let upstream =
+            UpstreamBody { slot: Some(slot.clone()), body: None, hint, end: false, limit, seen: 0 };
         (Some(slot), upstream)
     }
 
     /// Takes the body back if the upstream client never started sending it.
     pub(super) fn reclaim(self) -> Option<(Option<BodySlot>, UpstreamBody)> {
         let body = self.0.lock().unwrap_or_else(|p| p.into_inner()).take()?;
-        Some(BodySlot::new(body))
+        Some(BodySlot::new(body, self.1))
     }
 }
+
+/// The client's request body passed the route's size limit (`proxy-body-size`): 413.
+#[derive(Debug, thiserror::Error)]
+#[error("request body larger than {0} bytes")]
+pub(super) struct BodyTooLarge(u64);
 
 /// The request body sent upstream: the client's body, streamed frame by frame, never buffered.
 pub(super) struct UpstreamBody {
@@ -242,32 +249,51 @@ pub(super) struct UpstreamBody {
     body: Option<Incoming>,
     hint: SizeHint,
     end: bool,
+    limit: Option<u64>,
+    seen: u64,
 }
 
 impl UpstreamBody {
     /// An empty body.
     pub(super) fn empty() -> Self {
-        UpstreamBody { slot: None, body: None, hint: SizeHint::with_exact(0), end: true }
+        UpstreamBody {
+            slot: None,
+            body: None,
+            hint: SizeHint::with_exact(0),
+            end: true,
+            limit: None,
+            seen: 0,
+        }
     }
 }
 
 impl Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         if let Some(slot) = this.slot.take() {
             // First poll: from now on the body belongs to this connection.
             this.body = slot.0.lock().unwrap_or_else(|p| p.into_inner()).take();
         }
-        match &mut this.body {
-            Some(body) => Pin::new(body).poll_frame(cx),
-            None => Poll::Ready(None),
+        let Some(body) = &mut this.body else { return Poll::Ready(None) };
+        let frame = match Pin::new(body).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(Box::new(e)))),
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => return Poll::Pending,
+        };
+        if let (Some(limit), Some(data)) = (this.limit, frame.data_ref()) {
+            this.seen = this.seen.saturating_add(data.len() as u64);
+            if this.seen > limit {
+                return Poll::Ready(Some(Err(Box::new(BodyTooLarge(limit)))));
+            }
         }
+        Poll::Ready(Some(Ok(frame)))
     }
 
     fn is_end_stream(&self) -> bool {

@@ -52,13 +52,21 @@ pub enum ProxyError {
     /// The upstream reset the connection or sent a bad response.
     #[error("upstream request failed: {0}")]
     Upstream(#[source] BoxError),
+    /// The route's source ranges do not admit the client.
+    #[error("client address not allowed")]
+    Forbidden,
+    /// The request body is larger than the route allows.
+    #[error("request body too large")]
+    PayloadTooLarge,
 }
 
 impl ProxyError {
     /// Where the error came from.
     pub fn source_kind(&self) -> ErrorSource {
         match self {
-            ProxyError::NoHost => ErrorSource::Downstream,
+            ProxyError::NoHost | ProxyError::Forbidden | ProxyError::PayloadTooLarge => {
+                ErrorSource::Downstream
+            }
             ProxyError::NoRoute | ProxyError::BadUpstreamAddress => ErrorSource::Internal,
             ProxyError::NoEndpoints
             | ProxyError::Connect(_)
@@ -73,6 +81,8 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             ProxyError::NoHost => StatusCode::BAD_REQUEST,
+            ProxyError::Forbidden => StatusCode::FORBIDDEN,
+            ProxyError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::BadUpstreamAddress
@@ -88,7 +98,14 @@ impl ProxyError {
 /// and the request id.
 pub(super) fn local_response(status: StatusCode, request_id: HeaderValue) -> Response<ProxyBody> {
     let body: &'static str = match status {
+        StatusCode::MOVED_PERMANENTLY => "301 Moved Permanently\n",
+        StatusCode::FOUND => "302 Found\n",
+        StatusCode::SEE_OTHER => "303 See Other\n",
+        StatusCode::TEMPORARY_REDIRECT => "307 Temporary Redirect\n",
+        StatusCode::PERMANENT_REDIRECT => "308 Permanent Redirect\n",
         StatusCode::BAD_REQUEST => "400 Bad Request\n",
+        StatusCode::FORBIDDEN => "403 Forbidden\n",
+        StatusCode::PAYLOAD_TOO_LARGE => "413 Payload Too Large\n",
         StatusCode::NOT_FOUND => "404 Not Found\n",
         StatusCode::BAD_GATEWAY => "502 Bad Gateway\n",
         StatusCode::SERVICE_UNAVAILABLE => "503 Service Unavailable\n",
@@ -116,6 +133,8 @@ mod tests {
         let cases = [
             (ProxyError::NoHost, 400, ErrorSource::Downstream),
             (ProxyError::NoRoute, 404, ErrorSource::Internal),
+            (ProxyError::Forbidden, 403, ErrorSource::Downstream),
+            (ProxyError::PayloadTooLarge, 413, ErrorSource::Downstream),
             (ProxyError::NoEndpoints, 503, ErrorSource::Upstream),
             (ProxyError::Connect("refused".into()), 502, ErrorSource::Upstream),
             (ProxyError::Upstream("reset".into()), 502, ErrorSource::Upstream),
@@ -130,7 +149,7 @@ mod tests {
 
     #[tokio::test]
     async fn local_responses_have_one_shape() {
-        for status in [400, 404, 502, 503, 504] {
+        for status in [301, 302, 303, 307, 308, 400, 403, 404, 413, 502, 503, 504] {
             let status = StatusCode::from_u16(status).unwrap();
             let resp = local_response(status, HeaderValue::from_static("id-1"));
             assert_eq!(resp.status(), status);

@@ -24,19 +24,20 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::{
-    CONNECTION, HOST, HeaderMap, HeaderName, HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE,
-    TRANSFER_ENCODING, UPGRADE,
+    CONNECTION, CONTENT_LENGTH, HOST, HeaderMap, HeaderName, HeaderValue, LOCATION, PROXY_AUTHENTICATE,
+    PROXY_AUTHORIZATION, TE, TRANSFER_ENCODING, UPGRADE,
 };
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
-use super::client::{BodySlot, SendError, UpstreamBody};
+use super::client::{BodySlot, BodyTooLarge, SendError, UpstreamBody};
 use super::error::{ProxyError, local_response};
 use super::{Compiled, Proxy, upgrade};
 use crate::balance::Balancer;
 use crate::model::UpstreamProtocol;
+use crate::policy::Verdict;
 
 /// The body of every response the proxy returns: the upstream's, streamed, or a small local one.
 pub(crate) type ProxyBody = Either<Incoming, Full<Bytes>>;
@@ -48,6 +49,7 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
 const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+const X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-prefix");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
@@ -72,7 +74,7 @@ impl ConnCtx {
         let start = Instant::now();
         let request_id = request_id(req.headers_mut());
         let state = self.proxy.inner.state.load_full();
-        let outcome = self.forward(&state, req, start).await;
+        let outcome = self.forward(&state, req, start, &request_id).await;
         match outcome {
             Ok(resp) => resp,
             Err(err) => {
@@ -96,12 +98,35 @@ impl ConnCtx {
         state: &Compiled,
         mut req: Request<Incoming>,
         start: Instant,
+        request_id: &HeaderValue,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let host = request_host(&req).ok_or(ProxyError::NoHost)?;
         let route = state
             .router
             .lookup(host.to_str().unwrap_or_default(), req.uri().path())
             .ok_or(ProxyError::NoRoute)?;
+        let config = &self.proxy.inner.config;
+
+        // --- route policy: what answers instead of forwarding ---
+        let policy = route.policy.as_deref();
+        let body_limit = policy.map_or(config.max_request_body, |p| p.body_limit(config.max_request_body));
+        if let Some(limit) = body_limit
+            && declared_length(req.headers()).is_some_and(|n| n > limit)
+        {
+            return Err(ProxyError::PayloadTooLarge);
+        }
+        if let Some(policy) = policy {
+            match policy.check(self.peer.ip(), req.uri().path()) {
+                Some(Verdict::Redirect(code, location)) => {
+                    let mut resp = local_response(code, request_id.clone());
+                    resp.headers_mut().insert(LOCATION, location);
+                    return Ok(resp);
+                }
+                Some(Verdict::Forbidden) => return Err(ProxyError::Forbidden),
+                None => {}
+            }
+        }
+
         let balancer: &Balancer = state.balancers.get(route.backend.0 as usize).ok_or(ProxyError::NoRoute)?;
         if balancer.is_empty() {
             return Err(ProxyError::NoEndpoints);
@@ -122,6 +147,11 @@ impl ConnCtx {
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
         headers.insert(X_FORWARDED_HOST, host.clone());
         headers.insert(X_FORWARDED_PORT, self.listener_port.clone());
+        if let Some(prefix) = policy.and_then(|p| p.forwarded_prefix.clone()) {
+            headers.insert(X_FORWARDED_PREFIX, prefix);
+        }
+        // `upstream-vhost` replaces the host the upstream sees (not `X-Forwarded-Host`).
+        let host = policy.and_then(|p| p.upstream_host.clone()).unwrap_or(host);
         // The host we routed on is what the upstream sees: for HTTP/1.1 the Host header (the same
         // value for ordinary requests; the authority for h2 clients, which send no Host, and for
         // absolute-form requests, whose Host must be ignored); for h2c the `:authority`.
@@ -137,12 +167,11 @@ impl ConnCtx {
         parts.version = if h2 { Version::HTTP_2 } else { Version::HTTP_11 };
         let path_and_query =
             parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
-        let config = &self.proxy.inner.config;
         let clients = &self.proxy.inner.clients;
         let max_tries = config.connect_tries.clamp(1, balancer.endpoints().len().min(MAX_TRIES));
         // The head is kept for a retry only when another endpoint could be tried.
         let retry_head = (max_tries > 1).then(|| (parts.method.clone(), parts.headers.clone()));
-        let (mut slot, body) = BodySlot::new(body);
+        let (mut slot, body) = BodySlot::new(body, body_limit);
         let mut next = Some((parts, body));
         let (mut tried, mut tries) = ([usize::MAX; MAX_TRIES], 0);
 
@@ -190,6 +219,9 @@ impl ConnCtx {
                     return self.response(resp, downstream_upgrade);
                 }
                 Ok(Err(SendError::Connect { timed_out, error })) => (timed_out, error),
+                Ok(Err(SendError::Request(error))) if is_body_too_large(&*error) => {
+                    return Err(ProxyError::PayloadTooLarge);
+                }
                 Ok(Err(SendError::Request(error))) => return Err(ProxyError::Upstream(error)),
                 Err(_elapsed) => return Err(ProxyError::ResponseTimeout),
             };
@@ -256,6 +288,23 @@ fn request_host<B>(req: &Request<B>) -> Option<HeaderValue> {
         return None;
     }
     Some(value)
+}
+
+/// The body length the client declared (`Content-Length`), if any and valid.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers.get(CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// Whether a failed upstream request failed because the client's body passed the route's limit.
+fn is_body_too_large(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if e.is::<BodyTooLarge>() {
+            return true;
+        }
+        current = e.source();
+    }
+    false
 }
 
 /// Keeps a non-empty incoming `X-Request-ID`, else generates and sets one; returns it.

@@ -46,6 +46,9 @@ pub struct ProxyConfig {
     pub connect_tries: usize,
     /// Time allowed for a client to send a request head (slowloris guard).
     pub header_read_timeout: Duration,
+    /// Largest request body accepted where a route sets no limit (413 past it); `None` is
+    /// unlimited. ingress-nginx's global `proxy-body-size` (1m there by default).
+    pub max_request_body: Option<u64>,
 }
 
 impl Default for ProxyConfig {
@@ -58,6 +61,7 @@ impl Default for ProxyConfig {
             drain_timeout: Duration::from_secs(30),
             connect_tries: 3,
             header_read_timeout: Duration::from_secs(30),
+            max_request_body: None,
         }
     }
 }

@@ -125,6 +125,13 @@ impl TableBuilder {
         self.table.backends.insert(be.id.clone(), be.backend.clone());
         self
     }
+    /// Sets the policy of the route added last.
+    pub fn policy(mut self, policy: RoutePolicy) -> Self {
+        let host = self.host.clone().unwrap_or(HostMatch::Any);
+        let vh = self.table.hosts.iter_mut().find(|v| v.host == host).unwrap();
+        vh.routes.last_mut().unwrap().policy = policy;
+        self
+    }
     /// The table.
     pub fn build(self) -> RouteTable {
         self.table

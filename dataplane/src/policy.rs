@@ -1,0 +1,186 @@
+//! Route policies compiled for the request path: what a matched route does before, or instead
+//! of, forwarding (ingress-nginx annotations, typed by translation).
+//!
+//! [`CompiledPolicy::compile`] turns a [`RoutePolicy`] into ready-made header values once per
+//! table, so a request only compares and copies. The checks run in nginx's phase order, which
+//! ingress-nginx users see: the body size from `Content-Length` (nginx's find-config phase; the
+//! proxy checks it first), then redirects (`return` in the rewrite phase), then client addresses
+//! (the access phase).
+
+use std::net::IpAddr;
+
+use http::{HeaderValue, StatusCode};
+
+use crate::model::{RoutePolicy, SourceFilter};
+
+/// A policy that cannot be compiled (translation validates first; this guards hand-made tables).
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// A redirect code outside 300–399.
+    #[error("redirect code {0} is not a 3xx status")]
+    RedirectCode(u16),
+    /// A value that cannot be sent as a header.
+    #[error("{field} {value:?} cannot be sent as an HTTP header value")]
+    HeaderValue {
+        /// The policy field.
+        field: &'static str,
+        /// The value.
+        value: String,
+    },
+}
+
+/// A [`RoutePolicy`] ready for the request path.
+#[derive(Debug)]
+pub struct CompiledPolicy {
+    redirect: Option<(StatusCode, HeaderValue)>,
+    app_root: Option<HeaderValue>,
+    source: SourceFilter,
+    /// The route's body limit: `None` defers to the proxy's, `Some(0)` is unlimited.
+    pub max_body_bytes: Option<u64>,
+    /// `Host` sent upstream instead of the client's.
+    pub upstream_host: Option<HeaderValue>,
+    /// `X-Forwarded-Prefix` sent upstream.
+    pub forwarded_prefix: Option<HeaderValue>,
+}
+
+/// What a policy decides before forwarding.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Answer with this redirect.
+    Redirect(StatusCode, HeaderValue),
+    /// The client address is not allowed: 403.
+    Forbidden,
+}
+
+// === impl CompiledPolicy ===
+
+impl CompiledPolicy {
+    /// Compiles `policy`; `None` for an empty one, so that most routes cost nothing.
+    pub fn compile(policy: &RoutePolicy) -> Result<Option<CompiledPolicy>, PolicyError> {
+        if policy.is_empty() {
+            return Ok(None);
+        }
+        let header = |field: &'static str, value: &Option<String>| {
+            value
+                .as_deref()
+                .map(|v| {
+                    HeaderValue::from_str(v)
+                        .map_err(|_| PolicyError::HeaderValue { field, value: v.to_string() })
+                })
+                .transpose()
+        };
+        let redirect = match &policy.redirect {
+            Some(r) => {
+                let code = StatusCode::from_u16(r.code)
+                    .ok()
+                    .filter(StatusCode::is_redirection)
+                    .ok_or(PolicyError::RedirectCode(r.code))?;
+                let location = header("redirect location", &Some(r.location.clone()))?;
+                location.map(|l| (code, l))
+            }
+            None => None,
+        };
+        Ok(Some(CompiledPolicy {
+            redirect,
+            app_root: header("app-root", &policy.app_root)?,
+            source: policy.source.clone(),
+            max_body_bytes: policy.max_body_bytes,
+            upstream_host: header("upstream host", &policy.upstream_host)?,
+            forwarded_prefix: header("x-forwarded-prefix", &policy.forwarded_prefix)?,
+        }))
+    }
+
+    /// The checks that answer instead of forwarding, for a client at `client` asking for
+    /// `path`. (The body limit, [`CompiledPolicy::body_limit`], is checked by the caller first.)
+    pub fn check(&self, client: IpAddr, path: &str) -> Option<Verdict> {
+        if let Some((code, location)) = &self.redirect {
+            return Some(Verdict::Redirect(*code, location.clone()));
+        }
+        if let Some(root) = &self.app_root
+            && path == "/"
+        {
+            return Some(Verdict::Redirect(StatusCode::FOUND, root.clone()));
+        }
+        if !self.source.permits(client) {
+            return Some(Verdict::Forbidden);
+        }
+        None
+    }
+
+    /// The body limit in force: the route's, else `global` (`0` on the route lifts the limit).
+    pub fn body_limit(&self, global: Option<u64>) -> Option<u64> {
+        match self.max_body_bytes {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None => global,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::model::Redirect;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn empty_policy_compiles_to_nothing() {
+        assert!(CompiledPolicy::compile(&RoutePolicy::default()).unwrap().is_none());
+    }
+
+    #[test]
+    fn redirect_then_source() {
+        let policy = RoutePolicy {
+            redirect: Some(Redirect { location: "https://new.example.com/".into(), code: 308 }),
+            max_body_bytes: Some(10),
+            source: SourceFilter { allow: vec![], deny: vec!["10.0.0.0/8".parse().unwrap()] },
+            ..RoutePolicy::default()
+        };
+        let p = CompiledPolicy::compile(&policy).unwrap().unwrap();
+        assert_eq!(p.body_limit(None), Some(10));
+        let redirect =
+            Verdict::Redirect(StatusCode::PERMANENT_REDIRECT, "https://new.example.com/".parse().unwrap());
+        assert_eq!(p.check(ip("10.1.1.1"), "/"), Some(redirect));
+
+        let policy = RoutePolicy { redirect: None, ..policy };
+        let p = CompiledPolicy::compile(&policy).unwrap().unwrap();
+        assert_eq!(p.check(ip("10.1.1.1"), "/"), Some(Verdict::Forbidden));
+        assert_eq!(p.check(ip("192.0.2.1"), "/"), None);
+    }
+
+    #[test]
+    fn app_root_only_for_the_root() {
+        let policy = RoutePolicy { app_root: Some("/app".into()), ..RoutePolicy::default() };
+        let p = CompiledPolicy::compile(&policy).unwrap().unwrap();
+        assert_eq!(
+            p.check(ip("127.0.0.1"), "/"),
+            Some(Verdict::Redirect(StatusCode::FOUND, HeaderValue::from_static("/app")))
+        );
+        assert_eq!(p.check(ip("127.0.0.1"), "/app"), None);
+    }
+
+    #[test]
+    fn body_limits() {
+        let unlimited = RoutePolicy { max_body_bytes: Some(0), ..RoutePolicy::default() };
+        let p = CompiledPolicy::compile(&unlimited).unwrap().unwrap();
+        assert_eq!(p.body_limit(Some(5)), None);
+        let forwarded = RoutePolicy { forwarded_prefix: Some("/x".into()), ..RoutePolicy::default() };
+        let p = CompiledPolicy::compile(&forwarded).unwrap().unwrap();
+        assert_eq!(p.body_limit(Some(5)), Some(5));
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let bad = RoutePolicy {
+            redirect: Some(Redirect { location: "https://x/".into(), code: 200 }),
+            ..RoutePolicy::default()
+        };
+        assert!(matches!(CompiledPolicy::compile(&bad), Err(PolicyError::RedirectCode(200))));
+        let bad = RoutePolicy { upstream_host: Some("a\nb".into()), ..RoutePolicy::default() };
+        assert!(matches!(CompiledPolicy::compile(&bad), Err(PolicyError::HeaderValue { .. })));
+    }
+}

@@ -1,0 +1,153 @@
+//! Route policies (ingress-nginx annotations, typed) seen through a real proxy and echo backend:
+//! redirects, app-root, source ranges, body size limits, upstream vhost and forwarded prefix.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use support::*;
+use weir_dataplane::model::{Redirect, RoutePolicy, SourceFilter};
+use weir_dataplane::proxy::ProxyConfig;
+
+fn redirect(location: &str, code: u16) -> RoutePolicy {
+    RoutePolicy { redirect: Some(Redirect { location: location.into(), code }), ..RoutePolicy::default() }
+}
+
+#[tokio::test]
+async fn permanent_and_temporal_redirects() {
+    let e = echo("e").await;
+    let p = proxy(
+        table()
+            .host("old.test")
+            .prefix("/", &to(&e))
+            .policy(redirect("https://new.example.com/landing", 301))
+            .prefix("/moved", &to(&e))
+            .policy(redirect("https://elsewhere.example.com/", 308))
+            .prefix("/keep", &to(&e))
+            .build(),
+    )
+    .await;
+    let r = p.get("old.test", "/anything?x=1").await;
+    r.assert_local(301);
+    assert_eq!(r.headers["location"], "https://new.example.com/landing");
+    let r = p.get("old.test", "/moved/deeper").await;
+    r.assert_local(308);
+    assert_eq!(r.headers["location"], "https://elsewhere.example.com/");
+    // A route without the policy on the same host is proxied as usual.
+    assert_eq!(p.get("old.test", "/keep").await.name(), "e");
+}
+
+#[tokio::test]
+async fn app_root_redirects_only_the_root() {
+    let e = echo("e").await;
+    let p = proxy(
+        table()
+            .host("a.test")
+            .prefix("/", &to(&e))
+            .policy(RoutePolicy { app_root: Some("/app1".into()), ..RoutePolicy::default() })
+            .build(),
+    )
+    .await;
+    let r = p.get("a.test", "/").await;
+    r.assert_local(302);
+    assert_eq!(r.headers["location"], "/app1");
+    let seen = p.get("a.test", "/app1/page").await.echo();
+    assert_eq!(seen.path, "/app1/page");
+}
+
+#[tokio::test]
+async fn source_ranges_allow_and_deny() {
+    let e = echo("e").await;
+    let only = |allow: &str, deny: &str| RoutePolicy {
+        source: SourceFilter {
+            allow: allow.split(',').filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect(),
+            deny: deny.split(',').filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect(),
+        },
+        ..RoutePolicy::default()
+    };
+    let p = proxy(
+        table()
+            .host("a.test")
+            .prefix("/allowed", &to(&e))
+            .policy(only("127.0.0.0/8", ""))
+            .prefix("/elsewhere", &to(&e))
+            .policy(only("192.0.2.0/24,2001:db8::/32", ""))
+            .prefix("/denied", &to(&e))
+            .policy(only("", "127.0.0.1"))
+            .prefix("/deny-wins", &to(&e))
+            .policy(only("127.0.0.0/8", "127.0.0.0/24"))
+            .build(),
+    )
+    .await;
+    // The test client connects from 127.0.0.1.
+    assert_eq!(p.get("a.test", "/allowed").await.name(), "e");
+    p.get("a.test", "/elsewhere").await.assert_local(403);
+    p.get("a.test", "/denied/x").await.assert_local(403);
+    p.get("a.test", "/deny-wins").await.assert_local(403);
+    // A spoofed X-Forwarded-For does not change who the client is.
+    let r = p
+        .send(p.req("a.test", "/elsewhere").header("x-forwarded-for", "192.0.2.7").body(empty()).unwrap())
+        .await;
+    r.assert_local(403);
+}
+
+#[tokio::test]
+async fn body_size_limits_by_length_and_while_streaming() {
+    let e = echo("e").await;
+    let limited = RoutePolicy { max_body_bytes: Some(1000), ..RoutePolicy::default() };
+    let unlimited = RoutePolicy { max_body_bytes: Some(0), ..RoutePolicy::default() };
+    let config = ProxyConfig { max_request_body: Some(2000), ..test_config() };
+    let p = proxy_with(
+        config,
+        table()
+            .host("a.test")
+            .prefix("/small", &to(&e))
+            .policy(limited)
+            .prefix("/big", &to(&e))
+            .policy(unlimited)
+            .prefix("/", &to(&e))
+            .build(),
+    )
+    .await;
+    let post = |path: &str, n: usize| p.req("a.test", path).method("POST").body(full(vec![b'x'; n])).unwrap();
+    assert_eq!(p.send(post("/small", 1000)).await.echo().body_bytes, 1000);
+    p.send(post("/small", 1001)).await.assert_local(413);
+    // The global limit applies where the route sets none; `0` on a route lifts it.
+    assert_eq!(p.send(post("/other", 2000)).await.echo().body_bytes, 2000);
+    p.send(post("/other", 2001)).await.assert_local(413);
+    assert_eq!(p.send(post("/big", 100_000)).await.echo().body_bytes, 100_000);
+
+    // Without Content-Length (chunked) the limit holds while streaming.
+    let chunked = |n: usize| {
+        let chunk = Bytes::from(vec![b'y'; 100]);
+        let frames = futures_util::stream::iter((0..n).map(move |_| Ok(Frame::data(chunk.clone()))));
+        p.req("a.test", "/small").method("POST").body(BodyExt::boxed(StreamBody::new(frames))).unwrap()
+    };
+    assert_eq!(p.send(chunked(10)).await.echo().body_bytes, 1000);
+    p.send(chunked(11)).await.assert_local(413);
+    // The proxy still serves afterwards.
+    assert_eq!(p.get("a.test", "/small").await.name(), "e");
+}
+
+#[tokio::test]
+async fn upstream_vhost_and_forwarded_prefix() {
+    let e = echo("e").await;
+    let p = proxy(
+        table()
+            .host("public.test")
+            .prefix("/", &to(&e))
+            .policy(RoutePolicy {
+                upstream_host: Some("internal.svc.local".into()),
+                forwarded_prefix: Some("/shop".into()),
+                ..RoutePolicy::default()
+            })
+            .build(),
+    )
+    .await;
+    let seen = p.get("public.test", "/cart").await.echo();
+    assert_eq!(seen.host.as_deref(), Some("internal.svc.local"));
+    assert_eq!(seen.headers["x-forwarded-host"], "public.test");
+    assert_eq!(seen.headers["x-forwarded-prefix"], "/shop");
+}
