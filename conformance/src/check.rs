@@ -23,6 +23,10 @@ struct Answer {
     status: StatusCode,
     /// The echo replica that answered, when the body is an echo description.
     echo: Option<String>,
+    /// What the echo replica received, when it answered.
+    seen: Option<EchoResponse>,
+    /// The response headers.
+    headers: http::HeaderMap,
     /// The start of the body, for messages.
     excerpt: String,
 }
@@ -79,6 +83,20 @@ impl Checker {
             (Some((label, _)), None) => problems.push(format!("an answer from {label}")),
             (None, Some(_)) => problems.push("an answer from weir itself".to_owned()),
             _ => {}
+        }
+        for (name, value) in &expect.response_headers {
+            let got =
+                answer.headers.get(name.as_str()).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+            if got.as_deref() != Some(value.as_str()) {
+                problems.push(format!("response header {name}: {value:?} (got {got:?})"));
+            }
+        }
+        for (name, value) in &expect.upstream_headers {
+            let got =
+                answer.seen.as_ref().and_then(|seen| seen.headers.get(&name.to_ascii_lowercase()).cloned());
+            if got.as_deref() != Some(value.as_str()) {
+                problems.push(format!("the backend to receive {name}: {value:?} (it got {got:?})"));
+            }
         }
         if problems.is_empty() {
             Ok(())
@@ -156,8 +174,8 @@ impl Checker {
                 .map_err(|error| format!("invalid header value {value:?}: {error}"))?;
             request = request.header(name, value);
         }
-        let request =
-            request.body(Full::default()).map_err(|error| format!("cannot build the request: {error}"))?;
+        let body = Full::new(Bytes::from(vec![b'x'; expect.body_bytes]));
+        let request = request.body(body).map_err(|error| format!("cannot build the request: {error}"))?;
 
         let exchange = async {
             let response = self
@@ -171,14 +189,15 @@ impl Checker {
                 .await
                 .map_err(|error| format!("reading the response body failed: {error}"))?
                 .to_bytes();
-            Ok::<_, String>((parts.status, body))
+            Ok::<_, String>((parts.status, parts.headers, body))
         };
-        let (status, body) = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        let (status, headers, body) = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
             .await
             .map_err(|_| format!("no answer within {REQUEST_TIMEOUT:?}"))??;
-        let echo = serde_json::from_slice::<EchoResponse>(&body).ok().map(|echo| echo.name);
+        let seen = serde_json::from_slice::<EchoResponse>(&body).ok();
+        let echo = seen.as_ref().map(|echo| echo.name.clone());
         let excerpt = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
-        Ok(Answer { status, echo, excerpt })
+        Ok(Answer { status, echo, seen, headers, excerpt })
     }
 }
 

@@ -118,6 +118,16 @@ pub struct Expect {
     /// once, and nothing else may answer.
     #[serde(default)]
     pub distribution: Option<Distribution>,
+    /// Size of the request body to send, in bytes (with `Content-Length`; 0 by default).
+    #[serde(default)]
+    pub body_bytes: usize,
+    /// Response headers that must be present with exactly these values (e.g. `location`).
+    #[serde(default)]
+    pub response_headers: BTreeMap<String, String>,
+    /// Headers the answering echo backend must have received with exactly these values (e.g.
+    /// `host`, `x-forwarded-prefix`); needs `backend` or `any_of`.
+    #[serde(default)]
+    pub upstream_headers: BTreeMap<String, String>,
 }
 
 /// A load-balancing expectation.
@@ -266,6 +276,14 @@ impl Scenario {
             {
                 return Err(format!("invalid header {name}: {value:?}"));
             }
+        }
+        for name in expect.response_headers.keys().chain(expect.upstream_headers.keys()) {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(format!("invalid header name {name:?}"));
+            }
+        }
+        if !expect.upstream_headers.is_empty() && expect.backend.is_none() && expect.any_of.is_empty() {
+            return Err("upstream_headers needs backend or any_of (an echo must answer)".into());
         }
         Ok(())
     }

@@ -75,6 +75,7 @@ scenarios! {
     hot_reload => "hot-reload",
     no_endpoints => "no-endpoints",
     bad_manifest => "bad-manifest",
+    annotations => "annotations",
 }
 
 /// The runner itself: deliberately wrong expectations are each reported, with what answered.
@@ -115,19 +116,29 @@ steps:
       - {host: nowhere.example.com, backend: a}
       - {host: a.example.com, backend: a-1}
       - {host: a.example.com, distribution: {requests: 10, backends: [a]}}
+      - {host: a.example.com, backend: a, upstream_headers: {x-forwarded-host: wrong.example.com}}
+      - {host: a.example.com, backend: a, response_headers: {location: /nowhere}}
 "#;
     let scenario = weir_conformance::scenario::Scenario::parse(text, "inline").expect("a valid scenario");
     let report = weir_conformance::run("inline", &scenario).await.expect("the scenario runs");
     println!("{report}");
-    assert_eq!(report.checks, 7, "{report}");
+    assert_eq!(report.checks, 9, "{report}");
     let problems: Vec<&str> = report.failures.iter().map(|f| f.problem.as_str()).collect();
-    assert_eq!(problems.len(), 4, "{report}");
+    assert_eq!(problems.len(), 6, "{report}");
     assert!(
         problems[0].contains("expected status 404 and an answer from weir itself, got 200 from echo a-0")
     );
     assert!(problems[1].contains("expected status 200 and an answer from backend a, got 404 from weir"));
     assert!(problems[2].contains("expected an answer from backend a-1, got 200 from echo a-0"));
     assert!(problems[3].contains("a-1 never answered"), "{}", problems[3]);
+    assert!(
+        problems[4].contains(
+            r#"the backend to receive x-forwarded-host: "wrong.example.com" (it got Some("a.example.com"))"#
+        ),
+        "{}",
+        problems[4]
+    );
+    assert!(problems[5].contains(r#"response header location: "/nowhere" (got None)"#), "{}", problems[5]);
     assert!(
         report
             .to_string()

@@ -5,6 +5,7 @@
 //! ports to endpoints) and TLS. No I/O, no clocks; the output does not depend on the order objects
 //! were added. Invalid objects become [`Warning`]s, never panics; the rest of the table builds.
 
+pub mod annotations;
 mod backend;
 mod class;
 mod rank;
@@ -15,6 +16,8 @@ mod warnings;
 
 #[cfg(test)]
 mod tests;
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};
@@ -89,6 +92,16 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         ours.push(Ours { rank: Rank::of(key.clone(), ingress), ingress });
     }
 
+    // Annotations: one typed policy per Ingress, applied to each of its routes.
+    let policies: BTreeMap<&ObjectRef, RoutePolicy> = ours
+        .iter()
+        .map(|o| {
+            let parsed =
+                annotations::parse(&o.rank.object, o.ingress.metadata.annotations.as_ref(), &mut warnings);
+            (&o.rank.object, parsed.policy)
+        })
+        .collect();
+
     // Routes and default backend.
     let plan = routes::plan(&ours, &mut warnings);
 
@@ -117,7 +130,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
             routes.push(Route {
                 path: path.clone(),
                 action: RouteAction::Forward(claim.backend.clone()),
-                policy: RoutePolicy::default(),
+                policy: policies.get(&claim.rank.object).cloned().unwrap_or_default(),
                 origin: claim.rank.object.clone(),
             });
         }

@@ -66,6 +66,14 @@ pub enum Reason {
     InvalidSecret,
     /// The Ingress selects its class with the deprecated `kubernetes.io/ingress.class` annotation.
     DeprecatedClassAnnotation,
+    /// An annotation's value is invalid; the annotation is ignored (or fails closed).
+    InvalidAnnotation,
+    /// An annotation weir refuses on principle (configuration snippets, Lua).
+    RefusedAnnotation,
+    /// A known ingress-nginx annotation weir does not support yet.
+    UnsupportedAnnotation,
+    /// An annotation under weir's or ingress-nginx's prefix that neither knows (a typo?).
+    UnknownAnnotation,
 }
 
 impl fmt::Display for Reason {

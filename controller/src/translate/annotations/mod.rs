@@ -1,0 +1,384 @@
+//! ingress-nginx annotations, parsed into typed, validated policies. Never a configuration
+//! injection surface: every value is parsed into a type, and the snippet annotations that
+//! pasted raw nginx configuration are refused.
+//!
+//! Names are read under `nginx.ingress.kubernetes.io/` and under weir's own prefix `weir.dev/`;
+//! weir's prefix wins when both are set. Every annotation under either prefix is accounted for:
+//! - supported: parsed; an invalid value is rejected with an error naming the annotation and
+//!   the reason, and the route keeps its other settings;
+//! - refused (snippets, Lua): an error saying why and what to use instead;
+//! - not supported yet: a warning, and where ignoring it would open access (authentication),
+//!   the Ingress's routes deny every client (403) until it is removed: fail closed, never open;
+//! - unknown (a typo): a warning.
+//!
+//! [`CATALOGUE`] is the one list of names; `docs/migrating-from-ingress-nginx.md` is checked
+//! against it by a test.
+
+mod values;
+
+use std::collections::BTreeMap;
+
+use weir_dataplane::model::{IpNet, ObjectRef, Redirect, RoutePolicy, SourceFilter};
+
+use super::warnings::{Reason, Warnings};
+
+/// ingress-nginx's annotation prefix.
+pub const NGINX_PREFIX: &str = "nginx.ingress.kubernetes.io/";
+/// weir's own prefix; wins over [`NGINX_PREFIX`] for the same name.
+pub const WEIR_PREFIX: &str = "weir.dev/";
+
+/// What weir does with an annotation name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Support {
+    /// Parsed and applied.
+    Supported,
+    /// Refused on principle; the text says why and what to use instead.
+    Refused(&'static str),
+    /// Not supported yet: ignored with a warning.
+    Unsupported,
+    /// Not supported yet, and ignoring it would expose what it protects: the Ingress's routes
+    /// deny every client until the annotation is removed.
+    UnsupportedFailClosed,
+}
+
+const SNIPPET: &str = "raw nginx configuration is an injection surface (CVE-2021-25742; the injections behind CVE-2025-1974 are of the same kind); use the typed annotations instead";
+const LUA: &str = "weir runs no Lua; use the typed annotations instead";
+
+/// Every annotation name weir knows (ingress-nginx's documented set), with what weir does.
+pub const CATALOGUE: &[(&str, Support)] = {
+    use Support::*;
+    &[
+        // Rewrites and redirects.
+        ("app-root", Supported),
+        ("permanent-redirect", Supported),
+        ("permanent-redirect-code", Supported),
+        ("temporal-redirect", Supported),
+        ("temporal-redirect-code", Supported),
+        ("from-to-www-redirect", Unsupported),
+        ("rewrite-target", Unsupported),
+        ("use-regex", Unsupported),
+        ("x-forwarded-prefix", Supported),
+        ("upstream-vhost", Supported),
+        ("server-alias", Unsupported),
+        ("preserve-trailing-slash", Unsupported),
+        ("proxy-redirect-from", Unsupported),
+        ("proxy-redirect-to", Unsupported),
+        ("proxy-cookie-domain", Unsupported),
+        ("proxy-cookie-path", Unsupported),
+        // TLS.
+        ("ssl-redirect", Unsupported),
+        ("force-ssl-redirect", Unsupported),
+        ("backend-protocol", Unsupported),
+        ("ssl-passthrough", Unsupported),
+        ("ssl-ciphers", Unsupported),
+        ("ssl-prefer-server-ciphers", Unsupported),
+        ("auth-tls-secret", UnsupportedFailClosed),
+        ("auth-tls-verify-client", Unsupported),
+        ("auth-tls-verify-depth", Unsupported),
+        ("auth-tls-error-page", Unsupported),
+        ("auth-tls-pass-certificate-to-upstream", Unsupported),
+        ("auth-tls-match-cn", UnsupportedFailClosed),
+        ("proxy-ssl-secret", Unsupported),
+        ("proxy-ssl-verify", Unsupported),
+        ("proxy-ssl-verify-depth", Unsupported),
+        ("proxy-ssl-name", Unsupported),
+        ("proxy-ssl-server-name", Unsupported),
+        ("proxy-ssl-ciphers", Unsupported),
+        ("proxy-ssl-protocols", Unsupported),
+        // Limits and timeouts.
+        ("proxy-body-size", Supported),
+        ("client-body-buffer-size", Unsupported),
+        ("proxy-connect-timeout", Unsupported),
+        ("proxy-read-timeout", Unsupported),
+        ("proxy-send-timeout", Unsupported),
+        ("proxy-next-upstream", Unsupported),
+        ("proxy-next-upstream-tries", Unsupported),
+        ("proxy-next-upstream-timeout", Unsupported),
+        ("proxy-buffering", Unsupported),
+        ("proxy-buffers-number", Unsupported),
+        ("proxy-buffer-size", Unsupported),
+        ("proxy-max-temp-file-size", Unsupported),
+        ("proxy-request-buffering", Unsupported),
+        ("proxy-http-version", Unsupported),
+        ("connection-proxy-header", Unsupported),
+        ("limit-rps", Unsupported),
+        ("limit-rpm", Unsupported),
+        ("limit-connections", Unsupported),
+        ("limit-burst-multiplier", Unsupported),
+        ("limit-whitelist", Unsupported),
+        ("limit-allowlist", Unsupported),
+        ("limit-rate", Unsupported),
+        ("limit-rate-after", Unsupported),
+        // Access.
+        ("whitelist-source-range", Supported),
+        ("allowlist-source-range", Supported),
+        ("denylist-source-range", Supported),
+        ("auth-type", UnsupportedFailClosed),
+        ("auth-secret", UnsupportedFailClosed),
+        ("auth-secret-type", Unsupported),
+        ("auth-realm", Unsupported),
+        ("auth-url", UnsupportedFailClosed),
+        ("auth-method", Unsupported),
+        ("auth-signin", Unsupported),
+        ("auth-signin-redirect-param", Unsupported),
+        ("auth-response-headers", Unsupported),
+        ("auth-request-redirect", Unsupported),
+        ("auth-proxy-set-headers", Unsupported),
+        ("auth-cache-key", Unsupported),
+        ("auth-cache-duration", Unsupported),
+        ("auth-always-set-cookie", Unsupported),
+        ("auth-keepalive", Unsupported),
+        ("auth-keepalive-share-vars", Unsupported),
+        ("auth-keepalive-requests", Unsupported),
+        ("auth-keepalive-timeout", Unsupported),
+        ("enable-global-auth", Unsupported),
+        ("satisfy", Unsupported),
+        ("enable-cors", Unsupported),
+        ("cors-allow-origin", Unsupported),
+        ("cors-allow-methods", Unsupported),
+        ("cors-allow-headers", Unsupported),
+        ("cors-allow-credentials", Unsupported),
+        ("cors-max-age", Unsupported),
+        ("cors-expose-headers", Unsupported),
+        // Traffic.
+        ("canary", Unsupported),
+        ("canary-weight", Unsupported),
+        ("canary-weight-total", Unsupported),
+        ("canary-by-header", Unsupported),
+        ("canary-by-header-value", Unsupported),
+        ("canary-by-header-pattern", Unsupported),
+        ("canary-by-cookie", Unsupported),
+        ("affinity", Unsupported),
+        ("affinity-mode", Unsupported),
+        ("affinity-canary-behavior", Unsupported),
+        ("session-cookie-name", Unsupported),
+        ("session-cookie-path", Unsupported),
+        ("session-cookie-domain", Unsupported),
+        ("session-cookie-max-age", Unsupported),
+        ("session-cookie-expires", Unsupported),
+        ("session-cookie-samesite", Unsupported),
+        ("session-cookie-conditional-samesite-none", Unsupported),
+        ("session-cookie-secure", Unsupported),
+        ("session-cookie-change-on-failure", Unsupported),
+        ("load-balance", Unsupported),
+        ("upstream-hash-by", Unsupported),
+        ("upstream-hash-by-subset", Unsupported),
+        ("upstream-hash-by-subset-size", Unsupported),
+        ("service-upstream", Unsupported),
+        ("mirror-target", Unsupported),
+        ("mirror-host", Unsupported),
+        ("mirror-request-body", Unsupported),
+        // Responses.
+        ("custom-http-errors", Unsupported),
+        ("default-backend", Unsupported),
+        ("custom-headers", Unsupported),
+        ("disable-proxy-intercept-errors", Unsupported),
+        ("http2-push-preload", Unsupported),
+        // Observability.
+        ("enable-access-log", Unsupported),
+        ("enable-rewrite-log", Unsupported),
+        ("enable-opentelemetry", Unsupported),
+        ("opentelemetry-trust-incoming-span", Unsupported),
+        ("enable-opentracing", Unsupported),
+        ("opentracing-trust-incoming-span", Unsupported),
+        // Web application firewall.
+        ("enable-modsecurity", Unsupported),
+        ("enable-owasp-core-rules", Unsupported),
+        ("modsecurity-transaction-id", Unsupported),
+        // Refused.
+        ("configuration-snippet", Refused(SNIPPET)),
+        ("server-snippet", Refused(SNIPPET)),
+        ("auth-snippet", Refused(SNIPPET)),
+        ("stream-snippet", Refused(SNIPPET)),
+        ("modsecurity-snippet", Refused(SNIPPET)),
+        ("lua-resty-waf", Refused(LUA)),
+        ("lua-resty-waf-debug", Refused(LUA)),
+        ("lua-resty-waf-ignore-rulesets", Refused(LUA)),
+        ("lua-resty-waf-extra-rules", Refused(LUA)),
+        ("lua-resty-waf-allow-unknown-content-types", Refused(LUA)),
+        ("lua-resty-waf-score-threshold", Refused(LUA)),
+        ("lua-resty-waf-process-multipart-body", Refused(LUA)),
+    ]
+};
+
+/// What weir does with `name` (without prefix); `None` for a name it does not know.
+pub fn support(name: &str) -> Option<Support> {
+    CATALOGUE.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+}
+
+/// What an Ingress's annotations ask for, typed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Parsed {
+    /// The policy of every route of the Ingress.
+    pub(crate) policy: RoutePolicy,
+}
+
+/// One Ingress's annotations under both prefixes, weir's winning.
+struct Reader<'a> {
+    /// Name (without prefix) → (full key, value).
+    values: BTreeMap<&'a str, (&'a str, &'a str)>,
+}
+
+impl<'a> Reader<'a> {
+    fn new(annotations: &'a BTreeMap<String, String>) -> Self {
+        let mut values = BTreeMap::new();
+        for prefix in [NGINX_PREFIX, WEIR_PREFIX] {
+            for (key, value) in annotations {
+                if let Some(name) = key.strip_prefix(prefix) {
+                    values.insert(name, (key.as_str(), value.as_str()));
+                }
+            }
+        }
+        Reader { values }
+    }
+
+    fn get(&self, name: &str) -> Option<(&'a str, &'a str)> {
+        self.values.get(name).copied()
+    }
+}
+
+/// Parses `ingress`'s annotations; every problem becomes a warning about it.
+pub(crate) fn parse(
+    ingress: &ObjectRef,
+    annotations: Option<&BTreeMap<String, String>>,
+    warnings: &mut Warnings,
+) -> Parsed {
+    let mut parsed = Parsed::default();
+    let Some(annotations) = annotations else { return parsed };
+    let reader = Reader::new(annotations);
+    let mut fail_closed = Vec::new();
+    for (name, (key, _)) in &reader.values {
+        let at = format!("metadata.annotations[{key}]");
+        match support(name) {
+            Some(Support::Supported) => {}
+            Some(Support::Refused(why)) => warnings.error(
+                ingress,
+                Reason::RefusedAnnotation,
+                format!("{at}: refused and ignored: {why}"),
+            ),
+            Some(Support::Unsupported) => warnings.warn(
+                ingress,
+                Reason::UnsupportedAnnotation,
+                format!("{at}: not supported by weir yet; ignored"),
+            ),
+            Some(Support::UnsupportedFailClosed) => {
+                fail_closed.push(*key);
+                warnings.error(
+                    ingress,
+                    Reason::UnsupportedAnnotation,
+                    format!(
+                        "{at}: not supported by weir yet; its routes deny every client (403) rather than serve unprotected"
+                    ),
+                );
+            }
+            None => warnings.warn(
+                ingress,
+                Reason::UnknownAnnotation,
+                format!("{at}: unknown annotation; ignored"),
+            ),
+        }
+    }
+
+    let mut ctx = Ctx { ingress, reader: &reader, warnings };
+    parsed.policy.redirect = ctx.redirect();
+    parsed.policy.app_root = ctx.value("app-root", values::app_root);
+    parsed.policy.forwarded_prefix = ctx.value("x-forwarded-prefix", values::header_text);
+    parsed.policy.upstream_host = ctx.value("upstream-vhost", values::host_and_port);
+    parsed.policy.max_body_bytes = ctx.value("proxy-body-size", values::size);
+    parsed.policy.source = ctx.source_filter();
+    if !fail_closed.is_empty() {
+        parsed.policy.source = SourceFilter { allow: Vec::new(), deny: deny_all() };
+    }
+    parsed
+}
+
+/// Networks covering every client, IPv4 and IPv6.
+fn deny_all() -> Vec<IpNet> {
+    ["0.0.0.0/0", "::/0"].iter().filter_map(|n| n.parse().ok()).collect()
+}
+
+/// Parsing context: the Ingress, its annotations, and where problems go.
+struct Ctx<'a, 'w> {
+    ingress: &'a ObjectRef,
+    reader: &'a Reader<'a>,
+    warnings: &'w mut Warnings,
+}
+
+impl Ctx<'_, '_> {
+    /// The value of `name` parsed by `parse`; an invalid value is reported and ignored.
+    fn value<T>(&mut self, name: &str, parse: impl FnOnce(&str) -> Result<T, String>) -> Option<T> {
+        let (key, raw) = self.reader.get(name)?;
+        match parse(raw.trim()) {
+            Ok(v) => Some(v),
+            Err(why) => {
+                self.invalid(key, raw, &why, "ignored");
+                None
+            }
+        }
+    }
+
+    fn invalid(&mut self, key: &str, raw: &str, why: &str, consequence: &str) {
+        self.warnings.error(
+            self.ingress,
+            Reason::InvalidAnnotation,
+            format!("metadata.annotations[{key}]: invalid value {raw:?}: {why}; {consequence}"),
+        );
+    }
+
+    /// `temporal-redirect` (302 unless `temporal-redirect-code`) wins over `permanent-redirect`
+    /// (301 unless `permanent-redirect-code`), as in ingress-nginx.
+    fn redirect(&mut self) -> Option<Redirect> {
+        let permanent = self.value("permanent-redirect", values::redirect_url);
+        let permanent_code = self.value("permanent-redirect-code", values::redirect_code);
+        let temporal = self.value("temporal-redirect", values::redirect_url);
+        let temporal_code = self.value("temporal-redirect-code", values::redirect_code);
+        if let Some(location) = temporal {
+            if permanent.is_some()
+                && let Some((key, _)) = self.reader.get("permanent-redirect")
+            {
+                self.warnings.warn(
+                    self.ingress,
+                    Reason::InvalidAnnotation,
+                    format!("metadata.annotations[{key}]: ignored: temporal-redirect takes precedence, as in ingress-nginx"),
+                );
+            }
+            return Some(Redirect { location, code: temporal_code.unwrap_or(302) });
+        }
+        permanent.map(|location| Redirect { location, code: permanent_code.unwrap_or(301) })
+    }
+
+    /// `allowlist-source-range` (or its old name `whitelist-source-range`) and
+    /// `denylist-source-range`. An invalid list fails closed: the routes deny every client.
+    fn source_filter(&mut self) -> SourceFilter {
+        let mut filter = SourceFilter::default();
+        let allow =
+            self.reader.get("allowlist-source-range").or_else(|| self.reader.get("whitelist-source-range"));
+        if let (Some(_), Some((old, _))) =
+            (self.reader.get("allowlist-source-range"), self.reader.get("whitelist-source-range"))
+        {
+            self.warnings.warn(
+                self.ingress,
+                Reason::InvalidAnnotation,
+                format!(
+                    "metadata.annotations[{old}]: ignored: allowlist-source-range, its new name, is set too"
+                ),
+            );
+        }
+        for (entry, list) in
+            [(allow, &mut filter.allow), (self.reader.get("denylist-source-range"), &mut filter.deny)]
+        {
+            let Some((key, raw)) = entry else { continue };
+            match values::cidr_list(raw) {
+                Ok(nets) => *list = nets,
+                Err(why) => {
+                    self.invalid(key, raw, &why, "the routes deny every client (403) until it is fixed");
+                    return SourceFilter { allow: Vec::new(), deny: deny_all() };
+                }
+            }
+        }
+        filter
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,160 @@
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::translate::warnings::{Severity, Warning};
+
+fn parse_all(pairs: &[(&str, &str)]) -> (RoutePolicy, Vec<Warning>) {
+    let map: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let mut warnings = Warnings::default();
+    let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &mut warnings);
+    (parsed.policy, warnings.finish())
+}
+
+fn nginx(name: &str) -> String {
+    format!("{NGINX_PREFIX}{name}")
+}
+
+fn one(name: &str, value: &str) -> (RoutePolicy, Vec<Warning>) {
+    parse_all(&[(&nginx(name), value)])
+}
+
+fn reasons(w: &[Warning]) -> Vec<(Severity, Reason)> {
+    w.iter().map(|w| (w.severity, w.reason)).collect()
+}
+
+#[test]
+fn redirects_accepted_and_rejected() {
+    let (p, w) = one("permanent-redirect", "https://new.example.com/");
+    assert_eq!(p.redirect, Some(Redirect { location: "https://new.example.com/".into(), code: 301 }));
+    assert!(w.is_empty(), "{w:?}");
+
+    let (p, _) = parse_all(&[
+        (&nginx("permanent-redirect"), "https://new.example.com/"),
+        (&nginx("permanent-redirect-code"), "308"),
+    ]);
+    assert_eq!(p.redirect.unwrap().code, 308);
+
+    let (p, w) = parse_all(&[
+        (&nginx("permanent-redirect"), "https://p.example.com/"),
+        (&nginx("temporal-redirect"), "https://t.example.com/"),
+    ]);
+    assert_eq!(p.redirect, Some(Redirect { location: "https://t.example.com/".into(), code: 302 }));
+    assert_eq!(reasons(&w), [(Severity::Warning, Reason::InvalidAnnotation)]);
+    assert!(w[0].message.contains("temporal-redirect takes precedence"), "{}", w[0].message);
+
+    let (p, w) = one("permanent-redirect", "/relative");
+    assert_eq!(p.redirect, None);
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+    assert!(w[0].message.contains("nginx.ingress.kubernetes.io/permanent-redirect"), "{}", w[0].message);
+    assert!(w[0].message.contains("\"/relative\""), "{}", w[0].message);
+
+    let (p, w) = parse_all(&[
+        (&nginx("permanent-redirect"), "https://p.example.com/"),
+        (&nginx("permanent-redirect-code"), "200"),
+    ]);
+    assert_eq!(p.redirect.unwrap().code, 301, "a bad code keeps the default");
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+}
+
+#[test]
+fn app_root_prefix_and_vhost() {
+    let (p, w) = parse_all(&[
+        (&nginx("app-root"), "/app1"),
+        (&nginx("x-forwarded-prefix"), "/shop"),
+        (&nginx("upstream-vhost"), "internal.example:8080"),
+    ]);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(p.app_root.as_deref(), Some("/app1"));
+    assert_eq!(p.forwarded_prefix.as_deref(), Some("/shop"));
+    assert_eq!(p.upstream_host.as_deref(), Some("internal.example:8080"));
+
+    let (p, w) = one("upstream-vhost", "$host");
+    assert_eq!(p.upstream_host, None);
+    assert!(w[0].message.contains("nginx variables"), "{}", w[0].message);
+    let (p, w) = one("app-root", "app1");
+    assert_eq!(p.app_root, None);
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+}
+
+#[test]
+fn body_size() {
+    assert_eq!(one("proxy-body-size", "8m").0.max_body_bytes, Some(8 << 20));
+    assert_eq!(one("proxy-body-size", "0").0.max_body_bytes, Some(0));
+    let (p, w) = one("proxy-body-size", "8 megs");
+    assert_eq!(p.max_body_bytes, None);
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+}
+
+#[test]
+fn source_ranges() {
+    let (p, w) = parse_all(&[
+        (&nginx("whitelist-source-range"), "10.0.0.0/8, 192.168.0.1"),
+        (&nginx("denylist-source-range"), "10.9.0.0/16"),
+    ]);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(p.source.allow.len(), 2);
+    assert_eq!(p.source.deny.len(), 1);
+    // The new name wins over the old one, with a warning.
+    let (p, w) = parse_all(&[
+        (&nginx("whitelist-source-range"), "10.0.0.0/8"),
+        (&nginx("allowlist-source-range"), "192.0.2.0/24"),
+    ]);
+    assert_eq!(p.source.allow, vec!["192.0.2.0/24".parse().unwrap()]);
+    assert_eq!(reasons(&w), [(Severity::Warning, Reason::InvalidAnnotation)]);
+    // An invalid list fails closed: nobody gets in.
+    let (p, w) = one("allowlist-source-range", "10.0.0.0/8, 10.0.0.300");
+    assert!(!p.source.permits("10.1.1.1".parse().unwrap()));
+    assert!(!p.source.permits("::1".parse().unwrap()));
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+    assert!(w[0].message.contains("deny every client"), "{}", w[0].message);
+}
+
+#[test]
+fn weir_prefix_wins() {
+    let (p, w) =
+        parse_all(&[(&nginx("proxy-body-size"), "1m"), (&format!("{WEIR_PREFIX}proxy-body-size"), "2m")]);
+    assert_eq!(p.max_body_bytes, Some(2 << 20));
+    assert!(w.is_empty(), "{w:?}");
+}
+
+#[test]
+fn snippets_refused_unsupported_warned_unknown_warned() {
+    let (p, w) = parse_all(&[
+        (&nginx("configuration-snippet"), "more_set_headers \"X: y\";"),
+        (&nginx("server-snippet"), "location /x { return 200; }"),
+        (&nginx("canary"), "true"),
+        (&nginx("proxy-bodysize"), "1m"),
+        ("example.com/other", "not ours"),
+    ]);
+    assert_eq!(p, RoutePolicy::default());
+    assert_eq!(
+        reasons(&w),
+        [
+            (Severity::Error, Reason::RefusedAnnotation),
+            (Severity::Error, Reason::RefusedAnnotation),
+            (Severity::Warning, Reason::UnsupportedAnnotation),
+            (Severity::Warning, Reason::UnknownAnnotation),
+        ]
+    );
+    assert!(w.iter().any(|w| w.message.contains("configuration-snippet") && w.message.contains("injection")));
+    assert!(w.iter().any(|w| w.message.contains("proxy-bodysize") && w.message.contains("unknown")));
+}
+
+#[test]
+fn unsupported_auth_fails_closed() {
+    let (p, w) = parse_all(&[(&nginx("auth-type"), "basic"), (&nginx("auth-secret"), "basic-auth")]);
+    assert!(!p.source.permits("127.0.0.1".parse().unwrap()));
+    assert!(w.iter().all(|w| w.severity == Severity::Error && w.reason == Reason::UnsupportedAnnotation));
+    assert!(w[0].message.contains("deny every client"), "{}", w[0].message);
+}
+
+#[test]
+fn catalogue_has_no_duplicates() {
+    let mut names: Vec<_> = CATALOGUE.iter().map(|(n, _)| *n).collect();
+    names.sort_unstable();
+    let before = names.len();
+    names.dedup();
+    assert_eq!(before, names.len());
+}

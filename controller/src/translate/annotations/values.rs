@@ -1,0 +1,166 @@
+//! Parsers of annotation values: each takes the trimmed text and returns a typed value or the
+//! reason it is invalid (a sentence fragment, quoted in the warning).
+
+use weir_dataplane::model::IpNet;
+
+/// An absolute `http`/`https` URL with a host, usable as a `Location` header.
+pub(super) fn redirect_url(s: &str) -> Result<String, String> {
+    let uri: http::Uri = s.parse().map_err(|e| format!("not a URL ({e})"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err("only absolute http:// and https:// URLs are allowed".into()),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err("the URL has no host".into());
+    }
+    header_text(s)
+}
+
+/// A redirect status: 300 to 308.
+pub(super) fn redirect_code(s: &str) -> Result<u16, String> {
+    match s.parse::<u16>() {
+        Ok(code @ 300..=308) => Ok(code),
+        _ => Err("expected a redirect status code from 300 to 308".into()),
+    }
+}
+
+/// A path starting with `/`, without query or fragment.
+pub(super) fn app_root(s: &str) -> Result<String, String> {
+    if !s.starts_with('/') {
+        return Err("the path must start with /".into());
+    }
+    if s.contains(['?', '#']) {
+        return Err("a path only, without query or fragment".into());
+    }
+    let path: http::uri::PathAndQuery = s.parse().map_err(|e| format!("not a valid path ({e})"))?;
+    Ok(path.as_str().to_string())
+}
+
+/// Text sendable as a header value: visible ASCII and spaces, not empty.
+pub(super) fn header_text(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("empty".into());
+    }
+    if !s.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) {
+        return Err("only visible ASCII characters are allowed".into());
+    }
+    Ok(s.to_string())
+}
+
+/// `host` or `host:port` (a DNS name or an IP address); no nginx variables.
+pub(super) fn host_and_port(s: &str) -> Result<String, String> {
+    if s.contains('$') {
+        return Err("nginx variables are not supported; give a literal host name".into());
+    }
+    let authority: http::uri::Authority = s.parse().map_err(|e| format!("not a host[:port] ({e})"))?;
+    if authority.as_str().contains('@') || authority.host().is_empty() {
+        return Err("not a host[:port]".into());
+    }
+    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+    let valid_name = host.split('.').all(|label| {
+        !label.is_empty()
+            && label.len() <= 63
+            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    });
+    if !valid_name && host.parse::<std::net::IpAddr>().is_err() {
+        return Err(format!("{host:?} is not a valid host name or IP address"));
+    }
+    Ok(authority.as_str().to_ascii_lowercase())
+}
+
+/// An nginx size: bytes, or a number with `k`, `m` or `g` (either case); `0` is unlimited.
+pub(super) fn size(s: &str) -> Result<u64, String> {
+    let err = || "expected a size like 8m, 512k, 1g or 1048576 (0 for no limit)".to_string();
+    let (digits, unit) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], Some(c.to_ascii_lowercase())),
+        _ => (s, None),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(err());
+    }
+    let n: u64 = digits.parse().map_err(|_| err())?;
+    let shift = match unit {
+        None => 0,
+        Some('k') => 10,
+        Some('m') => 20,
+        Some('g') => 30,
+        Some(_) => return Err(err()),
+    };
+    n.checked_mul(1 << shift).ok_or_else(|| "too large".to_string())
+}
+
+/// A comma-separated list of CIDRs or addresses (`10.0.0.0/8, 192.168.1.1`); all must be valid.
+pub(super) fn cidr_list(s: &str) -> Result<Vec<IpNet>, String> {
+    let mut nets = Vec::new();
+    for item in s.split(',').map(str::trim) {
+        if item.is_empty() {
+            continue;
+        }
+        nets.push(item.parse::<IpNet>().map_err(|e| e.to_string())?);
+    }
+    if nets.is_empty() {
+        return Err("no CIDR given".into());
+    }
+    nets.sort();
+    nets.dedup();
+    Ok(nets)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(size("0"), Ok(0));
+        assert_eq!(size("1024"), Ok(1024));
+        assert_eq!(size("8k"), Ok(8 << 10));
+        assert_eq!(size("8K"), Ok(8 << 10));
+        assert_eq!(size("1m"), Ok(1 << 20));
+        assert_eq!(size("2G"), Ok(2 << 30));
+        for bad in ["", "m", "1.5m", "1mb", "-1", "1t", "99999999999999999999g"] {
+            assert!(size(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn redirects() {
+        assert!(redirect_url("https://example.com/x?y=1").is_ok());
+        assert!(redirect_url("http://example.com").is_ok());
+        for bad in ["/relative", "ftp://example.com/", "https://", "javascript:alert(1)", "https://a b/"] {
+            assert!(redirect_url(bad).is_err(), "{bad}");
+        }
+        assert_eq!(redirect_code("308"), Ok(308));
+        for bad in ["200", "309", "abc", ""] {
+            assert!(redirect_code(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn hosts_and_paths() {
+        assert_eq!(host_and_port("Backend.Internal:8080").unwrap(), "backend.internal:8080");
+        assert_eq!(host_and_port("10.0.0.1").unwrap(), "10.0.0.1");
+        for bad in ["$host", "a b", "user@host", "-bad.example", "", "a..b"] {
+            assert!(host_and_port(bad).is_err(), "{bad}");
+        }
+        assert_eq!(app_root("/app").unwrap(), "/app");
+        for bad in ["app", "/a?b", "/a b", ""] {
+            assert!(app_root(bad).is_err(), "{bad}");
+        }
+        assert!(header_text("x\ny").is_err());
+    }
+
+    #[test]
+    fn cidrs() {
+        let nets = cidr_list("10.0.0.0/8, 192.168.1.1 ,10.0.0.0/8").unwrap();
+        assert_eq!(
+            nets.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["10.0.0.0/8", "192.168.1.1/32"]
+        );
+        assert!(cidr_list("10.0.0.0/8,nope").is_err());
+        assert!(cidr_list(" , ").is_err());
+    }
+}
