@@ -98,6 +98,15 @@ impl Checker {
                 problems.push(format!("the backend to receive {name}: {value:?} (it got {got:?})"));
             }
         }
+        if let Some(want) = &expect.upstream_path {
+            let got = answer.seen.as_ref().map(|seen| match &seen.query {
+                Some(query) => format!("{}?{query}", seen.path),
+                None => seen.path.clone(),
+            });
+            if got.as_deref() != Some(want.as_str()) {
+                problems.push(format!("the backend to receive path {want:?} (it got {got:?})"));
+            }
+        }
         if problems.is_empty() {
             Ok(())
         } else {

@@ -128,6 +128,10 @@ pub struct Expect {
     /// `host`, `x-forwarded-prefix`); needs `backend` or `any_of`.
     #[serde(default)]
     pub upstream_headers: BTreeMap<String, String>,
+    /// The path (and `?query`) the answering echo backend must have received, after rewrites;
+    /// needs `backend` or `any_of`.
+    #[serde(default)]
+    pub upstream_path: Option<String>,
 }
 
 /// A load-balancing expectation.
@@ -282,8 +286,11 @@ impl Scenario {
                 return Err(format!("invalid header name {name:?}"));
             }
         }
-        if !expect.upstream_headers.is_empty() && expect.backend.is_none() && expect.any_of.is_empty() {
-            return Err("upstream_headers needs backend or any_of (an echo must answer)".into());
+        let upstream = !expect.upstream_headers.is_empty() || expect.upstream_path.is_some();
+        if upstream && expect.backend.is_none() && expect.any_of.is_empty() {
+            return Err(
+                "upstream_headers and upstream_path need backend or any_of (an echo must answer)".into()
+            );
         }
         Ok(())
     }

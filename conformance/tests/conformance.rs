@@ -118,13 +118,14 @@ steps:
       - {host: a.example.com, distribution: {requests: 10, backends: [a]}}
       - {host: a.example.com, backend: a, upstream_headers: {x-forwarded-host: wrong.example.com}}
       - {host: a.example.com, backend: a, response_headers: {location: /nowhere}}
+      - {host: a.example.com, path: /x, backend: a, upstream_path: /y}
 "#;
     let scenario = weir_conformance::scenario::Scenario::parse(text, "inline").expect("a valid scenario");
     let report = weir_conformance::run("inline", &scenario).await.expect("the scenario runs");
     println!("{report}");
-    assert_eq!(report.checks, 9, "{report}");
+    assert_eq!(report.checks, 10, "{report}");
     let problems: Vec<&str> = report.failures.iter().map(|f| f.problem.as_str()).collect();
-    assert_eq!(problems.len(), 6, "{report}");
+    assert_eq!(problems.len(), 7, "{report}");
     assert!(
         problems[0].contains("expected status 404 and an answer from weir itself, got 200 from echo a-0")
     );
@@ -139,6 +140,11 @@ steps:
         problems[4]
     );
     assert!(problems[5].contains(r#"response header location: "/nowhere" (got None)"#), "{}", problems[5]);
+    assert!(
+        problems[6].contains(r#"the backend to receive path "/y" (it got Some("/x"))"#),
+        "{}",
+        problems[6]
+    );
     assert!(
         report
             .to_string()

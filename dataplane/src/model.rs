@@ -215,6 +215,12 @@ pub struct RoutePolicy {
     /// Sent upstream as `X-Forwarded-Prefix` (`x-forwarded-prefix`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forwarded_prefix: Option<String>,
+    /// The path sent upstream replaces the request's (`rewrite-target`), with `$1`…`$9` (or
+    /// `${1}`) standing for the groups captured by the route's regex path. The query is kept
+    /// (after the target's own, if it has one) unless the target ends with `?`, as nginx's
+    /// `rewrite` does. Only on [`PathMatch::Regex`] routes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewrite_target: Option<String>,
 }
 
 /// A redirect the proxy answers with.

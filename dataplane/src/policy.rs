@@ -19,6 +19,9 @@ pub enum PolicyError {
     /// A redirect code outside 300–399.
     #[error("redirect code {0} is not a 3xx status")]
     RedirectCode(u16),
+    /// `rewrite_target` on a route whose path is not a regex.
+    #[error("rewrite_target needs a regex path")]
+    RewriteWithoutRegex,
     /// A value that cannot be sent as a header.
     #[error("{field} {value:?} cannot be sent as an HTTP header value")]
     HeaderValue {
@@ -41,6 +44,14 @@ pub struct CompiledPolicy {
     pub upstream_host: Option<HeaderValue>,
     /// `X-Forwarded-Prefix` sent upstream.
     pub forwarded_prefix: Option<HeaderValue>,
+    rewrite: Option<Rewrite>,
+}
+
+/// `rewrite-target`: the route's regex (for its captures) and the target.
+#[derive(Debug)]
+struct Rewrite {
+    regex: regex::Regex,
+    target: String,
 }
 
 /// What a policy decides before forwarding.
@@ -55,8 +66,12 @@ pub enum Verdict {
 // === impl CompiledPolicy ===
 
 impl CompiledPolicy {
-    /// Compiles `policy`; `None` for an empty one, so that most routes cost nothing.
-    pub fn compile(policy: &RoutePolicy) -> Result<Option<CompiledPolicy>, PolicyError> {
+    /// Compiles `policy`; `None` for an empty one, so that most routes cost nothing. `path_regex`
+    /// is the route's compiled path when it is a regex (rewrites capture from it).
+    pub fn compile(
+        policy: &RoutePolicy,
+        path_regex: Option<&regex::Regex>,
+    ) -> Result<Option<CompiledPolicy>, PolicyError> {
         if policy.is_empty() {
             return Ok(None);
         }
@@ -87,6 +102,11 @@ impl CompiledPolicy {
             max_body_bytes: policy.max_body_bytes,
             upstream_host: header("upstream host", &policy.upstream_host)?,
             forwarded_prefix: header("x-forwarded-prefix", &policy.forwarded_prefix)?,
+            rewrite: match (&policy.rewrite_target, path_regex) {
+                (Some(target), Some(regex)) => Some(Rewrite { regex: regex.clone(), target: target.clone() }),
+                (Some(_), None) => return Err(PolicyError::RewriteWithoutRegex),
+                (None, _) => None,
+            },
         }))
     }
 
@@ -105,6 +125,42 @@ impl CompiledPolicy {
             return Some(Verdict::Forbidden);
         }
         None
+    }
+
+    /// The path and query to send upstream when the route rewrites (`None`: unchanged), from the
+    /// request's `path` and `query`. nginx semantics: the whole path is replaced by the target
+    /// with the captures substituted; the request's query follows the target's own (after `&`),
+    /// and is dropped when the target ends with `?`.
+    pub fn rewrite(&self, path: &str, query: Option<&str>) -> Option<String> {
+        let rewrite = self.rewrite.as_ref()?;
+        let captures = rewrite.regex.captures(path)?;
+        let mut out = String::with_capacity(rewrite.target.len() + path.len());
+        let mut rest = rewrite.target.as_str();
+        while let Some(at) = rest.find('$') {
+            out.push_str(&rest[..at]);
+            rest = &rest[at + 1..];
+            let (group, used) = match rest.as_bytes() {
+                [d @ b'0'..=b'9', ..] => (Some(usize::from(d - b'0')), 1),
+                [b'{', d @ b'0'..=b'9', b'}', ..] => (Some(usize::from(d - b'0')), 3),
+                _ => (None, 0),
+            };
+            match group {
+                Some(g) => out.push_str(captures.get(g).map_or("", |m| m.as_str())),
+                None => out.push('$'),
+            }
+            rest = &rest[used..];
+        }
+        out.push_str(rest);
+        if let Some(stripped) = out.strip_suffix('?') {
+            out.truncate(stripped.len());
+        } else if let Some(query) = query.filter(|q| !q.is_empty()) {
+            out.push(if out.contains('?') { '&' } else { '?' });
+            out.push_str(query);
+        }
+        if !out.starts_with('/') {
+            out.insert(0, '/');
+        }
+        Some(out)
     }
 
     /// The body limit in force: the route's, else `global` (`0` on the route lifts the limit).
@@ -129,7 +185,7 @@ mod tests {
 
     #[test]
     fn empty_policy_compiles_to_nothing() {
-        assert!(CompiledPolicy::compile(&RoutePolicy::default()).unwrap().is_none());
+        assert!(CompiledPolicy::compile(&RoutePolicy::default(), None).unwrap().is_none());
     }
 
     #[test]
@@ -140,14 +196,14 @@ mod tests {
             source: SourceFilter { allow: vec![], deny: vec!["10.0.0.0/8".parse().unwrap()] },
             ..RoutePolicy::default()
         };
-        let p = CompiledPolicy::compile(&policy).unwrap().unwrap();
+        let p = CompiledPolicy::compile(&policy, None).unwrap().unwrap();
         assert_eq!(p.body_limit(None), Some(10));
         let redirect =
             Verdict::Redirect(StatusCode::PERMANENT_REDIRECT, "https://new.example.com/".parse().unwrap());
         assert_eq!(p.check(ip("10.1.1.1"), "/"), Some(redirect));
 
         let policy = RoutePolicy { redirect: None, ..policy };
-        let p = CompiledPolicy::compile(&policy).unwrap().unwrap();
+        let p = CompiledPolicy::compile(&policy, None).unwrap().unwrap();
         assert_eq!(p.check(ip("10.1.1.1"), "/"), Some(Verdict::Forbidden));
         assert_eq!(p.check(ip("192.0.2.1"), "/"), None);
     }
@@ -155,7 +211,7 @@ mod tests {
     #[test]
     fn app_root_only_for_the_root() {
         let policy = RoutePolicy { app_root: Some("/app".into()), ..RoutePolicy::default() };
-        let p = CompiledPolicy::compile(&policy).unwrap().unwrap();
+        let p = CompiledPolicy::compile(&policy, None).unwrap().unwrap();
         assert_eq!(
             p.check(ip("127.0.0.1"), "/"),
             Some(Verdict::Redirect(StatusCode::FOUND, HeaderValue::from_static("/app")))
@@ -166,11 +222,29 @@ mod tests {
     #[test]
     fn body_limits() {
         let unlimited = RoutePolicy { max_body_bytes: Some(0), ..RoutePolicy::default() };
-        let p = CompiledPolicy::compile(&unlimited).unwrap().unwrap();
+        let p = CompiledPolicy::compile(&unlimited, None).unwrap().unwrap();
         assert_eq!(p.body_limit(Some(5)), None);
         let forwarded = RoutePolicy { forwarded_prefix: Some("/x".into()), ..RoutePolicy::default() };
-        let p = CompiledPolicy::compile(&forwarded).unwrap().unwrap();
+        let p = CompiledPolicy::compile(&forwarded, None).unwrap().unwrap();
         assert_eq!(p.body_limit(Some(5)), Some(5));
+    }
+
+    #[test]
+    fn rewrites_like_nginx() {
+        let re = regex::Regex::new("^(?:(?i)/something(/|$)(.*))").unwrap();
+        let policy =
+            |target: &str| RoutePolicy { rewrite_target: Some(target.into()), ..RoutePolicy::default() };
+        let p = CompiledPolicy::compile(&policy("/$2"), Some(&re)).unwrap().unwrap();
+        assert_eq!(p.rewrite("/something/new", None).as_deref(), Some("/new"));
+        assert_eq!(p.rewrite("/something", None).as_deref(), Some("/"));
+        assert_eq!(p.rewrite("/Something/a/b", Some("x=1")).as_deref(), Some("/a/b?x=1"));
+        let p = CompiledPolicy::compile(&policy("/v2/${2}/$9$x"), Some(&re)).unwrap().unwrap();
+        assert_eq!(p.rewrite("/something/a", None).as_deref(), Some("/v2/a/$x"));
+        let p = CompiledPolicy::compile(&policy("/new?from=old"), Some(&re)).unwrap().unwrap();
+        assert_eq!(p.rewrite("/something/a", Some("x=1")).as_deref(), Some("/new?from=old&x=1"));
+        let p = CompiledPolicy::compile(&policy("/new?"), Some(&re)).unwrap().unwrap();
+        assert_eq!(p.rewrite("/something/a", Some("x=1")).as_deref(), Some("/new"));
+        assert!(matches!(CompiledPolicy::compile(&policy("/"), None), Err(PolicyError::RewriteWithoutRegex)));
     }
 
     #[test]
@@ -179,8 +253,8 @@ mod tests {
             redirect: Some(Redirect { location: "https://x/".into(), code: 200 }),
             ..RoutePolicy::default()
         };
-        assert!(matches!(CompiledPolicy::compile(&bad), Err(PolicyError::RedirectCode(200))));
+        assert!(matches!(CompiledPolicy::compile(&bad, None), Err(PolicyError::RedirectCode(200))));
         let bad = RoutePolicy { upstream_host: Some("a\nb".into()), ..RoutePolicy::default() };
-        assert!(matches!(CompiledPolicy::compile(&bad), Err(PolicyError::HeaderValue { .. })));
+        assert!(matches!(CompiledPolicy::compile(&bad, None), Err(PolicyError::HeaderValue { .. })));
     }
 }

@@ -119,6 +119,11 @@ pub struct Router {
     backend_ids: Vec<BackendId>,
 }
 
+/// A regex path as the router matches it: anchored at the start of the path.
+pub fn compile_path_regex(pattern: &str) -> std::result::Result<regex::Regex, regex::Error> {
+    regex::Regex::new(&format!("^(?:{pattern})"))
+}
+
 // === impl Router ===
 
 impl Router {
@@ -151,7 +156,17 @@ impl Router {
             for route in &vh.routes {
                 let RouteAction::Forward(id) = &route.action;
                 let backend = resolve(id, &|| format!("host {} path {:?}", vh.host, route.path))?;
-                let policy = CompiledPolicy::compile(&route.policy).map_err(|source| {
+                let regex = match &route.path {
+                    PathMatch::Regex(pattern) => {
+                        Some(compile_path_regex(pattern).map_err(|e| CompileError::InvalidRegex {
+                            host: vh.host.clone(),
+                            pattern: pattern.clone(),
+                            source: Box::new(e),
+                        })?)
+                    }
+                    _ => None,
+                };
+                let policy = CompiledPolicy::compile(&route.policy, regex.as_ref()).map_err(|source| {
                     CompileError::InvalidPolicy { host: vh.host.clone(), path: route.path.clone(), source }
                 })?;
                 let idx = compiled.routes.len();
@@ -163,11 +178,11 @@ impl Router {
                     policy: policy.map(Arc::new),
                 });
                 // On duplicates the first route wins (translation already resolved conflicts).
-                match &route.path {
-                    PathMatch::Exact(p) => {
+                match (&route.path, regex) {
+                    (PathMatch::Exact(p), _) => {
                         compiled.exact.entry(p.as_str().into()).or_insert(idx);
                     }
-                    PathMatch::Prefix(p) => {
+                    (PathMatch::Prefix(p), _) => {
                         let p = p.trim_end_matches('/');
                         if p.is_empty() {
                             compiled.root.get_or_insert(idx);
@@ -175,16 +190,8 @@ impl Router {
                             compiled.prefix.entry(p.into()).or_insert(idx);
                         }
                     }
-                    PathMatch::Regex(pattern) => {
-                        let re = regex::Regex::new(&format!("^(?:{pattern})")).map_err(|e| {
-                            CompileError::InvalidRegex {
-                                host: vh.host.clone(),
-                                pattern: pattern.clone(),
-                                source: Box::new(e),
-                            }
-                        })?;
-                        regexes.push((pattern.len(), re, idx));
-                    }
+                    (PathMatch::Regex(pattern), Some(re)) => regexes.push((pattern.len(), re, idx)),
+                    (PathMatch::Regex(_), None) => {}
                 }
             }
             // Longest pattern first (nginx tries regex locations in order; translation and

@@ -151,3 +151,27 @@ async fn upstream_vhost_and_forwarded_prefix() {
     assert_eq!(seen.headers["x-forwarded-host"], "public.test");
     assert_eq!(seen.headers["x-forwarded-prefix"], "/shop");
 }
+
+#[tokio::test]
+async fn rewrite_target_with_captures() {
+    let e = echo("e").await;
+    let rewrite =
+        |target: &str| RoutePolicy { rewrite_target: Some(target.into()), ..RoutePolicy::default() };
+    let p = proxy(
+        table()
+            .host("a.test")
+            .regex("(?i)/something(/|$)(.*)", &to(&e))
+            .policy(rewrite("/$2"))
+            .regex("(?i)/api/v1", &to(&e))
+            .policy(rewrite("/"))
+            .build(),
+    )
+    .await;
+    let seen = p.get("a.test", "/something/new/page?x=1").await.echo();
+    assert_eq!((seen.path.as_str(), seen.query.as_deref()), ("/new/page", Some("x=1")));
+    assert_eq!(p.get("a.test", "/SOMETHING").await.echo().path, "/");
+    // Without captures the whole path is replaced, as nginx's `rewrite` does.
+    assert_eq!(p.get("a.test", "/api/v1/users/7").await.echo().path, "/");
+    // The client's own request line is unchanged for a route without a rewrite.
+    p.get("a.test", "/nothing").await.assert_local(404);
+}

@@ -17,11 +17,13 @@ mod warnings;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};
-use weir_dataplane::model::{ObjectRef, Route, RouteAction, RoutePolicy, RouteTable, VirtualHost};
+use weir_dataplane::model::{
+    HostMatch, ObjectRef, PathMatch, Route, RouteAction, RoutePolicy, RouteTable, VirtualHost,
+};
 
 pub use snapshot::Snapshot;
 pub use warnings::{ObjectKind, Reason, Severity, Warning};
@@ -93,17 +95,22 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
     }
 
     // Annotations: one typed policy per Ingress, applied to each of its routes.
-    let policies: BTreeMap<&ObjectRef, RoutePolicy> = ours
-        .iter()
-        .map(|o| {
-            let parsed =
-                annotations::parse(&o.rank.object, o.ingress.metadata.annotations.as_ref(), &mut warnings);
-            (&o.rank.object, parsed.policy)
-        })
-        .collect();
+    // `use-regex` and `rewrite-target` make every path of the Ingress's hosts a regex.
+    let mut policies: BTreeMap<&ObjectRef, RoutePolicy> = BTreeMap::new();
+    let mut regex_hosts = BTreeSet::new();
+    for o in &ours {
+        let parsed =
+            annotations::parse(&o.rank.object, o.ingress.metadata.annotations.as_ref(), &mut warnings);
+        if parsed.regex_paths {
+            let rules = o.ingress.spec.as_ref().and_then(|s| s.rules.as_deref()).unwrap_or_default();
+            regex_hosts
+                .extend(rules.iter().filter_map(|r| HostMatch::parse(r.host.as_deref().unwrap_or("")).ok()));
+        }
+        policies.insert(&o.rank.object, parsed.policy);
+    }
 
     // Routes and default backend.
-    let plan = routes::plan(&ours, &mut warnings);
+    let plan = routes::plan(&ours, &regex_hosts, &mut warnings);
 
     // Backends: only those a winning route or the default backend uses.
     let mut resolver = backend::Resolver::new(snapshot);
@@ -130,7 +137,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
             routes.push(Route {
                 path: path.clone(),
                 action: RouteAction::Forward(claim.backend.clone()),
-                policy: policies.get(&claim.rank.object).cloned().unwrap_or_default(),
+                policy: route_policy(&policies, claim, path),
                 origin: claim.rank.object.clone(),
             });
         }
@@ -155,4 +162,18 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         warnings: warnings.finish(),
         ingresses: ours.into_iter().map(|o| o.rank.object).collect(),
     }
+}
+
+/// The policy of the route `claim` won on `path`: its Ingress's, less a rewrite where the path
+/// is not a regex (an implicit `/` for a default backend), which has nothing to capture from.
+fn route_policy(
+    policies: &BTreeMap<&ObjectRef, RoutePolicy>,
+    claim: &routes::Claim,
+    path: &PathMatch,
+) -> RoutePolicy {
+    let mut policy = policies.get(&claim.rank.object).cloned().unwrap_or_default();
+    if !matches!(path, PathMatch::Regex(_)) {
+        policy.rewrite_target = None;
+    }
+    policy
 }

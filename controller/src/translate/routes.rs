@@ -43,8 +43,9 @@ pub(crate) struct Plan {
     pub(crate) default_backend: Option<Claim>,
 }
 
-/// Builds the plan from our Ingresses, warning about every rejected part.
-pub(crate) fn plan(ours: &[Ours<'_>], warnings: &mut Warnings) -> Plan {
+/// Builds the plan from our Ingresses, warning about every rejected part. Every path on a host
+/// of `regex_hosts` is a case-insensitive regex (ingress-nginx's `use-regex` rule).
+pub(crate) fn plan(ours: &[Ours<'_>], regex_hosts: &BTreeSet<HostMatch>, warnings: &mut Warnings) -> Plan {
     let mut explicit: BTreeMap<(HostMatch, PathMatch), Vec<Claim>> = BTreeMap::new();
     let mut implicit: BTreeMap<HostMatch, Vec<Claim>> = BTreeMap::new();
     let mut defaults: Vec<Claim> = Vec::new();
@@ -78,7 +79,8 @@ pub(crate) fn plan(ours: &[Ours<'_>], warnings: &mut Warnings) -> Plan {
             let paths = rule.http.as_ref().map(|h| h.paths.as_slice()).unwrap_or_default();
             for (j, path) in paths.iter().enumerate() {
                 let field = format!("spec.rules[{i}].http.paths[{j}]");
-                let path_match = match path_match(path.path.as_deref(), &path.path_type) {
+                let regex = regex_hosts.contains(&host);
+                let path_match = match path_match(path.path.as_deref(), &path.path_type, regex) {
                     Ok(m) => m,
                     Err(msg) => {
                         warnings.error(
@@ -220,10 +222,28 @@ pub(crate) fn backend_id(
     Ok(BackendId { namespace: namespace.to_string(), service: service.name.clone(), port })
 }
 
-/// The path match of an Ingress path. `ImplementationSpecific` is a prefix match (a later
-/// annotation may make it a regex).
-pub(crate) fn path_match(path: Option<&str>, path_type: &str) -> Result<PathMatch, String> {
+/// The path match of an Ingress path. `ImplementationSpecific` is a prefix match, unless
+/// `regex`: then every path type is a case-insensitive regex anchored at the start, as
+/// ingress-nginx's `~* "^path"` locations (RE2 syntax: no look-around, no back-references).
+pub(crate) fn path_match(path: Option<&str>, path_type: &str, regex: bool) -> Result<PathMatch, String> {
     let path = path.unwrap_or("");
+    if regex && matches!(path_type, "Exact" | "Prefix" | "ImplementationSpecific") {
+        let path = if path.is_empty() { "/" } else { path };
+        if !path.starts_with('/') {
+            return Err(format!("path {path:?} does not start with \"/\""));
+        }
+        if let Some(c) = path.chars().find(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!("path {path:?} contains {c:?}, which cannot appear in a request path"));
+        }
+        let pattern = format!("(?i){path}");
+        return match weir_dataplane::router::compile_path_regex(&pattern) {
+            Ok(_) => Ok(PathMatch::Regex(pattern)),
+            Err(e) => Err(format!(
+                "path {path:?} is not a valid regular expression (RE2 syntax: no look-around or back-references): {}",
+                e.to_string().lines().last().unwrap_or_default()
+            )),
+        };
+    }
     match path_type {
         "Exact" => {
             if path.is_empty() {

@@ -188,19 +188,28 @@ fn same_path_on_different_hosts_does_not_conflict() {
 #[test]
 fn path_normalisation() {
     let prefix = |p: &str| Ok(PathMatch::Prefix(p.to_string()));
-    assert_eq!(path_match(Some("/foo/"), "Prefix"), prefix("/foo"));
-    assert_eq!(path_match(Some("/foo//"), "Prefix"), prefix("/foo"));
-    assert_eq!(path_match(Some("/"), "Prefix"), prefix("/"));
-    assert_eq!(path_match(None, "Prefix"), prefix("/"));
-    assert_eq!(path_match(Some(""), "ImplementationSpecific"), prefix("/"));
-    assert_eq!(path_match(Some("/a/"), "ImplementationSpecific"), prefix("/a"));
-    assert_eq!(path_match(Some("/a/"), "Exact"), Ok(PathMatch::Exact("/a/".into())));
-    assert!(path_match(None, "Exact").is_err());
-    assert!(path_match(Some("a"), "Prefix").is_err());
-    assert!(path_match(Some("/a\tb"), "Prefix").is_err());
-    assert!(path_match(Some("/a\u{7f}"), "Prefix").is_err());
-    assert!(path_match(Some("/a"), "").is_err(), "missing pathType");
-    assert!(path_match(Some("/a"), "prefix").is_err(), "pathType is case-sensitive");
+    assert_eq!(path_match(Some("/foo/"), "Prefix", false), prefix("/foo"));
+    assert_eq!(path_match(Some("/foo//"), "Prefix", false), prefix("/foo"));
+    assert_eq!(path_match(Some("/"), "Prefix", false), prefix("/"));
+    assert_eq!(path_match(None, "Prefix", false), prefix("/"));
+    assert_eq!(path_match(Some(""), "ImplementationSpecific", false), prefix("/"));
+    assert_eq!(path_match(Some("/a/"), "ImplementationSpecific", false), prefix("/a"));
+    assert_eq!(path_match(Some("/a/"), "Exact", false), Ok(PathMatch::Exact("/a/".into())));
+    assert!(path_match(None, "Exact", false).is_err());
+    assert!(path_match(Some("a"), "Prefix", false).is_err());
+    assert!(path_match(Some("/a\tb"), "Prefix", false).is_err());
+    assert!(path_match(Some("/a\u{7f}"), "Prefix", false).is_err());
+    assert!(path_match(Some("/a"), "", false).is_err(), "missing pathType");
+    assert!(path_match(Some("/a"), "prefix", false).is_err(), "pathType is case-sensitive");
+    // With use-regex every path type is a case-insensitive regex; RE2 syntax is checked.
+    let regex = |p: &str| Ok(PathMatch::Regex(p.into()));
+    assert_eq!(path_match(Some("/a(/|$)(.*)"), "ImplementationSpecific", true), regex("(?i)/a(/|$)(.*)"));
+    assert_eq!(path_match(Some("/a/"), "Prefix", true), regex("(?i)/a/"));
+    assert_eq!(path_match(Some("/x"), "Exact", true), regex("(?i)/x"));
+    assert_eq!(path_match(None, "Prefix", true), regex("(?i)/"));
+    assert!(path_match(Some("/a(?=b)"), "ImplementationSpecific", true).is_err(), "look-ahead");
+    assert!(path_match(Some("/a("), "ImplementationSpecific", true).is_err());
+    assert_eq!(path_match(Some("/items/?"), "ImplementationSpecific", true), regex("(?i)/items/?"));
 }
 
 #[test]

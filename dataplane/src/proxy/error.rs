@@ -58,6 +58,9 @@ pub enum ProxyError {
     /// The request body is larger than the route allows.
     #[error("request body too large")]
     PayloadTooLarge,
+    /// The route's rewrite produced a path that is not a valid request target.
+    #[error("rewrite produced an invalid path")]
+    BadRewrite,
 }
 
 impl ProxyError {
@@ -67,7 +70,9 @@ impl ProxyError {
             ProxyError::NoHost | ProxyError::Forbidden | ProxyError::PayloadTooLarge => {
                 ErrorSource::Downstream
             }
-            ProxyError::NoRoute | ProxyError::BadUpstreamAddress => ErrorSource::Internal,
+            ProxyError::NoRoute | ProxyError::BadUpstreamAddress | ProxyError::BadRewrite => {
+                ErrorSource::Internal
+            }
             ProxyError::NoEndpoints
             | ProxyError::Connect(_)
             | ProxyError::ConnectTimeout
@@ -85,6 +90,7 @@ impl ProxyError {
             ProxyError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::BadRewrite => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::BadUpstreamAddress
             | ProxyError::Connect(_)
             | ProxyError::UnexpectedSwitch

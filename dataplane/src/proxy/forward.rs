@@ -165,8 +165,11 @@ impl ConnCtx {
 
         let (mut parts, body) = req.into_parts();
         parts.version = if h2 { Version::HTTP_2 } else { Version::HTTP_11 };
-        let path_and_query =
-            parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let rewritten = policy.and_then(|p| p.rewrite(parts.uri.path(), parts.uri.query()));
+        let path_and_query = match rewritten {
+            Some(target) => PathAndQuery::try_from(target).map_err(|_| ProxyError::BadRewrite)?,
+            None => parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
+        };
         let clients = &self.proxy.inner.clients;
         let max_tries = config.connect_tries.clamp(1, balancer.endpoints().len().min(MAX_TRIES));
         // The head is kept for a retry only when another endpoint could be tried.

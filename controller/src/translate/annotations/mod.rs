@@ -55,8 +55,8 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("temporal-redirect", Supported),
         ("temporal-redirect-code", Supported),
         ("from-to-www-redirect", Unsupported),
-        ("rewrite-target", Unsupported),
-        ("use-regex", Unsupported),
+        ("rewrite-target", Supported),
+        ("use-regex", Supported),
         ("x-forwarded-prefix", Supported),
         ("upstream-vhost", Supported),
         ("server-alias", Unsupported),
@@ -211,6 +211,9 @@ pub fn support(name: &str) -> Option<Support> {
 pub(crate) struct Parsed {
     /// The policy of every route of the Ingress.
     pub(crate) policy: RoutePolicy,
+    /// `use-regex` or `rewrite-target`: every path of the Ingress's hosts is a case-insensitive
+    /// regex, whatever Ingress it comes from (ingress-nginx's rule).
+    pub(crate) regex_paths: bool,
 }
 
 /// One Ingress's annotations under both prefixes, weir's winning.
@@ -286,6 +289,9 @@ pub(crate) fn parse(
     parsed.policy.upstream_host = ctx.value("upstream-vhost", values::host_and_port);
     parsed.policy.max_body_bytes = ctx.value("proxy-body-size", values::size);
     parsed.policy.source = ctx.source_filter();
+    parsed.policy.rewrite_target = ctx.value("rewrite-target", values::rewrite_target);
+    let use_regex = ctx.value("use-regex", values::boolean).unwrap_or(false);
+    parsed.regex_paths = use_regex || parsed.policy.rewrite_target.is_some();
     if !fail_closed.is_empty() {
         parsed.policy.source = SourceFilter { allow: Vec::new(), deny: deny_all() };
     }

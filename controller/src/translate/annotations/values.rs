@@ -16,6 +16,36 @@ pub(super) fn redirect_url(s: &str) -> Result<String, String> {
     header_text(s)
 }
 
+/// A boolean as ingress-nginx (Go's `strconv.ParseBool`) reads it.
+pub(super) fn boolean(s: &str) -> Result<bool, String> {
+    match s {
+        "true" | "True" | "TRUE" | "t" | "T" | "1" => Ok(true),
+        "false" | "False" | "FALSE" | "f" | "F" | "0" => Ok(false),
+        _ => Err("expected true or false".into()),
+    }
+}
+
+/// A `rewrite-target`: a path (with optional query) where `$1`…`$9` or `${1}` stand for the
+/// captures of the path regex.
+pub(super) fn rewrite_target(s: &str) -> Result<String, String> {
+    if !s.starts_with('/') {
+        return Err("the target must be a path starting with / (for redirects use permanent-redirect or temporal-redirect)".into());
+    }
+    let bytes = s.as_bytes();
+    for (i, _) in s.match_indices('$') {
+        match bytes.get(i + 1) {
+            Some(b'0'..=b'9') => {}
+            Some(b'{')
+                if matches!(bytes.get(i + 2), Some(b'0'..=b'9')) && bytes.get(i + 3) == Some(&b'}') => {}
+            _ => return Err("only $1…$9 (or ${1}) captures are supported, not nginx variables".into()),
+        }
+    }
+    if !s.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("only visible ASCII characters are allowed, no spaces".into());
+    }
+    Ok(s.to_string())
+}
+
 /// A redirect status: 300 to 308.
 pub(super) fn redirect_code(s: &str) -> Result<u16, String> {
     match s.parse::<u16>() {
@@ -151,6 +181,18 @@ mod tests {
             assert!(app_root(bad).is_err(), "{bad}");
         }
         assert!(header_text("x\ny").is_err());
+    }
+
+    #[test]
+    fn booleans_and_rewrites() {
+        assert_eq!(boolean("true"), Ok(true));
+        assert_eq!(boolean("0"), Ok(false));
+        assert!(boolean("yes").is_err());
+        assert_eq!(rewrite_target("/$2").unwrap(), "/$2");
+        assert_eq!(rewrite_target("/v2/${1}/x?y=1").unwrap(), "/v2/${1}/x?y=1");
+        for bad in ["$1", "https://x/", "/$host", "/a b", "/$", "/${x}"] {
+            assert!(rewrite_target(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
