@@ -3,6 +3,7 @@
 //! It never depends on Kubernetes: its only input is [`model::RouteTable`].
 
 pub mod balance;
+pub mod cors;
 pub mod echo;
 pub mod model;
 pub mod policy;

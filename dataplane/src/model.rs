@@ -221,6 +221,30 @@ pub struct RoutePolicy {
     /// `rewrite` does. Only on [`PathMatch::Regex`] routes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewrite_target: Option<String>,
+    /// Cross-origin resource sharing (`enable-cors` and `cors-*`): preflights answered by the
+    /// proxy, CORS headers added to responses for allowed origins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cors: Option<Cors>,
+}
+
+/// CORS settings of a route, with ingress-nginx's defaults filled in by translation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cors {
+    /// Allowed origins: `*` (any), `https://app.example.com`, or `https://*.example.com` (one or
+    /// more labels); matched case-insensitively against the request's `Origin`.
+    pub allow_origins: Vec<String>,
+    /// `Access-Control-Allow-Methods`.
+    pub allow_methods: String,
+    /// `Access-Control-Allow-Headers`.
+    pub allow_headers: String,
+    /// `Access-Control-Expose-Headers` (empty: not sent).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub expose_headers: String,
+    /// `Access-Control-Allow-Credentials: true`.
+    pub allow_credentials: bool,
+    /// `Access-Control-Max-Age` of preflight answers, in seconds.
+    pub max_age: u32,
 }
 
 /// A redirect the proxy answers with.

@@ -11,6 +11,7 @@ use std::net::IpAddr;
 
 use http::{HeaderValue, StatusCode};
 
+use crate::cors::{CompiledCors, InvalidCors};
 use crate::model::{RoutePolicy, SourceFilter};
 
 /// A policy that cannot be compiled (translation validates first; this guards hand-made tables).
@@ -19,6 +20,9 @@ pub enum PolicyError {
     /// A redirect code outside 300–399.
     #[error("redirect code {0} is not a 3xx status")]
     RedirectCode(u16),
+    /// A CORS setting that cannot be sent.
+    #[error(transparent)]
+    Cors(#[from] InvalidCors),
     /// `rewrite_target` on a route whose path is not a regex.
     #[error("rewrite_target needs a regex path")]
     RewriteWithoutRegex,
@@ -45,6 +49,8 @@ pub struct CompiledPolicy {
     /// `X-Forwarded-Prefix` sent upstream.
     pub forwarded_prefix: Option<HeaderValue>,
     rewrite: Option<Rewrite>,
+    /// CORS, when enabled.
+    pub cors: Option<CompiledCors>,
 }
 
 /// `rewrite-target`: the route's regex (for its captures) and the target.
@@ -107,6 +113,7 @@ impl CompiledPolicy {
                 (Some(_), None) => return Err(PolicyError::RewriteWithoutRegex),
                 (None, _) => None,
             },
+            cors: policy.cors.as_ref().map(CompiledCors::compile).transpose()?,
         }))
     }
 

@@ -175,3 +175,57 @@ async fn rewrite_target_with_captures() {
     // The client's own request line is unchanged for a route without a rewrite.
     p.get("a.test", "/nothing").await.assert_local(404);
 }
+
+#[tokio::test]
+async fn cors_preflight_and_response_headers() {
+    use weir_dataplane::model::Cors;
+    let e = echo("e").await;
+    let cors = Cors {
+        allow_origins: vec!["https://app.example.com".into(), "https://*.shop.example".into()],
+        allow_methods: "GET, PUT, POST".into(),
+        allow_headers: "Content-Type,Authorization".into(),
+        expose_headers: "X-Total".into(),
+        allow_credentials: true,
+        max_age: 600,
+    };
+    let p = proxy(
+        table()
+            .host("api.test")
+            .prefix("/", &to(&e))
+            .policy(RoutePolicy { cors: Some(cors), ..RoutePolicy::default() })
+            .build(),
+    )
+    .await;
+    let preflight = |origin: &str| {
+        p.req("api.test", "/items")
+            .method("OPTIONS")
+            .header("origin", origin)
+            .header("access-control-request-method", "PUT")
+            .body(empty())
+            .unwrap()
+    };
+    let r = p.send(preflight("https://app.example.com")).await;
+    assert_eq!(r.status, 204);
+    assert!(r.body.is_empty());
+    assert_eq!(r.headers["access-control-allow-origin"], "https://app.example.com");
+    assert_eq!(r.headers["access-control-allow-methods"], "GET, PUT, POST");
+    assert_eq!(r.headers["access-control-allow-headers"], "Content-Type,Authorization");
+    assert_eq!(r.headers["access-control-allow-credentials"], "true");
+    assert_eq!(r.headers["access-control-max-age"], "600");
+    assert_eq!(r.headers["vary"], "Origin");
+    assert_eq!(p.send(preflight("https://x.shop.example")).await.status, 204);
+    // Another origin's OPTIONS goes to the backend, with no CORS headers.
+    let r = p.send(preflight("https://evil.example")).await;
+    assert_eq!(r.echo().method, "OPTIONS");
+    assert!(!r.headers.contains_key("access-control-allow-origin"));
+
+    let r = p
+        .send(p.req("api.test", "/items").header("origin", "https://app.example.com").body(empty()).unwrap())
+        .await;
+    assert_eq!(r.name(), "e");
+    assert_eq!(r.headers["access-control-allow-origin"], "https://app.example.com");
+    assert_eq!(r.headers["access-control-expose-headers"], "X-Total");
+    assert!(!r.headers.contains_key("access-control-max-age"));
+    let r = p.get("api.test", "/items").await;
+    assert!(!r.headers.contains_key("access-control-allow-origin"), "no Origin, no CORS headers");
+}

@@ -115,6 +115,22 @@ impl ConnCtx {
         {
             return Err(ProxyError::PayloadTooLarge);
         }
+        // CORS: an allowed origin's `OPTIONS` is a preflight answered here; other requests
+        // get the CORS headers on the response.
+        let cors = policy
+            .and_then(|p| p.cors.as_ref())
+            .and_then(|c| c.allow_origin(req.headers().get(http::header::ORIGIN)).map(|origin| (c, origin)));
+        if let Some((cors, origin)) = &cors
+            && req.method() == http::Method::OPTIONS
+        {
+            let mut resp = local_response(StatusCode::NO_CONTENT, request_id.clone());
+            *resp.body_mut() = Either::Right(Full::new(Bytes::new()));
+            let headers = resp.headers_mut();
+            headers.remove(CONTENT_LENGTH);
+            headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+            cors.add_headers(headers, origin.clone(), true);
+            return Ok(resp);
+        }
         if let Some(policy) = policy {
             match policy.check(self.peer.ip(), req.uri().path()) {
                 Some(Verdict::Redirect(code, location)) => {
@@ -219,7 +235,11 @@ impl ConnCtx {
                         elapsed_ms = start.elapsed().as_millis() as u64,
                         "proxied"
                     );
-                    return self.response(resp, downstream_upgrade);
+                    let mut resp = self.response(resp, downstream_upgrade)?;
+                    if let Some((cors, origin)) = cors {
+                        cors.add_headers(resp.headers_mut(), origin, false);
+                    }
+                    return Ok(resp);
                 }
                 Ok(Err(SendError::Connect { timed_out, error })) => (timed_out, error),
                 Ok(Err(SendError::Request(error))) if is_body_too_large(&*error) => {

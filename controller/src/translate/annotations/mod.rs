@@ -18,7 +18,7 @@ mod values;
 
 use std::collections::BTreeMap;
 
-use weir_dataplane::model::{IpNet, ObjectRef, Redirect, RoutePolicy, SourceFilter};
+use weir_dataplane::model::{Cors, IpNet, ObjectRef, Redirect, RoutePolicy, SourceFilter};
 
 use super::warnings::{Reason, Warnings};
 
@@ -133,13 +133,13 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("auth-keepalive-timeout", Unsupported),
         ("enable-global-auth", Unsupported),
         ("satisfy", Unsupported),
-        ("enable-cors", Unsupported),
-        ("cors-allow-origin", Unsupported),
-        ("cors-allow-methods", Unsupported),
-        ("cors-allow-headers", Unsupported),
-        ("cors-allow-credentials", Unsupported),
-        ("cors-max-age", Unsupported),
-        ("cors-expose-headers", Unsupported),
+        ("enable-cors", Supported),
+        ("cors-allow-origin", Supported),
+        ("cors-allow-methods", Supported),
+        ("cors-allow-headers", Supported),
+        ("cors-allow-credentials", Supported),
+        ("cors-max-age", Supported),
+        ("cors-expose-headers", Supported),
         // Traffic.
         ("canary", Unsupported),
         ("canary-weight", Unsupported),
@@ -290,6 +290,7 @@ pub(crate) fn parse(
     parsed.policy.max_body_bytes = ctx.value("proxy-body-size", values::size);
     parsed.policy.source = ctx.source_filter();
     parsed.policy.rewrite_target = ctx.value("rewrite-target", values::rewrite_target);
+    parsed.policy.cors = ctx.cors();
     let use_regex = ctx.value("use-regex", values::boolean).unwrap_or(false);
     parsed.regex_paths = use_regex || parsed.policy.rewrite_target.is_some();
     if !fail_closed.is_empty() {
@@ -351,6 +352,43 @@ impl Ctx<'_, '_> {
             return Some(Redirect { location, code: temporal_code.unwrap_or(302) });
         }
         permanent.map(|location| Redirect { location, code: permanent_code.unwrap_or(301) })
+    }
+
+    /// `enable-cors` and the `cors-*` settings, with ingress-nginx's defaults. Without
+    /// `enable-cors: "true"` the settings do nothing, which is said.
+    fn cors(&mut self) -> Option<Cors> {
+        const SETTINGS: [&str; 6] = [
+            "cors-allow-origin",
+            "cors-allow-methods",
+            "cors-allow-headers",
+            "cors-allow-credentials",
+            "cors-max-age",
+            "cors-expose-headers",
+        ];
+        if !self.value("enable-cors", values::boolean).unwrap_or(false) {
+            for name in SETTINGS {
+                if let Some((key, _)) = self.reader.get(name) {
+                    self.warnings.warn(
+                        self.ingress,
+                        Reason::InvalidAnnotation,
+                        format!("metadata.annotations[{key}]: has no effect without enable-cors: \"true\""),
+                    );
+                }
+            }
+            return None;
+        }
+        Some(Cors {
+            allow_origins: self.value("cors-allow-origin", values::cors_origins).unwrap_or_else(|| vec!["*".into()]),
+            allow_methods: self
+                .value("cors-allow-methods", values::cors_methods)
+                .unwrap_or_else(|| "GET, PUT, POST, DELETE, PATCH, OPTIONS".into()),
+            allow_headers: self.value("cors-allow-headers", values::cors_headers).unwrap_or_else(|| {
+                "DNT,Keep-Alive,User-Agent,X-Requested-With,If-Modified-Since,Cache-Control,Content-Type,Range,Authorization".into()
+            }),
+            expose_headers: self.value("cors-expose-headers", values::cors_headers).unwrap_or_default(),
+            allow_credentials: self.value("cors-allow-credentials", values::boolean).unwrap_or(true),
+            max_age: self.value("cors-max-age", values::seconds).unwrap_or(1_728_000),
+        })
     }
 
     /// `allowlist-source-range` (or its old name `whitelist-source-range`) and

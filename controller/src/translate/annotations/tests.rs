@@ -158,3 +158,31 @@ fn catalogue_has_no_duplicates() {
     names.dedup();
     assert_eq!(before, names.len());
 }
+
+#[test]
+fn cors_defaults_and_settings() {
+    let (p, w) = one("enable-cors", "true");
+    assert!(w.is_empty(), "{w:?}");
+    let cors = p.cors.unwrap();
+    assert_eq!(cors.allow_origins, ["*"]);
+    assert_eq!(cors.allow_methods, "GET, PUT, POST, DELETE, PATCH, OPTIONS");
+    assert!(cors.allow_credentials);
+    assert_eq!(cors.max_age, 1_728_000);
+
+    let (p, w) = parse_all(&[
+        (&nginx("enable-cors"), "true"),
+        (&nginx("cors-allow-origin"), "https://app.example.com"),
+        (&nginx("cors-allow-credentials"), "false"),
+        (&nginx("cors-max-age"), "soon"),
+    ]);
+    let cors = p.cors.unwrap();
+    assert_eq!(cors.allow_origins, ["https://app.example.com"]);
+    assert!(!cors.allow_credentials);
+    assert_eq!(cors.max_age, 1_728_000, "an invalid max age keeps the default");
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+
+    let (p, w) = one("cors-allow-origin", "https://app.example.com");
+    assert_eq!(p.cors, None);
+    assert_eq!(reasons(&w), [(Severity::Warning, Reason::InvalidAnnotation)]);
+    assert!(w[0].message.contains("no effect without enable-cors"), "{}", w[0].message);
+}

@@ -46,6 +46,67 @@ pub(super) fn rewrite_target(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// CORS origins, comma-separated: `*`, `https://app.example.com[:port]` or
+/// `https://*.example.com[:port]`.
+pub(super) fn cors_origins(s: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for origin in s.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+        if origin == "*" {
+            out.push(origin.to_string());
+            continue;
+        }
+        let (scheme, rest) = origin
+            .split_once("://")
+            .ok_or_else(|| format!("origin {origin:?} has no scheme (https://...)"))?;
+        if !matches!(scheme, "http" | "https") {
+            return Err(format!("origin {origin:?}: only http and https origins"));
+        }
+        let host = rest.strip_prefix("*.").unwrap_or(rest);
+        let host = match host.rsplit_once(':') {
+            Some((h, port)) if port.parse::<u16>().is_ok() => h,
+            _ => host,
+        };
+        let valid = !host.is_empty()
+            && host
+                .split('.')
+                .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
+        if !valid {
+            return Err(format!("origin {origin:?} is not scheme://host[:port] (a leading *. is allowed)"));
+        }
+        out.push(origin.to_ascii_lowercase());
+    }
+    if out.is_empty() {
+        return Err("no origin given".into());
+    }
+    Ok(out)
+}
+
+/// A comma-separated list of method names (`GET, PUT`).
+pub(super) fn cors_methods(s: &str) -> Result<String, String> {
+    token_list(s, |b| b.is_ascii_alphabetic(), "method names")
+}
+
+/// A comma-separated list of header names (`Content-Type, X-Custom`), or `*`.
+pub(super) fn cors_headers(s: &str) -> Result<String, String> {
+    if s == "*" {
+        return Ok(s.to_string());
+    }
+    token_list(s, |b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_', "header names")
+}
+
+fn token_list(s: &str, ok: impl Fn(u8) -> bool, what: &str) -> Result<String, String> {
+    let items: Vec<&str> = s.split(',').map(str::trim).collect();
+    if items.iter().any(|i| i.is_empty() || !i.bytes().all(&ok)) {
+        return Err(format!("expected a comma-separated list of {what}"));
+    }
+    Ok(items.join(", "))
+}
+
+/// A whole number of seconds.
+pub(super) fn seconds(s: &str) -> Result<u32, String> {
+    s.parse().map_err(|_| "expected a whole number of seconds".to_string())
+}
+
 /// A redirect status: 300 to 308.
 pub(super) fn redirect_code(s: &str) -> Result<u16, String> {
     match s.parse::<u16>() {
@@ -193,6 +254,23 @@ mod tests {
         for bad in ["$1", "https://x/", "/$host", "/a b", "/$", "/${x}"] {
             assert!(rewrite_target(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn cors_values() {
+        assert_eq!(
+            cors_origins("https://App.example.com, https://*.shop.example:8443 ,*").unwrap(),
+            ["https://app.example.com", "https://*.shop.example:8443", "*"]
+        );
+        for bad in ["app.example.com", "ftp://x.example", "https://", "https://a b", " , "] {
+            assert!(cors_origins(bad).is_err(), "{bad}");
+        }
+        assert_eq!(cors_methods("GET,PUT , POST").unwrap(), "GET, PUT, POST");
+        assert!(cors_methods("GET;DROP").is_err());
+        assert_eq!(cors_headers("X-Custom,Content-Type").unwrap(), "X-Custom, Content-Type");
+        assert!(cors_headers("X-A\r\nX-B").is_err());
+        assert_eq!(seconds("600"), Ok(600));
+        assert!(seconds("-1").is_err());
     }
 
     #[test]
