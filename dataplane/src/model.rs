@@ -225,6 +225,14 @@ pub struct RoutePolicy {
     /// proxy, CORS headers added to responses for allowed origins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cors: Option<Cors>,
+    /// Time from sending the request to the upstream's response head, in milliseconds
+    /// (`proxy-read-timeout`); `None` keeps the proxy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_timeout_ms: Option<u64>,
+    /// Endpoints tried in all when connecting fails (`proxy-next-upstream-tries`; `0` means
+    /// every endpoint, at most 8); `None` keeps the proxy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_tries: Option<u32>,
 }
 
 /// CORS settings of a route, with ingress-nginx's defaults filled in by translation.

@@ -51,6 +51,10 @@ pub struct CompiledPolicy {
     rewrite: Option<Rewrite>,
     /// CORS, when enabled.
     pub cors: Option<CompiledCors>,
+    /// The response-head timeout, when the route sets one.
+    pub read_timeout: Option<std::time::Duration>,
+    /// Endpoints tried in all, when the route sets it (`0`: all).
+    pub connect_tries: Option<u32>,
 }
 
 /// `rewrite-target`: the route's regex (for its captures) and the target.
@@ -114,6 +118,8 @@ impl CompiledPolicy {
                 (None, _) => None,
             },
             cors: policy.cors.as_ref().map(CompiledCors::compile).transpose()?,
+            read_timeout: policy.read_timeout_ms.map(std::time::Duration::from_millis),
+            connect_tries: policy.connect_tries,
         }))
     }
 

@@ -229,3 +229,32 @@ async fn cors_preflight_and_response_headers() {
     let r = p.get("api.test", "/items").await;
     assert!(!r.headers.contains_key("access-control-allow-origin"), "no Origin, no CORS headers");
 }
+
+#[tokio::test]
+async fn read_timeout_and_tries_per_route() {
+    let e = echo("e").await;
+    let (dead1, dead2) = (dead_addr().await, dead_addr().await);
+    let slow = RoutePolicy { read_timeout_ms: Some(200), ..RoutePolicy::default() };
+    let p = proxy(
+        table()
+            .host("a.test")
+            .prefix("/slow", &to(&e))
+            .policy(slow)
+            .prefix("/", &to(&e))
+            .host("b.test")
+            .prefix("/one-try", &backend("flaky", &[dead1, dead2, e.addr]))
+            .policy(RoutePolicy { connect_tries: Some(1), ..RoutePolicy::default() })
+            .build(),
+    )
+    .await;
+    let delayed = |path: &str| p.req("a.test", path).header("x-echo-delay-ms", "1000").body(empty()).unwrap();
+    p.send(delayed("/slow")).await.assert_local(504);
+    // The proxy's own timeout (10 s in tests) still applies elsewhere.
+    assert_eq!(p.send(delayed("/other")).await.name(), "e");
+    // One try: a dead endpoint is not retried on another, so some requests fail with 502.
+    let mut statuses = std::collections::BTreeSet::new();
+    for _ in 0..6 {
+        statuses.insert(p.get("b.test", "/one-try").await.status.as_u16());
+    }
+    assert!(statuses.contains(&502), "{statuses:?}");
+}

@@ -187,7 +187,13 @@ impl ConnCtx {
             None => parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
         };
         let clients = &self.proxy.inner.clients;
-        let max_tries = config.connect_tries.clamp(1, balancer.endpoints().len().min(MAX_TRIES));
+        let tries_wanted = match policy.and_then(|p| p.connect_tries) {
+            Some(0) => MAX_TRIES,
+            Some(n) => n as usize,
+            None => config.connect_tries,
+        };
+        let max_tries = tries_wanted.clamp(1, balancer.endpoints().len().min(MAX_TRIES));
+        let head_timeout = policy.and_then(|p| p.read_timeout).unwrap_or(config.upstream_timeout);
         // The head is kept for a retry only when another endpoint could be tried.
         let retry_head = (max_tries > 1).then(|| (parts.method.clone(), parts.headers.clone()));
         let (mut slot, body) = BodySlot::new(body, body_limit);
@@ -216,9 +222,7 @@ impl ConnCtx {
             let attempt = Request::from_parts(parts, body);
             let started = Instant::now();
 
-            let sent =
-                tokio::time::timeout(config.upstream_timeout, clients.send(protocol, endpoint, attempt))
-                    .await;
+            let sent = tokio::time::timeout(head_timeout, clients.send(protocol, endpoint, attempt)).await;
             let (timed_out, error) = match sent {
                 Ok(Ok(resp)) => {
                     let status = resp.status();

@@ -89,10 +89,10 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("proxy-body-size", Supported),
         ("client-body-buffer-size", Unsupported),
         ("proxy-connect-timeout", Unsupported),
-        ("proxy-read-timeout", Unsupported),
+        ("proxy-read-timeout", Supported),
         ("proxy-send-timeout", Unsupported),
         ("proxy-next-upstream", Unsupported),
-        ("proxy-next-upstream-tries", Unsupported),
+        ("proxy-next-upstream-tries", Supported),
         ("proxy-next-upstream-timeout", Unsupported),
         ("proxy-buffering", Unsupported),
         ("proxy-buffers-number", Unsupported),
@@ -291,6 +291,8 @@ pub(crate) fn parse(
     parsed.policy.source = ctx.source_filter();
     parsed.policy.rewrite_target = ctx.value("rewrite-target", values::rewrite_target);
     parsed.policy.cors = ctx.cors();
+    parsed.policy.read_timeout_ms = ctx.value("proxy-read-timeout", values::timeout_ms);
+    parsed.policy.connect_tries = ctx.value("proxy-next-upstream-tries", values::tries);
     let use_regex = ctx.value("use-regex", values::boolean).unwrap_or(false);
     parsed.regex_paths = use_regex || parsed.policy.rewrite_target.is_some();
     if !fail_closed.is_empty() {

@@ -186,3 +186,14 @@ fn cors_defaults_and_settings() {
     assert_eq!(reasons(&w), [(Severity::Warning, Reason::InvalidAnnotation)]);
     assert!(w[0].message.contains("no effect without enable-cors"), "{}", w[0].message);
 }
+
+#[test]
+fn timeouts_and_tries() {
+    let (p, w) =
+        parse_all(&[(&nginx("proxy-read-timeout"), "120"), (&nginx("proxy-next-upstream-tries"), "5")]);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!((p.read_timeout_ms, p.connect_tries), (Some(120_000), Some(5)));
+    let (p, w) = one("proxy-read-timeout", "forever");
+    assert_eq!(p.read_timeout_ms, None);
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+}

@@ -107,6 +107,31 @@ pub(super) fn seconds(s: &str) -> Result<u32, String> {
     s.parse().map_err(|_| "expected a whole number of seconds".to_string())
 }
 
+/// An nginx timeout: seconds (`60`), or with a unit (`500ms`, `30s`, `5m`, `1h`); 1 ms to 1 day.
+pub(super) fn timeout_ms(s: &str) -> Result<u64, String> {
+    let err = || "expected seconds (60) or a duration such as 500ms, 30s, 5m".to_string();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| err())?;
+    let ms = match unit {
+        "" | "s" => n.checked_mul(1000),
+        "ms" => Some(n),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        _ => return Err(err()),
+    }
+    .ok_or_else(err)?;
+    if ms == 0 || ms > 86_400_000 {
+        return Err("must be between 1ms and 1 day".into());
+    }
+    Ok(ms)
+}
+
+/// `proxy-next-upstream-tries`: a whole number, `0` for every endpoint.
+pub(super) fn tries(s: &str) -> Result<u32, String> {
+    s.parse().map_err(|_| "expected a whole number (0 for every endpoint)".to_string())
+}
+
 /// A redirect status: 300 to 308.
 pub(super) fn redirect_code(s: &str) -> Result<u16, String> {
     match s.parse::<u16>() {
@@ -271,6 +296,18 @@ mod tests {
         assert!(cors_headers("X-A\r\nX-B").is_err());
         assert_eq!(seconds("600"), Ok(600));
         assert!(seconds("-1").is_err());
+    }
+
+    #[test]
+    fn timeouts() {
+        assert_eq!(timeout_ms("60"), Ok(60_000));
+        assert_eq!(timeout_ms("500ms"), Ok(500));
+        assert_eq!(timeout_ms("2m"), Ok(120_000));
+        for bad in ["", "0", "1.5", "10d", "-1", "2h30m"] {
+            assert!(timeout_ms(bad).is_err(), "{bad}");
+        }
+        assert_eq!(tries("0"), Ok(0));
+        assert!(tries("many").is_err());
     }
 
     #[test]
