@@ -8,4 +8,5 @@ pub mod echo;
 pub mod model;
 pub mod policy;
 pub mod proxy;
+pub mod ratelimit;
 pub mod router;

@@ -233,6 +233,28 @@ pub struct RoutePolicy {
     /// every endpoint, at most 8); `None` keeps the proxy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_tries: Option<u32>,
+    /// Request rate limits per client address (`limit-rps`, `limit-rpm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// Request rate limits per client address; requests past them get `status` at once.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    /// Requests per second (`limit-rps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rps: Option<u32>,
+    /// Requests per minute (`limit-rpm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rpm: Option<u32>,
+    /// Burst allowed, as a multiple of the rate (`limit-burst-multiplier`, 5 by default).
+    pub burst_multiplier: u32,
+    /// Clients never limited (`limit-allowlist`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exempt: Vec<IpNet>,
+    /// The status of refused requests: 503 (ingress-nginx's default) or 429.
+    pub status: u16,
 }
 
 /// CORS settings of a route, with ingress-nginx's defaults filled in by translation.

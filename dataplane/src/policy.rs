@@ -8,11 +8,13 @@
 //! (the access phase).
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use http::{HeaderValue, StatusCode};
 
 use crate::cors::{CompiledCors, InvalidCors};
-use crate::model::{RoutePolicy, SourceFilter};
+use crate::model::{ObjectRef, RoutePolicy, SourceFilter};
+use crate::ratelimit::{Limiter, LimiterCache};
 
 /// A policy that cannot be compiled (translation validates first; this guards hand-made tables).
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +57,8 @@ pub struct CompiledPolicy {
     pub read_timeout: Option<std::time::Duration>,
     /// Endpoints tried in all, when the route sets it (`0`: all).
     pub connect_tries: Option<u32>,
+    /// The rate limiter shared by the routes of this route's Ingress.
+    pub rate_limit: Option<Arc<Limiter>>,
 }
 
 /// `rewrite-target`: the route's regex (for its captures) and the target.
@@ -77,10 +81,13 @@ pub enum Verdict {
 
 impl CompiledPolicy {
     /// Compiles `policy`; `None` for an empty one, so that most routes cost nothing. `path_regex`
-    /// is the route's compiled path when it is a regex (rewrites capture from it).
+    /// is the route's compiled path when it is a regex (rewrites capture from it); rate limiters
+    /// come from `limiters`, keyed by the route's `origin`.
     pub fn compile(
         policy: &RoutePolicy,
         path_regex: Option<&regex::Regex>,
+        origin: &ObjectRef,
+        limiters: &LimiterCache,
     ) -> Result<Option<CompiledPolicy>, PolicyError> {
         if policy.is_empty() {
             return Ok(None);
@@ -120,6 +127,7 @@ impl CompiledPolicy {
             cors: policy.cors.as_ref().map(CompiledCors::compile).transpose()?,
             read_timeout: policy.read_timeout_ms.map(std::time::Duration::from_millis),
             connect_tries: policy.connect_tries,
+            rate_limit: policy.rate_limit.as_ref().and_then(|l| limiters.get(origin, l)),
         }))
     }
 
@@ -192,13 +200,21 @@ mod tests {
     use super::*;
     use crate::model::Redirect;
 
+    fn origin() -> ObjectRef {
+        ObjectRef::new("ns", "ing")
+    }
+
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
     }
 
     #[test]
     fn empty_policy_compiles_to_nothing() {
-        assert!(CompiledPolicy::compile(&RoutePolicy::default(), None).unwrap().is_none());
+        assert!(
+            CompiledPolicy::compile(&RoutePolicy::default(), None, &origin(), &LimiterCache::default())
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
@@ -209,14 +225,14 @@ mod tests {
             source: SourceFilter { allow: vec![], deny: vec!["10.0.0.0/8".parse().unwrap()] },
             ..RoutePolicy::default()
         };
-        let p = CompiledPolicy::compile(&policy, None).unwrap().unwrap();
+        let p = CompiledPolicy::compile(&policy, None, &origin(), &LimiterCache::default()).unwrap().unwrap();
         assert_eq!(p.body_limit(None), Some(10));
         let redirect =
             Verdict::Redirect(StatusCode::PERMANENT_REDIRECT, "https://new.example.com/".parse().unwrap());
         assert_eq!(p.check(ip("10.1.1.1"), "/"), Some(redirect));
 
         let policy = RoutePolicy { redirect: None, ..policy };
-        let p = CompiledPolicy::compile(&policy, None).unwrap().unwrap();
+        let p = CompiledPolicy::compile(&policy, None, &origin(), &LimiterCache::default()).unwrap().unwrap();
         assert_eq!(p.check(ip("10.1.1.1"), "/"), Some(Verdict::Forbidden));
         assert_eq!(p.check(ip("192.0.2.1"), "/"), None);
     }
@@ -224,7 +240,7 @@ mod tests {
     #[test]
     fn app_root_only_for_the_root() {
         let policy = RoutePolicy { app_root: Some("/app".into()), ..RoutePolicy::default() };
-        let p = CompiledPolicy::compile(&policy, None).unwrap().unwrap();
+        let p = CompiledPolicy::compile(&policy, None, &origin(), &LimiterCache::default()).unwrap().unwrap();
         assert_eq!(
             p.check(ip("127.0.0.1"), "/"),
             Some(Verdict::Redirect(StatusCode::FOUND, HeaderValue::from_static("/app")))
@@ -235,10 +251,12 @@ mod tests {
     #[test]
     fn body_limits() {
         let unlimited = RoutePolicy { max_body_bytes: Some(0), ..RoutePolicy::default() };
-        let p = CompiledPolicy::compile(&unlimited, None).unwrap().unwrap();
+        let p =
+            CompiledPolicy::compile(&unlimited, None, &origin(), &LimiterCache::default()).unwrap().unwrap();
         assert_eq!(p.body_limit(Some(5)), None);
         let forwarded = RoutePolicy { forwarded_prefix: Some("/x".into()), ..RoutePolicy::default() };
-        let p = CompiledPolicy::compile(&forwarded, None).unwrap().unwrap();
+        let p =
+            CompiledPolicy::compile(&forwarded, None, &origin(), &LimiterCache::default()).unwrap().unwrap();
         assert_eq!(p.body_limit(Some(5)), Some(5));
     }
 
@@ -247,17 +265,30 @@ mod tests {
         let re = regex::Regex::new("^(?:(?i)/something(/|$)(.*))").unwrap();
         let policy =
             |target: &str| RoutePolicy { rewrite_target: Some(target.into()), ..RoutePolicy::default() };
-        let p = CompiledPolicy::compile(&policy("/$2"), Some(&re)).unwrap().unwrap();
+        let p = CompiledPolicy::compile(&policy("/$2"), Some(&re), &origin(), &LimiterCache::default())
+            .unwrap()
+            .unwrap();
         assert_eq!(p.rewrite("/something/new", None).as_deref(), Some("/new"));
         assert_eq!(p.rewrite("/something", None).as_deref(), Some("/"));
         assert_eq!(p.rewrite("/Something/a/b", Some("x=1")).as_deref(), Some("/a/b?x=1"));
-        let p = CompiledPolicy::compile(&policy("/v2/${2}/$9$x"), Some(&re)).unwrap().unwrap();
+        let p =
+            CompiledPolicy::compile(&policy("/v2/${2}/$9$x"), Some(&re), &origin(), &LimiterCache::default())
+                .unwrap()
+                .unwrap();
         assert_eq!(p.rewrite("/something/a", None).as_deref(), Some("/v2/a/$x"));
-        let p = CompiledPolicy::compile(&policy("/new?from=old"), Some(&re)).unwrap().unwrap();
+        let p =
+            CompiledPolicy::compile(&policy("/new?from=old"), Some(&re), &origin(), &LimiterCache::default())
+                .unwrap()
+                .unwrap();
         assert_eq!(p.rewrite("/something/a", Some("x=1")).as_deref(), Some("/new?from=old&x=1"));
-        let p = CompiledPolicy::compile(&policy("/new?"), Some(&re)).unwrap().unwrap();
+        let p = CompiledPolicy::compile(&policy("/new?"), Some(&re), &origin(), &LimiterCache::default())
+            .unwrap()
+            .unwrap();
         assert_eq!(p.rewrite("/something/a", Some("x=1")).as_deref(), Some("/new"));
-        assert!(matches!(CompiledPolicy::compile(&policy("/"), None), Err(PolicyError::RewriteWithoutRegex)));
+        assert!(matches!(
+            CompiledPolicy::compile(&policy("/"), None, &origin(), &LimiterCache::default()),
+            Err(PolicyError::RewriteWithoutRegex)
+        ));
     }
 
     #[test]
@@ -266,8 +297,14 @@ mod tests {
             redirect: Some(Redirect { location: "https://x/".into(), code: 200 }),
             ..RoutePolicy::default()
         };
-        assert!(matches!(CompiledPolicy::compile(&bad, None), Err(PolicyError::RedirectCode(200))));
+        assert!(matches!(
+            CompiledPolicy::compile(&bad, None, &origin(), &LimiterCache::default()),
+            Err(PolicyError::RedirectCode(200))
+        ));
         let bad = RoutePolicy { upstream_host: Some("a\nb".into()), ..RoutePolicy::default() };
-        assert!(matches!(CompiledPolicy::compile(&bad, None), Err(PolicyError::HeaderValue { .. })));
+        assert!(matches!(
+            CompiledPolicy::compile(&bad, None, &origin(), &LimiterCache::default()),
+            Err(PolicyError::HeaderValue { .. })
+        ));
     }
 }

@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use crate::model::{BackendId, HostMatch, ObjectRef, PathMatch, RouteAction, RouteTable};
 use crate::policy::{CompiledPolicy, PolicyError};
+use crate::ratelimit::LimiterCache;
 
 /// Errors compiling a [`RouteTable`].
 #[derive(Debug, thiserror::Error)]
@@ -129,6 +130,11 @@ pub fn compile_path_regex(pattern: &str) -> std::result::Result<regex::Regex, re
 impl Router {
     /// Compiles a table. Fails on references to unknown backends, bad regexes, duplicate hosts.
     pub fn compile(table: &RouteTable) -> Result<Router> {
+        Router::compile_with(table, &LimiterCache::default())
+    }
+
+    /// [`Router::compile`], reusing the live rate limiters of `limiters`.
+    pub fn compile_with(table: &RouteTable, limiters: &LimiterCache) -> Result<Router> {
         let backend_ids: Vec<BackendId> = table.backends.keys().cloned().collect();
         let index: HashMap<&BackendId, BackendIdx> =
             backend_ids.iter().enumerate().map(|(i, id)| (id, BackendIdx(i as u32))).collect();
@@ -166,9 +172,12 @@ impl Router {
                     }
                     _ => None,
                 };
-                let policy = CompiledPolicy::compile(&route.policy, regex.as_ref()).map_err(|source| {
-                    CompileError::InvalidPolicy { host: vh.host.clone(), path: route.path.clone(), source }
-                })?;
+                let policy = CompiledPolicy::compile(&route.policy, regex.as_ref(), &route.origin, limiters)
+                    .map_err(|source| CompileError::InvalidPolicy {
+                        host: vh.host.clone(),
+                        path: route.path.clone(),
+                        source,
+                    })?;
                 let idx = compiled.routes.len();
                 compiled.routes.push(CompiledRoute {
                     backend,

@@ -258,3 +258,52 @@ async fn read_timeout_and_tries_per_route() {
     }
     assert!(statuses.contains(&502), "{statuses:?}");
 }
+
+#[tokio::test]
+async fn rate_limits_after_the_burst_and_survive_a_publish() {
+    use weir_dataplane::model::RateLimit;
+    let e = echo("e").await;
+    let limited = |status: u16, exempt: &str| RoutePolicy {
+        rate_limit: Some(RateLimit {
+            rps: Some(1),
+            rpm: None,
+            burst_multiplier: 2,
+            exempt: exempt.split(',').filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect(),
+            status,
+        }),
+        ..RoutePolicy::default()
+    };
+    let build = || {
+        table()
+            .host("a.test")
+            .prefix("/", &to(&e))
+            .policy(limited(503, ""))
+            .host("b.test")
+            .prefix("/", &to(&e))
+            .policy(limited(429, ""))
+            .host("c.test")
+            .prefix("/", &to(&e))
+            .policy(limited(503, "127.0.0.0/8"))
+            .build()
+    };
+    let p = proxy(build()).await;
+    // 1 r/s with a burst of 2: three pass at once, the next is refused at once.
+    for _ in 0..3 {
+        assert_eq!(p.get("a.test", "/").await.name(), "e");
+    }
+    p.get("a.test", "/").await.assert_local(503);
+    for _ in 0..3 {
+        assert_eq!(p.get("b.test", "/").await.name(), "e");
+    }
+    p.get("b.test", "/").await.assert_local(429);
+    // Publishing the same limits again does not reset them.
+    p.proxy.publish(build()).unwrap();
+    p.get("a.test", "/").await.assert_local(503);
+    // Exempt clients are never limited.
+    for _ in 0..10 {
+        assert_eq!(p.get("c.test", "/").await.name(), "e");
+    }
+    // After a second, one more request passes.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(p.get("a.test", "/").await.name(), "e");
+}

@@ -58,6 +58,9 @@ pub enum ProxyError {
     /// The request body is larger than the route allows.
     #[error("request body too large")]
     PayloadTooLarge,
+    /// The client passed the route's rate limit; the status is 503 or 429.
+    #[error("rate limited")]
+    RateLimited(StatusCode),
     /// The route's rewrite produced a path that is not a valid request target.
     #[error("rewrite produced an invalid path")]
     BadRewrite,
@@ -67,9 +70,10 @@ impl ProxyError {
     /// Where the error came from.
     pub fn source_kind(&self) -> ErrorSource {
         match self {
-            ProxyError::NoHost | ProxyError::Forbidden | ProxyError::PayloadTooLarge => {
-                ErrorSource::Downstream
-            }
+            ProxyError::NoHost
+            | ProxyError::Forbidden
+            | ProxyError::PayloadTooLarge
+            | ProxyError::RateLimited(_) => ErrorSource::Downstream,
             ProxyError::NoRoute | ProxyError::BadUpstreamAddress | ProxyError::BadRewrite => {
                 ErrorSource::Internal
             }
@@ -91,6 +95,7 @@ impl ProxyError {
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::BadRewrite => StatusCode::INTERNAL_SERVER_ERROR,
+            ProxyError::RateLimited(status) => *status,
             ProxyError::BadUpstreamAddress
             | ProxyError::Connect(_)
             | ProxyError::UnexpectedSwitch
@@ -112,6 +117,7 @@ pub(super) fn local_response(status: StatusCode, request_id: HeaderValue) -> Res
         StatusCode::BAD_REQUEST => "400 Bad Request\n",
         StatusCode::FORBIDDEN => "403 Forbidden\n",
         StatusCode::PAYLOAD_TOO_LARGE => "413 Payload Too Large\n",
+        StatusCode::TOO_MANY_REQUESTS => "429 Too Many Requests\n",
         StatusCode::NOT_FOUND => "404 Not Found\n",
         StatusCode::BAD_GATEWAY => "502 Bad Gateway\n",
         StatusCode::SERVICE_UNAVAILABLE => "503 Service Unavailable\n",
@@ -141,6 +147,7 @@ mod tests {
             (ProxyError::NoRoute, 404, ErrorSource::Internal),
             (ProxyError::Forbidden, 403, ErrorSource::Downstream),
             (ProxyError::PayloadTooLarge, 413, ErrorSource::Downstream),
+            (ProxyError::RateLimited(StatusCode::TOO_MANY_REQUESTS), 429, ErrorSource::Downstream),
             (ProxyError::NoEndpoints, 503, ErrorSource::Upstream),
             (ProxyError::Connect("refused".into()), 502, ErrorSource::Upstream),
             (ProxyError::Upstream("reset".into()), 502, ErrorSource::Upstream),
@@ -155,7 +162,7 @@ mod tests {
 
     #[tokio::test]
     async fn local_responses_have_one_shape() {
-        for status in [301, 302, 303, 307, 308, 400, 403, 404, 413, 502, 503, 504] {
+        for status in [301, 302, 303, 307, 308, 400, 403, 404, 413, 429, 502, 503, 504] {
             let status = StatusCode::from_u16(status).unwrap();
             let resp = local_response(status, HeaderValue::from_static("id-1"));
             assert_eq!(resp.status(), status);

@@ -131,6 +131,11 @@ impl ConnCtx {
             cors.add_headers(headers, origin.clone(), true);
             return Ok(resp);
         }
+        if let Some(limiter) = policy.and_then(|p| p.rate_limit.as_ref())
+            && !limiter.allow(self.peer.ip(), Instant::now())
+        {
+            return Err(ProxyError::RateLimited(limiter.status));
+        }
         if let Some(policy) = policy {
             match policy.check(self.peer.ip(), req.uri().path()) {
                 Some(Verdict::Redirect(code, location)) => {

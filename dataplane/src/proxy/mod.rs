@@ -18,6 +18,7 @@ use arc_swap::ArcSwap;
 
 use crate::balance::{Balancer, Registry};
 use crate::model::RouteTable;
+use crate::ratelimit::LimiterCache;
 use crate::router::{CompileError, Router};
 
 mod client;
@@ -77,6 +78,8 @@ struct Inner {
     state: ArcSwap<Compiled>,
     publisher: Mutex<Publisher>,
     clients: client::Clients,
+    /// Rate limiters, kept across publishes.
+    limiters: LimiterCache,
 }
 
 /// Only touched by `publish`, serialized by its mutex.
@@ -107,6 +110,7 @@ impl Proxy {
                 state: ArcSwap::from_pointee(empty),
                 publisher: Mutex::new(Publisher::default()),
                 clients,
+                limiters: LimiterCache::default(),
             }),
         }
     }
@@ -115,7 +119,7 @@ impl Proxy {
     /// On error the live table is unchanged. Requests in flight finish on the table they started
     /// with; balancer state of backends that still exist is carried over.
     pub fn publish(&self, mut table: RouteTable) -> Result<u64, CompileError> {
-        let router = Router::compile(&table)?;
+        let router = Router::compile_with(&table, &self.inner.limiters)?;
         // Serializes publishers (versions stay monotonic, registry updates don't interleave);
         // requests never take this lock.
         let mut publisher = self.inner.publisher.lock().unwrap_or_else(|poisoned| poisoned.into_inner());

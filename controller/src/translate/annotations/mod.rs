@@ -18,7 +18,7 @@ mod values;
 
 use std::collections::BTreeMap;
 
-use weir_dataplane::model::{Cors, IpNet, ObjectRef, Redirect, RoutePolicy, SourceFilter};
+use weir_dataplane::model::{Cors, IpNet, ObjectRef, RateLimit, Redirect, RoutePolicy, SourceFilter};
 
 use super::warnings::{Reason, Warnings};
 
@@ -101,12 +101,12 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("proxy-request-buffering", Unsupported),
         ("proxy-http-version", Unsupported),
         ("connection-proxy-header", Unsupported),
-        ("limit-rps", Unsupported),
-        ("limit-rpm", Unsupported),
+        ("limit-rps", Supported),
+        ("limit-rpm", Supported),
         ("limit-connections", Unsupported),
-        ("limit-burst-multiplier", Unsupported),
-        ("limit-whitelist", Unsupported),
-        ("limit-allowlist", Unsupported),
+        ("limit-burst-multiplier", Supported),
+        ("limit-whitelist", Supported),
+        ("limit-allowlist", Supported),
         ("limit-rate", Unsupported),
         ("limit-rate-after", Unsupported),
         // Access.
@@ -293,6 +293,7 @@ pub(crate) fn parse(
     parsed.policy.cors = ctx.cors();
     parsed.policy.read_timeout_ms = ctx.value("proxy-read-timeout", values::timeout_ms);
     parsed.policy.connect_tries = ctx.value("proxy-next-upstream-tries", values::tries);
+    parsed.policy.rate_limit = ctx.rate_limit();
     let use_regex = ctx.value("use-regex", values::boolean).unwrap_or(false);
     parsed.regex_paths = use_regex || parsed.policy.rewrite_target.is_some();
     if !fail_closed.is_empty() {
@@ -391,6 +392,31 @@ impl Ctx<'_, '_> {
             allow_credentials: self.value("cors-allow-credentials", values::boolean).unwrap_or(true),
             max_age: self.value("cors-max-age", values::seconds).unwrap_or(1_728_000),
         })
+    }
+
+    /// `limit-rps` and `limit-rpm`, with `limit-burst-multiplier` (5) and `limit-allowlist` (or
+    /// its old name `limit-whitelist`). Refused requests get 503, ingress-nginx's default.
+    fn rate_limit(&mut self) -> Option<RateLimit> {
+        let rps = self.value("limit-rps", values::rate);
+        let rpm = self.value("limit-rpm", values::rate);
+        let burst_multiplier = self.value("limit-burst-multiplier", values::rate).unwrap_or(5);
+        let exempt = self
+            .value("limit-allowlist", values::cidr_list)
+            .or_else(|| self.value("limit-whitelist", values::cidr_list))
+            .unwrap_or_default();
+        if rps.is_none() && rpm.is_none() {
+            for name in ["limit-burst-multiplier", "limit-allowlist", "limit-whitelist"] {
+                if let Some((key, _)) = self.reader.get(name) {
+                    self.warnings.warn(
+                        self.ingress,
+                        Reason::InvalidAnnotation,
+                        format!("metadata.annotations[{key}]: has no effect without limit-rps or limit-rpm"),
+                    );
+                }
+            }
+            return None;
+        }
+        Some(RateLimit { rps, rpm, burst_multiplier, exempt, status: 503 })
     }
 
     /// `allowlist-source-range` (or its old name `whitelist-source-range`) and

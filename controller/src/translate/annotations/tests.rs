@@ -197,3 +197,24 @@ fn timeouts_and_tries() {
     assert_eq!(p.read_timeout_ms, None);
     assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
 }
+
+#[test]
+fn rate_limits() {
+    let (p, w) = parse_all(&[
+        (&nginx("limit-rps"), "10"),
+        (&nginx("limit-burst-multiplier"), "3"),
+        (&nginx("limit-whitelist"), "10.0.0.0/8"),
+    ]);
+    assert!(w.is_empty(), "{w:?}");
+    let l = p.rate_limit.unwrap();
+    assert_eq!((l.rps, l.rpm, l.burst_multiplier, l.status), (Some(10), None, 3, 503));
+    assert_eq!(l.exempt, vec!["10.0.0.0/8".parse().unwrap()]);
+    assert_eq!(one("limit-rpm", "600").0.rate_limit.unwrap().burst_multiplier, 5);
+
+    let (p, w) = one("limit-rps", "0");
+    assert_eq!(p.rate_limit, None);
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+    let (p, w) = one("limit-burst-multiplier", "2");
+    assert_eq!(p.rate_limit, None);
+    assert!(w[0].message.contains("no effect without limit-rps"), "{}", w[0].message);
+}

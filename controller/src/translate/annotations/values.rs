@@ -102,6 +102,14 @@ fn token_list(s: &str, ok: impl Fn(u8) -> bool, what: &str) -> Result<String, St
     Ok(items.join(", "))
 }
 
+/// A positive whole number (a rate or a multiplier).
+pub(super) fn rate(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("expected a whole number greater than 0".into()),
+    }
+}
+
 /// A whole number of seconds.
 pub(super) fn seconds(s: &str) -> Result<u32, String> {
     s.parse().map_err(|_| "expected a whole number of seconds".to_string())
