@@ -2,6 +2,7 @@
 //!
 //! It never depends on Kubernetes: its only input is [`model::RouteTable`].
 
+pub mod auth;
 pub mod balance;
 pub mod cors;
 pub mod echo;

@@ -236,6 +236,34 @@ pub struct RoutePolicy {
     /// Request rate limits per client address (`limit-rps`, `limit-rpm`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<RateLimit>,
+    /// HTTP Basic authentication (`auth-type: basic`); without valid credentials, 401.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basic_auth: Option<BasicAuth>,
+}
+
+/// Users allowed in by HTTP Basic authentication.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuth {
+    /// The realm of the challenge (`auth-realm`).
+    pub realm: String,
+    /// User name → htpasswd hash. Serialized as `<redacted>` so that `weir dump`, logs and
+    /// golden files never carry hashes (which invite offline guessing).
+    #[serde(serialize_with = "redact_values")]
+    pub users: BTreeMap<String, String>,
+}
+
+fn redact_values<S: Serializer>(users: &BTreeMap<String, String>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(users.keys().map(|k| (k, "<redacted>")))
+}
+
+impl fmt::Debug for BasicAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BasicAuth")
+            .field("realm", &self.realm)
+            .field("users", &self.users.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 /// Request rate limits per client address; requests past them get `status` at once.

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use http::{HeaderValue, StatusCode};
 
 use crate::cors::{CompiledCors, InvalidCors};
-use crate::model::{ObjectRef, RoutePolicy, SourceFilter};
+use crate::model::{BasicAuth, ObjectRef, RoutePolicy, SourceFilter};
 use crate::ratelimit::{Limiter, LimiterCache};
 
 /// A policy that cannot be compiled (translation validates first; this guards hand-made tables).
@@ -59,6 +59,8 @@ pub struct CompiledPolicy {
     pub connect_tries: Option<u32>,
     /// The rate limiter shared by the routes of this route's Ingress.
     pub rate_limit: Option<Arc<Limiter>>,
+    /// HTTP Basic authentication and its ready-made challenge.
+    pub basic_auth: Option<(BasicAuth, HeaderValue)>,
 }
 
 /// `rewrite-target`: the route's regex (for its captures) and the target.
@@ -128,6 +130,14 @@ impl CompiledPolicy {
             read_timeout: policy.read_timeout_ms.map(std::time::Duration::from_millis),
             connect_tries: policy.connect_tries,
             rate_limit: policy.rate_limit.as_ref().and_then(|l| limiters.get(origin, l)),
+            basic_auth: match &policy.basic_auth {
+                Some(auth) => {
+                    let realm = auth.realm.replace(['"', '\\'], "");
+                    let challenge = header("auth-realm", &Some(format!("Basic realm=\"{realm}\"")))?;
+                    challenge.map(|c| (auth.clone(), c))
+                }
+                None => None,
+            },
         }))
     }
 

@@ -307,3 +307,41 @@ async fn rate_limits_after_the_burst_and_survive_a_publish() {
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     assert_eq!(p.get("a.test", "/").await.name(), "e");
 }
+
+#[tokio::test]
+async fn basic_auth_challenge_and_success() {
+    use base64::Engine as _;
+    use weir_dataplane::model::BasicAuth;
+    let e = echo("e").await;
+    let users = [
+        ("alice", "$apr1$abcdefgh$r/p0TRuenjeL4j5EsxbGb/"), // p@ssw0rd
+        ("bob", "$2b$05$abcdefghijklmnopqrstuuKwWV7ESJpzKzf9FQg57dBvMuv92X9HS"), // letmein
+        ("carol", "{SHA}5en6G6MezRroT3XKqkdPOmY/BfQ="),     // secret
+    ];
+    let auth = BasicAuth {
+        realm: "Staff only".into(),
+        users: users.iter().map(|(u, h)| (u.to_string(), h.to_string())).collect(),
+    };
+    let p = proxy(
+        table()
+            .host("a.test")
+            .prefix("/", &to(&e))
+            .policy(RoutePolicy { basic_auth: Some(auth), ..RoutePolicy::default() })
+            .build(),
+    )
+    .await;
+    let with = |user: &str, pass: &str| {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
+        p.req("a.test", "/private").header("authorization", format!("Basic {token}")).body(empty()).unwrap()
+    };
+    let r = p.get("a.test", "/private").await;
+    r.assert_local(401);
+    assert_eq!(r.headers["www-authenticate"], "Basic realm=\"Staff only\"");
+    p.send(with("alice", "wrong")).await.assert_local(401);
+    p.send(with("mallory", "p@ssw0rd")).await.assert_local(401);
+    for (user, pass) in [("alice", "p@ssw0rd"), ("bob", "letmein"), ("carol", "secret")] {
+        let seen = p.send(with(user, pass)).await.echo();
+        assert_eq!(seen.path, "/private", "{user}");
+        assert!(seen.headers["authorization"].starts_with("Basic "), "passed on, as nginx does");
+    }
+}

@@ -99,8 +99,12 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
     let mut policies: BTreeMap<&ObjectRef, RoutePolicy> = BTreeMap::new();
     let mut regex_hosts = BTreeSet::new();
     for o in &ours {
-        let parsed =
-            annotations::parse(&o.rank.object, o.ingress.metadata.annotations.as_ref(), &mut warnings);
+        let parsed = annotations::parse(
+            &o.rank.object,
+            o.ingress.metadata.annotations.as_ref(),
+            &snapshot.secrets,
+            &mut warnings,
+        );
         if parsed.regex_paths {
             let rules = o.ingress.spec.as_ref().and_then(|s| s.rules.as_deref()).unwrap_or_default();
             regex_hosts

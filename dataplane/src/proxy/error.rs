@@ -115,6 +115,7 @@ pub(super) fn local_response(status: StatusCode, request_id: HeaderValue) -> Res
         StatusCode::TEMPORARY_REDIRECT => "307 Temporary Redirect\n",
         StatusCode::PERMANENT_REDIRECT => "308 Permanent Redirect\n",
         StatusCode::BAD_REQUEST => "400 Bad Request\n",
+        StatusCode::UNAUTHORIZED => "401 Unauthorized\n",
         StatusCode::FORBIDDEN => "403 Forbidden\n",
         StatusCode::PAYLOAD_TOO_LARGE => "413 Payload Too Large\n",
         StatusCode::TOO_MANY_REQUESTS => "429 Too Many Requests\n",
@@ -162,7 +163,7 @@ mod tests {
 
     #[tokio::test]
     async fn local_responses_have_one_shape() {
-        for status in [301, 302, 303, 307, 308, 400, 403, 404, 413, 429, 502, 503, 504] {
+        for status in [301, 302, 303, 307, 308, 400, 401, 403, 404, 413, 429, 502, 503, 504] {
             let status = StatusCode::from_u16(status).unwrap();
             let resp = local_response(status, HeaderValue::from_static("id-1"));
             assert_eq!(resp.status(), status);

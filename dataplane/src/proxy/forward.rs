@@ -24,8 +24,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::{
-    CONNECTION, CONTENT_LENGTH, HOST, HeaderMap, HeaderName, HeaderValue, LOCATION, PROXY_AUTHENTICATE,
-    PROXY_AUTHORIZATION, TE, TRANSFER_ENCODING, UPGRADE,
+    AUTHORIZATION, CONNECTION, CONTENT_LENGTH, HOST, HeaderMap, HeaderName, HeaderValue, LOCATION,
+    PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRANSFER_ENCODING, UPGRADE, WWW_AUTHENTICATE,
 };
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri, Version};
@@ -35,6 +35,7 @@ use hyper::body::Incoming;
 use super::client::{BodySlot, BodyTooLarge, SendError, UpstreamBody};
 use super::error::{ProxyError, local_response};
 use super::{Compiled, Proxy, upgrade};
+use crate::auth;
 use crate::balance::Balancer;
 use crate::model::UpstreamProtocol;
 use crate::policy::Verdict;
@@ -145,6 +146,14 @@ impl ConnCtx {
                 }
                 Some(Verdict::Forbidden) => return Err(ProxyError::Forbidden),
                 None => {}
+            }
+            // After the address rules, as nginx's access phase (`satisfy all`).
+            if let Some((auth, challenge)) = &policy.basic_auth
+                && auth::check(auth, req.headers().get(AUTHORIZATION)).await == auth::Outcome::Denied
+            {
+                let mut resp = local_response(StatusCode::UNAUTHORIZED, request_id.clone());
+                resp.headers_mut().insert(WWW_AUTHENTICATE, challenge.clone());
+                return Ok(resp);
             }
         }
 

@@ -14,11 +14,15 @@
 //! [`CATALOGUE`] is the one list of names; `docs/migrating-from-ingress-nginx.md` is checked
 //! against it by a test.
 
+mod auth;
 mod values;
 
 use std::collections::BTreeMap;
 
-use weir_dataplane::model::{Cors, IpNet, ObjectRef, RateLimit, Redirect, RoutePolicy, SourceFilter};
+use k8s_openapi::api::core::v1::Secret;
+use weir_dataplane::model::{
+    BasicAuth, Cors, IpNet, ObjectRef, RateLimit, Redirect, RoutePolicy, SourceFilter,
+};
 
 use super::warnings::{Reason, Warnings};
 
@@ -113,10 +117,10 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("whitelist-source-range", Supported),
         ("allowlist-source-range", Supported),
         ("denylist-source-range", Supported),
-        ("auth-type", UnsupportedFailClosed),
-        ("auth-secret", UnsupportedFailClosed),
-        ("auth-secret-type", Unsupported),
-        ("auth-realm", Unsupported),
+        ("auth-type", Supported),
+        ("auth-secret", Supported),
+        ("auth-secret-type", Supported),
+        ("auth-realm", Supported),
         ("auth-url", UnsupportedFailClosed),
         ("auth-method", Unsupported),
         ("auth-signin", Unsupported),
@@ -244,6 +248,7 @@ impl<'a> Reader<'a> {
 pub(crate) fn parse(
     ingress: &ObjectRef,
     annotations: Option<&BTreeMap<String, String>>,
+    secrets: &BTreeMap<ObjectRef, Secret>,
     warnings: &mut Warnings,
 ) -> Parsed {
     let mut parsed = Parsed::default();
@@ -282,7 +287,7 @@ pub(crate) fn parse(
         }
     }
 
-    let mut ctx = Ctx { ingress, reader: &reader, warnings };
+    let mut ctx = Ctx { ingress, reader: &reader, secrets, warnings };
     parsed.policy.redirect = ctx.redirect();
     parsed.policy.app_root = ctx.value("app-root", values::app_root);
     parsed.policy.forwarded_prefix = ctx.value("x-forwarded-prefix", values::header_text);
@@ -294,6 +299,11 @@ pub(crate) fn parse(
     parsed.policy.read_timeout_ms = ctx.value("proxy-read-timeout", values::timeout_ms);
     parsed.policy.connect_tries = ctx.value("proxy-next-upstream-tries", values::tries);
     parsed.policy.rate_limit = ctx.rate_limit();
+    let (basic_auth, auth_failed) = ctx.basic_auth();
+    parsed.policy.basic_auth = basic_auth;
+    if auth_failed {
+        fail_closed.push("auth-type");
+    }
     let use_regex = ctx.value("use-regex", values::boolean).unwrap_or(false);
     parsed.regex_paths = use_regex || parsed.policy.rewrite_target.is_some();
     if !fail_closed.is_empty() {
@@ -311,6 +321,7 @@ fn deny_all() -> Vec<IpNet> {
 struct Ctx<'a, 'w> {
     ingress: &'a ObjectRef,
     reader: &'a Reader<'a>,
+    secrets: &'a BTreeMap<ObjectRef, Secret>,
     warnings: &'w mut Warnings,
 }
 
@@ -392,6 +403,81 @@ impl Ctx<'_, '_> {
             allow_credentials: self.value("cors-allow-credentials", values::boolean).unwrap_or(true),
             max_age: self.value("cors-max-age", values::seconds).unwrap_or(1_728_000),
         })
+    }
+
+    /// `auth-type: basic` with `auth-secret`, `auth-secret-type` and `auth-realm`. Returns the
+    /// policy, and whether authentication was asked for but cannot be set up (then the routes
+    /// fail closed: never served unprotected).
+    fn basic_auth(&mut self) -> (Option<BasicAuth>, bool) {
+        let Some((type_key, kind)) = self.reader.get("auth-type") else {
+            for name in ["auth-secret", "auth-secret-type", "auth-realm"] {
+                if let Some((key, _)) = self.reader.get(name) {
+                    self.warnings.warn(
+                        self.ingress,
+                        Reason::InvalidAnnotation,
+                        format!("metadata.annotations[{key}]: has no effect without auth-type"),
+                    );
+                }
+            }
+            return (None, false);
+        };
+        let closed = "the routes deny every client (403) until it is fixed";
+        if kind.trim() != "basic" {
+            let why = if kind.trim() == "digest" {
+                "digest authentication is not supported (use basic over TLS)"
+            } else {
+                "expected basic"
+            };
+            self.invalid(type_key, kind, why, closed);
+            return (None, true);
+        }
+        let Some((secret_key, secret_name)) = self.reader.get("auth-secret") else {
+            self.invalid(type_key, kind, "auth-type basic needs auth-secret", closed);
+            return (None, true);
+        };
+        let map = match self.value("auth-secret-type", |v| match v {
+            "auth-file" => Ok(false),
+            "auth-map" => Ok(true),
+            _ => Err("expected auth-file or auth-map".to_string()),
+        }) {
+            Some(map) => map,
+            None if self.reader.get("auth-secret-type").is_some() => return (None, true),
+            None => false,
+        };
+        let secret_ref = match auth::secret_ref(self.ingress, secret_name.trim()) {
+            Ok(r) => r,
+            Err(why) => {
+                self.invalid(secret_key, secret_name, &why, closed);
+                return (None, true);
+            }
+        };
+        let Some(secret) = self.secrets.get(&secret_ref) else {
+            self.invalid(secret_key, secret_name, &format!("Secret {secret_ref} not found"), closed);
+            return (None, true);
+        };
+        let mut skipped = Vec::new();
+        let users = match auth::users(secret, map, &mut skipped) {
+            Ok(users) => users,
+            Err(why) => {
+                self.invalid(secret_key, secret_name, &format!("Secret {secret_ref} {why}"), closed);
+                return (None, true);
+            }
+        };
+        for why in skipped {
+            self.warnings.error(
+                self.ingress,
+                Reason::InvalidAnnotation,
+                format!(
+                    "metadata.annotations[{secret_key}]: Secret {secret_ref}: {why}; that user is ignored"
+                ),
+            );
+        }
+        if users.is_empty() {
+            self.invalid(secret_key, secret_name, &format!("Secret {secret_ref} has no usable user"), closed);
+            return (None, true);
+        }
+        let realm = self.value("auth-realm", values::header_text).unwrap_or_default();
+        (Some(auth::basic(realm, users)), false)
     }
 
     /// `limit-rps` and `limit-rpm`, with `limit-burst-multiplier` (5) and `limit-allowlist` (or

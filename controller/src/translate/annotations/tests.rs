@@ -8,8 +8,24 @@ use crate::translate::warnings::{Severity, Warning};
 fn parse_all(pairs: &[(&str, &str)]) -> (RoutePolicy, Vec<Warning>) {
     let map: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let mut warnings = Warnings::default();
-    let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &mut warnings);
+    let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &secrets(), &mut warnings);
     (parsed.policy, warnings.finish())
+}
+
+/// Secrets in namespace `ns`: `htpasswd` (auth-file) and `users` (auth-map).
+fn secrets() -> BTreeMap<ObjectRef, k8s_openapi::api::core::v1::Secret> {
+    use k8s_openapi::ByteString;
+    let secret = |pairs: &[(&str, &str)]| k8s_openapi::api::core::v1::Secret {
+        data: Some(pairs.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect()),
+        ..Default::default()
+    };
+    BTreeMap::from([
+        (
+            ObjectRef::new("ns", "htpasswd"),
+            secret(&[("auth", "alice:$apr1$abcdefgh$r/p0TRuenjeL4j5EsxbGb/\nbob:nohash\n")]),
+        ),
+        (ObjectRef::new("ns", "users"), secret(&[("carol", "{SHA}5en6G6MezRroT3XKqkdPOmY/BfQ=")])),
+    ])
 }
 
 fn nginx(name: &str) -> String {
@@ -144,10 +160,52 @@ fn snippets_refused_unsupported_warned_unknown_warned() {
 
 #[test]
 fn unsupported_auth_fails_closed() {
-    let (p, w) = parse_all(&[(&nginx("auth-type"), "basic"), (&nginx("auth-secret"), "basic-auth")]);
+    let (p, w) = parse_all(&[(&nginx("auth-url"), "http://auth.example.com/check")]);
     assert!(!p.source.permits("127.0.0.1".parse().unwrap()));
-    assert!(w.iter().all(|w| w.severity == Severity::Error && w.reason == Reason::UnsupportedAnnotation));
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::UnsupportedAnnotation)]);
     assert!(w[0].message.contains("deny every client"), "{}", w[0].message);
+}
+
+#[test]
+fn basic_auth_from_secrets() {
+    let (p, w) = parse_all(&[
+        (&nginx("auth-type"), "basic"),
+        (&nginx("auth-secret"), "htpasswd"),
+        (&nginx("auth-realm"), "Staff"),
+    ]);
+    let auth = p.basic_auth.unwrap();
+    assert_eq!(auth.realm, "Staff");
+    assert_eq!(auth.users.keys().collect::<Vec<_>>(), ["alice"]);
+    assert!(p.source.is_empty());
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)], "bob's line is reported");
+    assert!(
+        w[0].message.contains("line 2: not user:hash") || w[0].message.contains("line 2"),
+        "{}",
+        w[0].message
+    );
+
+    let (p, w) = parse_all(&[
+        (&nginx("auth-type"), "basic"),
+        (&nginx("auth-secret"), "ns/users"),
+        (&nginx("auth-secret-type"), "auth-map"),
+    ]);
+    assert_eq!(p.basic_auth.unwrap().users.keys().collect::<Vec<_>>(), ["carol"]);
+    assert!(w.is_empty(), "{w:?}");
+
+    // Whatever goes wrong, the routes fail closed.
+    for pairs in [
+        vec![(nginx("auth-type"), "basic"), (nginx("auth-secret"), "missing")],
+        vec![(nginx("auth-type"), "basic")],
+        vec![(nginx("auth-type"), "digest"), (nginx("auth-secret"), "htpasswd")],
+        vec![(nginx("auth-type"), "basic"), (nginx("auth-secret"), "other/htpasswd")],
+        vec![(nginx("auth-type"), "basic"), (nginx("auth-secret"), "users")],
+    ] {
+        let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        let (p, w) = parse_all(&pairs);
+        assert!(p.basic_auth.is_none(), "{pairs:?}");
+        assert!(!p.source.permits("127.0.0.1".parse().unwrap()), "{pairs:?} must fail closed");
+        assert!(w.iter().any(|w| w.severity == Severity::Error), "{pairs:?}: {w:?}");
+    }
 }
 
 #[test]
