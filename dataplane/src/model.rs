@@ -239,6 +239,37 @@ pub struct RoutePolicy {
     /// HTTP Basic authentication (`auth-type: basic`); without valid credentials, 401.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub basic_auth: Option<BasicAuth>,
+    /// External authentication (`auth-url` and friends): a subrequest decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_auth: Option<ExternalAuth>,
+}
+
+/// External authentication: before proxying, the proxy asks `url`; a 2xx lets the request
+/// through (copying `response_headers` from the answer into the request), 401 and 403 are
+/// returned to the client (401 becomes a redirect to `signin` when set), anything else is 500.
+///
+/// `url` and `signin` may use these variables, expanded per request: `$scheme`, `$host`
+/// (also `$http_host`, `$best_http_host`), `$request_uri`, `$escaped_request_uri`, `$uri`,
+/// `$remote_addr`. Translation rejects any other.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExternalAuth {
+    /// The authentication service (`auth-url`), an `http://` URL template.
+    pub url: String,
+    /// The subrequest's method (`auth-method`, `GET` by default).
+    pub method: String,
+    /// Where to send clients the service answered 401 for (`auth-signin`), a URL template; an
+    /// `rd` parameter with the original URL is added unless it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signin: Option<String>,
+    /// Headers of the service's 2xx answer copied into the proxied request
+    /// (`auth-response-headers`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub response_headers: Vec<String>,
+    /// Sent to the service as `X-Auth-Request-Redirect` (`auth-request-redirect`; by default
+    /// the original request URI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_redirect: Option<String>,
 }
 
 /// Users allowed in by HTTP Basic authentication.

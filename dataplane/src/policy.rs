@@ -61,6 +61,8 @@ pub struct CompiledPolicy {
     pub rate_limit: Option<Arc<Limiter>>,
     /// HTTP Basic authentication and its ready-made challenge.
     pub basic_auth: Option<(BasicAuth, HeaderValue)>,
+    /// External authentication.
+    pub external_auth: Option<crate::model::ExternalAuth>,
 }
 
 /// `rewrite-target`: the route's regex (for its captures) and the target.
@@ -138,6 +140,7 @@ impl CompiledPolicy {
                 }
                 None => None,
             },
+            external_auth: policy.external_auth.clone(),
         }))
     }
 

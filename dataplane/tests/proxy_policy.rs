@@ -345,3 +345,113 @@ async fn basic_auth_challenge_and_success() {
         assert!(seen.headers["authorization"].starts_with("Basic "), "passed on, as nginx does");
     }
 }
+
+/// A stand-in authentication service: `Bearer good` → 200 with `X-Auth-User: alice`,
+/// `Bearer banned` → 403, `Bearer broken` → 500, else 401 with a challenge. It answers
+/// `X-Original-URL` back in `X-Seen-Original` so that tests can check it.
+async fn auth_service() -> std::net::SocketAddr {
+    use http_body_util::Full;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let svc = service_fn(|req: http::Request<hyper::body::Incoming>| async move {
+                    let auth = req.headers().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("");
+                    let mut resp = http::Response::builder();
+                    resp = match auth {
+                        "Bearer good" => {
+                            resp.status(200).header("x-auth-user", "alice").header("x-other", "no")
+                        }
+                        "Bearer banned" => resp.status(403),
+                        "Bearer broken" => resp.status(500),
+                        _ => resp.status(401).header("www-authenticate", "Bearer realm=\"sso\""),
+                    };
+                    if let Some(original) = req.headers().get("x-original-url") {
+                        resp = resp.header("x-seen-original", original.clone());
+                    }
+                    Ok::<_, std::convert::Infallible>(resp.body(Full::new(Bytes::new())).unwrap())
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn external_auth_subrequest() {
+    use weir_dataplane::model::ExternalAuth;
+    let e = echo("e").await;
+    let auth = auth_service().await;
+    let ext = |signin: Option<&str>| RoutePolicy {
+        external_auth: Some(ExternalAuth {
+            url: format!("http://{auth}/check?host=$host"),
+            method: "GET".into(),
+            signin: signin.map(str::to_string),
+            response_headers: vec!["X-Auth-User".into()],
+            request_redirect: None,
+        }),
+        ..RoutePolicy::default()
+    };
+    let p = proxy(
+        table()
+            .host("app.test")
+            .prefix("/", &to(&e))
+            .policy(ext(None))
+            .host("sso.test")
+            .prefix("/", &to(&e))
+            .policy(ext(Some("https://login.example.com/start")))
+            .build(),
+    )
+    .await;
+    let with = |host: &str, token: &str| {
+        p.req(host, "/page?x=1").header("authorization", format!("Bearer {token}")).body(empty()).unwrap()
+    };
+    // 2xx: through, with the named header copied (and only that one).
+    let seen = p.send(with("app.test", "good")).await.echo();
+    assert_eq!(seen.path, "/page");
+    assert_eq!(seen.headers["x-auth-user"], "alice");
+    assert!(!seen.headers.contains_key("x-other"));
+    // 401 and 403 reach the client; a 401's challenge too.
+    let r = p.send(with("app.test", "nobody")).await;
+    r.assert_local(401);
+    assert_eq!(r.headers["www-authenticate"], "Bearer realm=\"sso\"");
+    p.send(with("app.test", "banned")).await.assert_local(403);
+    // Any other answer is a 500.
+    p.send(with("app.test", "broken")).await.assert_local(500);
+    // With auth-signin, a 401 becomes a redirect carrying the original URL.
+    let r = p.send(with("sso.test", "nobody")).await;
+    r.assert_local(302);
+    assert_eq!(
+        r.headers["location"],
+        "https://login.example.com/start?rd=http%3A%2F%2Fsso.test%2Fpage%3Fx%3D1"
+    );
+    // A service that is down denies (500), never lets through.
+    let down = dead_addr().await;
+    let p2 = proxy(
+        table()
+            .host("app.test")
+            .prefix("/", &to(&e))
+            .policy(RoutePolicy {
+                external_auth: Some(ExternalAuth {
+                    url: format!("http://{down}/check"),
+                    method: "GET".into(),
+                    signin: None,
+                    response_headers: vec![],
+                    request_redirect: None,
+                }),
+                ..RoutePolicy::default()
+            })
+            .build(),
+    )
+    .await;
+    p2.send(p2.req("app.test", "/").header("authorization", "Bearer good").body(empty()).unwrap())
+        .await
+        .assert_local(500);
+}

@@ -47,6 +47,16 @@ pub(super) enum SendError {
     Request(BoxError),
 }
 
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::Connect { timed_out: true, .. } => f.write_str("connect timed out"),
+            SendError::Connect { error, .. } => write!(f, "connect failed: {error}"),
+            SendError::Request(error) => write!(f, "request failed: {error}"),
+        }
+    }
+}
+
 impl SendError {
     fn from_legacy(e: hyper_util::client::legacy::Error) -> Self {
         if e.is_connect() {
@@ -94,6 +104,15 @@ impl Clients {
             .set_host(false)
             .build(connector);
         Clients { http1, h2c: H2Pool { conns: Mutex::default(), connect_timeout: config.connect_timeout } }
+    }
+
+    /// Sends `req` over the HTTP/1.1 pool, to its URI's authority (resolved by DNS); its `Host`
+    /// header must be set.
+    pub(super) async fn send_http1(
+        &self,
+        req: Request<UpstreamBody>,
+    ) -> Result<Response<Incoming>, SendError> {
+        self.http1.request(req).await.map_err(SendError::from_legacy)
     }
 
     /// Sends `req` (its URI already aimed at `endpoint` for HTTP/1.1, at the request host for h2c).

@@ -34,7 +34,7 @@ use hyper::body::Incoming;
 
 use super::client::{BodySlot, BodyTooLarge, SendError, UpstreamBody};
 use super::error::{ProxyError, local_response};
-use super::{Compiled, Proxy, upgrade};
+use super::{Compiled, Proxy, extauth, upgrade};
 use crate::auth;
 use crate::balance::Balancer;
 use crate::model::UpstreamProtocol;
@@ -154,6 +154,30 @@ impl ConnCtx {
                 let mut resp = local_response(StatusCode::UNAUTHORIZED, request_id.clone());
                 resp.headers_mut().insert(WWW_AUTHENTICATE, challenge.clone());
                 return Ok(resp);
+            }
+            if let Some(ext) = &policy.external_auth {
+                let request_uri = req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned();
+                let original = extauth::Original {
+                    scheme: self.scheme(),
+                    host: host.to_str().unwrap_or_default(),
+                    method: req.method(),
+                    request_uri: &request_uri,
+                    client: self.peer.ip(),
+                    headers: req.headers(),
+                };
+                let clients = &self.proxy.inner.clients;
+                match extauth::decide(clients, config.upstream_timeout, ext, &original, request_id).await {
+                    extauth::Decision::Allow(copy) => {
+                        for (name, value) in copy {
+                            req.headers_mut().insert(name, value);
+                        }
+                    }
+                    extauth::Decision::Deny(status, headers) => {
+                        let mut resp = local_response(status, request_id.clone());
+                        resp.headers_mut().extend(headers);
+                        return Ok(resp);
+                    }
+                }
             }
         }
 
@@ -293,6 +317,11 @@ impl ConnCtx {
         }
     }
 
+    /// The scheme clients reached this listener with.
+    fn scheme(&self) -> &'static str {
+        "http"
+    }
+
     /// Prepares the upstream response for the client; on `101` splices the two connections.
     fn response(
         &self,
@@ -387,6 +416,22 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
         .flat_map(|v| v.split(','))
         .map(str::trim)
         .filter(|t| !t.is_empty())
+}
+
+/// Whether `name` is a hop-by-hop header that never crosses the proxy (those listed in a
+/// request's `Connection` header aside).
+pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
+    [
+        &CONNECTION,
+        &KEEP_ALIVE,
+        &PROXY_CONNECTION,
+        &TRANSFER_ENCODING,
+        &PROXY_AUTHORIZATION,
+        &PROXY_AUTHENTICATE,
+        &TE,
+        &UPGRADE,
+    ]
+    .contains(&name)
 }
 
 /// Removes hop-by-hop headers; `keep_upgrade` keeps `Upgrade`, `keep_te_trailers` keeps

@@ -23,6 +23,7 @@ use crate::router::{CompileError, Router};
 
 mod client;
 pub mod error;
+mod extauth;
 mod forward;
 mod server;
 mod upgrade;

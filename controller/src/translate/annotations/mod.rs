@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
 use weir_dataplane::model::{
-    BasicAuth, Cors, IpNet, ObjectRef, RateLimit, Redirect, RoutePolicy, SourceFilter,
+    BasicAuth, Cors, ExternalAuth, IpNet, ObjectRef, RateLimit, Redirect, RoutePolicy, SourceFilter,
 };
 
 use super::warnings::{Reason, Warnings};
@@ -121,12 +121,12 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("auth-secret", Supported),
         ("auth-secret-type", Supported),
         ("auth-realm", Supported),
-        ("auth-url", UnsupportedFailClosed),
-        ("auth-method", Unsupported),
-        ("auth-signin", Unsupported),
+        ("auth-url", Supported),
+        ("auth-method", Supported),
+        ("auth-signin", Supported),
         ("auth-signin-redirect-param", Unsupported),
-        ("auth-response-headers", Unsupported),
-        ("auth-request-redirect", Unsupported),
+        ("auth-response-headers", Supported),
+        ("auth-request-redirect", Supported),
         ("auth-proxy-set-headers", Unsupported),
         ("auth-cache-key", Unsupported),
         ("auth-cache-duration", Unsupported),
@@ -304,6 +304,11 @@ pub(crate) fn parse(
     if auth_failed {
         fail_closed.push("auth-type");
     }
+    let (external_auth, external_failed) = ctx.external_auth();
+    parsed.policy.external_auth = external_auth;
+    if external_failed {
+        fail_closed.push("auth-url");
+    }
     let use_regex = ctx.value("use-regex", values::boolean).unwrap_or(false);
     parsed.regex_paths = use_regex || parsed.policy.rewrite_target.is_some();
     if !fail_closed.is_empty() {
@@ -478,6 +483,39 @@ impl Ctx<'_, '_> {
         }
         let realm = self.value("auth-realm", values::header_text).unwrap_or_default();
         (Some(auth::basic(realm, users)), false)
+    }
+
+    /// `auth-url` with `auth-method`, `auth-signin`, `auth-response-headers` and
+    /// `auth-request-redirect`. Returns the policy, and whether it was asked for but cannot be
+    /// set up (then the routes fail closed).
+    fn external_auth(&mut self) -> (Option<ExternalAuth>, bool) {
+        let Some((url_key, raw)) = self.reader.get("auth-url") else {
+            for name in ["auth-method", "auth-signin", "auth-response-headers", "auth-request-redirect"] {
+                if let Some((key, _)) = self.reader.get(name) {
+                    self.warnings.warn(
+                        self.ingress,
+                        Reason::InvalidAnnotation,
+                        format!("metadata.annotations[{key}]: has no effect without auth-url"),
+                    );
+                }
+            }
+            return (None, false);
+        };
+        let url = match values::auth_url(raw.trim(), false) {
+            Ok(url) => url,
+            Err(why) => {
+                self.invalid(url_key, raw, &why, "the routes deny every client (403) until it is fixed");
+                return (None, true);
+            }
+        };
+        let method = self.value("auth-method", values::method).unwrap_or_else(|| "GET".into());
+        let signin = self.value("auth-signin", |v| values::auth_url(v, true));
+        let response_headers = self
+            .value("auth-response-headers", values::cors_headers)
+            .map(|list| list.split(',').map(|h| h.trim().to_string()).filter(|h| h != "*").collect())
+            .unwrap_or_default();
+        let request_redirect = self.value("auth-request-redirect", values::header_text);
+        (Some(ExternalAuth { url, method, signin, response_headers, request_redirect }), false)
     }
 
     /// `limit-rps` and `limit-rpm`, with `limit-burst-multiplier` (5) and `limit-allowlist` (or

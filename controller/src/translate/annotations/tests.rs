@@ -160,7 +160,7 @@ fn snippets_refused_unsupported_warned_unknown_warned() {
 
 #[test]
 fn unsupported_auth_fails_closed() {
-    let (p, w) = parse_all(&[(&nginx("auth-url"), "http://auth.example.com/check")]);
+    let (p, w) = parse_all(&[(&nginx("auth-tls-secret"), "ns/ca")]);
     assert!(!p.source.permits("127.0.0.1".parse().unwrap()));
     assert_eq!(reasons(&w), [(Severity::Error, Reason::UnsupportedAnnotation)]);
     assert!(w[0].message.contains("deny every client"), "{}", w[0].message);
@@ -275,4 +275,31 @@ fn rate_limits() {
     let (p, w) = one("limit-burst-multiplier", "2");
     assert_eq!(p.rate_limit, None);
     assert!(w[0].message.contains("no effect without limit-rps"), "{}", w[0].message);
+}
+
+#[test]
+fn external_auth() {
+    let (p, w) = parse_all(&[
+        (&nginx("auth-url"), "http://oauth2-proxy.auth.svc:4180/oauth2/auth"),
+        (&nginx("auth-signin"), "https://$host/oauth2/start?rd=$escaped_request_uri"),
+        (&nginx("auth-response-headers"), "X-Auth-Request-User, X-Auth-Request-Email"),
+        (&nginx("auth-method"), "POST"),
+    ]);
+    assert!(w.is_empty(), "{w:?}");
+    let ext = p.external_auth.unwrap();
+    assert_eq!(ext.method, "POST");
+    assert_eq!(ext.response_headers, ["X-Auth-Request-User", "X-Auth-Request-Email"]);
+    assert_eq!(ext.signin.as_deref(), Some("https://$host/oauth2/start?rd=$escaped_request_uri"));
+    assert!(p.source.is_empty());
+
+    // A URL weir cannot use fails closed.
+    let (p, w) = one("auth-url", "http://auth.svc/check?s=$cookie_session");
+    assert!(p.external_auth.is_none());
+    assert!(!p.source.permits("127.0.0.1".parse().unwrap()));
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+    // A bad signin URL is dropped, authentication stays.
+    let (p, w) =
+        parse_all(&[(&nginx("auth-url"), "http://auth.svc/check"), (&nginx("auth-signin"), "ftp://x")]);
+    assert!(p.external_auth.unwrap().signin.is_none());
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
 }

@@ -140,6 +140,58 @@ pub(super) fn tries(s: &str) -> Result<u32, String> {
     s.parse().map_err(|_| "expected a whole number (0 for every endpoint)".to_string())
 }
 
+/// Variables an authentication URL may use (expanded by the proxy per request).
+const AUTH_VARIABLES: [&str; 8] = [
+    "scheme",
+    "host",
+    "http_host",
+    "best_http_host",
+    "request_uri",
+    "escaped_request_uri",
+    "uri",
+    "remote_addr",
+];
+
+/// An `auth-url` (`http://` only for now) or, with `https_ok`, an `auth-signin`: an absolute
+/// URL template whose `$variables` are among [`AUTH_VARIABLES`].
+pub(super) fn auth_url(s: &str, https_ok: bool) -> Result<String, String> {
+    for (i, _) in s.match_indices('$') {
+        let name: String =
+            s[i + 1..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        if !AUTH_VARIABLES.contains(&name.as_str()) {
+            return Err(format!("unsupported variable ${name} (supported: ${})", AUTH_VARIABLES.join(", $")));
+        }
+    }
+    // Check the shape with the variables filled in.
+    let sample = AUTH_VARIABLES.iter().fold(s.to_string(), |acc, v| {
+        acc.replace(&format!("${v}"), if *v == "scheme" { "http" } else { "x" })
+    });
+    let uri: http::Uri = sample.parse().map_err(|e| format!("not a URL ({e})"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") if https_ok => {}
+        Some("https") => {
+            return Err(
+                "https:// authentication services are not supported yet; use the service's http:// address"
+                    .into(),
+            );
+        }
+        _ => return Err("expected an absolute http:// URL".into()),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err("the URL has no host".into());
+    }
+    header_text(s)
+}
+
+/// An HTTP method name.
+pub(super) fn method(s: &str) -> Result<String, String> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err("expected a method name such as GET or POST".into());
+    }
+    Ok(s.to_string())
+}
+
 /// A redirect status: 300 to 308.
 pub(super) fn redirect_code(s: &str) -> Result<u16, String> {
     match s.parse::<u16>() {
@@ -316,6 +368,18 @@ mod tests {
         }
         assert_eq!(tries("0"), Ok(0));
         assert!(tries("many").is_err());
+    }
+
+    #[test]
+    fn auth_urls() {
+        assert!(auth_url("http://oauth2-proxy.auth.svc:4180/oauth2/auth", false).is_ok());
+        assert!(auth_url("http://auth.svc/check?h=$host&u=$escaped_request_uri", false).is_ok());
+        assert!(auth_url("https://$host/oauth2/start?rd=$escaped_request_uri", true).is_ok());
+        assert!(auth_url("https://auth.example.com/check", false).unwrap_err().contains("not supported yet"));
+        assert!(auth_url("http://auth.svc/$cookie_session", false).unwrap_err().contains("$cookie_session"));
+        assert!(auth_url("/relative", false).is_err());
+        assert_eq!(method("POST"), Ok("POST".into()));
+        assert!(method("get it").is_err());
     }
 
     #[test]
