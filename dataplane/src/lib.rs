@@ -7,3 +7,4 @@ pub mod echo;
 pub mod model;
 pub mod proxy;
 pub mod router;
+pub mod tls;

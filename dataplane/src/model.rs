@@ -32,9 +32,14 @@ pub struct RouteTable {
     /// TLS entries: which certificate serves which host names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tls: Vec<TlsEntry>,
-    /// Certificate material referenced by [`TlsEntry::certificate`].
+    /// Certificate material referenced by [`TlsEntry::certificate`] and
+    /// [`RouteTable::default_certificate`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub certificates: BTreeMap<ObjectRef, Certificate>,
+    /// The certificate for names no TLS entry covers (a key of [`RouteTable::certificates`]);
+    /// `None`: the dataplane's self-signed one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_certificate: Option<ObjectRef>,
 }
 
 fn is_zero(v: &u64) -> bool {

@@ -37,6 +37,10 @@ pub struct TranslateConfig {
     pub controller_name: String,
     /// Whether Ingresses naming no class at all are ours (without a default IngressClass).
     pub watch_ingress_without_class: bool,
+    /// The Secret serving TLS names no Ingress covers (`--default-certificate`); none: the
+    /// dataplane's self-signed certificate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_certificate: Option<ObjectRef>,
 }
 
 impl Default for TranslateConfig {
@@ -45,6 +49,7 @@ impl Default for TranslateConfig {
             ingress_class: "weir".to_string(),
             controller_name: "weir.dev/ingress-controller".to_string(),
             watch_ingress_without_class: false,
+            default_certificate: None,
         }
     }
 }
@@ -136,6 +141,12 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
     let tls = tls::plan(&ours, snapshot, &mut warnings);
     table.tls = tls.entries;
     table.certificates = tls.certificates;
+    if let Some(secret) = &config.default_certificate
+        && let Some(cert) = tls::default_certificate(secret, snapshot, &mut warnings)
+    {
+        table.certificates.insert(secret.clone(), cert);
+        table.default_certificate = Some(secret.clone());
+    }
 
     Translation {
         table,

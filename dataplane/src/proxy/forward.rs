@@ -62,6 +62,8 @@ pub(super) struct ConnCtx {
     pub(super) client_ip: HeaderValue,
     /// The listener port, for `X-Forwarded-Port`.
     pub(super) listener_port: HeaderValue,
+    /// Whether the connection came over TLS (`X-Forwarded-Proto: https`).
+    pub(super) https: bool,
 }
 
 // === impl ConnCtx ===
@@ -119,7 +121,8 @@ impl ConnCtx {
         }
         headers.insert(X_FORWARDED_FOR, self.client_ip.clone());
         headers.insert(X_REAL_IP, self.client_ip.clone());
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+        headers
+            .insert(X_FORWARDED_PROTO, HeaderValue::from_static(if self.https { "https" } else { "http" }));
         headers.insert(X_FORWARDED_HOST, host.clone());
         headers.insert(X_FORWARDED_PORT, self.listener_port.clone());
         // The host we routed on is what the upstream sees: for HTTP/1.1 the Host header (the same

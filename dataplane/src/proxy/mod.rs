@@ -5,13 +5,14 @@
 //! it in with a single store; requests load the state once and keep that snapshot until they
 //! finish, so none ever sees a half-built table and none waits for a rebuild.
 //!
-//! - `server`: accept loop, HTTP/1.1 + h2c on one port, graceful drain.
+//! - `server`: accept loops (plain: HTTP/1.1 + h2c on one port; TLS: handshake with SNI
+//!   certificate selection, then HTTP/1.1 or h2 by ALPN), graceful drain.
 //! - `forward`: routing, header policy, retries, upstream errors.
 //! - `upgrade`: HTTP/1.1 `Upgrade` (WebSocket and others) splicing.
 //! - `client`: the pooled upstream clients and the request body that survives connect errors.
 //! - [`error`]: errors classified by where they came from, and the responses they become.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -19,6 +20,7 @@ use arc_swap::ArcSwap;
 use crate::balance::{Balancer, Registry};
 use crate::model::RouteTable;
 use crate::router::{CompileError, Router};
+use crate::tls::{CertCache, CertIndex};
 
 mod client;
 pub mod error;
@@ -46,6 +48,10 @@ pub struct ProxyConfig {
     pub connect_tries: usize,
     /// Time allowed for a client to send a request head (slowloris guard).
     pub header_read_timeout: Duration,
+    /// Time allowed for a TLS handshake, from accept to the end of the handshake.
+    pub handshake_timeout: Duration,
+    /// TLS handshakes in progress at once per listener; connections beyond it are closed.
+    pub max_concurrent_handshakes: usize,
 }
 
 impl Default for ProxyConfig {
@@ -58,6 +64,8 @@ impl Default for ProxyConfig {
             drain_timeout: Duration::from_secs(30),
             connect_tries: 3,
             header_read_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(10),
+            max_concurrent_handshakes: 1024,
         }
     }
 }
@@ -73,12 +81,16 @@ struct Inner {
     state: ArcSwap<Compiled>,
     publisher: Mutex<Publisher>,
     clients: client::Clients,
+    /// The self-signed certificate served when the table names no default one; generated when
+    /// the first TLS listener starts.
+    fallback_cert: OnceLock<Arc<rustls::sign::CertifiedKey>>,
 }
 
 /// Only touched by `publish`, serialized by its mutex.
 #[derive(Default)]
 struct Publisher {
     registry: Registry,
+    certs: CertCache,
     last_version: u64,
 }
 
@@ -88,6 +100,8 @@ struct Compiled {
     router: Router,
     /// Indexed by [`crate::router::BackendIdx`].
     balancers: Vec<Balancer>,
+    /// SNI → certificate.
+    certs: CertIndex,
 }
 
 // === impl Proxy ===
@@ -96,13 +110,19 @@ impl Proxy {
     /// A proxy with an empty table: every request gets 404 until the first [`Proxy::publish`].
     pub fn new(config: ProxyConfig) -> Proxy {
         let clients = client::Clients::new(&config);
-        let empty = Compiled { version: 0, router: Router::default(), balancers: Vec::new() };
+        let empty = Compiled {
+            version: 0,
+            router: Router::default(),
+            balancers: Vec::new(),
+            certs: CertIndex::default(),
+        };
         Proxy {
             inner: Arc::new(Inner {
                 config,
                 state: ArcSwap::from_pointee(empty),
                 publisher: Mutex::new(Publisher::default()),
                 clients,
+                fallback_cert: OnceLock::new(),
             }),
         }
     }
@@ -120,7 +140,8 @@ impl Proxy {
         let balancers = publisher
             .registry
             .update(router.backend_ids().iter().filter_map(|id| table.backends.get_key_value(id)));
-        self.inner.state.store(Arc::new(Compiled { version, router, balancers }));
+        let certs = CertIndex::compile(&table, &mut publisher.certs);
+        self.inner.state.store(Arc::new(Compiled { version, router, balancers, certs }));
         self.inner.clients.h2c.prune();
         publisher.last_version = version;
         tracing::debug!(
