@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::serve::{Running, ServeOptions};
 use crate::source::files::ManifestDir;
 use weir_dataplane::model::ObjectRef;
+use weir_dataplane::proxy::ProxyConfig;
 
 use crate::translate::{self, Severity, TranslateConfig, Translation};
 
@@ -98,6 +99,15 @@ pub struct ServeArgs {
     /// Admin listener: /healthz, /readyz, /metrics.
     #[arg(long, default_value = "127.0.0.1:9090", value_name = "ADDR")]
     pub listen_admin: SocketAddr,
+    /// The port in the `Location` of HTTP → HTTPS redirects (left out of the URL when 443).
+    #[arg(long, default_value_t = 443, value_name = "PORT")]
+    pub https_redirect_port: u16,
+    /// Send `Strict-Transport-Security: max-age=SECONDS` on HTTPS responses (default: no HSTS).
+    #[arg(long, value_name = "SECONDS")]
+    pub hsts_max_age: Option<u64>,
+    /// Add `includeSubDomains` to the HSTS header.
+    #[arg(long, requires = "hsts_max_age")]
+    pub hsts_include_subdomains: bool,
     /// Worker threads (default: the number of CPUs).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
@@ -128,6 +138,15 @@ impl ServeArgs {
             watch_ingress_without_class: config.watch_ingress_without_class,
             default_certificate: config.default_certificate,
             threads: self.threads.map(usize::from),
+            proxy: ProxyConfig {
+                https_redirect_port: self.https_redirect_port,
+                hsts: self.hsts_max_age.map(|age| {
+                    let sub = if self.hsts_include_subdomains { "; includeSubDomains" } else { "" };
+                    http::HeaderValue::from_str(&format!("max-age={age}{sub}"))
+                        .unwrap_or_else(|_| http::HeaderValue::from_static("max-age=0"))
+                }),
+                ..ProxyConfig::default()
+            },
             ..ServeOptions::default()
         }
     }

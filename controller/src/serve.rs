@@ -168,7 +168,8 @@ impl Running {
             }));
         }
         tasks.push(tokio::spawn(serve_admin(admin, metrics, ready, wait_for(shutdown_rx))));
-        tracing::info!(http = %http_addr, https = ?https_addr, admin = %admin_addr, manifests = %opts.manifests.display(), "weir is serving");
+        let https_shown = https_addr.map_or_else(|| "none".to_string(), |a| a.to_string());
+        tracing::info!(http = %http_addr, https = %https_shown, admin = %admin_addr, manifests = %opts.manifests.display(), "weir is serving");
         Ok(Running { http_addr, https_addr, admin_addr, proxy, versions, shutdown, tasks })
     }
 

@@ -194,11 +194,19 @@ pub enum RouteAction {
     Forward(BackendId),
 }
 
-/// Per-route policies. Empty for now: rewrites, redirects, timeouts, weights, affinity and auth
-/// land here as typed fields.
+/// Per-route policies: rewrites, timeouts, weights, affinity and auth land here as typed fields.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RoutePolicy {}
+pub struct RoutePolicy {
+    /// Plain-HTTP requests get a `308` to the same URL over HTTPS (ingress-nginx `ssl-redirect`,
+    /// `force-ssl-redirect`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub ssl_redirect: bool,
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
+}
 
 impl RoutePolicy {
     /// True when no policy is set (used to keep serialized tables short).

@@ -72,6 +72,8 @@ pub struct CompiledRoute {
     pub path: Option<PathMatch>,
     /// The object the route came from (`None` for the default backend).
     pub origin: Option<ObjectRef>,
+    /// Plain-HTTP requests are redirected to HTTPS.
+    pub ssl_redirect: bool,
 }
 
 impl CompiledRoute {
@@ -142,6 +144,7 @@ impl Router {
                     host: Some(vh.host.clone()),
                     path: Some(route.path.clone()),
                     origin: Some(route.origin.clone()),
+                    ssl_redirect: route.policy.ssl_redirect,
                 });
                 // On duplicates the first route wins (translation already resolved conflicts).
                 match &route.path {
@@ -177,7 +180,8 @@ impl Router {
 
         if let Some(id) = &table.default_backend {
             let backend = resolve(id, &|| "default backend".to_string())?;
-            router.default = Some(CompiledRoute { backend, host: None, path: None, origin: None });
+            router.default =
+                Some(CompiledRoute { backend, host: None, path: None, origin: None, ssl_redirect: false });
         }
         router.backend_ids = backend_ids;
         Ok(router)

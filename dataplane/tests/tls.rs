@@ -280,3 +280,158 @@ async fn openssl_s_client_sni_alpn_and_versions() {
     let (_, out) = s_client(p.https, &["-servername", "nope.test", "-CAfile", ca_path]).await;
     assert!(out.contains("weir.invalid") || out.contains("rcgen self signed cert"), "{out}");
 }
+
+// === redirects and HSTS ===
+
+#[tokio::test]
+async fn plain_http_to_a_redirecting_route_gets_308_to_https() {
+    let ca = Ca::new();
+    let table = redirect(with_cert(two_hosts().await, "a", &["a.test"], &ca.leaf(&["a.test"])), "a.test");
+    let config = ProxyConfig { https_redirect_port: 0, ..test_config() };
+    let p = tls_proxy_with(config, table).await;
+    let req = http::Request::post(format!("http://{}/x/y?q=1", p.http))
+        .header("host", "a.test:8080")
+        .body(full("b"))
+        .unwrap();
+    let r = send_plain(req).await;
+    assert_eq!(r.status, 308);
+    assert_eq!(r.headers["location"], format!("https://a.test:{}/x/y?q=1", p.https.port()));
+    // Over HTTPS the same route is served; other hosts are not redirected.
+    assert_eq!(https_get(p.https, "a.test", "a.test", "/", false).await.name(), "a");
+    let r = send_plain(
+        http::Request::get(format!("http://{}/", p.http)).header("host", "b.test").body(empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+
+    // Port 443 is left out of the URL.
+    let ca = Ca::new();
+    let table = redirect(with_cert(two_hosts().await, "a", &["a.test"], &ca.leaf(&["a.test"])), "a.test");
+    let p = tls_proxy(table).await;
+    let r = send_plain(
+        http::Request::get(format!("http://{}/", p.http)).header("host", "a.test").body(empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (r.status.as_u16(), &r.headers["location"]),
+        (308, &http::HeaderValue::from_static("https://a.test/"))
+    );
+}
+
+async fn send_plain(req: http::Request<TestBody>) -> Resp {
+    use http_body_util::BodyExt;
+    let resp = client().request(req).await.unwrap();
+    let (parts, body) = resp.into_parts();
+    Resp { status: parts.status, headers: parts.headers, body: body.collect().await.unwrap().to_bytes() }
+}
+
+#[tokio::test]
+async fn curl_follows_the_redirect_to_https() {
+    if !have("curl") {
+        return;
+    }
+    let ca = Ca::new();
+    let table = redirect(with_cert(two_hosts().await, "a", &["a.test"], &ca.leaf(&["a.test"])), "a.test");
+    let p = tls_proxy_with(ProxyConfig { https_redirect_port: 0, ..test_config() }, table).await;
+    let ca_file = write_ca(&ca);
+    let out = tokio::process::Command::new("curl")
+        .args(["-sS", "-L", "--cacert"])
+        .arg(ca_file.path())
+        .args(["--resolve", &format!("a.test:{}:127.0.0.1", p.http.port())])
+        .args(["--resolve", &format!("a.test:{}:127.0.0.1", p.https.port())])
+        .args(["-w", "\n%{num_redirects} %{scheme}", &format!("http://a.test:{}/follow", p.http.port())])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (body, tail) = stdout.rsplit_once('\n').unwrap();
+    assert_eq!(tail.to_ascii_lowercase(), "1 https");
+    let echo: weir_dataplane::echo::EchoResponse = serde_json::from_str(body).unwrap();
+    assert_eq!((echo.path.as_str(), echo.headers["x-forwarded-proto"].as_str()), ("/follow", "https"));
+}
+
+#[tokio::test]
+async fn hsts_is_sent_on_https_only_when_configured() {
+    let ca = Ca::new();
+    let table = with_cert(two_hosts().await, "a", &["a.test"], &ca.leaf(&["a.test"]));
+    let hsts = http::HeaderValue::from_static("max-age=31536000; includeSubDomains");
+    let p = tls_proxy_with(ProxyConfig { hsts: Some(hsts.clone()), ..test_config() }, table.clone()).await;
+    for h2 in [false, true] {
+        let r = https_get(p.https, "a.test", "a.test", "/", h2).await;
+        assert_eq!(r.headers.get("strict-transport-security"), Some(&hsts), "h2={h2}");
+        let r = https_get(p.https, "a.test", "nowhere.test", "/", h2).await;
+        r.assert_local(404);
+        assert_eq!(r.headers.get("strict-transport-security"), Some(&hsts), "local answers too");
+    }
+    let r = send_plain(
+        http::Request::get(format!("http://{}/", p.http)).header("host", "a.test").body(empty()).unwrap(),
+    )
+    .await;
+    assert!(!r.headers.contains_key("strict-transport-security"), "never over plain HTTP");
+    let p = tls_proxy(table).await;
+    assert!(
+        !https_get(p.https, "a.test", "a.test", "/", true)
+            .await
+            .headers
+            .contains_key("strict-transport-security")
+    );
+}
+
+// === rotation ===
+
+#[tokio::test]
+async fn rotated_certificate_serves_new_handshakes_and_keeps_open_connections() {
+    let ca = Ca::new();
+    let (old, new) = (ca.leaf(&["a.test"]), ca.leaf(&["a.test"]));
+    let base = two_hosts().await;
+    let p = tls_proxy(with_cert(base.clone(), "a", &["a.test"], &old)).await;
+
+    // An established HTTP/2 connection made with the old certificate.
+    let tls = tls_connect(p.https, "a.test", &[b"h2"]).await.unwrap();
+    assert_eq!(tls.get_ref().1.peer_certificates().unwrap()[0], old.der);
+    let (mut open, conn) = hyper::client::conn::http2::handshake::<_, _, TestBody>(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+
+    // Under load: new connections every few milliseconds while the certificate changes 20 times.
+    let https = p.https;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for _ in 0..4 {
+        let stop = stop.clone();
+        load.push(tokio::spawn(async move {
+            let mut served = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = https_get(https, "a.test", "a.test", "/", served.is_multiple_of(2)).await;
+                assert_eq!(r.status, 200, "{}", r.text());
+                served += 1;
+            }
+            served
+        }));
+    }
+    let mut current = &old;
+    for i in 0..20 {
+        current = if i % 2 == 0 { &new } else { &old };
+        p.proxy.publish(with_cert(base.clone(), "a", &["a.test"], current)).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(presented(p.https, "a.test").await, current.der, "a new handshake sees the last publish");
+    p.proxy.publish(with_cert(base.clone(), "a", &["a.test"], &new)).unwrap();
+    assert_eq!(presented(p.https, "a.test").await, new.der);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut total = 0;
+    for task in load {
+        total += task.await.unwrap();
+    }
+    assert!(total > 20, "only {total} requests under load");
+
+    // The old connection still works.
+    let req = http::Request::get("https://a.test/still").body(empty()).unwrap();
+    let resp = open.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+}

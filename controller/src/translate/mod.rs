@@ -5,6 +5,7 @@
 //! ports to endpoints) and TLS. No I/O, no clocks; the output does not depend on the order objects
 //! were added. Invalid objects become [`Warning`]s, never panics; the rest of the table builds.
 
+mod annotations;
 mod backend;
 mod class;
 mod rank;
@@ -18,7 +19,7 @@ mod tests;
 
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};
-use weir_dataplane::model::{ObjectRef, Route, RouteAction, RoutePolicy, RouteTable, VirtualHost};
+use weir_dataplane::model::{HostMatch, ObjectRef, Route, RouteAction, RoutePolicy, RouteTable, VirtualHost};
 
 pub use snapshot::Snapshot;
 pub use warnings::{ObjectKind, Reason, Severity, Warning};
@@ -97,6 +98,22 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
     // Routes and default backend.
     let plan = routes::plan(&ours, &mut warnings);
 
+    // TLS first: which hosts have it decides their routes' ssl-redirect.
+    let tls = tls::plan(&ours, snapshot, &mut warnings);
+    let ingresses: std::collections::BTreeMap<&ObjectRef, &Ingress> =
+        ours.iter().map(|o| (&o.rank.object, o.ingress)).collect();
+    let mut redirects = std::collections::BTreeMap::new();
+    let mut ssl_redirect = |object: &ObjectRef, host: &HostMatch, warnings: &mut Warnings| {
+        let Some(ingress) = ingresses.get(object) else { return false };
+        let (ssl, force) = *redirects.entry(object.clone()).or_insert_with(|| {
+            (
+                annotations::flag(ingress, object, annotations::SSL_REDIRECT, true, warnings),
+                annotations::flag(ingress, object, annotations::FORCE_SSL_REDIRECT, false, warnings),
+            )
+        });
+        force || (ssl && tls::covers(&tls.entries, host))
+    };
+
     // Backends: only those a winning route or the default backend uses.
     let mut resolver = backend::Resolver::new(snapshot);
     let mut table = RouteTable::default();
@@ -122,7 +139,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
             routes.push(Route {
                 path: path.clone(),
                 action: RouteAction::Forward(claim.backend.clone()),
-                policy: RoutePolicy::default(),
+                policy: RoutePolicy { ssl_redirect: ssl_redirect(&claim.rank.object, host, &mut warnings) },
                 origin: claim.rank.object.clone(),
             });
         }
@@ -137,8 +154,6 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         table.default_backend = Some(claim.backend.clone());
     }
 
-    // TLS.
-    let tls = tls::plan(&ours, snapshot, &mut warnings);
     table.tls = tls.entries;
     table.certificates = tls.certificates;
     if let Some(secret) = &config.default_certificate

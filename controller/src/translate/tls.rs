@@ -240,3 +240,11 @@ pub(crate) fn default_certificate(
         }
     }
 }
+
+/// Whether a route host has TLS: a TLS entry names it, or a wildcard entry covers it.
+pub(crate) fn covers(entries: &[TlsEntry], host: &HostMatch) -> bool {
+    entries.iter().flat_map(|e| &e.hosts).any(|tls| {
+        tls == host
+            || matches!((tls, host), (HostMatch::Wildcard(_), HostMatch::Exact(name)) if tls.matches(name))
+    })
+}

@@ -66,6 +66,8 @@ pub enum Reason {
     InvalidSecret,
     /// The Ingress selects its class with the deprecated `kubernetes.io/ingress.class` annotation.
     DeprecatedClassAnnotation,
+    /// An annotation value weir cannot parse (its default applies).
+    InvalidAnnotation,
 }
 
 impl fmt::Display for Reason {

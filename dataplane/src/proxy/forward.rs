@@ -24,8 +24,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::{
-    CONNECTION, HOST, HeaderMap, HeaderName, HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE,
-    TRANSFER_ENCODING, UPGRADE,
+    CONNECTION, HOST, HeaderMap, HeaderName, HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION,
+    STRICT_TRANSPORT_SECURITY, TE, TRANSFER_ENCODING, UPGRADE,
 };
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri, Version};
@@ -75,7 +75,7 @@ impl ConnCtx {
         let request_id = request_id(req.headers_mut());
         let state = self.proxy.inner.state.load_full();
         let outcome = self.forward(&state, req, start).await;
-        match outcome {
+        let mut resp = match outcome {
             Ok(resp) => resp,
             Err(err) => {
                 let status = err.status();
@@ -90,7 +90,13 @@ impl ConnCtx {
                 );
                 local_response(status, request_id)
             }
+        };
+        if self.https
+            && let Some(hsts) = &self.proxy.inner.config.hsts
+        {
+            resp.headers_mut().insert(STRICT_TRANSPORT_SECURITY, hsts.clone());
         }
+        resp
     }
 
     async fn forward(
@@ -104,6 +110,9 @@ impl ConnCtx {
             .router
             .lookup(host.to_str().unwrap_or_default(), req.uri().path())
             .ok_or(ProxyError::NoRoute)?;
+        if route.ssl_redirect && !self.https {
+            return Ok(self.https_redirect(&host, &req));
+        }
         let balancer: &Balancer = state.balancers.get(route.backend.0 as usize).ok_or(ProxyError::NoRoute)?;
         if balancer.is_empty() {
             return Err(ProxyError::NoEndpoints);
@@ -221,6 +230,37 @@ impl ConnCtx {
                 }
             }
         }
+    }
+
+    /// `308 Permanent Redirect` to the same host and path over HTTPS (the method and body are
+    /// kept by the client, unlike with 301).
+    fn https_redirect(&self, host: &HeaderValue, req: &Request<Incoming>) -> Response<ProxyBody> {
+        let host = host.to_str().unwrap_or_default();
+        // Drop a port from the host (IPv6 literals keep their brackets).
+        let name = match host.rsplit_once(':') {
+            Some((name, port))
+                if !name.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) && !name.ends_with(':') =>
+            {
+                name
+            }
+            _ => host,
+        };
+        let port = self.proxy.inner.config.https_redirect_port;
+        let path = req.uri().path_and_query().map_or("/", PathAndQuery::as_str);
+        let location = if port == 443 {
+            format!("https://{name}{path}")
+        } else {
+            format!("https://{name}:{port}{path}")
+        };
+        let mut resp =
+            Response::new(Either::Right(Full::new(Bytes::from_static(b"308 Permanent Redirect\n"))));
+        *resp.status_mut() = StatusCode::PERMANENT_REDIRECT;
+        let headers = resp.headers_mut();
+        headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        if let Ok(location) = HeaderValue::from_str(&location) {
+            headers.insert(http::header::LOCATION, location);
+        }
+        resp
     }
 
     /// Prepares the upstream response for the client; on `101` splices the two connections.

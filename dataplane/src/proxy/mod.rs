@@ -52,6 +52,10 @@ pub struct ProxyConfig {
     pub handshake_timeout: Duration,
     /// TLS handshakes in progress at once per listener; connections beyond it are closed.
     pub max_concurrent_handshakes: usize,
+    /// The port HTTPS redirects point to (omitted from the URL when 443).
+    pub https_redirect_port: u16,
+    /// `Strict-Transport-Security` value added to every HTTPS response; `None`: no header.
+    pub hsts: Option<http::HeaderValue>,
 }
 
 impl Default for ProxyConfig {
@@ -66,6 +70,8 @@ impl Default for ProxyConfig {
             header_read_timeout: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(10),
             max_concurrent_handshakes: 1024,
+            https_redirect_port: 443,
+            hsts: None,
         }
     }
 }

@@ -103,13 +103,16 @@ pub async fn tls_proxy(table: RouteTable) -> TlsProxy {
     tls_proxy_with(test_config(), table).await
 }
 
-/// [`tls_proxy`] with `config`.
-pub async fn tls_proxy_with(config: ProxyConfig, table: RouteTable) -> TlsProxy {
-    let proxy = Proxy::new(config);
-    proxy.publish(table).unwrap();
+/// [`tls_proxy`] with `config`; an `https_redirect_port` of 0 means this proxy's HTTPS port.
+pub async fn tls_proxy_with(mut config: ProxyConfig, table: RouteTable) -> TlsProxy {
     let plain = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let tls = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (http, https) = (plain.local_addr().unwrap(), tls.local_addr().unwrap());
+    if config.https_redirect_port == 0 {
+        config.https_redirect_port = https.port();
+    }
+    let proxy = Proxy::new(config);
+    proxy.publish(table).unwrap();
     let (tx1, rx1) = oneshot::channel::<()>();
     let (tx2, rx2) = oneshot::channel::<()>();
     let p = proxy.clone();
@@ -236,4 +239,15 @@ pub fn have(tool: &str) -> bool {
         eprintln!("skipping: {tool} is not installed");
     }
     found
+}
+
+/// Marks every route of `host` for the HTTPS redirect.
+pub fn redirect(mut table: RouteTable, host: &str) -> RouteTable {
+    let host = HostMatch::parse(host).unwrap();
+    for vh in table.hosts.iter_mut().filter(|v| v.host == host) {
+        for route in &mut vh.routes {
+            route.policy.ssl_redirect = true;
+        }
+    }
+    table
 }
