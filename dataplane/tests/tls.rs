@@ -435,3 +435,29 @@ async fn rotated_certificate_serves_new_handshakes_and_keeps_open_connections() 
     let resp = open.send_request(req).await.unwrap();
     assert_eq!(resp.status(), 200);
 }
+
+#[tokio::test]
+async fn h2load_over_tls_has_no_failures() {
+    if !have("h2load") {
+        return;
+    }
+    let e = echo("any").await;
+    let p = tls_proxy(table().prefix("/", &to(&e)).build()).await;
+    let out = tokio::process::Command::new("h2load")
+        .args(["-n", "400", "-c", "4", "-m", "8", &format!("https://127.0.0.1:{}/load", p.https.port())])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("Application protocol: h2"), "{text}");
+    assert!(text.contains("400 succeeded, 0 failed, 0 errored"), "{text}");
+    assert!(text.contains("status codes: 400 2xx"), "{text}");
+    eprintln!(
+        "{}",
+        text.lines()
+            .filter(|l| l.starts_with("finished in") || l.starts_with("TLS Protocol"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

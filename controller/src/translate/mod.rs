@@ -19,7 +19,10 @@ mod tests;
 
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};
-use weir_dataplane::model::{HostMatch, ObjectRef, Route, RouteAction, RoutePolicy, RouteTable, VirtualHost};
+use weir_dataplane::model::{
+    BackendId, HostMatch, ObjectRef, Route, RouteAction, RoutePolicy, RouteTable, UpstreamProtocol,
+    VirtualHost,
+};
 
 pub use snapshot::Snapshot;
 pub use warnings::{ObjectKind, Reason, Severity, Warning};
@@ -152,6 +155,40 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
     if let Some(claim) = &plan.default_backend {
         resolve(claim, &mut warnings, &mut table);
         table.default_backend = Some(claim.backend.clone());
+    }
+
+    // Upstream protocols: a backend used by several Ingresses takes the `backend-protocol` of
+    // the oldest one; the others are told when theirs differs.
+    let mut users: std::collections::BTreeMap<&BackendId, Vec<(&Rank, UpstreamProtocol)>> =
+        std::collections::BTreeMap::new();
+    let claims = plan.hosts.values().flat_map(|paths| paths.values()).chain(plan.default_backend.as_ref());
+    for claim in claims {
+        let Some(ingress) = ingresses.get(&claim.rank.object) else { continue };
+        let protocol = annotations::backend_protocol(ingress, &claim.rank.object, &mut warnings);
+        users.entry(&claim.backend).or_default().push((&claim.rank, protocol));
+    }
+    for (id, mut list) in users {
+        list.sort_by(|a, b| a.0.cmp(b.0));
+        list.dedup_by(|a, b| a.0 == b.0);
+        let (winner, protocol) = list[0];
+        for (loser, theirs) in &list[1..] {
+            if *theirs != protocol {
+                warnings.error(
+                    &loser.object,
+                    Reason::ConflictLost,
+                    format!(
+                        "metadata.annotations[{}]: backend {id} is already spoken to as {} by {}; {} is not used",
+                        annotations::BACKEND_PROTOCOL,
+                        annotations::protocol_name(protocol),
+                        winner.explain_win(loser),
+                        annotations::protocol_name(*theirs),
+                    ),
+                );
+            }
+        }
+        if let Some(backend) = table.backends.get_mut(id) {
+            backend.protocol = protocol;
+        }
     }
 
     table.tls = tls.entries;

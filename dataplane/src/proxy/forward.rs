@@ -33,7 +33,7 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
 use super::client::{BodySlot, SendError, UpstreamBody};
-use super::error::{ProxyError, local_response};
+use super::error::{ProxyError, grpc_local_response, is_grpc, local_response};
 use super::{Compiled, Proxy, upgrade};
 use crate::balance::Balancer;
 use crate::model::UpstreamProtocol;
@@ -73,6 +73,7 @@ impl ConnCtx {
     pub(super) async fn handle(self: Arc<Self>, mut req: Request<Incoming>) -> Response<ProxyBody> {
         let start = Instant::now();
         let request_id = request_id(req.headers_mut());
+        let grpc = is_grpc(req.headers());
         let state = self.proxy.inner.state.load_full();
         let outcome = self.forward(&state, req, start).await;
         let mut resp = match outcome {
@@ -88,7 +89,11 @@ impl ConnCtx {
                     elapsed_ms = start.elapsed().as_millis() as u64,
                     "request answered locally"
                 );
-                local_response(status, request_id)
+                if grpc {
+                    grpc_local_response(status, request_id)
+                } else {
+                    local_response(status, request_id)
+                }
             }
         };
         if self.https
