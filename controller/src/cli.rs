@@ -108,6 +108,10 @@ pub struct ServeArgs {
     /// Add `includeSubDomains` to the HSTS header.
     #[arg(long, requires = "hsts_max_age")]
     pub hsts_include_subdomains: bool,
+    /// Expect a PROXY protocol (v1 or v2) header on every connection of both listeners (behind
+    /// an L4 load balancer); connections without one are closed.
+    #[arg(long)]
+    pub proxy_protocol: bool,
     /// Worker threads (default: the number of CPUs).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
@@ -140,6 +144,7 @@ impl ServeArgs {
             threads: self.threads.map(usize::from),
             proxy: ProxyConfig {
                 https_redirect_port: self.https_redirect_port,
+                proxy_protocol: self.proxy_protocol,
                 hsts: self.hsts_max_age.map(|age| {
                     let sub = if self.hsts_include_subdomains { "; includeSubDomains" } else { "" };
                     http::HeaderValue::from_str(&format!("max-age={age}{sub}"))

@@ -25,6 +25,7 @@ use crate::tls::{CertCache, CertIndex};
 mod client;
 pub mod error;
 mod forward;
+pub mod proxy_protocol;
 mod server;
 mod upgrade;
 
@@ -52,6 +53,9 @@ pub struct ProxyConfig {
     pub handshake_timeout: Duration,
     /// TLS handshakes in progress at once per listener; connections beyond it are closed.
     pub max_concurrent_handshakes: usize,
+    /// Every connection starts with a PROXY protocol (v1 or v2) header naming the client;
+    /// connections without one are closed.
+    pub proxy_protocol: bool,
     /// The port HTTPS redirects point to (omitted from the URL when 443).
     pub https_redirect_port: u16,
     /// `Strict-Transport-Security` value added to every HTTPS response; `None`: no header.
@@ -70,6 +74,7 @@ impl Default for ProxyConfig {
             header_read_timeout: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(10),
             max_concurrent_handshakes: 1024,
+            proxy_protocol: false,
             https_redirect_port: 443,
             hsts: None,
         }

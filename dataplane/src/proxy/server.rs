@@ -21,11 +21,12 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use super::Proxy;
 use super::forward::ConnCtx;
+use super::proxy_protocol;
 use crate::tls::{self, SniResolver};
 
 /// The TLS record type of a handshake message: the first byte of every ClientHello.
@@ -35,7 +36,74 @@ const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 struct TlsListener {
     acceptor: TlsAcceptor,
     handshakes: Arc<Semaphore>,
-    failures: RateLimit,
+}
+
+/// One accepted connection, before its first request.
+struct Conn {
+    proxy: Proxy,
+    /// The socket peer (the balancer, behind a PROXY protocol balancer).
+    peer: SocketAddr,
+    listener_port: HeaderValue,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    watcher: Watcher,
+    failures: Arc<RateLimit>,
+}
+
+// === impl Conn ===
+
+impl Conn {
+    /// Reads the PROXY protocol header when the listener expects one; returns the client.
+    async fn client(&self, stream: &mut TcpStream) -> Result<SocketAddr, String> {
+        if !self.proxy.inner.config.proxy_protocol {
+            return Ok(self.peer);
+        }
+        match proxy_protocol::read_header(stream).await {
+            Ok(client) => Ok(client.unwrap_or(self.peer)),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+
+    fn ctx(&self, client: SocketAddr, https: bool) -> Arc<ConnCtx> {
+        Arc::new(ConnCtx {
+            proxy: self.proxy.clone(),
+            peer: client,
+            client_ip: HeaderValue::from_str(&client.ip().to_canonical().to_string())
+                .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
+            listener_port: self.listener_port.clone(),
+            https,
+        })
+    }
+
+    async fn serve_plain(self, mut stream: TcpStream) {
+        let timeout = self.proxy.inner.config.handshake_timeout;
+        let client = match tokio::time::timeout(timeout, self.client(&mut stream)).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(reason)) => return self.failures.log(self.peer, &reason),
+            Err(_) => return self.failures.log(self.peer, "PROXY protocol header timed out"),
+        };
+        let ctx = self.ctx(client, false);
+        serve_http(self.builder, stream, ctx, self.watcher).await;
+    }
+
+    async fn serve_tls(self, mut stream: TcpStream, tls: Arc<TlsListener>, permit: OwnedSemaphorePermit) {
+        let started = Instant::now();
+        let accepted = tokio::time::timeout(self.proxy.inner.config.handshake_timeout, async {
+            let client = self.client(&mut stream).await?;
+            Ok::<_, String>((client, handshake(&tls, stream).await?))
+        })
+        .await;
+        drop(permit);
+        match accepted {
+            Ok(Ok((client, stream))) => {
+                let ctx = self.ctx(client, true);
+                serve_http(self.builder, stream, ctx, self.watcher).await;
+            }
+            Ok(Err(reason)) => self.failures.log(self.peer, &reason),
+            Err(_) => self
+                .failures
+                .log(self.peer, &format!("TLS handshake timed out after {:?}", started.elapsed())),
+        }
+    }
 }
 
 // === impl Proxy ===
@@ -66,7 +134,6 @@ impl Proxy {
         let tls = Arc::new(TlsListener {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             handshakes: Arc::new(Semaphore::new(self.inner.config.max_concurrent_handshakes.max(1))),
-            failures: RateLimit::new(10),
         });
         self.accept_loop(listener, Some(tls), shutdown).await
     }
@@ -100,7 +167,9 @@ impl Proxy {
         let builder = Arc::new(builder);
         let graceful = GracefulShutdown::new();
         let kind = if tls.is_some() { "https" } else { "http" };
-        tracing::info!(%local, kind, "proxy listening");
+        let failures = Arc::new(RateLimit::new(10));
+        let proxy_protocol = self.inner.config.proxy_protocol;
+        tracing::info!(%local, kind, proxy_protocol, "proxy listening");
 
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
@@ -120,41 +189,23 @@ impl Proxy {
             if let Err(error) = stream.set_nodelay(true) {
                 tracing::debug!(%peer, %error, "set_nodelay failed");
             }
-            let ctx = Arc::new(ConnCtx {
+            let conn = Conn {
                 proxy: self.clone(),
                 peer,
-                client_ip: HeaderValue::from_str(&peer.ip().to_canonical().to_string())
-                    .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
                 listener_port: listener_port.clone(),
-                https: tls.is_some(),
-            });
-            let builder = builder.clone();
-            let watcher = graceful.watcher();
-            match &tls {
-                None => {
-                    tokio::spawn(serve_http(builder, stream, ctx, watcher));
-                }
-                Some(tls) => {
-                    let Ok(permit) = tls.handshakes.clone().try_acquire_owned() else {
-                        tls.failures.log(peer, "too many concurrent TLS handshakes: connection closed");
-                        continue;
-                    };
-                    let tls = tls.clone();
-                    let handshake_timeout = self.inner.config.handshake_timeout;
-                    tokio::spawn(async move {
-                        let started = Instant::now();
-                        let accepted = tokio::time::timeout(handshake_timeout, handshake(&tls, stream)).await;
-                        drop(permit);
-                        match accepted {
-                            Ok(Ok(stream)) => serve_http(builder, stream, ctx, watcher).await,
-                            Ok(Err(reason)) => tls.failures.log(peer, &reason),
-                            Err(_) => tls
-                                .failures
-                                .log(peer, &format!("TLS handshake timed out after {:?}", started.elapsed())),
-                        }
-                    });
-                }
-            }
+                builder: builder.clone(),
+                watcher: graceful.watcher(),
+                failures: failures.clone(),
+            };
+            let Some(tls) = &tls else {
+                tokio::spawn(conn.serve_plain(stream));
+                continue;
+            };
+            let Ok(permit) = tls.handshakes.clone().try_acquire_owned() else {
+                failures.log(peer, "too many concurrent TLS handshakes: connection closed");
+                continue;
+            };
+            tokio::spawn(conn.serve_tls(stream, tls.clone(), permit));
         }
 
         drop(listener);
@@ -221,12 +272,18 @@ impl RateLimit {
         RateLimit { per_second, window: Mutex::new((Instant::now(), 0, 0)) }
     }
 
+    /// Logs `reason` unless the budget of this second is spent.
     fn log(&self, peer: SocketAddr, reason: &str) {
+        self.try_log(peer, reason);
+    }
+
+    /// [`RateLimit::log`], telling whether it logged.
+    fn try_log(&self, peer: SocketAddr, reason: &str) -> bool {
         let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
         let (start, logged, suppressed) = &mut *window;
         if start.elapsed() >= Duration::from_secs(1) {
             if *suppressed > 0 {
-                tracing::info!(suppressed = *suppressed, "more TLS handshake failures were not logged");
+                tracing::info!(suppressed = *suppressed, "more rejected connections were not logged");
             }
             *start = Instant::now();
             *logged = 0;
@@ -234,9 +291,27 @@ impl RateLimit {
         }
         if *logged < self.per_second {
             *logged += 1;
-            tracing::info!(%peer, reason, "TLS connection rejected");
+            tracing::info!(%peer, reason, "connection rejected");
+            true
         } else {
             *suppressed += 1;
+            false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejected_connections_are_logged_at_most_n_a_second() {
+        let limit = RateLimit::new(3);
+        let peer = SocketAddr::from(([127, 0, 0, 1], 1));
+        let logged = (0..100).filter(|_| limit.try_log(peer, "test")).count();
+        assert_eq!(logged, 3);
+        // A new window logs again.
+        limit.window.lock().unwrap_or_else(|p| p.into_inner()).0 -= Duration::from_secs(2);
+        assert!(limit.try_log(peer, "test"));
     }
 }
