@@ -10,6 +10,9 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::serve::{Running, ServeOptions};
 use crate::source::files::ManifestDir;
+use weir_dataplane::model::ObjectRef;
+use weir_dataplane::proxy::ProxyConfig;
+
 use crate::translate::{self, Severity, TranslateConfig, Translation};
 
 /// weir: a Kubernetes Ingress controller and edge proxy.
@@ -55,6 +58,19 @@ pub struct SourceArgs {
     /// Also serve Ingresses that name no class.
     #[arg(long)]
     pub watch_ingress_without_class: bool,
+    /// The `kubernetes.io/tls` Secret serving TLS names no Ingress covers (default: a
+    /// self-signed certificate generated at start-up).
+    #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_object_ref)]
+    pub default_certificate: Option<ObjectRef>,
+}
+
+fn parse_object_ref(s: &str) -> Result<ObjectRef, String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok(ObjectRef::new(ns, name))
+        }
+        _ => Err(format!("{s:?} is not NAMESPACE/NAME")),
+    }
 }
 
 impl SourceArgs {
@@ -63,6 +79,7 @@ impl SourceArgs {
             ingress_class: self.ingress_class.clone(),
             controller_name: self.controller_name.clone(),
             watch_ingress_without_class: self.watch_ingress_without_class,
+            default_certificate: self.default_certificate.clone(),
         }
     }
 }
@@ -76,13 +93,25 @@ pub struct ServeArgs {
     /// Plain HTTP listener.
     #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
     pub listen_http: SocketAddr,
-    /// HTTPS listener (TLS termination arrives with the TLS work; accepted now so that
-    /// deployments keep working unchanged).
+    /// HTTPS listener: TLS termination, certificate by SNI, HTTP/1.1 or HTTP/2 by ALPN.
     #[arg(long, default_value = "0.0.0.0:8443", value_name = "ADDR")]
     pub listen_https: SocketAddr,
     /// Admin listener: /healthz, /readyz, /metrics.
     #[arg(long, default_value = "127.0.0.1:9090", value_name = "ADDR")]
     pub listen_admin: SocketAddr,
+    /// The port in the `Location` of HTTP → HTTPS redirects (left out of the URL when 443).
+    #[arg(long, default_value_t = 443, value_name = "PORT")]
+    pub https_redirect_port: u16,
+    /// Send `Strict-Transport-Security: max-age=SECONDS` on HTTPS responses (default: no HSTS).
+    #[arg(long, value_name = "SECONDS")]
+    pub hsts_max_age: Option<u64>,
+    /// Add `includeSubDomains` to the HSTS header.
+    #[arg(long, requires = "hsts_max_age")]
+    pub hsts_include_subdomains: bool,
+    /// Expect a PROXY protocol (v1 or v2) header on every connection of both listeners (behind
+    /// an L4 load balancer); connections without one are closed.
+    #[arg(long)]
+    pub proxy_protocol: bool,
     /// Worker threads (default: the number of CPUs).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
@@ -106,11 +135,23 @@ impl ServeArgs {
         ServeOptions {
             manifests: self.source.manifests.clone(),
             listen_http: self.listen_http,
+            listen_https: Some(self.listen_https),
             listen_admin: self.listen_admin,
             ingress_class: config.ingress_class,
             controller_name: config.controller_name,
             watch_ingress_without_class: config.watch_ingress_without_class,
+            default_certificate: config.default_certificate,
             threads: self.threads.map(usize::from),
+            proxy: ProxyConfig {
+                https_redirect_port: self.https_redirect_port,
+                proxy_protocol: self.proxy_protocol,
+                hsts: self.hsts_max_age.map(|age| {
+                    let sub = if self.hsts_include_subdomains { "; includeSubDomains" } else { "" };
+                    http::HeaderValue::from_str(&format!("max-age={age}{sub}"))
+                        .unwrap_or_else(|_| http::HeaderValue::from_static("max-age=0"))
+                }),
+                ..ProxyConfig::default()
+            },
             ..ServeOptions::default()
         }
     }
@@ -118,10 +159,6 @@ impl ServeArgs {
 
 /// Runs `weir serve` until SIGTERM/Ctrl-C.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    tracing::info!(
-        listen_https = %args.listen_https,
-        "the HTTPS listener is not served yet (TLS termination is a later milestone)"
-    );
     let running = Running::start(args.options()).await?;
     running.run_until_signal().await;
     Ok(())

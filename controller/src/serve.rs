@@ -18,6 +18,7 @@ use http_body_util::Full;
 use hyper::{Request, Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
+use weir_dataplane::model::ObjectRef;
 use weir_dataplane::proxy::{Proxy, ProxyConfig};
 
 use crate::metrics::Metrics;
@@ -31,6 +32,8 @@ pub struct ServeOptions {
     pub manifests: PathBuf,
     /// Plain HTTP listener.
     pub listen_http: SocketAddr,
+    /// HTTPS listener; `None`: no TLS listener.
+    pub listen_https: Option<SocketAddr>,
     /// Admin listener (`/healthz`, `/readyz`, `/metrics`).
     pub listen_admin: SocketAddr,
     /// The IngressClass name weir serves.
@@ -39,6 +42,8 @@ pub struct ServeOptions {
     pub controller_name: String,
     /// Serve Ingresses that name no class at all.
     pub watch_ingress_without_class: bool,
+    /// The Secret serving TLS names no Ingress covers; `None`: a self-signed certificate.
+    pub default_certificate: Option<ObjectRef>,
     /// Worker threads; only used by the binary, which builds the runtime.
     pub threads: Option<usize>,
     /// How long a manifest change waits for further changes before it is translated.
@@ -55,10 +60,12 @@ impl Default for ServeOptions {
         ServeOptions {
             manifests: PathBuf::from("."),
             listen_http: SocketAddr::from(([127, 0, 0, 1], 0)),
+            listen_https: None,
             listen_admin: SocketAddr::from(([127, 0, 0, 1], 0)),
             ingress_class: translate.ingress_class,
             controller_name: translate.controller_name,
             watch_ingress_without_class: translate.watch_ingress_without_class,
+            default_certificate: translate.default_certificate,
             threads: None,
             debounce: Duration::from_millis(100),
             poll_interval: Duration::from_secs(2),
@@ -73,6 +80,7 @@ impl ServeOptions {
             ingress_class: self.ingress_class.clone(),
             controller_name: self.controller_name.clone(),
             watch_ingress_without_class: self.watch_ingress_without_class,
+            default_certificate: self.default_certificate.clone(),
         }
     }
 }
@@ -81,6 +89,8 @@ impl ServeOptions {
 pub struct Running {
     /// Where the HTTP listener is bound.
     pub http_addr: SocketAddr,
+    /// Where the HTTPS listener is bound, if there is one.
+    pub https_addr: Option<SocketAddr>,
     /// Where the admin listener is bound.
     pub admin_addr: SocketAddr,
     proxy: Proxy,
@@ -99,6 +109,15 @@ impl Running {
         let admin = TcpListener::bind(opts.listen_admin)
             .await
             .with_context(|| format!("binding the admin listener on {}", opts.listen_admin))?;
+        let https = match opts.listen_https {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding the HTTPS listener on {addr}"))?,
+            ),
+            None => None,
+        };
+        let https_addr = https.as_ref().map(TcpListener::local_addr).transpose()?;
         let http_addr = http.local_addr()?;
         let admin_addr = admin.local_addr()?;
         let proxy = Proxy::new(opts.proxy.clone());
@@ -139,9 +158,19 @@ impl Running {
                 tracing::error!(%error, "HTTP listener failed");
             }
         }));
+        if let Some(https) = https {
+            let serve_proxy = proxy.clone();
+            let stop = wait_for(shutdown_rx.clone());
+            tasks.push(tokio::spawn(async move {
+                if let Err(error) = serve_proxy.serve_tls(https, stop).await {
+                    tracing::error!(%error, "HTTPS listener failed");
+                }
+            }));
+        }
         tasks.push(tokio::spawn(serve_admin(admin, metrics, ready, wait_for(shutdown_rx))));
-        tracing::info!(http = %http_addr, admin = %admin_addr, manifests = %opts.manifests.display(), "weir is serving");
-        Ok(Running { http_addr, admin_addr, proxy, versions, shutdown, tasks })
+        let https_shown = https_addr.map_or_else(|| "none".to_string(), |a| a.to_string());
+        tracing::info!(http = %http_addr, https = %https_shown, admin = %admin_addr, manifests = %opts.manifests.display(), "weir is serving");
+        Ok(Running { http_addr, https_addr, admin_addr, proxy, versions, shutdown, tasks })
     }
 
     /// The version of the routing table currently served (0 before the first publish).

@@ -218,6 +218,8 @@ fn serve_routes_and_hot_reloads() {
             manifests_dir,
             "--listen-http",
             "127.0.0.1:0",
+            "--listen-https",
+            "127.0.0.1:0",
             "--listen-admin",
             "127.0.0.1:0",
             "--threads",
@@ -250,4 +252,123 @@ fn serve_routes_and_hot_reloads() {
     // Deleting the file removes its routes.
     std::fs::remove_file(dir.path().join("app.yaml")).unwrap();
     wait_until("the deleted route to go", || get(http, "app.test", "/v2").0 == 404);
+}
+
+/// A CA and a leaf for `app.test`, made now: (CA PEM, Secret manifest with the leaf).
+fn tls_secret(name: &str) -> (String, String) {
+    use base64::Engine as _;
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    // Distinct subjects: a leaf whose issuer equals its subject looks self-signed to clients.
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, format!("{name} test CA"));
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["app.test".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let b64 = |s: String| base64::engine::general_purpose::STANDARD.encode(s);
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: default}}\ntype: kubernetes.io/tls\ndata:\n  tls.crt: {}\n  tls.key: {}\n",
+        b64(leaf.pem()),
+        b64(key.serialize_pem()),
+    );
+    (ca.pem(), secret)
+}
+
+fn write_atomic(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// `curl --cacert CA https://app.test:PORT/PATH`: (exit ok, body).
+fn curl_https(https: SocketAddr, ca: &Path, path: &str) -> (bool, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "-i", "--http2", "--cacert"])
+        .arg(ca)
+        .args(["--resolve", &format!("app.test:{}:127.0.0.1", https.port())])
+        .arg(format!("https://app.test:{}{path}", https.port()))
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+    )
+}
+
+#[test]
+fn serve_terminates_tls_redirects_and_rotates_the_secret() {
+    let have_curl =
+        Command::new("sh").args(["-c", "command -v curl"]).output().is_ok_and(|o| o.status.success());
+    if !have_curl {
+        assert_ne!(
+            std::env::var("WEIR_REQUIRE_ALL").as_deref(),
+            Ok("1"),
+            "curl is required (WEIR_REQUIRE_ALL=1)"
+        );
+        eprintln!("skipping: curl is not installed");
+        return;
+    }
+    let (_echo, echo_addrs) = spawn(&["echo", "--listen", "127.0.0.1:0", "--name", "backend-a"], &["listen"]);
+    let dir = tempfile::tempdir().unwrap();
+    manifests(dir.path(), echo_addrs[0], "/");
+    // The same Ingress, now with TLS for app.test.
+    let app = std::fs::read_to_string(dir.path().join("app.yaml")).unwrap();
+    let app = app.replace("  rules:\n", "  tls:\n  - hosts: [app.test]\n    secretName: app-tls\n  rules:\n");
+    write_atomic(&dir.path().join("app.yaml"), &app);
+    let (ca1, secret1) = tls_secret("app-tls");
+    let (ca2, secret2) = tls_secret("app-tls");
+    write_atomic(&dir.path().join("secret.yaml"), &secret1);
+    let cas = tempfile::tempdir().unwrap();
+    let (ca1_path, ca2_path) = (cas.path().join("ca1.pem"), cas.path().join("ca2.pem"));
+    std::fs::write(&ca1_path, ca1).unwrap();
+    std::fs::write(&ca2_path, ca2).unwrap();
+
+    let manifests_dir = dir.path().to_str().unwrap();
+    let (_weir, addrs) = spawn(
+        &[
+            "serve",
+            "--manifests",
+            manifests_dir,
+            "--listen-http",
+            "127.0.0.1:0",
+            "--listen-https",
+            "127.0.0.1:0",
+            "--listen-admin",
+            "127.0.0.1:0",
+            "--https-redirect-port",
+            "8443",
+            "--hsts-max-age",
+            "600",
+        ],
+        &["http", "https"],
+    );
+    let (http, https) = (addrs[0], addrs[1]);
+
+    let (ok, body) = curl_https(https, &ca1_path, "/secure");
+    assert!(ok, "{body}");
+    assert!(body.starts_with("HTTP/2 200"), "{body}");
+    assert!(body.contains("strict-transport-security: max-age=600\r\n"), "{body}");
+    assert!(
+        body.contains("\"path\":\"/secure\"") && body.contains("\"x-forwarded-proto\":\"https\""),
+        "{body}"
+    );
+    // Plain HTTP to a TLS host: 308 to HTTPS.
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(http).unwrap();
+    write!(s, "GET /x?y=1 HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    assert!(raw.starts_with("HTTP/1.1 308"), "{raw}");
+    assert!(raw.to_ascii_lowercase().contains("location: https://app.test:8443/x?y=1\r\n"), "{raw}");
+
+    // Rotate the Secret: new handshakes get the new certificate, with no restart.
+    assert!(!curl_https(https, &ca2_path, "/").0, "the second CA must not verify yet");
+    write_atomic(&dir.path().join("secret.yaml"), &secret2);
+    wait_until("the rotated certificate", || curl_https(https, &ca2_path, "/").0);
+    let (ok, body) = curl_https(https, &ca1_path, "/");
+    assert!(!ok, "the old certificate must be gone: {body}");
 }

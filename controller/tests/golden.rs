@@ -1,12 +1,17 @@
 //! Golden tests of translation: `tests/fixtures/<case>/input.yaml` (manifests) and optional
 //! `config.yaml` (a `TranslateConfig`) are translated and compared, as YAML, with
 //! `expected.yaml`. Run with `WEIR_BLESS=1` to (re)write the expected files, then read them.
+//!
+//! No key material is committed: `GENERATED-CERT-n` / `GENERATED-KEY-n` in an input stand for
+//! the PEM of certificate and key pair `n` (1 to 3) made with rcgen when the test starts, and
+//! the `-B64` forms for their base64 (Secret `data`). The output names them the same way.
 
 // Test helpers outside `#[test]` functions: a failed unwrap is a test failure.
 #![allow(clippy::unwrap_used)]
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use weir::source::manifest::parse_manifests;
 use weir::translate::{Snapshot, TranslateConfig, Translation, translate};
@@ -31,10 +36,46 @@ fn config(case: &Path) -> TranslateConfig {
     }
 }
 
+/// Certificate and key PEM of the generated pairs 1..=3.
+fn generated() -> &'static [(String, String)] {
+    static PAIRS: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    PAIRS.get_or_init(|| {
+        (1..=3)
+            .map(|n| {
+                let c = rcgen::generate_simple_self_signed(vec![format!("generated-{n}.test")]).unwrap();
+                (c.cert.pem(), c.signing_key.serialize_pem())
+            })
+            .collect()
+    })
+}
+
+fn with_generated(input: &str) -> String {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let json = |s: &str| serde_json::to_string(s).unwrap();
+    let mut out = input.to_string();
+    for (i, (cert, key)) in generated().iter().enumerate().rev() {
+        let n = i + 1;
+        out = out
+            .replace(&format!("GENERATED-CERT-{n}-B64"), &b64(cert))
+            .replace(&format!("GENERATED-KEY-{n}-B64"), &b64(key))
+            .replace(&format!("GENERATED-CERT-{n}"), &json(cert))
+            .replace(&format!("GENERATED-KEY-{n}"), &json(key));
+    }
+    out
+}
+
 fn run(case: &Path, input: &str, config: &TranslateConfig) -> Translation {
-    let objects = parse_manifests(input).unwrap_or_else(|e| panic!("{}/input.yaml: {e}", case.display()));
+    let input = with_generated(input);
+    let objects = parse_manifests(&input).unwrap_or_else(|e| panic!("{}/input.yaml: {e}", case.display()));
     let snapshot: Snapshot = objects.into_iter().collect();
-    translate(&snapshot, config)
+    let mut translation = translate(&snapshot, config);
+    for cert in translation.table.certificates.values_mut() {
+        if let Some(n) = generated().iter().position(|(c, _)| *c == cert.chain_pem) {
+            cert.chain_pem = format!("GENERATED-CERT-{}", n + 1);
+        }
+    }
+    translation
 }
 
 fn render(translation: &Translation) -> String {

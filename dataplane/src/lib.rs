@@ -11,3 +11,4 @@ pub mod policy;
 pub mod proxy;
 pub mod ratelimit;
 pub mod router;
+pub mod tls;

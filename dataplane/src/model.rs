@@ -32,9 +32,14 @@ pub struct RouteTable {
     /// TLS entries: which certificate serves which host names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tls: Vec<TlsEntry>,
-    /// Certificate material referenced by [`TlsEntry::certificate`].
+    /// Certificate material referenced by [`TlsEntry::certificate`] and
+    /// [`RouteTable::default_certificate`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub certificates: BTreeMap<ObjectRef, Certificate>,
+    /// The certificate for names no TLS entry covers (a key of [`RouteTable::certificates`]);
+    /// `None`: the dataplane's self-signed one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_certificate: Option<ObjectRef>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -194,6 +199,10 @@ pub enum RouteAction {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RoutePolicy {
+    /// Plain-HTTP requests get a `308` to the same URL over HTTPS (ingress-nginx `ssl-redirect`,
+    /// `force-ssl-redirect`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub ssl_redirect: bool,
     /// Answer every request with this redirect instead of proxying (`permanent-redirect`,
     /// `temporal-redirect`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -488,6 +497,10 @@ impl<'de> Deserialize<'de> for IpNet {
         let s = String::deserialize(d)?;
         s.parse().map_err(serde::de::Error::custom)
     }
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
 }
 
 impl RoutePolicy {

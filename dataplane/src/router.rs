@@ -88,6 +88,8 @@ pub struct CompiledRoute {
     pub origin: Option<ObjectRef>,
     /// The route's policy; `None` when it has none (the common case).
     pub policy: Option<Arc<CompiledPolicy>>,
+    /// Plain-HTTP requests are redirected to HTTPS.
+    pub ssl_redirect: bool,
 }
 
 impl CompiledRoute {
@@ -185,6 +187,7 @@ impl Router {
                     path: Some(route.path.clone()),
                     origin: Some(route.origin.clone()),
                     policy: policy.map(Arc::new),
+                    ssl_redirect: route.policy.ssl_redirect,
                 });
                 // On duplicates the first route wins (translation already resolved conflicts).
                 match (&route.path, regex) {
@@ -212,8 +215,14 @@ impl Router {
 
         if let Some(id) = &table.default_backend {
             let backend = resolve(id, &|| "default backend".to_string())?;
-            router.default =
-                Some(CompiledRoute { backend, host: None, path: None, origin: None, policy: None });
+            router.default = Some(CompiledRoute {
+                backend,
+                host: None,
+                path: None,
+                origin: None,
+                policy: None,
+                ssl_redirect: false,
+            });
         }
         router.backend_ids = backend_ids;
         Ok(router)

@@ -6,7 +6,7 @@
 #   examples/quickstart/run.sh --smoke   # run the curl lines, check the answers, exit (CI)
 #
 # Environment: WEIR_BIN (use this binary instead of building one), WEIR_HTTP (default
-# 127.0.0.1:8080), WEIR_ADMIN (default 127.0.0.1:9090).
+# 127.0.0.1:8080), WEIR_HTTPS (default 127.0.0.1:8443), WEIR_ADMIN (default 127.0.0.1:9090).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,6 +14,7 @@ root=$(cd "$here/../.." && pwd)
 smoke=0
 [ "${1:-}" = "--smoke" ] && smoke=1
 http=${WEIR_HTTP:-127.0.0.1:8080}
+https=${WEIR_HTTPS:-127.0.0.1:8443}
 admin=${WEIR_ADMIN:-127.0.0.1:9090}
 
 if [ -n "${WEIR_BIN:-}" ]; then
@@ -38,7 +39,7 @@ trap 'exit 130' INT TERM
 "$bin" echo --listen 127.0.0.3:9001 --name web-1 --log-level warn & pids+=($!)
 "$bin" echo --listen 127.0.0.4:9002 --name api-0 --log-level warn & pids+=($!)
 "$bin" echo --listen 127.0.0.5:9002 --name api-1 --log-level warn & pids+=($!)
-"$bin" serve --manifests "$here/manifests" --listen-http "$http" --listen-admin "$admin" & pids+=($!)
+"$bin" serve --manifests "$here/manifests" --listen-http "$http" --listen-https "$https" --listen-admin "$admin" & pids+=($!)
 
 for _ in $(seq 1 100); do
   if curl -fsS "http://$admin/readyz" >/dev/null 2>&1; then break; fi

@@ -22,7 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};
 use weir_dataplane::model::{
-    HostMatch, ObjectRef, PathMatch, Route, RouteAction, RoutePolicy, RouteTable, VirtualHost,
+    BackendId, HostMatch, ObjectRef, PathMatch, Route, RouteAction, RoutePolicy, RouteTable,
+    UpstreamProtocol, VirtualHost,
 };
 
 pub use snapshot::Snapshot;
@@ -42,6 +43,10 @@ pub struct TranslateConfig {
     pub controller_name: String,
     /// Whether Ingresses naming no class at all are ours (without a default IngressClass).
     pub watch_ingress_without_class: bool,
+    /// The Secret serving TLS names no Ingress covers (`--default-certificate`); none: the
+    /// dataplane's self-signed certificate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_certificate: Option<ObjectRef>,
 }
 
 impl Default for TranslateConfig {
@@ -50,6 +55,7 @@ impl Default for TranslateConfig {
             ingress_class: "weir".to_string(),
             controller_name: "weir.dev/ingress-controller".to_string(),
             watch_ingress_without_class: false,
+            default_certificate: None,
         }
     }
 }
@@ -116,6 +122,22 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
     // Routes and default backend.
     let plan = routes::plan(&ours, &regex_hosts, &mut warnings);
 
+    // TLS first: which hosts have it decides their routes' ssl-redirect.
+    let tls = tls::plan(&ours, snapshot, &mut warnings);
+    let ingresses: std::collections::BTreeMap<&ObjectRef, &Ingress> =
+        ours.iter().map(|o| (&o.rank.object, o.ingress)).collect();
+    let mut redirects = std::collections::BTreeMap::new();
+    let mut ssl_redirect = |object: &ObjectRef, host: &HostMatch, warnings: &mut Warnings| {
+        let Some(ingress) = ingresses.get(object) else { return false };
+        let (ssl, force) = *redirects.entry(object.clone()).or_insert_with(|| {
+            (
+                annotations::flag(ingress, object, annotations::SSL_REDIRECT, true, warnings),
+                annotations::flag(ingress, object, annotations::FORCE_SSL_REDIRECT, false, warnings),
+            )
+        });
+        force || (ssl && tls::covers(&tls.entries, host))
+    };
+
     // Backends: only those a winning route or the default backend uses.
     let mut resolver = backend::Resolver::new(snapshot);
     let mut table = RouteTable::default();
@@ -141,7 +163,10 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
             routes.push(Route {
                 path: path.clone(),
                 action: RouteAction::Forward(claim.backend.clone()),
-                policy: route_policy(&policies, claim, path),
+                policy: RoutePolicy {
+                    ssl_redirect: ssl_redirect(&claim.rank.object, host, &mut warnings),
+                    ..route_policy(&policies, claim, path)
+                },
                 origin: claim.rank.object.clone(),
             });
         }
@@ -156,10 +181,48 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         table.default_backend = Some(claim.backend.clone());
     }
 
-    // TLS.
-    let tls = tls::plan(&ours, snapshot, &mut warnings);
+    // Upstream protocols: a backend used by several Ingresses takes the `backend-protocol` of
+    // the oldest one; the others are told when theirs differs.
+    let mut users: std::collections::BTreeMap<&BackendId, Vec<(&Rank, UpstreamProtocol)>> =
+        std::collections::BTreeMap::new();
+    let claims = plan.hosts.values().flat_map(|paths| paths.values()).chain(plan.default_backend.as_ref());
+    for claim in claims {
+        let Some(ingress) = ingresses.get(&claim.rank.object) else { continue };
+        let protocol = annotations::backend_protocol(ingress, &claim.rank.object, &mut warnings);
+        users.entry(&claim.backend).or_default().push((&claim.rank, protocol));
+    }
+    for (id, mut list) in users {
+        list.sort_by(|a, b| a.0.cmp(b.0));
+        list.dedup_by(|a, b| a.0 == b.0);
+        let (winner, protocol) = list[0];
+        for (loser, theirs) in &list[1..] {
+            if *theirs != protocol {
+                warnings.error(
+                    &loser.object,
+                    Reason::ConflictLost,
+                    format!(
+                        "metadata.annotations[{}]: backend {id} is already spoken to as {} by {}; {} is not used",
+                        annotations::BACKEND_PROTOCOL,
+                        annotations::protocol_name(protocol),
+                        winner.explain_win(loser),
+                        annotations::protocol_name(*theirs),
+                    ),
+                );
+            }
+        }
+        if let Some(backend) = table.backends.get_mut(id) {
+            backend.protocol = protocol;
+        }
+    }
+
     table.tls = tls.entries;
     table.certificates = tls.certificates;
+    if let Some(secret) = &config.default_certificate
+        && let Some(cert) = tls::default_certificate(secret, snapshot, &mut warnings)
+    {
+        table.certificates.insert(secret.clone(), cert);
+        table.default_certificate = Some(secret.clone());
+    }
 
     Translation {
         table,

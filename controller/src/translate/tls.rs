@@ -1,5 +1,9 @@
 //! The TLS processor: `spec.tls` entries → which certificate serves which host.
 //!
+//! Certificates are checked here (PEM parses, the key is RSA, ECDSA P-256/P-384 or Ed25519 and
+//! matches the leaf), with the dataplane's own parser, so that a bad Secret is reported with its
+//! reason and never reaches the table.
+//!
 //! Each host goes to one certificate. An entry without `hosts` covers the hosts of its
 //! Ingress's rules (any host for a rule-less, default-backend Ingress). When Ingresses name different secrets for one host, the
 //! oldest Ingress wins and the others are told. A missing or unusable secret leaves the host on
@@ -11,7 +15,7 @@ use k8s_openapi::api::core::v1::Secret;
 use weir_dataplane::model::{Certificate, HostMatch, ObjectRef, TlsEntry};
 
 use super::routes::describe_host;
-use super::warnings::{Reason, Warnings};
+use super::warnings::{ObjectKind, Reason, Warnings};
 use super::{Ours, Snapshot};
 use crate::translate::rank::Rank;
 
@@ -21,7 +25,7 @@ const TLS_CRT: &str = "tls.crt";
 const TLS_KEY: &str = "tls.key";
 
 /// Why a secret cannot serve as a certificate.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum Error {
     /// A key is missing or empty.
     #[error("Secret {secret} has no {key:?} (a kubernetes.io/tls secret needs tls.crt and tls.key)")]
@@ -38,6 +42,14 @@ pub(crate) enum Error {
         secret: ObjectRef,
         /// The key.
         key: &'static str,
+    },
+    /// The PEM does not give a usable certificate and key.
+    #[error("Secret {secret}: {source}")]
+    Unusable {
+        /// The secret.
+        secret: ObjectRef,
+        /// Why.
+        source: weir_dataplane::tls::Error,
     },
 }
 
@@ -192,5 +204,47 @@ fn certificate(secret_ref: &ObjectRef, secret: &Secret) -> Result<Certificate, E
             .ok_or_else(|| Error::MissingKey { secret: secret_ref.clone(), key })?;
         String::from_utf8(bytes.0.clone()).map_err(|_| Error::NotText { secret: secret_ref.clone(), key })
     };
-    Ok(Certificate { chain_pem: get(TLS_CRT)?, key_pem: get(TLS_KEY)? })
+    let cert = Certificate { chain_pem: get(TLS_CRT)?, key_pem: get(TLS_KEY)? };
+    weir_dataplane::tls::certified_key(&cert)
+        .map_err(|source| Error::Unusable { secret: secret_ref.clone(), source })?;
+    Ok(cert)
+}
+
+/// The configured default certificate (`--default-certificate`), if its Secret is usable;
+/// otherwise an error on the Secret, and the dataplane's self-signed certificate serves.
+pub(crate) fn default_certificate(
+    secret_ref: &ObjectRef,
+    snapshot: &Snapshot,
+    warnings: &mut Warnings,
+) -> Option<Certificate> {
+    let fallback = "the self-signed default certificate is used instead";
+    let Some(secret) = snapshot.secrets.get(secret_ref) else {
+        warnings.error_on(
+            ObjectKind::Secret,
+            secret_ref,
+            Reason::SecretNotFound,
+            format!("the default certificate Secret {secret_ref} was not found; {fallback}"),
+        );
+        return None;
+    };
+    match certificate(secret_ref, secret) {
+        Ok(cert) => Some(cert),
+        Err(err) => {
+            warnings.error_on(
+                ObjectKind::Secret,
+                secret_ref,
+                Reason::InvalidSecret,
+                format!("default certificate: {err}; {fallback}"),
+            );
+            None
+        }
+    }
+}
+
+/// Whether a route host has TLS: a TLS entry names it, or a wildcard entry covers it.
+pub(crate) fn covers(entries: &[TlsEntry], host: &HostMatch) -> bool {
+    entries.iter().flat_map(|e| &e.hosts).any(|tls| {
+        tls == host
+            || matches!((tls, host), (HostMatch::Wildcard(_), HostMatch::Exact(name)) if tls.matches(name))
+    })
 }

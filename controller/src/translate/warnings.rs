@@ -122,6 +122,11 @@ impl Warnings {
         self.push(ingress, Severity::Warning, reason, message);
     }
 
+    /// An error about an object that is not an Ingress (a configured default certificate).
+    pub(crate) fn error_on(&mut self, kind: ObjectKind, object: &ObjectRef, reason: Reason, message: String) {
+        self.0.push(Warning { kind, object: object.clone(), severity: Severity::Error, reason, message });
+    }
+
     fn push(&mut self, ingress: &ObjectRef, severity: Severity, reason: Reason, message: String) {
         self.0.push(Warning {
             kind: ObjectKind::Ingress,

@@ -134,6 +134,43 @@ pub(super) fn local_response(status: StatusCode, request_id: HeaderValue) -> Res
     resp
 }
 
+/// Whether a request is gRPC (`content-type: application/grpc`, `+proto`, ...).
+pub(super) fn is_grpc(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.len() >= 16 && v[..16].eq_ignore_ascii_case("application/grpc"))
+}
+
+/// The gRPC status for a proxy error status, as the gRPC HTTP mapping has it: 400 INTERNAL,
+/// 404 UNIMPLEMENTED, 502/503/504 UNAVAILABLE, anything else UNKNOWN.
+pub fn grpc_status(status: StatusCode) -> u8 {
+    match status.as_u16() {
+        400 => 13,
+        401 => 16,
+        403 => 7,
+        404 => 12,
+        429 | 502 | 503 | 504 => 14,
+        _ => 2,
+    }
+}
+
+/// A gRPC "trailers-only" answer for a request the proxy answers itself: HTTP 200, the status in
+/// `grpc-status` and the reason in `grpc-message`, so gRPC clients see a gRPC error, not a
+/// protocol error.
+pub(super) fn grpc_local_response(status: StatusCode, request_id: HeaderValue) -> Response<ProxyBody> {
+    let mut resp = Response::new(Either::Right(Full::new(Bytes::new())));
+    let headers = resp.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert("grpc-status", HeaderValue::from(u16::from(grpc_status(status))));
+    let message = format!("{} {} (weir)", status.as_u16(), status.canonical_reason().unwrap_or("error"));
+    if let Ok(message) = HeaderValue::from_str(&message.replace(' ', "%20")) {
+        headers.insert("grpc-message", message);
+    }
+    headers.insert(X_REQUEST_ID, request_id);
+    resp
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

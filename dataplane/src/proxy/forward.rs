@@ -25,7 +25,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::header::{
     AUTHORIZATION, CONNECTION, CONTENT_LENGTH, HOST, HeaderMap, HeaderName, HeaderValue, LOCATION,
-    PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRANSFER_ENCODING, UPGRADE, WWW_AUTHENTICATE,
+    PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, STRICT_TRANSPORT_SECURITY, TE, TRANSFER_ENCODING, UPGRADE,
+    WWW_AUTHENTICATE,
 };
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri, Version};
@@ -33,7 +34,7 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
 use super::client::{BodySlot, BodyTooLarge, SendError, UpstreamBody};
-use super::error::{ProxyError, local_response};
+use super::error::{ProxyError, grpc_local_response, is_grpc, local_response};
 use super::{Compiled, Proxy, extauth, upgrade};
 use crate::auth;
 use crate::balance::Balancer;
@@ -65,6 +66,8 @@ pub(super) struct ConnCtx {
     pub(super) client_ip: HeaderValue,
     /// The listener port, for `X-Forwarded-Port`.
     pub(super) listener_port: HeaderValue,
+    /// Whether the connection came over TLS (`X-Forwarded-Proto: https`).
+    pub(super) https: bool,
 }
 
 // === impl ConnCtx ===
@@ -74,9 +77,10 @@ impl ConnCtx {
     pub(super) async fn handle(self: Arc<Self>, mut req: Request<Incoming>) -> Response<ProxyBody> {
         let start = Instant::now();
         let request_id = request_id(req.headers_mut());
+        let grpc = is_grpc(req.headers());
         let state = self.proxy.inner.state.load_full();
         let outcome = self.forward(&state, req, start, &request_id).await;
-        match outcome {
+        let mut resp = match outcome {
             Ok(resp) => resp,
             Err(err) => {
                 let status = err.status();
@@ -89,9 +93,19 @@ impl ConnCtx {
                     elapsed_ms = start.elapsed().as_millis() as u64,
                     "request answered locally"
                 );
-                local_response(status, request_id)
+                if grpc {
+                    grpc_local_response(status, request_id)
+                } else {
+                    local_response(status, request_id)
+                }
             }
+        };
+        if self.https
+            && let Some(hsts) = &self.proxy.inner.config.hsts
+        {
+            resp.headers_mut().insert(STRICT_TRANSPORT_SECURITY, hsts.clone());
         }
+        resp
     }
 
     async fn forward(
@@ -106,6 +120,11 @@ impl ConnCtx {
             .router
             .lookup(host.to_str().unwrap_or_default(), req.uri().path())
             .ok_or(ProxyError::NoRoute)?;
+        // The HTTPS redirect comes first, as in ingress-nginx's locations.
+        if route.ssl_redirect && !self.https {
+            return Ok(self.https_redirect(&host, &req));
+        }
+
         let config = &self.proxy.inner.config;
 
         // --- route policy: what answers instead of forwarding ---
@@ -198,7 +217,8 @@ impl ConnCtx {
         }
         headers.insert(X_FORWARDED_FOR, self.client_ip.clone());
         headers.insert(X_REAL_IP, self.client_ip.clone());
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+        headers
+            .insert(X_FORWARDED_PROTO, HeaderValue::from_static(if self.https { "https" } else { "http" }));
         headers.insert(X_FORWARDED_HOST, host.clone());
         headers.insert(X_FORWARDED_PORT, self.listener_port.clone());
         if let Some(prefix) = policy.and_then(|p| p.forwarded_prefix.clone()) {
@@ -319,7 +339,38 @@ impl ConnCtx {
 
     /// The scheme clients reached this listener with.
     fn scheme(&self) -> &'static str {
-        "http"
+        if self.https { "https" } else { "http" }
+    }
+
+    /// `308 Permanent Redirect` to the same host and path over HTTPS (the method and body are
+    /// kept by the client, unlike with 301).
+    fn https_redirect(&self, host: &HeaderValue, req: &Request<Incoming>) -> Response<ProxyBody> {
+        let host = host.to_str().unwrap_or_default();
+        // Drop a port from the host (IPv6 literals keep their brackets).
+        let name = match host.rsplit_once(':') {
+            Some((name, port))
+                if !name.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) && !name.ends_with(':') =>
+            {
+                name
+            }
+            _ => host,
+        };
+        let port = self.proxy.inner.config.https_redirect_port;
+        let path = req.uri().path_and_query().map_or("/", PathAndQuery::as_str);
+        let location = if port == 443 {
+            format!("https://{name}{path}")
+        } else {
+            format!("https://{name}:{port}{path}")
+        };
+        let mut resp =
+            Response::new(Either::Right(Full::new(Bytes::from_static(b"308 Permanent Redirect\n"))));
+        *resp.status_mut() = StatusCode::PERMANENT_REDIRECT;
+        let headers = resp.headers_mut();
+        headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        if let Ok(location) = HeaderValue::from_str(&location) {
+            headers.insert(http::header::LOCATION, location);
+        }
+        resp
     }
 
     /// Prepares the upstream response for the client; on `101` splices the two connections.

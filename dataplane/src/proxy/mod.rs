@@ -5,13 +5,14 @@
 //! it in with a single store; requests load the state once and keep that snapshot until they
 //! finish, so none ever sees a half-built table and none waits for a rebuild.
 //!
-//! - `server`: accept loop, HTTP/1.1 + h2c on one port, graceful drain.
+//! - `server`: accept loops (plain: HTTP/1.1 + h2c on one port; TLS: handshake with SNI
+//!   certificate selection, then HTTP/1.1 or h2 by ALPN), graceful drain.
 //! - `forward`: routing, header policy, retries, upstream errors.
 //! - `upgrade`: HTTP/1.1 `Upgrade` (WebSocket and others) splicing.
 //! - `client`: the pooled upstream clients and the request body that survives connect errors.
 //! - [`error`]: errors classified by where they came from, and the responses they become.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -20,11 +21,13 @@ use crate::balance::{Balancer, Registry};
 use crate::model::RouteTable;
 use crate::ratelimit::LimiterCache;
 use crate::router::{CompileError, Router};
+use crate::tls::{CertCache, CertIndex};
 
 mod client;
 pub mod error;
 mod extauth;
 mod forward;
+pub mod proxy_protocol;
 mod server;
 mod upgrade;
 
@@ -51,6 +54,17 @@ pub struct ProxyConfig {
     /// Largest request body accepted where a route sets no limit (413 past it); `None` is
     /// unlimited. ingress-nginx's global `proxy-body-size` (1m there by default).
     pub max_request_body: Option<u64>,
+    /// Time allowed for a TLS handshake, from accept to the end of the handshake.
+    pub handshake_timeout: Duration,
+    /// TLS handshakes in progress at once per listener; connections beyond it are closed.
+    pub max_concurrent_handshakes: usize,
+    /// Every connection starts with a PROXY protocol (v1 or v2) header naming the client;
+    /// connections without one are closed.
+    pub proxy_protocol: bool,
+    /// The port HTTPS redirects point to (omitted from the URL when 443).
+    pub https_redirect_port: u16,
+    /// `Strict-Transport-Security` value added to every HTTPS response; `None`: no header.
+    pub hsts: Option<http::HeaderValue>,
 }
 
 impl Default for ProxyConfig {
@@ -64,6 +78,11 @@ impl Default for ProxyConfig {
             connect_tries: 3,
             header_read_timeout: Duration::from_secs(30),
             max_request_body: None,
+            handshake_timeout: Duration::from_secs(10),
+            max_concurrent_handshakes: 1024,
+            proxy_protocol: false,
+            https_redirect_port: 443,
+            hsts: None,
         }
     }
 }
@@ -81,12 +100,16 @@ struct Inner {
     clients: client::Clients,
     /// Rate limiters, kept across publishes.
     limiters: LimiterCache,
+    /// The self-signed certificate served when the table names no default one; generated when
+    /// the first TLS listener starts.
+    fallback_cert: OnceLock<Arc<rustls::sign::CertifiedKey>>,
 }
 
 /// Only touched by `publish`, serialized by its mutex.
 #[derive(Default)]
 struct Publisher {
     registry: Registry,
+    certs: CertCache,
     last_version: u64,
 }
 
@@ -96,6 +119,8 @@ struct Compiled {
     router: Router,
     /// Indexed by [`crate::router::BackendIdx`].
     balancers: Vec<Balancer>,
+    /// SNI → certificate.
+    certs: CertIndex,
 }
 
 // === impl Proxy ===
@@ -104,7 +129,12 @@ impl Proxy {
     /// A proxy with an empty table: every request gets 404 until the first [`Proxy::publish`].
     pub fn new(config: ProxyConfig) -> Proxy {
         let clients = client::Clients::new(&config);
-        let empty = Compiled { version: 0, router: Router::default(), balancers: Vec::new() };
+        let empty = Compiled {
+            version: 0,
+            router: Router::default(),
+            balancers: Vec::new(),
+            certs: CertIndex::default(),
+        };
         Proxy {
             inner: Arc::new(Inner {
                 config,
@@ -112,6 +142,7 @@ impl Proxy {
                 publisher: Mutex::new(Publisher::default()),
                 clients,
                 limiters: LimiterCache::default(),
+                fallback_cert: OnceLock::new(),
             }),
         }
     }
@@ -129,7 +160,8 @@ impl Proxy {
         let balancers = publisher
             .registry
             .update(router.backend_ids().iter().filter_map(|id| table.backends.get_key_value(id)));
-        self.inner.state.store(Arc::new(Compiled { version, router, balancers }));
+        let certs = CertIndex::compile(&table, &mut publisher.certs);
+        self.inner.state.store(Arc::new(Compiled { version, router, balancers, certs }));
         self.inner.clients.h2c.prune();
         publisher.last_version = version;
         tracing::debug!(

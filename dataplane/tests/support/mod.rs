@@ -295,3 +295,4 @@ impl Resp {
         assert!(self.headers.contains_key("x-request-id"));
     }
 }
+pub mod tls;

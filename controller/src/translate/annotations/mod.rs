@@ -15,7 +15,12 @@
 //! against it by a test.
 
 mod auth;
+mod protocol;
 mod values;
+
+pub(crate) use protocol::{
+    BACKEND_PROTOCOL, FORCE_SSL_REDIRECT, SSL_REDIRECT, backend_protocol, flag, protocol_name,
+};
 
 use std::collections::BTreeMap;
 
@@ -70,9 +75,9 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("proxy-cookie-domain", Unsupported),
         ("proxy-cookie-path", Unsupported),
         // TLS.
-        ("ssl-redirect", Unsupported),
-        ("force-ssl-redirect", Unsupported),
-        ("backend-protocol", Unsupported),
+        ("ssl-redirect", Supported),
+        ("force-ssl-redirect", Supported),
+        ("backend-protocol", Supported),
         ("ssl-passthrough", Unsupported),
         ("ssl-ciphers", Unsupported),
         ("ssl-prefer-server-ciphers", Unsupported),

@@ -1,0 +1,223 @@
+//! TLS termination: certificates from the table, SNI selection, the rustls server config.
+//!
+//! Certificates are parsed once per publish (and reused across publishes while their PEM is
+//! unchanged) into a [`CertIndex`] that lives in the proxy's compiled state, so a new table, or
+//! a rotated Secret, takes effect for the next handshake; established connections keep the
+//! certificate they negotiated.
+//!
+//! SNI picks the certificate: an exact name, then a wildcard entry (`*.example.com` covers one
+//! label), then an entry for any host, then the default certificate (the table's, else the
+//! self-signed one generated at start-up). The `Host` header alone picks the route, as in
+//! ingress-nginx: a request whose `Host` the certificate does not cover is still routed by
+//! `Host` (clients that reuse one connection for several names rely on it).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::{ServerConfig, SupportedProtocolVersion};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::model::{Certificate, HostMatch, ObjectRef, RouteTable};
+
+/// ALPN protocols offered on the HTTPS listener, preferred first.
+pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
+
+/// Why a certificate cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `tls.crt` holds no PEM `CERTIFICATE` block.
+    #[error("tls.crt has no PEM certificate")]
+    NoCertificate,
+    /// `tls.crt` is not valid PEM.
+    #[error("tls.crt is not valid PEM: {0}")]
+    CertificatePem(rustls_pki_types::pem::Error),
+    /// `tls.key` holds no PEM private key (PKCS#1, PKCS#8 or SEC1).
+    #[error("tls.key has no PEM private key (PKCS#1, PKCS#8 or SEC1)")]
+    NoKey,
+    /// `tls.key` is not valid PEM.
+    #[error("tls.key is not valid PEM: {0}")]
+    KeyPem(rustls_pki_types::pem::Error),
+    /// The key is of an unsupported type or malformed.
+    #[error("tls.key is not a usable RSA, ECDSA (P-256/P-384) or Ed25519 key: {0}")]
+    Key(rustls::Error),
+    /// The certificate's public key is not the private key's.
+    #[error("tls.key does not match the certificate in tls.crt")]
+    KeyMismatch,
+    /// The leaf certificate cannot be parsed.
+    #[error("the certificate in tls.crt cannot be parsed: {0}")]
+    Certificate(rustls::Error),
+    /// The rustls configuration could not be built (a bug: the provider lacks the versions).
+    #[error("building the TLS configuration failed: {0}")]
+    Config(rustls::Error),
+    /// Generating the self-signed default certificate failed.
+    #[error("generating the self-signed default certificate failed: {0}")]
+    Generate(rcgen::Error),
+}
+
+/// The only crypto provider weir uses (ring); chosen explicitly so that no process-wide default
+/// is needed.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// TLS 1.2 and 1.3 only; with ring's default suites (AEAD with ECDHE only).
+pub const VERSIONS: &[&SupportedProtocolVersion] = &[&rustls::version::TLS13, &rustls::version::TLS12];
+
+/// Parses and checks a certificate: a PEM chain (leaf first) and a PEM private key that
+/// matches the leaf. Pure; the controller uses it to warn about bad Secrets.
+pub fn certified_key(cert: &Certificate) -> Result<CertifiedKey, Error> {
+    let chain = CertificateDer::pem_slice_iter(cert.chain_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Error::CertificatePem)?;
+    if chain.is_empty() {
+        return Err(Error::NoCertificate);
+    }
+    let key = match PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()) {
+        Ok(key) => key,
+        Err(rustls_pki_types::pem::Error::NoItemsFound) => return Err(Error::NoKey),
+        Err(e) => return Err(Error::KeyPem(e)),
+    };
+    let signing = provider().key_provider.load_private_key(key).map_err(Error::Key)?;
+    let certified = CertifiedKey::new(chain, signing);
+    match certified.keys_match() {
+        Ok(()) => Ok(certified),
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+            Err(Error::KeyMismatch)
+        }
+        // The key type cannot tell its public key: nothing to compare, accept.
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => Ok(certified),
+        Err(e) => Err(Error::Certificate(e)),
+    }
+}
+
+/// A self-signed certificate for when no default certificate is configured (ECDSA P-256), as
+/// ingress-nginx's "fake certificate".
+pub fn self_signed() -> Result<CertifiedKey, Error> {
+    let generated =
+        rcgen::generate_simple_self_signed(vec!["weir.invalid".to_string()]).map_err(Error::Generate)?;
+    let cert =
+        Certificate { chain_pem: generated.cert.pem(), key_pem: generated.signing_key.serialize_pem() };
+    certified_key(&cert)
+}
+
+// === impl CertIndex ===
+
+/// Compiled SNI → certificate lookup of one table.
+#[derive(Default)]
+pub struct CertIndex {
+    exact: HashMap<String, Arc<CertifiedKey>>,
+    /// Keyed by the suffix after `*.`.
+    wildcard: HashMap<String, Arc<CertifiedKey>>,
+    any: Option<Arc<CertifiedKey>>,
+    /// The table's default certificate, when it names a usable one.
+    default: Option<Arc<CertifiedKey>>,
+}
+
+/// Parsed certificates kept between publishes, keyed by object, reused while the PEM is equal.
+#[derive(Default)]
+pub struct CertCache {
+    entries: HashMap<ObjectRef, (Certificate, Arc<CertifiedKey>)>,
+}
+
+impl CertCache {
+    /// The parsed certificate for `id`, from the cache when its PEM is unchanged.
+    fn get(&mut self, id: &ObjectRef, cert: &Certificate) -> Result<Arc<CertifiedKey>, Error> {
+        if let Some((pem, key)) = self.entries.get(id)
+            && pem == cert
+        {
+            return Ok(key.clone());
+        }
+        let key = Arc::new(certified_key(cert)?);
+        self.entries.insert(id.clone(), (cert.clone(), key.clone()));
+        Ok(key)
+    }
+}
+
+impl CertIndex {
+    /// Compiles the table's TLS entries. A certificate that cannot be used is logged and its
+    /// hosts fall back to the default certificate; nothing else is affected.
+    pub fn compile(table: &RouteTable, cache: &mut CertCache) -> CertIndex {
+        let mut parsed: HashMap<&ObjectRef, Arc<CertifiedKey>> = HashMap::new();
+        for (id, cert) in &table.certificates {
+            match cache.get(id, cert) {
+                Ok(key) => {
+                    parsed.insert(id, key);
+                }
+                Err(error) => {
+                    tracing::warn!(certificate = %id, %error, "certificate unusable; its hosts get the default certificate")
+                }
+            }
+        }
+        cache.entries.retain(|id, _| parsed.contains_key(id));
+        let mut index = CertIndex {
+            default: table.default_certificate.as_ref().and_then(|id| parsed.get(id).cloned()),
+            ..CertIndex::default()
+        };
+        for entry in &table.tls {
+            let Some(key) = entry.certificate.as_ref().and_then(|id| parsed.get(id)) else {
+                continue; // the default certificate
+            };
+            for host in &entry.hosts {
+                match host {
+                    HostMatch::Exact(h) => index.exact.entry(h.clone()).or_insert_with(|| key.clone()),
+                    HostMatch::Wildcard(s) => index.wildcard.entry(s.clone()).or_insert_with(|| key.clone()),
+                    HostMatch::Any => index.any.get_or_insert_with(|| key.clone()),
+                };
+            }
+        }
+        index
+    }
+
+    /// The certificate for a ClientHello's SNI, if the table has one (else the caller's
+    /// fallback applies).
+    pub fn resolve(&self, sni: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        if let Some(name) = sni {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            if let Some(key) = self.exact.get(&name) {
+                return Some(key.clone());
+            }
+            if let Some((_, suffix)) = name.split_once('.')
+                && let Some(key) = self.wildcard.get(suffix)
+            {
+                return Some(key.clone());
+            }
+        }
+        self.any.clone().or_else(|| self.default.clone())
+    }
+}
+
+/// A rustls server config over `resolver`: TLS 1.2/1.3, ALPN h2 and http/1.1, no client auth.
+pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<ServerConfig, Error> {
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(VERSIONS)
+        .map_err(Error::Config)?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+/// Selects a certificate per handshake from whatever `lookup` returns, else `fallback`.
+pub(crate) struct SniResolver<F> {
+    pub(crate) lookup: F,
+    pub(crate) fallback: Arc<CertifiedKey>,
+}
+
+impl<F> std::fmt::Debug for SniResolver<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SniResolver").finish_non_exhaustive()
+    }
+}
+
+impl<F> ResolvesServerCert for SniResolver<F>
+where
+    F: Fn(Option<&str>) -> Option<Arc<CertifiedKey>> + Send + Sync,
+{
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some((self.lookup)(hello.server_name()).unwrap_or_else(|| self.fallback.clone()))
+    }
+}

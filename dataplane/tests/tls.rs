@@ -1,0 +1,463 @@
+//! TLS termination with real clients: SNI certificate selection, ALPN h2/http1.1, key types,
+//! unusable certificates, plain HTTP on the TLS port, handshake timeout; curl and openssl.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::tls::*;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use weir_dataplane::model::RouteTable;
+use weir_dataplane::proxy::ProxyConfig;
+
+/// Two echo backends on `a.test` and `b.test` (and any other host → `a`).
+async fn two_hosts() -> RouteTable {
+    let a = echo("a").await;
+    let b = echo("b").await;
+    table()
+        .host("a.test")
+        .prefix("/", &to(&a))
+        .host("b.test")
+        .prefix("/", &to(&b))
+        .host("*.wild.test")
+        .prefix("/", &to(&b))
+        .build()
+}
+
+#[tokio::test]
+async fn sni_picks_exact_then_wildcard_then_default() {
+    let ca = Ca::new();
+    let a = ca.leaf(&["a.test"]);
+    let wild = ca.leaf(&["*.wild.test"]);
+    let table =
+        with_cert(with_cert(two_hosts().await, "a", &["a.test"], &a), "wild", &["*.wild.test"], &wild);
+    let p = tls_proxy(table).await;
+
+    assert_eq!(presented(p.https, "a.test").await, a.der, "exact name");
+    assert_eq!(presented(p.https, "A.Test").await, a.der, "SNI is case-insensitive");
+    assert_eq!(presented(p.https, "x.wild.test").await, wild.der, "wildcard covers one label");
+    let deeper = presented(p.https, "y.x.wild.test").await;
+    let other = presented(p.https, "other.test").await;
+    for (what, cert) in [("two labels", &deeper), ("unknown name", &other)] {
+        assert_ne!(cert, &a.der, "{what}");
+        assert_ne!(cert, &wild.der, "{what}");
+    }
+    assert_eq!(deeper, other, "both get the one default certificate");
+}
+
+#[tokio::test]
+async fn http1_and_h2_by_alpn_reach_the_route_of_the_host_header() {
+    let ca = Ca::new();
+    let p = tls_proxy(with_cert(two_hosts().await, "a", &["a.test"], &ca.leaf(&["a.test"]))).await;
+    for h2 in [false, true] {
+        let r = https_get(p.https, "a.test", "a.test", "/x?y=1", h2).await.echo();
+        assert_eq!((r.name.as_str(), r.path.as_str()), ("a", "/x"), "h2={h2}");
+        assert_eq!(r.headers["x-forwarded-proto"], "https");
+        assert_eq!(r.headers["x-forwarded-port"], p.https.port().to_string());
+        assert_eq!(r.host.as_deref(), Some("a.test"));
+        // SNI chose a.test's certificate; the Host header still picks the route (ingress-nginx does the same).
+        let r = https_get(p.https, "a.test", "b.test", "/", h2).await;
+        assert_eq!(r.name(), "b", "h2={h2}");
+    }
+    // The plain listener says http.
+    let r = reqwest_plain(p.http, "a.test").await;
+    assert_eq!(r.headers["x-forwarded-proto"], "http");
+}
+
+async fn reqwest_plain(addr: std::net::SocketAddr, host: &str) -> weir_dataplane::echo::EchoResponse {
+    let req = http::Request::get(format!("http://{addr}/")).header("host", host).body(empty()).unwrap();
+    let resp = client().request(req).await.unwrap();
+    use http_body_util::BodyExt;
+    serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap()
+}
+
+#[tokio::test]
+async fn every_key_type_and_pem_encoding_serves() {
+    let ca = Ca::new();
+    let mut leaves = vec![
+        ("p256-pkcs8", ca.leaf_with(&["k.test"], &rcgen::PKCS_ECDSA_P256_SHA256)),
+        ("p384-pkcs8", ca.leaf_with(&["k.test"], &rcgen::PKCS_ECDSA_P384_SHA384)),
+        ("ed25519-pkcs8", ca.leaf_with(&["k.test"], &rcgen::PKCS_ED25519)),
+    ];
+    if have("openssl") {
+        let dir = tempfile::tempdir().unwrap();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl").args(args).current_dir(dir.path()).output().unwrap();
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        openssl(&["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "rsa8.pem"]);
+        openssl(&["pkey", "-in", "rsa8.pem", "-traditional", "-out", "rsa1.pem"]);
+        let rsa8 = std::fs::read_to_string(dir.path().join("rsa8.pem")).unwrap();
+        let rsa1 = std::fs::read_to_string(dir.path().join("rsa1.pem")).unwrap();
+        assert!(rsa1.starts_with("-----BEGIN RSA PRIVATE KEY"), "{rsa1}");
+        let key = rcgen::KeyPair::from_pem(&rsa8).unwrap();
+        leaves.push(("rsa-pkcs8", ca.leaf_for_key(&["k.test"], &key, rsa8)));
+        leaves.push(("rsa-pkcs1", ca.leaf_for_key(&["k.test"], &key, rsa1)));
+        let ec = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384).unwrap();
+        std::fs::write(dir.path().join("ec8.pem"), ec.serialize_pem()).unwrap();
+        openssl(&["pkey", "-in", "ec8.pem", "-traditional", "-out", "sec1.pem"]);
+        let sec1 = std::fs::read_to_string(dir.path().join("sec1.pem")).unwrap();
+        assert!(sec1.starts_with("-----BEGIN EC PRIVATE KEY"), "{sec1}");
+        leaves.push(("p384-sec1", ca.leaf_for_key(&["k.test"], &ec, sec1)));
+    }
+    let e = echo("k").await;
+    for (what, leaf) in &leaves {
+        let table = with_cert(table().host("k.test").prefix("/", &to(&e)).build(), what, &["k.test"], leaf);
+        let p = tls_proxy(table).await;
+        assert_eq!(&presented(p.https, "k.test").await, &leaf.der, "{what}");
+        assert_eq!(https_get(p.https, "k.test", "k.test", "/", true).await.name(), "k", "{what}");
+    }
+}
+
+#[tokio::test]
+async fn unusable_certificate_falls_back_to_default_for_its_hosts_only() {
+    let ca = Ca::new();
+    let a = ca.leaf(&["a.test"]);
+    let b = ca.leaf(&["b.test"]);
+    let mut mismatched = ca.leaf(&["b.test"]);
+    mismatched.cert.key_pem = ca.leaf(&["b.test"]).cert.key_pem; // another key
+    assert!(matches!(
+        weir_dataplane::tls::certified_key(&mismatched.cert),
+        Err(weir_dataplane::tls::Error::KeyMismatch)
+    ));
+    let mut garbage = b.cert.clone();
+    garbage.chain_pem = "not a certificate".into();
+    assert!(weir_dataplane::tls::certified_key(&garbage).is_err());
+
+    let table = with_cert(with_cert(two_hosts().await, "a", &["a.test"], &a), "b", &["b.test"], &mismatched);
+    let p = tls_proxy(table).await;
+    assert_eq!(presented(p.https, "a.test").await, a.der);
+    let got = presented(p.https, "b.test").await;
+    assert_ne!(got, mismatched.der);
+    assert_eq!(got, presented(p.https, "nothing.test").await, "b.test gets the default certificate");
+    assert_eq!(https_get(p.https, "b.test", "b.test", "/", false).await.name(), "b", "still served");
+}
+
+#[tokio::test]
+async fn plain_http_on_the_tls_port_gets_400_and_is_closed() {
+    let p = tls_proxy(two_hosts().await).await;
+    let mut s = TcpStream::connect(p.https).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n").await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await.unwrap().unwrap();
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.starts_with("HTTP/1.1 400 "), "{out}");
+    assert!(out.ends_with("400 The plain HTTP request was sent to HTTPS port"), "{out}");
+}
+
+#[tokio::test]
+async fn stalled_handshake_is_closed_after_the_timeout() {
+    let config = ProxyConfig { handshake_timeout: Duration::from_millis(300), ..test_config() };
+    let p = tls_proxy_with(config, two_hosts().await).await;
+    let mut s = TcpStream::connect(p.https).await.unwrap();
+    s.write_all(&[0x16, 0x03, 0x01]).await.unwrap(); // a record header, then nothing
+    let started = Instant::now();
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await.expect("closed in time");
+    assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    // The listener still serves.
+    assert_eq!(https_get(p.https, "a.test", "a.test", "/", false).await.name(), "a");
+}
+
+#[tokio::test]
+async fn concurrent_handshakes_are_bounded() {
+    let config = ProxyConfig {
+        max_concurrent_handshakes: 2,
+        handshake_timeout: Duration::from_secs(3),
+        ..test_config()
+    };
+    let p = tls_proxy_with(config, two_hosts().await).await;
+    // Two stalled handshakes take both slots; a third connection is closed at once.
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(p.https).await.unwrap();
+        s.write_all(&[0x16]).await.unwrap();
+        stalled.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let err = tls_connect(p.https, "a.test", &[]).await;
+    assert!(err.is_err(), "third handshake must be refused");
+    drop(stalled);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(https_get(p.https, "a.test", "a.test", "/", true).await.name(), "a");
+}
+
+// === real clients ===
+
+fn write_ca(ca: &Ca) -> tempfile::NamedTempFile {
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), &ca.pem).unwrap();
+    f
+}
+
+#[tokio::test]
+async fn curl_http2_and_http1_with_sni() {
+    if !have("curl") {
+        return;
+    }
+    let ca = Ca::new();
+    let p = tls_proxy(with_cert(two_hosts().await, "a", &["a.test"], &ca.leaf(&["a.test"]))).await;
+    let ca_file = write_ca(&ca);
+    for (flag, want) in [("--http2", "2"), ("--http1.1", "1.1")] {
+        let port = p.https.port();
+        let out = tokio::process::Command::new("curl")
+            .args(["-sS", flag, "--cacert"])
+            .arg(ca_file.path())
+            .args(["--resolve", &format!("a.test:{port}:127.0.0.1")])
+            .args(["-w", "\n%{http_version}", &format!("https://a.test:{port}/curl")])
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "curl {flag}: {}", String::from_utf8_lossy(&out.stderr));
+        let (body, version) = stdout.rsplit_once('\n').unwrap();
+        assert_eq!(version, want, "{stdout}");
+        let echo: weir_dataplane::echo::EchoResponse = serde_json::from_str(body).unwrap();
+        assert_eq!((echo.name.as_str(), echo.path.as_str()), ("a", "/curl"));
+    }
+}
+
+async fn s_client(addr: std::net::SocketAddr, args: &[&str]) -> (bool, String) {
+    let out = tokio::process::Command::new("openssl")
+        .args(["s_client", "-connect", &addr.to_string()])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+#[tokio::test]
+async fn openssl_s_client_sni_alpn_and_versions() {
+    if !have("openssl") {
+        return;
+    }
+    let ca = Ca::new();
+    let p = tls_proxy(with_cert(two_hosts().await, "a", &["a.test"], &ca.leaf(&["a.test"]))).await;
+    let ca_file = write_ca(&ca);
+    let ca_path = ca_file.path().to_str().unwrap();
+    for (version, name) in [("-tls1_2", "TLSv1.2"), ("-tls1_3", "TLSv1.3")] {
+        let (ok, out) = s_client(
+            p.https,
+            &[
+                "-servername",
+                "a.test",
+                "-alpn",
+                "h2,http/1.1",
+                version,
+                "-CAfile",
+                ca_path,
+                "-verify_return_error",
+            ],
+        )
+        .await;
+        assert!(ok, "{out}");
+        assert!(out.contains("ALPN protocol: h2"), "{out}");
+        assert!(
+            out.contains(&format!("Protocol  : {name}")) || out.contains(&format!("New, {name}")),
+            "{out}"
+        );
+        assert!(out.contains("Verify return code: 0 (ok)"), "{out}");
+        assert!(out.contains("subject=CN = a.test") || out.contains("subject=CN=a.test"), "{out}");
+    }
+    let (_, out) =
+        s_client(p.https, &["-servername", "a.test", "-alpn", "http/1.1", "-CAfile", ca_path]).await;
+    assert!(out.contains("ALPN protocol: http/1.1"), "{out}");
+    // TLS 1.1 and older are refused by the server (the client is told to allow them).
+    let (ok, out) =
+        s_client(p.https, &["-servername", "a.test", "-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0"]).await;
+    assert!(!ok, "{out}");
+    assert!(out.contains("Cipher is (NONE)"), "{out}");
+    assert!(out.contains("alert handshake failure") || out.contains("alert protocol version"), "{out}");
+    // An unknown name gets the self-signed default certificate.
+    let (_, out) = s_client(p.https, &["-servername", "nope.test", "-CAfile", ca_path]).await;
+    assert!(out.contains("weir.invalid") || out.contains("rcgen self signed cert"), "{out}");
+}
+
+// === redirects and HSTS ===
+
+#[tokio::test]
+async fn plain_http_to_a_redirecting_route_gets_308_to_https() {
+    let ca = Ca::new();
+    let table = redirect(with_cert(two_hosts().await, "a", &["a.test"], &ca.leaf(&["a.test"])), "a.test");
+    let config = ProxyConfig { https_redirect_port: 0, ..test_config() };
+    let p = tls_proxy_with(config, table).await;
+    let req = http::Request::post(format!("http://{}/x/y?q=1", p.http))
+        .header("host", "a.test:8080")
+        .body(full("b"))
+        .unwrap();
+    let r = send_plain(req).await;
+    assert_eq!(r.status, 308);
+    assert_eq!(r.headers["location"], format!("https://a.test:{}/x/y?q=1", p.https.port()));
+    // Over HTTPS the same route is served; other hosts are not redirected.
+    assert_eq!(https_get(p.https, "a.test", "a.test", "/", false).await.name(), "a");
+    let r = send_plain(
+        http::Request::get(format!("http://{}/", p.http)).header("host", "b.test").body(empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+
+    // Port 443 is left out of the URL.
+    let ca = Ca::new();
+    let table = redirect(with_cert(two_hosts().await, "a", &["a.test"], &ca.leaf(&["a.test"])), "a.test");
+    let p = tls_proxy(table).await;
+    let r = send_plain(
+        http::Request::get(format!("http://{}/", p.http)).header("host", "a.test").body(empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (r.status.as_u16(), &r.headers["location"]),
+        (308, &http::HeaderValue::from_static("https://a.test/"))
+    );
+}
+
+async fn send_plain(req: http::Request<TestBody>) -> Resp {
+    use http_body_util::BodyExt;
+    let resp = client().request(req).await.unwrap();
+    let (parts, body) = resp.into_parts();
+    Resp { status: parts.status, headers: parts.headers, body: body.collect().await.unwrap().to_bytes() }
+}
+
+#[tokio::test]
+async fn curl_follows_the_redirect_to_https() {
+    if !have("curl") {
+        return;
+    }
+    let ca = Ca::new();
+    let table = redirect(with_cert(two_hosts().await, "a", &["a.test"], &ca.leaf(&["a.test"])), "a.test");
+    let p = tls_proxy_with(ProxyConfig { https_redirect_port: 0, ..test_config() }, table).await;
+    let ca_file = write_ca(&ca);
+    let out = tokio::process::Command::new("curl")
+        .args(["-sS", "-L", "--cacert"])
+        .arg(ca_file.path())
+        .args(["--resolve", &format!("a.test:{}:127.0.0.1", p.http.port())])
+        .args(["--resolve", &format!("a.test:{}:127.0.0.1", p.https.port())])
+        .args(["-w", "\n%{num_redirects} %{scheme}", &format!("http://a.test:{}/follow", p.http.port())])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (body, tail) = stdout.rsplit_once('\n').unwrap();
+    assert_eq!(tail.to_ascii_lowercase(), "1 https");
+    let echo: weir_dataplane::echo::EchoResponse = serde_json::from_str(body).unwrap();
+    assert_eq!((echo.path.as_str(), echo.headers["x-forwarded-proto"].as_str()), ("/follow", "https"));
+}
+
+#[tokio::test]
+async fn hsts_is_sent_on_https_only_when_configured() {
+    let ca = Ca::new();
+    let table = with_cert(two_hosts().await, "a", &["a.test"], &ca.leaf(&["a.test"]));
+    let hsts = http::HeaderValue::from_static("max-age=31536000; includeSubDomains");
+    let p = tls_proxy_with(ProxyConfig { hsts: Some(hsts.clone()), ..test_config() }, table.clone()).await;
+    for h2 in [false, true] {
+        let r = https_get(p.https, "a.test", "a.test", "/", h2).await;
+        assert_eq!(r.headers.get("strict-transport-security"), Some(&hsts), "h2={h2}");
+        let r = https_get(p.https, "a.test", "nowhere.test", "/", h2).await;
+        r.assert_local(404);
+        assert_eq!(r.headers.get("strict-transport-security"), Some(&hsts), "local answers too");
+    }
+    let r = send_plain(
+        http::Request::get(format!("http://{}/", p.http)).header("host", "a.test").body(empty()).unwrap(),
+    )
+    .await;
+    assert!(!r.headers.contains_key("strict-transport-security"), "never over plain HTTP");
+    let p = tls_proxy(table).await;
+    assert!(
+        !https_get(p.https, "a.test", "a.test", "/", true)
+            .await
+            .headers
+            .contains_key("strict-transport-security")
+    );
+}
+
+// === rotation ===
+
+#[tokio::test]
+async fn rotated_certificate_serves_new_handshakes_and_keeps_open_connections() {
+    let ca = Ca::new();
+    let (old, new) = (ca.leaf(&["a.test"]), ca.leaf(&["a.test"]));
+    let base = two_hosts().await;
+    let p = tls_proxy(with_cert(base.clone(), "a", &["a.test"], &old)).await;
+
+    // An established HTTP/2 connection made with the old certificate.
+    let tls = tls_connect(p.https, "a.test", &[b"h2"]).await.unwrap();
+    assert_eq!(tls.get_ref().1.peer_certificates().unwrap()[0], old.der);
+    let (mut open, conn) = hyper::client::conn::http2::handshake::<_, _, TestBody>(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+
+    // Under load: new connections every few milliseconds while the certificate changes 20 times.
+    let https = p.https;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for _ in 0..4 {
+        let stop = stop.clone();
+        load.push(tokio::spawn(async move {
+            let mut served = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = https_get(https, "a.test", "a.test", "/", served.is_multiple_of(2)).await;
+                assert_eq!(r.status, 200, "{}", r.text());
+                served += 1;
+            }
+            served
+        }));
+    }
+    let mut current = &old;
+    for i in 0..20 {
+        current = if i % 2 == 0 { &new } else { &old };
+        p.proxy.publish(with_cert(base.clone(), "a", &["a.test"], current)).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(presented(p.https, "a.test").await, current.der, "a new handshake sees the last publish");
+    p.proxy.publish(with_cert(base.clone(), "a", &["a.test"], &new)).unwrap();
+    assert_eq!(presented(p.https, "a.test").await, new.der);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut total = 0;
+    for task in load {
+        total += task.await.unwrap();
+    }
+    assert!(total > 20, "only {total} requests under load");
+
+    // The old connection still works.
+    let req = http::Request::get("https://a.test/still").body(empty()).unwrap();
+    let resp = open.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+}
+
+#[tokio::test]
+async fn h2load_over_tls_has_no_failures() {
+    if !have("h2load") {
+        return;
+    }
+    let e = echo("any").await;
+    let p = tls_proxy(table().prefix("/", &to(&e)).build()).await;
+    let out = tokio::process::Command::new("h2load")
+        .args(["-n", "400", "-c", "4", "-m", "8", &format!("https://127.0.0.1:{}/load", p.https.port())])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("Application protocol: h2"), "{text}");
+    assert!(text.contains("400 succeeded, 0 failed, 0 errored"), "{text}");
+    assert!(text.contains("status codes: 400 2xx"), "{text}");
+    eprintln!(
+        "{}",
+        text.lines()
+            .filter(|l| l.starts_with("finished in") || l.starts_with("TLS Protocol"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
