@@ -22,13 +22,26 @@ use weir_dataplane::proxy::{Proxy, ProxyConfig};
 
 use crate::metrics::Metrics;
 use crate::source::files::{self, ManifestDir};
+use crate::source::kube::{self as kube_source, EndpointsApi, KubeOptions, KubeSource};
+use crate::status::{self, Outcome, StatusOptions};
 use crate::translate::{self, Snapshot, TranslateConfig};
+
+/// Where `weir serve` reads objects from when it talks to a Kubernetes API server.
+#[derive(Clone, Debug)]
+pub struct KubeServe {
+    /// What to watch.
+    pub source: KubeOptions,
+    /// Status writing and leader election.
+    pub status: StatusOptions,
+}
 
 /// Options of an in-process weir server.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
-    /// The manifest directory (the embedded default source).
+    /// The manifest directory (the embedded default source); ignored when `kube` is set.
     pub manifests: PathBuf,
+    /// Read objects from the Kubernetes API instead of `manifests`.
+    pub kube: Option<KubeServe>,
     /// Plain HTTP listener.
     pub listen_http: SocketAddr,
     /// Admin listener (`/healthz`, `/readyz`, `/metrics`).
@@ -54,6 +67,7 @@ impl Default for ServeOptions {
         let translate = TranslateConfig::default();
         ServeOptions {
             manifests: PathBuf::from("."),
+            kube: None,
             listen_http: SocketAddr::from(([127, 0, 0, 1], 0)),
             listen_admin: SocketAddr::from(([127, 0, 0, 1], 0)),
             ingress_class: translate.ingress_class,
@@ -106,14 +120,7 @@ impl Running {
         let ready = Arc::new(AtomicBool::new(false));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (version_tx, versions) = watch::channel(0u64);
-
-        let mut dir = ManifestDir::new(&opts.manifests);
-        // A missing directory is a usage error; a broken file is not (it is reported and skipped).
-        dir.rescan(true).with_context(|| format!("reading --manifests {}", opts.manifests.display()))?;
-        let (change_tx, change_rx) = mpsc::channel(1);
-        let guard = files::watch(&opts.manifests, change_tx, opts.poll_interval)?;
-
-        let mut publisher = Publisher {
+        let publisher = Publisher {
             proxy: proxy.clone(),
             config: opts.translate_config(),
             metrics: metrics.clone(),
@@ -121,17 +128,13 @@ impl Running {
             versions: version_tx,
             reported: BTreeSet::new(),
         };
-        publisher.publish(&dir);
 
         let mut tasks = Vec::new();
-        tasks.push(tokio::spawn(watch_loop(
-            dir,
-            change_rx,
-            guard,
-            publisher,
-            opts.debounce,
-            shutdown_rx.clone(),
-        )));
+        if let Some(kube) = &opts.kube {
+            tasks.push(tokio::spawn(kube_loop(kube.clone(), publisher, shutdown_rx.clone())));
+        } else {
+            tasks.push(Self::start_files(&opts, publisher, shutdown_rx.clone())?);
+        }
         let serve_proxy = proxy.clone();
         let stop = wait_for(shutdown_rx.clone());
         tasks.push(tokio::spawn(async move {
@@ -140,8 +143,24 @@ impl Running {
             }
         }));
         tasks.push(tokio::spawn(serve_admin(admin, metrics, ready, wait_for(shutdown_rx))));
-        tracing::info!(http = %http_addr, admin = %admin_addr, manifests = %opts.manifests.display(), "weir is serving");
+        tracing::info!(http = %http_addr, admin = %admin_addr, "weir is serving");
         Ok(Running { http_addr, admin_addr, proxy, versions, shutdown, tasks })
+    }
+
+    /// Loads the manifest directory, publishes the first table and watches the directory.
+    fn start_files(
+        opts: &ServeOptions,
+        mut publisher: Publisher,
+        shutdown_rx: watch::Receiver<bool>,
+    ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+        let mut dir = ManifestDir::new(&opts.manifests);
+        // A missing directory is a usage error; a broken file is not (it is reported and skipped).
+        dir.rescan(true).with_context(|| format!("reading --manifests {}", opts.manifests.display()))?;
+        let (change_tx, change_rx) = mpsc::channel(1);
+        let guard = files::watch(&opts.manifests, change_tx, opts.poll_interval)?;
+        publisher.publish(&dir);
+        tracing::info!(manifests = %opts.manifests.display(), "serving the manifest directory");
+        Ok(tokio::spawn(watch_loop(dir, change_rx, guard, publisher, opts.debounce, shutdown_rx)))
     }
 
     /// The version of the routing table currently served (0 before the first publish).
@@ -229,12 +248,20 @@ impl Publisher {
         self.publish_snapshot(&snapshot, problems);
     }
 
-    fn publish_snapshot(&mut self, snapshot: &Snapshot, mut problems: BTreeSet<String>) {
+    fn publish_kube(&mut self, source: &KubeSource) -> Outcome {
+        self.publish_snapshot(&source.stores.snapshot(), BTreeSet::new())
+    }
+
+    fn publish_snapshot(&mut self, snapshot: &Snapshot, mut problems: BTreeSet<String>) -> Outcome {
         let started = std::time::Instant::now();
         let translation = translate::translate(snapshot, &self.config);
         let translated = started.elapsed();
         self.metrics.translation_warnings.set(translation.warnings.len() as i64);
         problems.extend(translation.warnings.iter().map(|w| w.to_string()));
+        let outcome = Outcome {
+            ingresses: translation.ingresses.iter().cloned().collect(),
+            warnings: translation.warnings.clone(),
+        };
         for problem in problems.difference(&self.reported) {
             tracing::warn!("{problem}");
         }
@@ -260,6 +287,7 @@ impl Publisher {
                 tracing::error!(%error, "routing table rejected; the previous table keeps serving");
             }
         }
+        outcome
     }
 }
 
@@ -297,6 +325,66 @@ async fn watch_loop(
                 tracing::warn!(%error, "rescanning the manifest directory failed; keeping the current table")
             }
         }
+    }
+}
+
+/// The Kubernetes source: connect, discover, reflect, wait for every store to sync, then
+/// publish each debounced burst of changes. Connection problems are retried; until the first
+/// publish `/readyz` says not ready.
+async fn kube_loop(kube: KubeServe, mut publisher: Publisher, mut shutdown: watch::Receiver<bool>) {
+    let setup = async {
+        let mut retry = Duration::from_millis(250);
+        let (client, endpoints_api) = loop {
+            let attempt = async {
+                let client = kube_source::connect(kube.source.kubeconfig.as_deref()).await?;
+                let api = kube_source::discover_endpoints_api(&client).await?;
+                Ok::<_, kube_source::Error>((client, api))
+            };
+            match attempt.await {
+                Ok(ok) => break ok,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot reach the Kubernetes API; retrying");
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
+        match endpoints_api {
+            EndpointsApi::EndpointSlices => tracing::info!("watching discovery.k8s.io/v1 EndpointSlices"),
+            EndpointsApi::Endpoints => tracing::warn!(
+                "this API server does not serve discovery.k8s.io/v1 EndpointSlices; watching core v1 Endpoints instead"
+            ),
+        }
+        let source = KubeSource::start(&client, &kube.source, endpoints_api);
+        let started = std::time::Instant::now();
+        if !source.wait_until_synced().await {
+            tracing::error!("a reflector stopped before its first list; nothing is published");
+            return None;
+        }
+        tracing::info!(sync_ms = started.elapsed().as_millis() as u64, "every reflector synced");
+        Some((client, source))
+    };
+    let stop = shutdown.clone();
+    let (client, source) = tokio::select! {
+        ready = setup => match ready {
+            Some(ready) => ready,
+            None => return,
+        },
+        _ = wait_for(stop) => return,
+    };
+    let (outcome_tx, outcomes) = watch::channel(publisher.publish_kube(&source));
+    let status =
+        status::spawn(client, kube.status.clone(), source.stores.clone(), outcomes, shutdown.clone());
+    loop {
+        tokio::select! {
+            _ = source.next_burst() => {}
+            _ = shutdown.wait_for(|s| *s) => break,
+        }
+        outcome_tx.send_replace(publisher.publish_kube(&source));
+    }
+    drop(outcome_tx);
+    if let Err(error) = status.await {
+        tracing::error!(%error, "the status writer failed");
     }
 }
 
