@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::Api;
-use kube::api::ListParams;
+use kube::api::{ListParams, Patch, PatchParams};
 use support_kube::{
     ApiServer, Echo, Weir, apply, apply_class, create_namespace, delete, endpoints, eventually, ingress,
     isolated, measured, service,
@@ -102,5 +102,128 @@ fn routes_follow_the_api() {
         measured("Ingress delete to unrouted", t.elapsed());
         assert_eq!(weir.get("foreign.example", "/").map(|r| r.0), Some(404), "still ignored");
         drop(echo);
+    });
+}
+
+/// Only the leader writes `status.loadBalancer.ingress`, without rewriting what is already
+/// right; a second replica takes over when the first is killed; an Ingress that leaves weir's
+/// class loses weir's addresses.
+#[test]
+fn leader_writes_status_and_a_second_replica_takes_over() {
+    isolated("leader_writes_status_and_a_second_replica_takes_over", || async {
+        let api = ApiServer::start().await;
+        let client = api.client().await;
+        let ns = "status";
+        create_namespace(&client, ns).await;
+        let echo = Echo::start(&["a"]).await;
+        apply_class(&client, "weir", CONTROLLER).await;
+        apply::<Service>(&client, ns, service("web")).await;
+        apply::<Endpoints>(&client, ns, endpoints("web", &echo.ports)).await;
+        apply::<Ingress>(&client, ns, ingress("web", "weir", "web.example", "web")).await;
+        // The second replica publishes a LoadBalancer Service's address.
+        let mut lb = service("weir-lb");
+        lb["spec"]["type"] = "LoadBalancer".into();
+        apply::<Service>(&client, ns, lb).await;
+        let services: Api<Service> = Api::namespaced(client.clone(), ns);
+        let lb_status = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.20"}]}}});
+        services.patch_status("weir-lb", &PatchParams::default(), &Patch::Merge(&lb_status)).await.unwrap();
+
+        let ingresses: Api<Ingress> = Api::namespaced(client.clone(), ns);
+        let status_of = |name: &'static str| {
+            let ingresses = ingresses.clone();
+            async move {
+                let ing = ingresses.get(name).await.ok()?;
+                let lb = ing.status.and_then(|s| s.load_balancer).and_then(|l| l.ingress).unwrap_or_default();
+                Some(lb.into_iter().filter_map(|i| i.ip.or(i.hostname)).collect::<Vec<_>>())
+            }
+        };
+        let lease = ["--election-lease-duration", "2"];
+        let mut first = Weir::start(
+            &api.kubeconfig,
+            &[&lease[..], &["--election-identity", "weir-a", "--publish-status-address", "192.0.2.10"]]
+                .concat(),
+        );
+        first.wait_ready(Duration::from_secs(30)).await;
+        let t = Instant::now();
+        eventually("the leader writes the status", Duration::from_secs(10), || async {
+            (status_of("web").await? == ["192.0.2.10"]).then_some(())
+        })
+        .await;
+        measured("first status write after ready", t.elapsed());
+
+        let second = Weir::start(
+            &api.kubeconfig,
+            &[&lease[..], &["--election-identity", "weir-b", "--publish-service", "status/weir-lb"]].concat(),
+        );
+        second.wait_ready(Duration::from_secs(30)).await;
+        second.wait_route("web.example", "a", REROUTE).await;
+        // The follower does not write; the leader does not rewrite an unchanged status.
+        let version = ingresses.get("web").await.unwrap().metadata.resource_version;
+        // (a new Service makes both replicas translate again)
+        apply::<Service>(&client, ns, service("unrelated")).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let after = ingresses.get("web").await.unwrap();
+        assert_eq!(after.metadata.resource_version, version, "no write when nothing changed");
+        assert_eq!(status_of("web").await.unwrap(), ["192.0.2.10"]);
+
+        // Kill the leader: the second replica takes over once the Lease expires.
+        let t = Instant::now();
+        first.kill();
+        eventually("the second replica writes the status", Duration::from_secs(15), || async {
+            (status_of("web").await? == ["192.0.2.20"]).then_some(())
+        })
+        .await;
+        measured("leader killed to status rewritten by the new leader", t.elapsed());
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(client.clone(), "default");
+        let holder = leases.get("weir-leader").await.unwrap().spec.and_then(|s| s.holder_identity);
+        assert_eq!(holder.as_deref(), Some("weir-b"));
+
+        // An Ingress leaving weir's class loses weir's addresses.
+        apply_class(&client, "other", "example.com/other").await;
+        apply::<Ingress>(&client, ns, ingress("web", "other", "web.example", "web")).await;
+        eventually("the status is cleared", Duration::from_secs(5), || async {
+            status_of("web").await?.is_empty().then_some(())
+        })
+        .await;
+        second.wait_route("web.example", "404", REROUTE).await;
+    });
+}
+
+/// An API server restart leaves traffic flowing on the last table; weir resynchronises after.
+#[test]
+fn api_server_restart_keeps_traffic_and_resyncs() {
+    isolated("api_server_restart_keeps_traffic_and_resyncs", || async {
+        let mut api = ApiServer::start().await;
+        let client = api.client().await;
+        let ns = "restart";
+        create_namespace(&client, ns).await;
+        let echo = Echo::start(&["a", "b"]).await;
+        apply_class(&client, "weir", CONTROLLER).await;
+        apply::<Service>(&client, ns, service("web")).await;
+        apply::<Endpoints>(&client, ns, endpoints("web", &echo.ports[..1])).await;
+        apply::<Ingress>(&client, ns, ingress("web", "weir", "web.example", "web")).await;
+        let weir = Weir::start(&api.kubeconfig, &["--publish-status-address", "192.0.2.10"]);
+        weir.wait_ready(Duration::from_secs(30)).await;
+        weir.wait_route("web.example", "a", REROUTE).await;
+
+        api.kill_apiserver();
+        let down = Instant::now();
+        while down.elapsed() < Duration::from_secs(3) {
+            assert_eq!(
+                weir.get("web.example", "/"),
+                Some((200, "a".to_string())),
+                "traffic flows while the API is down"
+            );
+            assert_eq!(weir.admin("/readyz").map(|r| r.0), Some(200), "still ready");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        api.start_apiserver().await;
+        let client = api.client().await;
+        let t = Instant::now();
+        apply::<Endpoints>(&client, ns, endpoints("web", &echo.ports[1..])).await;
+        weir.wait_route("web.example", "b", Duration::from_secs(20)).await;
+        measured("change after an API server restart to rerouted", t.elapsed());
+        assert!(weir.log().contains("watch failed"), "the outage was logged:\n{}", weir.log());
     });
 }
