@@ -47,6 +47,15 @@ cmd_build() {
     return 0
   fi
   local started=$SECONDS
+  local need=()
+  command -v dpkg-source >/dev/null || need+=(dpkg-dev)
+  command -v make >/dev/null || need+=(make)
+  command -v xz >/dev/null || need+=(xz-utils)
+  if [ ${#need[@]} -gt 0 ]; then
+    log "installing ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
   mkdir -p "$CACHE" "$BIN"
   local work=$CACHE/work
   rm -rf "$work"
@@ -86,8 +95,16 @@ cmd_build() {
   log "built in $((SECONDS - started)) s: $("$BIN/kube-apiserver" --version)"
 }
 
+# A free loopback port: a random one in the ephemeral range that nothing answers on.
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+  local p
+  while :; do
+    p=$((32768 + RANDOM % 28000))
+    if ! (: </dev/tcp/127.0.0.1/$p) 2>/dev/null; then
+      echo "$p"
+      return
+    fi
+  done
 }
 
 cmd_start() {

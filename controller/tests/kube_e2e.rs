@@ -227,3 +227,87 @@ fn api_server_restart_keeps_traffic_and_resyncs() {
         assert!(weir.log().contains("watch failed"), "the outage was logged:\n{}", weir.log());
     });
 }
+
+/// weir works with exactly the privileges of examples/kubernetes/rbac.yaml: a ServiceAccount
+/// token bound to that ClusterRole and Role, not an admin token.
+#[test]
+fn rbac_is_sufficient() {
+    isolated("rbac_is_sufficient", || async {
+        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+        use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+
+        let api = ApiServer::start().await;
+        let admin = api.client().await;
+        let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kubernetes/rbac.yaml");
+        let text = std::fs::read_to_string(rbac).unwrap();
+        for doc in text.split("\n---\n") {
+            let value: serde_json::Value = serde_saphyr::from_str(doc).unwrap();
+            let ns = value["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+            match value["kind"].as_str().unwrap() {
+                "Namespace" => {
+                    drop(support_kube::apply_with::<Namespace>(Api::all(admin.clone()), value).await)
+                }
+                "ServiceAccount" => drop(apply::<ServiceAccount>(&admin, &ns, value).await),
+                "ClusterRole" => {
+                    drop(support_kube::apply_with::<ClusterRole>(Api::all(admin.clone()), value).await)
+                }
+                "ClusterRoleBinding" => {
+                    drop(support_kube::apply_with::<ClusterRoleBinding>(Api::all(admin.clone()), value).await)
+                }
+                "Role" => drop(apply::<Role>(&admin, &ns, value).await),
+                "RoleBinding" => drop(apply::<RoleBinding>(&admin, &ns, value).await),
+                other => panic!("unexpected kind {other} in rbac.yaml"),
+            }
+        }
+        let ns = "app";
+        create_namespace(&admin, ns).await;
+        let echo = Echo::start(&["a"]).await;
+        apply_class(&admin, "weir", CONTROLLER).await;
+        apply::<Service>(&admin, ns, service("web")).await;
+        apply::<Endpoints>(&admin, ns, endpoints("web", &echo.ports)).await;
+        apply::<Ingress>(&admin, ns, ingress("web", "weir", "web.example", "web")).await;
+        apply::<Ingress>(&admin, ns, ingress("broken", "weir", "broken.example", "missing")).await;
+
+        let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "weir-system");
+        let request = TokenRequest {
+            spec: TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() },
+            ..Default::default()
+        };
+        let token = accounts
+            .create_token_request("weir", &Default::default(), &request)
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .token;
+        // The token really is limited.
+        let limited = api.client_for(&token).await.unwrap();
+        let pods: Api<Pod> = Api::all(limited);
+        assert!(pods.list(&ListParams::default()).await.is_err(), "the ServiceAccount must not list Pods");
+
+        let weir = Weir::start(
+            &api.kubeconfig_for(&token),
+            &["--election-namespace", "weir-system", "--publish-status-address", "192.0.2.10"],
+        );
+        weir.wait_ready(Duration::from_secs(30)).await;
+        weir.wait_route("web.example", "a", REROUTE).await;
+        let ingresses: Api<Ingress> = Api::namespaced(admin.clone(), ns);
+        eventually("the status is written", Duration::from_secs(10), || async {
+            let ing = ingresses.get("web").await.ok()?;
+            let lb = ing.status?.load_balancer?.ingress?;
+            (lb.first()?.ip.as_deref() == Some("192.0.2.10")).then_some(())
+        })
+        .await;
+        let events: Api<Event> = Api::namespaced(admin.clone(), ns);
+        eventually("an Event is recorded", Duration::from_secs(10), || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            (!list.items.is_empty()).then_some(())
+        })
+        .await;
+        let log = weir.log();
+        assert!(!log.to_lowercase().contains("forbidden"), "a request was forbidden:\n{log}");
+        let namespaces: Api<Namespace> = Api::all(admin.clone());
+        assert!(namespaces.get("weir-system").await.is_ok());
+    });
+}

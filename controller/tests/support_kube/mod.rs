@@ -316,7 +316,7 @@ pub async fn apply_class(client: &Client, name: &str, controller: &str) -> Ingre
     apply_with(Api::all(client.clone()), value).await
 }
 
-async fn apply_with<K>(api: Api<K>, value: serde_json::Value) -> K
+pub async fn apply_with<K>(api: Api<K>, value: serde_json::Value) -> K
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
 {
