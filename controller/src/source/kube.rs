@@ -281,19 +281,7 @@ impl KubeSource {
     /// Waits for the next burst of changes to end: returns `holdoff` after the last change, or
     /// `max_delay` after the first one, whichever comes first.
     pub async fn next_burst(&self) {
-        self.changes.notified().await;
-        let deadline = Instant::now() + self.max_delay;
-        loop {
-            let quiet = (Instant::now() + self.holdoff).min(deadline);
-            tokio::select! {
-                _ = self.changes.notified() => {
-                    if Instant::now() >= deadline {
-                        return;
-                    }
-                }
-                _ = tokio::time::sleep_until(quiet) => return,
-            }
-        }
+        debounce(&self.changes, self.holdoff, self.max_delay).await;
     }
 }
 
@@ -301,6 +289,24 @@ impl Drop for KubeSource {
     fn drop(&mut self) {
         for task in &self.tasks {
             task.abort();
+        }
+    }
+}
+
+/// Waits for a notification, then until `holdoff` passed without one or `max_delay` passed since
+/// the first.
+async fn debounce(changes: &Notify, holdoff: Duration, max_delay: Duration) {
+    changes.notified().await;
+    let deadline = Instant::now() + max_delay;
+    loop {
+        let quiet = (Instant::now() + holdoff).min(deadline);
+        tokio::select! {
+            _ = changes.notified() => {
+                if Instant::now() >= deadline {
+                    return;
+                }
+            }
+            _ = tokio::time::sleep_until(quiet) => return,
         }
     }
 }
@@ -421,6 +427,37 @@ impl Backoff for WatchBackoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn debounce_waits_for_quiet_but_not_longer_than_max_delay() {
+        let changes = Arc::new(Notify::new());
+        let (holdoff, max_delay) = (Duration::from_millis(60), Duration::from_millis(250));
+
+        // One change: published a holdoff later.
+        changes.notify_one();
+        let t = Instant::now();
+        debounce(&changes, holdoff, max_delay).await;
+        let single = t.elapsed();
+        assert!(single >= holdoff && single < max_delay, "{single:?}");
+
+        // A change every 20 ms for a second: published at max_delay, not after the storm.
+        let storm = changes.clone();
+        let pinger = tokio::spawn(async move {
+            for _ in 0..50 {
+                storm.notify_one();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let t = Instant::now();
+        debounce(&changes, holdoff, max_delay).await;
+        let burst = t.elapsed();
+        pinger.abort();
+        assert!(
+            burst >= max_delay - Duration::from_millis(30) && burst < Duration::from_millis(600),
+            "{burst:?}"
+        );
+    }
 
     #[test]
     fn backoff_doubles_up_to_the_cap_and_resets() {

@@ -1,0 +1,190 @@
+//! The Kubernetes source against a protocol-level fake API server (an in-process tower service
+//! speaking the API's JSON), for what the 1.20 API server of the end-to-end tests cannot show:
+//! discovery choosing `discovery.k8s.io/v1` EndpointSlices, routes built from slices, and
+//! nothing synced before every list has answered.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use kube::Client;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use weir::source::kube::{EndpointsApi, KubeOptions, KubeSource, discover_endpoints_api};
+use weir::translate::{TranslateConfig, translate};
+
+/// What the fake serves.
+#[derive(Clone)]
+struct Fake {
+    /// Whether `discovery.k8s.io/v1` lists EndpointSlices.
+    slices: bool,
+    /// Paths requested (without query).
+    seen: Arc<Mutex<BTreeSet<String>>>,
+    /// Lists of Secrets wait until this turns true.
+    release_secrets: watch::Receiver<bool>,
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+fn json_response(status: StatusCode, value: Value) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(value.to_string())).boxed());
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response
+}
+
+fn list(kind: &str, items: Value) -> Value {
+    json!({"kind": format!("{kind}List"), "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items})
+}
+
+impl Fake {
+    async fn answer(self, req: Request<kube::client::Body>) -> Result<Response<Body>, Infallible> {
+        let path = req.uri().path().to_string();
+        let query = req.uri().query().unwrap_or_default().to_string();
+        self.seen.lock().unwrap().insert(path.clone());
+        if query.contains("watch=true") {
+            // A watch that stays open without events.
+            let pending = futures_util::stream::pending::<Result<Frame<Bytes>, Infallible>>();
+            return Ok(Response::new(BodyExt::boxed(StreamBody::new(pending))));
+        }
+        let not_found = || {
+            json_response(
+                StatusCode::NOT_FOUND,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"}),
+            )
+        };
+        let response = match path.as_str() {
+            "/apis/discovery.k8s.io/v1" if self.slices => json_response(
+                StatusCode::OK,
+                json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "discovery.k8s.io/v1", "resources": [
+                    {"name": "endpointslices", "singularName": "endpointslice", "namespaced": true, "kind": "EndpointSlice", "verbs": ["list", "watch"]}
+                ]}),
+            ),
+            "/apis/discovery.k8s.io/v1" => not_found(),
+            "/apis/networking.k8s.io/v1/ingressclasses" => json_response(
+                StatusCode::OK,
+                list(
+                    "IngressClass",
+                    json!([{"metadata": {"name": "weir", "resourceVersion": "1"}, "spec": {"controller": "weir.dev/ingress-controller"}}]),
+                ),
+            ),
+            "/apis/networking.k8s.io/v1/ingresses" => json_response(
+                StatusCode::OK,
+                list(
+                    "Ingress",
+                    json!([{
+                        "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "1"},
+                        "spec": {"ingressClassName": "weir", "rules": [{"host": "web.example", "http": {"paths": [
+                            {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"name": "http"}}}}
+                        ]}}]}
+                    }]),
+                ),
+            ),
+            "/api/v1/services" => json_response(
+                StatusCode::OK,
+                list(
+                    "Service",
+                    json!([{
+                        "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "1"},
+                        "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}
+                    }]),
+                ),
+            ),
+            "/apis/discovery.k8s.io/v1/endpointslices" => json_response(
+                StatusCode::OK,
+                list(
+                    "EndpointSlice",
+                    json!([{
+                        "metadata": {"name": "web-x1", "namespace": "shop", "resourceVersion": "1",
+                                     "labels": {"kubernetes.io/service-name": "web"}},
+                        "addressType": "IPv4",
+                        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+                        "endpoints": [{"addresses": ["10.0.0.7"], "conditions": {"ready": true}}]
+                    }]),
+                ),
+            ),
+            "/api/v1/endpoints" => json_response(
+                StatusCode::OK,
+                list(
+                    "Endpoints",
+                    json!([{
+                        "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "1"},
+                        "subsets": [{"addresses": [{"ip": "10.0.0.8"}], "ports": [{"name": "http", "port": 8080}]}]
+                    }]),
+                ),
+            ),
+            "/api/v1/secrets" => {
+                let mut release = self.release_secrets.clone();
+                let _ = release.wait_for(|r| *r).await;
+                json_response(StatusCode::OK, list("Secret", json!([])))
+            }
+            _ => not_found(),
+        };
+        Ok(response)
+    }
+}
+
+fn fake(slices: bool, secrets_released: bool) -> (Client, Arc<Mutex<BTreeSet<String>>>, watch::Sender<bool>) {
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let (release, release_secrets) = watch::channel(secrets_released);
+    let fake = Fake { slices, seen: seen.clone(), release_secrets };
+    let service = tower::service_fn(move |req| fake.clone().answer(req));
+    (Client::new(service, "default"), seen, release)
+}
+
+fn table_json(source: &KubeSource) -> String {
+    let translation = translate(&source.stores.snapshot(), &TranslateConfig::default());
+    assert!(translation.warnings.is_empty(), "{:?}", translation.warnings);
+    serde_json::to_string(&translation.table).unwrap()
+}
+
+#[tokio::test]
+async fn discovery_prefers_endpointslices_and_routes_use_them() {
+    let (client, seen, _release) = fake(true, true);
+    let api = discover_endpoints_api(&client).await.unwrap();
+    assert_eq!(api, EndpointsApi::EndpointSlices);
+    let source = KubeSource::start(&client, &KubeOptions::default(), api);
+    tokio::time::timeout(Duration::from_secs(10), source.wait_until_synced()).await.unwrap();
+    let table = table_json(&source);
+    assert!(table.contains("10.0.0.7:8080"), "the slice's endpoint serves: {table}");
+    let seen = seen.lock().unwrap();
+    assert!(seen.contains("/apis/discovery.k8s.io/v1/endpointslices"), "{seen:?}");
+    assert!(
+        !seen.contains("/api/v1/endpoints"),
+        "core Endpoints are not watched when slices are served: {seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn without_endpointslice_v1_core_endpoints_are_watched() {
+    let (client, seen, _release) = fake(false, true);
+    let api = discover_endpoints_api(&client).await.unwrap();
+    assert_eq!(api, EndpointsApi::Endpoints);
+    let source = KubeSource::start(&client, &KubeOptions::default(), api);
+    tokio::time::timeout(Duration::from_secs(10), source.wait_until_synced()).await.unwrap();
+    let table = table_json(&source);
+    assert!(table.contains("10.0.0.8:8080"), "the Endpoints' address serves: {table}");
+    let seen = seen.lock().unwrap();
+    assert!(!seen.contains("/apis/discovery.k8s.io/v1/endpointslices"), "{seen:?}");
+}
+
+#[tokio::test]
+async fn not_synced_until_every_list_answered() {
+    let (client, _seen, release) = fake(true, false);
+    let source = KubeSource::start(&client, &KubeOptions::default(), EndpointsApi::EndpointSlices);
+    let early = tokio::time::timeout(Duration::from_millis(500), source.wait_until_synced()).await;
+    assert!(early.is_err(), "synced although the Secrets list has not answered");
+    release.send(true).unwrap();
+    let synced = tokio::time::timeout(Duration::from_secs(10), source.wait_until_synced()).await;
+    assert_eq!(synced.ok(), Some(true));
+}
