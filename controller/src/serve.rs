@@ -27,7 +27,7 @@ use crate::status::{self, Outcome, StatusOptions};
 use crate::translate::{self, Snapshot, TranslateConfig};
 
 /// Where `weir serve` reads objects from when it talks to a Kubernetes API server.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct KubeServe {
     /// What to watch.
     pub source: KubeOptions,

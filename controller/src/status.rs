@@ -50,6 +50,19 @@ pub struct StatusOptions {
     pub controller_name: String,
 }
 
+impl Default for StatusOptions {
+    fn default() -> Self {
+        StatusOptions {
+            publish_service: None,
+            publish_status_addresses: Vec::new(),
+            lease: ObjectRef::new("default", "weir-leader"),
+            lease_duration: Duration::from_secs(15),
+            identity: format!("weir-{}", std::process::id()),
+            controller_name: crate::translate::TranslateConfig::default().controller_name,
+        }
+    }
+}
+
 /// What one translation said, as the status writer needs it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Outcome {

@@ -3,7 +3,7 @@
 //!
 //! The API server refuses Endpoints on loopback addresses (127.0.0.0/8), so each test runs in a
 //! private network namespace (`unshare --net`, root only) whose `lo` also carries
-//! [`BACKEND_IP`]: nothing is reachable from outside and the host's network is untouched.
+//! 10.0.0.0/8 (so [`BACKEND_IP`] is local): nothing is reachable from outside and the host's network is untouched.
 //! Binaries come from `scripts/kube-apiserver.sh build` (cached in /var/cache/weir/kube/bin, or
 //! `WEIR_KUBE_BIN`). Without them (or without root) a test is skipped with a printed reason,
 //! or fails when `WEIR_REQUIRE_ALL=1`.
@@ -28,7 +28,9 @@ use serde::de::DeserializeOwned;
 /// The address the echo backends listen on (added to `lo` of the test's network namespace).
 pub const BACKEND_IP: Ipv4Addr = Ipv4Addr::new(10, 244, 7, 1);
 const INSIDE: &str = "WEIR_E2E_INSIDE_NETNS";
-const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+/// The weir binary (only known to the controller crate's tests; the conformance runner runs
+/// weir in-process).
+const WEIR: Option<&str> = option_env!("CARGO_BIN_EXE_weir");
 
 /// Serialises the tests of one binary: each brings its own API server, and two cores do not
 /// carry several at once.
@@ -84,9 +86,10 @@ where
     Fut: std::future::Future<Output = ()>,
 {
     if std::env::var_os(INSIDE).is_some() {
-        for args in
-            [vec!["link", "set", "lo", "up"], vec!["addr", "add", &format!("{BACKEND_IP}/32"), "dev", "lo"]]
-        {
+        // All of 10.0.0.0/8 becomes local (as 127.0.0.0/8 is): BACKEND_IP and the conformance
+        // replicas' addresses are in it.
+        for args in [["link", "set", "lo", "up", ""], ["addr", "add", "10.0.0.1/8", "dev", "lo"]] {
+            let args: Vec<&str> = args.into_iter().filter(|a| !a.is_empty()).collect();
             let out = Command::new("ip").args(&args).output().unwrap();
             assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         }
@@ -416,7 +419,7 @@ impl Weir {
     /// Starts `weir serve --kubeconfig KUBECONFIG ARGS...` on ephemeral ports.
     pub fn start(kubeconfig: &Path, args: &[&str]) -> Weir {
         let started = Instant::now();
-        let mut child = Command::new(WEIR)
+        let mut child = Command::new(WEIR.expect("the weir binary (CARGO_BIN_EXE_weir)"))
             .arg("serve")
             .arg("--kubeconfig")
             .arg(kubeconfig)
