@@ -131,7 +131,9 @@ impl Running {
 
         let mut tasks = Vec::new();
         if let Some(kube) = &opts.kube {
-            tasks.push(tokio::spawn(kube_loop(kube.clone(), publisher, shutdown_rx.clone())));
+            // A configuration problem is a usage error; an unreachable API server is retried.
+            let client = kube_source::connect(kube.source.kubeconfig.as_deref()).await?;
+            tasks.push(tokio::spawn(kube_loop(client, kube.clone(), publisher, shutdown_rx.clone())));
         } else {
             tasks.push(Self::start_files(&opts, publisher, shutdown_rx.clone())?);
         }
@@ -331,17 +333,17 @@ async fn watch_loop(
 /// The Kubernetes source: connect, discover, reflect, wait for every store to sync, then
 /// publish each debounced burst of changes. Connection problems are retried; until the first
 /// publish `/readyz` says not ready.
-async fn kube_loop(kube: KubeServe, mut publisher: Publisher, mut shutdown: watch::Receiver<bool>) {
+async fn kube_loop(
+    client: ::kube::Client,
+    kube: KubeServe,
+    mut publisher: Publisher,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let setup = async {
         let mut retry = Duration::from_millis(250);
-        let (client, endpoints_api) = loop {
-            let attempt = async {
-                let client = kube_source::connect(kube.source.kubeconfig.as_deref()).await?;
-                let api = kube_source::discover_endpoints_api(&client).await?;
-                Ok::<_, kube_source::Error>((client, api))
-            };
-            match attempt.await {
-                Ok(ok) => break ok,
+        let endpoints_api = loop {
+            match kube_source::discover_endpoints_api(&client).await {
+                Ok(api) => break api,
                 Err(error) => {
                     tracing::warn!(%error, "cannot reach the Kubernetes API; retrying");
                     tokio::time::sleep(retry).await;
@@ -362,10 +364,10 @@ async fn kube_loop(kube: KubeServe, mut publisher: Publisher, mut shutdown: watc
             return None;
         }
         tracing::info!(sync_ms = started.elapsed().as_millis() as u64, "every reflector synced");
-        Some((client, source))
+        Some(source)
     };
     let stop = shutdown.clone();
-    let (client, source) = tokio::select! {
+    let source = tokio::select! {
         ready = setup => match ready {
             Some(ready) => ready,
             None => return,
@@ -375,7 +377,16 @@ async fn kube_loop(kube: KubeServe, mut publisher: Publisher, mut shutdown: watc
     let (outcome_tx, outcomes) = watch::channel(publisher.publish_kube(&source));
     let status =
         status::spawn(client, kube.status.clone(), source.stores.clone(), outcomes, shutdown.clone());
+    let mut settings = None;
     loop {
+        if kube.source.configmap.is_some() {
+            let now = source.stores.settings();
+            if now != settings {
+                let keys: Vec<&String> = now.iter().flat_map(|d| d.keys()).collect();
+                tracing::info!(?keys, "settings ConfigMap read; weir reads no setting from it yet");
+                settings = now;
+            }
+        }
         tokio::select! {
             _ = source.next_burst() => {}
             _ = shutdown.wait_for(|s| *s) => break,

@@ -251,3 +251,15 @@ fn serve_routes_and_hot_reloads() {
     std::fs::remove_file(dir.path().join("app.yaml")).unwrap();
     wait_until("the deleted route to go", || get(http, "app.test", "/v2").0 == 404);
 }
+
+#[test]
+fn serve_with_an_unreadable_kubeconfig_is_a_clear_error() {
+    let out = Command::new(WEIR)
+        .args(["serve", "--kubeconfig", "/nonexistent/kubeconfig", "--listen-http", "127.0.0.1:0"])
+        .args(["--listen-admin", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/nonexistent/kubeconfig"), "{stderr}");
+}

@@ -11,7 +11,7 @@ mod support_kube;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Endpoints, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Service};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::Api;
@@ -43,8 +43,26 @@ fn routes_follow_the_api() {
         }
         apply::<Ingress>(&client, ns, ingress("web", "weir", "web.example", "web")).await;
         apply::<Ingress>(&client, ns, ingress("foreign", "other", "foreign.example", "web")).await;
+        // An unwatched namespace.
+        create_namespace(&client, "elsewhere").await;
+        apply::<Service>(&client, "elsewhere", service("web")).await;
+        apply::<Endpoints>(&client, "elsewhere", endpoints("web", &[echo.ports[0]])).await;
+        apply::<Ingress>(&client, "elsewhere", ingress("web", "weir", "elsewhere.example", "web")).await;
+        let settings =
+            serde_json::json!({"metadata": {"name": "weir-settings"}, "data": {"proxy-body-size": "8m"}});
+        apply::<ConfigMap>(&client, ns, settings).await;
 
-        let weir = Weir::start(&api.kubeconfig, &["--publish-status-address", "192.0.2.10"]);
+        let weir = Weir::start(
+            &api.kubeconfig,
+            &[
+                "--watch-namespace",
+                ns,
+                "--configmap",
+                "shop/weir-settings",
+                "--publish-status-address",
+                "192.0.2.10",
+            ],
+        );
         let ready = weir.wait_ready(Duration::from_secs(30)).await;
         measured("weir start to first publish (readyz)", ready);
         assert!(
@@ -55,8 +73,13 @@ fn routes_follow_the_api() {
 
         // Routes appear.
         weir.wait_route("web.example", "a", REROUTE).await;
-        // Another class is ignored entirely.
+        // Another class is ignored entirely, and so is an unwatched namespace.
         assert_eq!(weir.get("foreign.example", "/").map(|r| r.0), Some(404));
+        assert_eq!(weir.get("elsewhere.example", "/").map(|r| r.0), Some(404));
+        eventually("the settings ConfigMap is read", Duration::from_secs(5), || async {
+            weir.log().contains("proxy-body-size").then_some(())
+        })
+        .await;
 
         // An edited Ingress reroutes.
         let t = Instant::now();
