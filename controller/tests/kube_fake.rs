@@ -30,6 +30,10 @@ struct Fake {
     seen: Arc<Mutex<BTreeSet<String>>>,
     /// Lists of Secrets wait until this turns true.
     release_secrets: watch::Receiver<bool>,
+    /// Ingress lists served so far; with `expire`, the first watch answers 410 Gone and later
+    /// lists show a different Ingress.
+    ingress_lists: Arc<std::sync::atomic::AtomicUsize>,
+    expire: bool,
 }
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -48,10 +52,24 @@ fn list(kind: &str, items: Value) -> Value {
 }
 
 impl Fake {
+    /// The Ingress of the next list: `web`, then `relisted` when the watch expires.
+    fn next_ingress_name(&self) -> &'static str {
+        let n = self.ingress_lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.expire && n > 0 { "relisted" } else { "web" }
+    }
+
     async fn answer(self, req: Request<kube::client::Body>) -> Result<Response<Body>, Infallible> {
         let path = req.uri().path().to_string();
         let query = req.uri().query().unwrap_or_default().to_string();
         self.seen.lock().unwrap().insert(path.clone());
+        let ingress_path = path == "/apis/networking.k8s.io/v1/ingresses";
+        let lists = self.ingress_lists.load(std::sync::atomic::Ordering::SeqCst);
+        if query.contains("watch=true") && ingress_path && self.expire && lists == 1 {
+            let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "reason": "Expired", "code": 410, "message": "too old resource version: 1 (5)"}});
+            return Ok(json_response(StatusCode::OK, Value::String(String::new()))
+                .map(|_| Full::new(Bytes::from(format!("{gone}\n"))).boxed()));
+        }
         if query.contains("watch=true") {
             // A watch that stays open without events.
             let pending = futures_util::stream::pending::<Result<Frame<Bytes>, Infallible>>();
@@ -83,7 +101,7 @@ impl Fake {
                 list(
                     "Ingress",
                     json!([{
-                        "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "1"},
+                        "metadata": {"name": self.next_ingress_name(), "namespace": "shop", "resourceVersion": "1"},
                         "spec": {"ingressClassName": "weir", "rules": [{"host": "web.example", "http": {"paths": [
                             {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"name": "http"}}}}
                         ]}}]}
@@ -135,9 +153,17 @@ impl Fake {
 }
 
 fn fake(slices: bool, secrets_released: bool) -> (Client, Arc<Mutex<BTreeSet<String>>>, watch::Sender<bool>) {
+    fake_with(slices, secrets_released, false)
+}
+
+fn fake_with(
+    slices: bool,
+    secrets_released: bool,
+    expire: bool,
+) -> (Client, Arc<Mutex<BTreeSet<String>>>, watch::Sender<bool>) {
     let seen = Arc::new(Mutex::new(BTreeSet::new()));
     let (release, release_secrets) = watch::channel(secrets_released);
-    let fake = Fake { slices, seen: seen.clone(), release_secrets };
+    let fake = Fake { slices, seen: seen.clone(), release_secrets, ingress_lists: Arc::default(), expire };
     let service = tower::service_fn(move |req| fake.clone().answer(req));
     (Client::new(service, "default"), seen, release)
 }
@@ -187,4 +213,22 @@ async fn not_synced_until_every_list_answered() {
     release.send(true).unwrap();
     let synced = tokio::time::timeout(Duration::from_secs(10), source.wait_until_synced()).await;
     assert_eq!(synced.ok(), Some(true));
+}
+
+#[tokio::test]
+async fn an_expired_watch_is_relisted() {
+    let (client, _seen, _release) = fake_with(true, true, true);
+    let source = KubeSource::start(&client, &KubeOptions::default(), EndpointsApi::EndpointSlices);
+    tokio::time::timeout(Duration::from_secs(10), source.wait_until_synced()).await.unwrap();
+    // The watch answers 410 Gone; the source lists again and sees the new state.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let names: Vec<String> = source.stores.snapshot().ingresses.keys().map(|k| k.name.clone()).collect();
+        if names == ["relisted"] {
+            break;
+        }
+        assert!(names == ["web"] || names == ["relisted"], "the store is never empty or mixed: {names:?}");
+        assert!(tokio::time::Instant::now() < deadline, "not relisted after 410 Gone: {names:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
