@@ -257,7 +257,7 @@ fn api_server_restart_keeps_traffic_and_resyncs() {
 fn rbac_is_sufficient() {
     isolated("rbac_is_sufficient", || async {
         use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-        use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+        use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
         use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 
         let api = ApiServer::start().await;
@@ -309,9 +309,21 @@ fn rbac_is_sufficient() {
         let pods: Api<Pod> = Api::all(limited);
         assert!(pods.list(&ListParams::default()).await.is_err(), "the ServiceAccount must not list Pods");
 
+        // A NodePort publish Service: the nodes' addresses are published (ExternalIP first).
+        let mut np = service("weir-np");
+        np["spec"]["type"] = "NodePort".into();
+        apply::<Service>(&admin, "weir-system", np).await;
+        let nodes: Api<Node> = Api::all(admin.clone());
+        let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "node-1"}})).unwrap();
+        nodes.create(&Default::default(), &node).await.unwrap();
+        let addresses = serde_json::json!({"status": {"addresses": [
+            {"type": "InternalIP", "address": "10.1.0.5"}, {"type": "ExternalIP", "address": "192.0.2.31"}
+        ]}});
+        nodes.patch_status("node-1", &PatchParams::default(), &Patch::Merge(&addresses)).await.unwrap();
+
         let weir = Weir::start(
             &api.kubeconfig_for(&token),
-            &["--election-namespace", "weir-system", "--publish-status-address", "192.0.2.10"],
+            &["--election-namespace", "weir-system", "--publish-service", "weir-system/weir-np"],
         );
         weir.wait_ready(Duration::from_secs(30)).await;
         weir.wait_route("web.example", "a", REROUTE).await;
@@ -319,7 +331,7 @@ fn rbac_is_sufficient() {
         eventually("the status is written", Duration::from_secs(10), || async {
             let ing = ingresses.get("web").await.ok()?;
             let lb = ing.status?.load_balancer?.ingress?;
-            (lb.first()?.ip.as_deref() == Some("192.0.2.10")).then_some(())
+            (lb.first()?.ip.as_deref() == Some("192.0.2.31")).then_some(())
         })
         .await;
         let events: Api<Event> = Api::namespaced(admin.clone(), ns);
