@@ -230,10 +230,12 @@ impl Writer {
         self.publish_events(&ingresses, outcome).await;
     }
 
-    /// The addresses to publish; `None` when they cannot be known now (the publish Service
-    /// does not exist yet), in which case statuses are left alone.
+    /// The addresses to publish; `None` when nothing says what to publish (no
+    /// `--publish-service`, no `--publish-status-address`) or when the publish Service does not
+    /// exist (yet): statuses are then left alone.
     async fn addresses(&self) -> Option<Vec<IngressLoadBalancerIngress>> {
         let raw: Vec<String> = match &self.publish_store {
+            None if self.options.publish_status_addresses.is_empty() => return None,
             None => self.options.publish_status_addresses.clone(),
             Some(store) => {
                 let svc = store.state().into_iter().next()?;
