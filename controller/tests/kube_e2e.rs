@@ -248,6 +248,15 @@ fn api_server_restart_keeps_traffic_and_resyncs() {
         weir.wait_route("web.example", "b", Duration::from_secs(20)).await;
         measured("change after an API server restart to rerouted", t.elapsed());
         assert!(weir.log().contains("watch failed"), "the outage was logged:\n{}", weir.log());
+        // The leader keeps writing status after the restart (its Lease survived in etcd).
+        apply::<Ingress>(&client, ns, ingress("later", "weir", "later.example", "web")).await;
+        weir.wait_route("later.example", "b", REROUTE).await;
+        let ingresses: Api<Ingress> = Api::namespaced(client.clone(), ns);
+        eventually("status of an Ingress created after the restart", Duration::from_secs(20), || async {
+            let lb = ingresses.get("later").await.ok()?.status?.load_balancer?.ingress?;
+            (lb.first()?.ip.as_deref() == Some("192.0.2.10")).then_some(())
+        })
+        .await;
     });
 }
 
