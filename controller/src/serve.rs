@@ -251,7 +251,7 @@ impl Publisher {
     }
 
     fn publish_kube(&mut self, source: &KubeSource) -> Outcome {
-        self.publish_snapshot(&source.stores.snapshot(), BTreeSet::new())
+        self.publish_snapshot(&source.snapshot(), BTreeSet::new())
     }
 
     fn publish_snapshot(&mut self, snapshot: &Snapshot, mut problems: BTreeSet<String>) -> Outcome {
@@ -333,6 +333,9 @@ async fn watch_loop(
 /// The Kubernetes source: connect, discover, reflect, wait for every store to sync, then
 /// publish each debounced burst of changes. Connection problems are retried; until the first
 /// publish `/readyz` says not ready.
+/// How long a publish waits for Secrets newly named by annotations to be listed.
+const SECRET_LIST_WAIT: Duration = Duration::from_secs(2);
+
 async fn kube_loop(
     client: ::kube::Client,
     kube: KubeServe,
@@ -367,13 +370,14 @@ async fn kube_loop(
         Some(source)
     };
     let stop = shutdown.clone();
-    let source = tokio::select! {
+    let mut source = tokio::select! {
         ready = setup => match ready {
             Some(ready) => ready,
             None => return,
         },
         _ = wait_for(stop) => return,
     };
+    source.track_referenced_secrets(SECRET_LIST_WAIT).await;
     let (outcome_tx, outcomes) = watch::channel(publisher.publish_kube(&source));
     let status =
         status::spawn(client, kube.status.clone(), source.stores.clone(), outcomes, shutdown.clone());
@@ -391,6 +395,7 @@ async fn kube_loop(
             _ = source.next_burst() => {}
             _ = shutdown.wait_for(|s| *s) => break,
         }
+        source.track_referenced_secrets(SECRET_LIST_WAIT).await;
         outcome_tx.send_replace(publisher.publish_kube(&source));
     }
     drop(outcome_tx);

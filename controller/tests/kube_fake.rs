@@ -101,7 +101,8 @@ impl Fake {
                 list(
                     "Ingress",
                     json!([{
-                        "metadata": {"name": self.next_ingress_name(), "namespace": "shop", "resourceVersion": "1"},
+                        "metadata": {"name": self.next_ingress_name(), "namespace": "shop", "resourceVersion": "1",
+                                     "annotations": {"nginx.ingress.kubernetes.io/auth-secret": "basic-auth"}},
                         "spec": {"ingressClassName": "weir", "rules": [{"host": "web.example", "http": {"paths": [
                             {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"name": "http"}}}}
                         ]}}]}
@@ -141,6 +142,21 @@ impl Fake {
                     }]),
                 ),
             ),
+            "/api/v1/namespaces/shop/secrets"
+                if query.contains("metadata.name%3Dbasic-auth")
+                    || query.contains("metadata.name=basic-auth") =>
+            {
+                json_response(
+                    StatusCode::OK,
+                    list(
+                        "Secret",
+                        json!([{
+                            "metadata": {"name": "basic-auth", "namespace": "shop", "resourceVersion": "1"},
+                            "type": "Opaque", "data": {"auth": "Zm9vOmJhcg=="}
+                        }]),
+                    ),
+                )
+            }
             "/api/v1/secrets" => {
                 let mut release = self.release_secrets.clone();
                 let _ = release.wait_for(|r| *r).await;
@@ -231,4 +247,17 @@ async fn an_expired_watch_is_relisted() {
         assert!(tokio::time::Instant::now() < deadline, "not relisted after 410 Gone: {names:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test]
+async fn opaque_secrets_named_by_annotations_are_read() {
+    let (client, seen, _release) = fake(true, true);
+    let mut source = KubeSource::start(&client, &KubeOptions::default(), EndpointsApi::EndpointSlices);
+    tokio::time::timeout(Duration::from_secs(10), source.wait_until_synced()).await.unwrap();
+    assert!(source.snapshot().secrets.is_empty(), "only kubernetes.io/tls Secrets are listed by type");
+    source.track_referenced_secrets(Duration::from_secs(5)).await;
+    let snapshot = source.snapshot();
+    let names: Vec<String> = snapshot.secrets.keys().map(|k| k.to_string()).collect();
+    assert_eq!(names, ["shop/basic-auth"]);
+    assert!(seen.lock().unwrap().contains("/api/v1/namespaces/shop/secrets"));
 }

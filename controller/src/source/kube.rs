@@ -8,7 +8,7 @@
 //! good table keeps serving. [`KubeSource::wait_until_synced`] resolves once every store has
 //! listed, and [`KubeSource::next_burst`] debounces changes (holdoff and max delay).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -227,6 +227,39 @@ pub struct KubeSource {
     tasks: Vec<JoinHandle<()>>,
     holdoff: Duration,
     max_delay: Duration,
+    client: Client,
+    /// Secrets of any type named by an Ingress annotation, each watched by name.
+    referenced: BTreeMap<ObjectRef, (Store<Secret>, JoinHandle<()>)>,
+}
+
+/// Annotations whose value names a Secret (`NAME` in the Ingress's namespace, or
+/// `NAMESPACE/NAME`). Such Secrets are read whatever their type; other Secrets only when they
+/// are of type `kubernetes.io/tls`.
+pub const SECRET_ANNOTATIONS: &[&str] = &[
+    "nginx.ingress.kubernetes.io/auth-secret",
+    "nginx.ingress.kubernetes.io/auth-tls-secret",
+    "nginx.ingress.kubernetes.io/proxy-ssl-secret",
+];
+
+/// The Secrets the annotations of `ingresses` name.
+pub fn referenced_secrets<'a>(ingresses: impl IntoIterator<Item = &'a Ingress>) -> BTreeSet<ObjectRef> {
+    let mut out = BTreeSet::new();
+    for ingress in ingresses {
+        let Some(annotations) = ingress.metadata.annotations.as_ref() else { continue };
+        let namespace = ingress.metadata.namespace.as_deref().unwrap_or("default");
+        for key in SECRET_ANNOTATIONS {
+            let Some(value) = annotations.get(*key).map(|v| v.trim()).filter(|v| !v.is_empty()) else {
+                continue;
+            };
+            let secret = match value.split_once('/') {
+                Some((ns, name)) if !ns.is_empty() && !name.is_empty() => ObjectRef::new(ns, name),
+                Some(_) => continue,
+                None => ObjectRef::new(namespace, value),
+            };
+            out.insert(secret);
+        }
+    }
+    out
 }
 
 impl KubeSource {
@@ -270,6 +303,59 @@ impl KubeSource {
             tasks,
             holdoff: options.holdoff,
             max_delay: options.max_delay,
+            client: client.clone(),
+            referenced: BTreeMap::new(),
+        }
+    }
+
+    /// A snapshot of every store, with the Secrets annotations reference.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut snapshot = self.stores.snapshot();
+        for (store, _) in self.referenced.values() {
+            for secret in store.state() {
+                snapshot.insert(Object::Secret(Box::new((*secret).clone())));
+            }
+        }
+        snapshot
+    }
+
+    /// Watches the Secrets the Ingresses' annotations name now, and stops watching those no
+    /// longer named. Newly named Secrets are listed before this returns (at most `wait`), so the
+    /// next snapshot has them if they exist.
+    pub async fn track_referenced_secrets(&mut self, wait: Duration) {
+        let ingresses: Vec<Arc<Ingress>> = self.stores.ingresses.iter().flat_map(|s| s.state()).collect();
+        let wanted = referenced_secrets(ingresses.iter().map(|i| i.as_ref()));
+        self.referenced.retain(|secret, (_, task)| {
+            let keep = wanted.contains(secret);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        let mut new = Vec::new();
+        for secret in wanted {
+            if self.referenced.contains_key(&secret) {
+                continue;
+            }
+            let mut tasks = Vec::new();
+            let mut reflect = Reflect { client: &self.client, changes: &self.changes, tasks: &mut tasks };
+            let name = secret.name.clone();
+            let store = reflect.each::<Secret>(&[Some(secret.namespace.as_str())], || {
+                watcher::Config::default().fields(&format!("metadata.name={name}"))
+            });
+            let (Some(store), Some(task)) = (store.into_iter().next(), tasks.pop()) else { continue };
+            new.push(store.clone());
+            self.referenced.insert(secret, (store, task));
+        }
+        let listed = async {
+            for store in &new {
+                let _ = store.wait_until_ready().await;
+            }
+        };
+        if tokio::time::timeout(wait, listed).await.is_err() {
+            tracing::warn!(
+                "Secrets named by annotations not listed within {wait:?}; they follow when they are"
+            );
         }
     }
 
@@ -427,6 +513,21 @@ impl Backoff for WatchBackoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn referenced_secrets_come_from_known_annotations() {
+        let ingress: Ingress = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "shop", "annotations": {
+                "nginx.ingress.kubernetes.io/auth-secret": "basic",
+                "nginx.ingress.kubernetes.io/auth-tls-secret": "certs/ca",
+                "nginx.ingress.kubernetes.io/proxy-ssl-secret": "/broken",
+                "example.com/secret": "ignored"
+            }}
+        }))
+        .unwrap();
+        let refs: Vec<String> = referenced_secrets([&ingress]).iter().map(|r| r.to_string()).collect();
+        assert_eq!(refs, ["certs/ca", "shop/basic"]);
+    }
 
     #[tokio::test]
     async fn debounce_waits_for_quiet_but_not_longer_than_max_delay() {
