@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressLoadBalancerIngress};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -325,10 +325,17 @@ impl Writer {
         let current: BTreeSet<&Warning> = outcome.warnings.iter().collect();
         self.emitted.retain(|w| current.contains(w));
         for warning in &outcome.warnings {
-            if self.emitted.contains(warning) || warning.kind != ObjectKind::Ingress {
+            if self.emitted.contains(warning) {
                 continue;
             }
-            let Some(ingress) = ingresses.get(&warning.object) else { continue };
+            let reference = match warning.kind {
+                // Ingresses are in the store: the reference carries their uid.
+                ObjectKind::Ingress => match ingresses.get(&warning.object) {
+                    Some(ingress) => ingress.object_ref(&()),
+                    None => continue,
+                },
+                kind => reference_to(kind, &warning.object),
+            };
             let event = Event {
                 type_: match warning.severity {
                     Severity::Error | Severity::Warning => EventType::Warning,
@@ -338,15 +345,34 @@ impl Writer {
                 action: "Translate".to_string(),
                 secondary: None,
             };
-            match self.recorder.publish(&event, &ingress.object_ref(&())).await {
+            match self.recorder.publish(&event, &reference).await {
                 Ok(()) => {
                     self.emitted.insert(warning.clone());
                 }
                 Err(error) => {
-                    tracing::warn!(ingress = %warning.object, %error, "cannot publish an Event");
+                    tracing::warn!(object = %warning.object, kind = %warning.kind, %error, "cannot publish an Event");
                 }
             }
         }
+    }
+}
+
+/// A reference to an object weir read, by kind and namespace/name (empty namespace: cluster-scoped).
+fn reference_to(kind: ObjectKind, object: &ObjectRef) -> ObjectReference {
+    let (api_version, kind) = match kind {
+        ObjectKind::Ingress => ("networking.k8s.io/v1", "Ingress"),
+        ObjectKind::IngressClass => ("networking.k8s.io/v1", "IngressClass"),
+        ObjectKind::Service => ("v1", "Service"),
+        ObjectKind::EndpointSlice => ("discovery.k8s.io/v1", "EndpointSlice"),
+        ObjectKind::Endpoints => ("v1", "Endpoints"),
+        ObjectKind::Secret => ("v1", "Secret"),
+    };
+    ObjectReference {
+        api_version: Some(api_version.to_owned()),
+        kind: Some(kind.to_owned()),
+        namespace: Some(object.namespace.clone()).filter(|n| !n.is_empty()),
+        name: Some(object.name.clone()),
+        ..Default::default()
     }
 }
 
@@ -390,6 +416,14 @@ mod tests {
 
     fn ip(a: &str) -> IngressLoadBalancerIngress {
         IngressLoadBalancerIngress { ip: Some(a.to_string()), ..Default::default() }
+    }
+
+    #[test]
+    fn references_name_kind_and_scope() {
+        let svc = reference_to(ObjectKind::Service, &ObjectRef::new("shop", "web"));
+        assert_eq!((svc.kind.as_deref(), svc.namespace.as_deref()), (Some("Service"), Some("shop")));
+        let class = reference_to(ObjectKind::IngressClass, &ObjectRef::new("", "weir"));
+        assert_eq!((class.api_version.as_deref(), class.namespace), (Some("networking.k8s.io/v1"), None));
     }
 
     #[test]
