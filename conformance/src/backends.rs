@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -20,6 +20,16 @@ const BIND_ATTEMPTS: usize = 20;
 
 /// The next loopback address to hand out, as an offset in 127.0.0.0/8.
 static NEXT_IP: AtomicU32 = AtomicU32::new(2);
+
+/// The first octet of the /8 the replicas' addresses come from (127 unless changed).
+static BLOCK: AtomicU8 = AtomicU8::new(127);
+
+/// Hands out replica addresses from `first_octet`.0.0.0/8 instead of 127.0.0.0/8, for runs
+/// through an API server (which refuses loopback Endpoints). That block must be local: for
+/// example `ip addr add 10.0.0.1/8 dev lo` in a private network namespace.
+pub fn use_address_block(first_octet: u8) {
+    BLOCK.store(first_octet, Ordering::Relaxed);
+}
 
 /// Running echo replicas. Dropping this stops them.
 #[derive(Debug)]
@@ -94,7 +104,7 @@ fn next_ip() -> Ipv4Addr {
         let n = NEXT_IP.fetch_add(1, Ordering::Relaxed) % (1 << 24);
         let [_, b, c, d] = n.to_be_bytes();
         if d != 0 && d != 255 && n > 1 {
-            return Ipv4Addr::new(127, b, c, d);
+            return Ipv4Addr::new(BLOCK.load(Ordering::Relaxed), b, c, d);
         }
     }
 }

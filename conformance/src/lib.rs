@@ -9,16 +9,21 @@
 
 pub mod backends;
 pub mod check;
+pub mod kube;
 pub mod scenario;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use weir::serve::{Running, ServeOptions};
+use weir::serve::{KubeServe, Running, ServeOptions};
+use weir::source::kube::KubeOptions;
+use weir::status::StatusOptions;
 
 use crate::backends::Backends;
 use crate::check::Checker;
+use crate::kube::{ApiSink, KubeTarget};
 use crate::scenario::{Reload, Scenario, ScenarioError, Step};
 
 /// How long weir may take to publish after a step changes files (it promises 1 s).
@@ -121,9 +126,33 @@ pub async fn run_file(path: &Path) -> Result<Report> {
 
 /// Runs a scenario against a fresh in-process weir and fresh echo backends.
 pub async fn run(name: &str, scenario: &Scenario) -> Result<Report> {
+    run_with(name, scenario, None).await
+}
+
+/// Loads and runs the scenario file at `path` through a Kubernetes API server: the objects are
+/// applied through the API and weir reads them with its Kubernetes source.
+pub async fn run_file_kube(path: &Path, target: &KubeTarget) -> Result<Report> {
+    let scenario = Scenario::load(path)?;
+    let name =
+        path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
+    run_with(&name, &scenario, Some(target)).await
+}
+
+async fn run_with(name: &str, scenario: &Scenario, target: Option<&KubeTarget>) -> Result<Report> {
     let backends = Backends::start(&scenario.replicas()).await.map_err(Error::Backends)?;
     let dirs = Dirs::new()?;
-    let options = ServeOptions { manifests: dirs.manifests.clone(), ..ServeOptions::default() };
+    let mut options = ServeOptions { manifests: dirs.manifests.clone(), ..ServeOptions::default() };
+    let mut api = None;
+    if let Some(target) = target {
+        options.kube = Some(KubeServe {
+            source: KubeOptions { kubeconfig: Some(target.kubeconfig.clone()), ..KubeOptions::default() },
+            status: StatusOptions {
+                publish_status_addresses: vec!["192.0.2.1".to_owned()],
+                ..StatusOptions::default()
+            },
+        });
+        api = Some((ApiSink::new(target.clone()), BTreeMap::new()));
+    }
     let running = match Running::start(options).await {
         Ok(running) => running,
         Err(error) => {
@@ -134,6 +163,7 @@ pub async fn run(name: &str, scenario: &Scenario) -> Result<Report> {
     let mut run = Run {
         scenario,
         dirs: &dirs,
+        api,
         backends: &backends,
         running: &running,
         checker: Checker::new(running.http_addr),
@@ -156,6 +186,8 @@ pub async fn run(name: &str, scenario: &Scenario) -> Result<Report> {
 struct Run<'a> {
     scenario: &'a Scenario,
     dirs: &'a Dirs,
+    /// When running through an API server: its sink and the current file texts.
+    api: Option<(ApiSink, BTreeMap<String, String>)>,
     backends: &'a Backends,
     running: &'a Running,
     checker: Checker,
@@ -173,10 +205,23 @@ impl Run<'_> {
                 file: file.clone(),
                 reason,
             })?;
-            self.dirs.write(file, &text)?;
+            match &mut self.api {
+                Some((_, files)) => drop(files.insert(file.clone(), text)),
+                None => self.dirs.write(file, &text)?,
+            }
         }
         for file in &step.delete {
-            self.dirs.delete(file)?;
+            match &mut self.api {
+                Some((_, files)) => drop(files.remove(file)),
+                None => self.dirs.delete(file)?,
+            }
+        }
+        if changed
+            && let Some((sink, files)) = &mut self.api
+            && let Err(problem) = sink.sync(files).await
+        {
+            self.report.checks += 1;
+            self.fail(label, "apply through the API".to_owned(), problem);
         }
 
         if changed {

@@ -8,10 +8,15 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::serve::{Running, ServeOptions};
-use crate::source::files::ManifestDir;
+use std::time::Duration;
+
 use weir_dataplane::model::ObjectRef;
 use weir_dataplane::proxy::ProxyConfig;
+
+use crate::serve::{KubeServe, Running, ServeOptions};
+use crate::source::files::ManifestDir;
+use crate::source::kube::KubeOptions;
+use crate::status::StatusOptions;
 
 use crate::translate::{self, Severity, TranslateConfig, Translation};
 
@@ -31,7 +36,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the proxy, routing by the Ingresses found in a manifest directory (hot-reloaded).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Translate a manifest directory and print every warning; exit non-zero on errors.
     Check(SourceArgs),
     /// Translate a manifest directory and print the routing table as YAML.
@@ -46,9 +51,10 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct SourceArgs {
     /// Directory of Kubernetes YAML manifests (Ingress, IngressClass, Service, EndpointSlice,
-    /// Endpoints, Secret); multi-document files and `kind: List` are read.
+    /// Endpoints, Secret); multi-document files and `kind: List` are read. Without it, `serve`
+    /// reads the Kubernetes API (`--kubeconfig`, else in-cluster configuration).
     #[arg(long, value_name = "DIR")]
-    pub manifests: PathBuf,
+    pub manifests: Option<PathBuf>,
     /// The IngressClass name weir serves.
     #[arg(long, default_value = "weir", value_name = "NAME")]
     pub ingress_class: String,
@@ -115,6 +121,81 @@ pub struct ServeArgs {
     /// Worker threads (default: the number of CPUs).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// The Kubernetes API source (used when `--manifests` is not given).
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// Flags of the Kubernetes API source, status writer and leader election.
+#[derive(Debug, Args)]
+pub struct KubeArgs {
+    /// Kubeconfig file (default: in-cluster configuration, else $KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "FILE", conflicts_with = "manifests")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespace to watch (repeatable; default: all namespaces).
+    #[arg(long = "watch-namespace", value_name = "NS")]
+    pub watch_namespaces: Vec<String>,
+    /// ConfigMap of global settings, watched.
+    #[arg(long, value_name = "NS/NAME", value_parser = parse_object_ref)]
+    pub configmap: Option<ObjectRef>,
+    /// Translate a change once no other change arrived for this long (milliseconds).
+    #[arg(long, default_value_t = 100, value_name = "MS")]
+    pub sync_holdoff_ms: u64,
+    /// ...or at the latest this long after the first change of a burst (milliseconds).
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub sync_max_delay_ms: u64,
+    /// Service whose addresses go into the Ingresses' status (LoadBalancer ingress; node
+    /// addresses for NodePort; the cluster IP otherwise).
+    #[arg(long, value_name = "NS/NAME", value_parser = parse_object_ref)]
+    pub publish_service: Option<ObjectRef>,
+    /// Addresses written into the Ingresses' status when no --publish-service is given
+    /// (repeatable or comma-separated).
+    #[arg(long, value_name = "ADDR", value_delimiter = ',')]
+    pub publish_status_address: Vec<String>,
+    /// Name of the coordination.k8s.io/v1 Lease that elects the status writer.
+    #[arg(long, default_value = "weir-leader", value_name = "NAME")]
+    pub election_id: String,
+    /// Namespace of the Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default", value_name = "NS")]
+    pub election_namespace: String,
+    /// How long the leader's Lease stays valid without renewal (seconds).
+    #[arg(long, default_value_t = 15, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(2..))]
+    pub election_lease_duration: u64,
+    /// This replica's identity in the Lease (default: host name and process id).
+    #[arg(long, env = "POD_NAME", value_name = "ID")]
+    pub election_identity: Option<String>,
+}
+
+impl KubeArgs {
+    /// The Kubernetes source settings these flags describe.
+    pub fn options(&self, controller_name: &str) -> KubeServe {
+        KubeServe {
+            source: KubeOptions {
+                kubeconfig: self.kubeconfig.clone(),
+                namespaces: self.watch_namespaces.clone(),
+                configmap: self.configmap.clone(),
+                holdoff: Duration::from_millis(self.sync_holdoff_ms),
+                max_delay: Duration::from_millis(self.sync_max_delay_ms.max(self.sync_holdoff_ms)),
+            },
+            status: StatusOptions {
+                publish_service: self.publish_service.clone(),
+                publish_status_addresses: self.publish_status_address.clone(),
+                lease: ObjectRef::new(&self.election_namespace, &self.election_id),
+                lease_duration: Duration::from_secs(self.election_lease_duration),
+                identity: self.election_identity.clone().unwrap_or_else(default_identity),
+                controller_name: controller_name.to_string(),
+            },
+        }
+    }
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "weir".to_string());
+    format!("{host}-{}", std::process::id())
 }
 
 /// `weir echo`.
@@ -133,7 +214,11 @@ impl ServeArgs {
     pub fn options(&self) -> ServeOptions {
         let config = self.source.translate_config();
         ServeOptions {
-            manifests: self.source.manifests.clone(),
+            manifests: self.source.manifests.clone().unwrap_or_default(),
+            kube: match self.source.manifests {
+                Some(_) => None,
+                None => Some(self.kube.options(&config.controller_name)),
+            },
             listen_http: self.listen_http,
             listen_https: Some(self.listen_https),
             listen_admin: self.listen_admin,
@@ -177,7 +262,8 @@ pub async fn echo(args: EchoArgs) -> anyhow::Result<()> {
 
 /// Loads and translates a manifest directory once; returns the translation and file errors.
 pub fn load(args: &SourceArgs) -> anyhow::Result<(Translation, Vec<String>)> {
-    let mut dir = ManifestDir::new(&args.manifests);
+    let Some(manifests) = &args.manifests else { anyhow::bail!("--manifests DIR is required") };
+    let mut dir = ManifestDir::new(manifests);
     dir.rescan(true)?;
     let (snapshot, duplicates) = dir.snapshot();
     let mut problems: Vec<String> = dir.errors().iter().map(|e| e.to_string()).collect();
@@ -207,7 +293,7 @@ pub fn check(args: &SourceArgs, out: &mut impl std::io::Write) -> anyhow::Result
     writeln!(
         out,
         "{}: {} ingresses, {} hosts, {} routes, {} backends; {} errors, {} warnings",
-        display(&args.manifests),
+        args.manifests.as_deref().map(display).unwrap_or_default(),
         translation.ingresses.len(),
         translation.table.hosts.len(),
         routes,

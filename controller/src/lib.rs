@@ -6,4 +6,5 @@ pub mod metrics;
 pub mod node;
 pub mod serve;
 pub mod source;
+pub mod status;
 pub mod translate;

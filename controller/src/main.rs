@@ -24,7 +24,7 @@ fn main() -> ExitCode {
         Command::Dump(args) => cli::dump(&args, &mut std::io::stdout().lock()),
         Command::Serve(args) => {
             let threads = args.threads.map(usize::from);
-            runtime(threads).and_then(|rt| rt.block_on(cli::serve(args))).map(|()| ExitCode::SUCCESS)
+            runtime(threads).and_then(|rt| rt.block_on(cli::serve(*args))).map(|()| ExitCode::SUCCESS)
         }
         Command::Node(args) => {
             runtime(Some(1)).and_then(|rt| rt.block_on(weir::node::run(args))).map(|()| ExitCode::SUCCESS)

@@ -23,13 +23,26 @@ use weir_dataplane::proxy::{Proxy, ProxyConfig};
 
 use crate::metrics::Metrics;
 use crate::source::files::{self, ManifestDir};
+use crate::source::kube::{self as kube_source, EndpointsApi, KubeOptions, KubeSource};
+use crate::status::{self, Outcome, StatusOptions};
 use crate::translate::{self, Snapshot, TranslateConfig};
+
+/// Where `weir serve` reads objects from when it talks to a Kubernetes API server.
+#[derive(Clone, Debug, Default)]
+pub struct KubeServe {
+    /// What to watch.
+    pub source: KubeOptions,
+    /// Status writing and leader election.
+    pub status: StatusOptions,
+}
 
 /// Options of an in-process weir server.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
-    /// The manifest directory (the embedded default source).
+    /// The manifest directory (the embedded default source); ignored when `kube` is set.
     pub manifests: PathBuf,
+    /// Read objects from the Kubernetes API instead of `manifests`.
+    pub kube: Option<KubeServe>,
     /// Plain HTTP listener.
     pub listen_http: SocketAddr,
     /// HTTPS listener; `None`: no TLS listener.
@@ -59,6 +72,7 @@ impl Default for ServeOptions {
         let translate = TranslateConfig::default();
         ServeOptions {
             manifests: PathBuf::from("."),
+            kube: None,
             listen_http: SocketAddr::from(([127, 0, 0, 1], 0)),
             listen_https: None,
             listen_admin: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -125,14 +139,7 @@ impl Running {
         let ready = Arc::new(AtomicBool::new(false));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (version_tx, versions) = watch::channel(0u64);
-
-        let mut dir = ManifestDir::new(&opts.manifests);
-        // A missing directory is a usage error; a broken file is not (it is reported and skipped).
-        dir.rescan(true).with_context(|| format!("reading --manifests {}", opts.manifests.display()))?;
-        let (change_tx, change_rx) = mpsc::channel(1);
-        let guard = files::watch(&opts.manifests, change_tx, opts.poll_interval)?;
-
-        let mut publisher = Publisher {
+        let publisher = Publisher {
             proxy: proxy.clone(),
             config: opts.translate_config(),
             metrics: metrics.clone(),
@@ -140,17 +147,15 @@ impl Running {
             versions: version_tx,
             reported: BTreeSet::new(),
         };
-        publisher.publish(&dir);
 
         let mut tasks = Vec::new();
-        tasks.push(tokio::spawn(watch_loop(
-            dir,
-            change_rx,
-            guard,
-            publisher,
-            opts.debounce,
-            shutdown_rx.clone(),
-        )));
+        if let Some(kube) = &opts.kube {
+            // A configuration problem is a usage error; an unreachable API server is retried.
+            let client = kube_source::connect(kube.source.kubeconfig.as_deref()).await?;
+            tasks.push(tokio::spawn(kube_loop(client, kube.clone(), publisher, shutdown_rx.clone())));
+        } else {
+            tasks.push(Self::start_files(&opts, publisher, shutdown_rx.clone())?);
+        }
         let serve_proxy = proxy.clone();
         let stop = wait_for(shutdown_rx.clone());
         tasks.push(tokio::spawn(async move {
@@ -169,8 +174,24 @@ impl Running {
         }
         tasks.push(tokio::spawn(serve_admin(admin, metrics, ready, wait_for(shutdown_rx))));
         let https_shown = https_addr.map_or_else(|| "none".to_string(), |a| a.to_string());
-        tracing::info!(http = %http_addr, https = %https_shown, admin = %admin_addr, manifests = %opts.manifests.display(), "weir is serving");
+        tracing::info!(http = %http_addr, https = %https_shown, admin = %admin_addr, "weir is serving");
         Ok(Running { http_addr, https_addr, admin_addr, proxy, versions, shutdown, tasks })
+    }
+
+    /// Loads the manifest directory, publishes the first table and watches the directory.
+    fn start_files(
+        opts: &ServeOptions,
+        mut publisher: Publisher,
+        shutdown_rx: watch::Receiver<bool>,
+    ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+        let mut dir = ManifestDir::new(&opts.manifests);
+        // A missing directory is a usage error; a broken file is not (it is reported and skipped).
+        dir.rescan(true).with_context(|| format!("reading --manifests {}", opts.manifests.display()))?;
+        let (change_tx, change_rx) = mpsc::channel(1);
+        let guard = files::watch(&opts.manifests, change_tx, opts.poll_interval)?;
+        publisher.publish(&dir);
+        tracing::info!(manifests = %opts.manifests.display(), "serving the manifest directory");
+        Ok(tokio::spawn(watch_loop(dir, change_rx, guard, publisher, opts.debounce, shutdown_rx)))
     }
 
     /// The version of the routing table currently served (0 before the first publish).
@@ -258,12 +279,20 @@ impl Publisher {
         self.publish_snapshot(&snapshot, problems);
     }
 
-    fn publish_snapshot(&mut self, snapshot: &Snapshot, mut problems: BTreeSet<String>) {
+    fn publish_kube(&mut self, source: &KubeSource) -> Outcome {
+        self.publish_snapshot(&source.snapshot(), BTreeSet::new())
+    }
+
+    fn publish_snapshot(&mut self, snapshot: &Snapshot, mut problems: BTreeSet<String>) -> Outcome {
         let started = std::time::Instant::now();
         let translation = translate::translate(snapshot, &self.config);
         let translated = started.elapsed();
         self.metrics.translation_warnings.set(translation.warnings.len() as i64);
         problems.extend(translation.warnings.iter().map(|w| w.to_string()));
+        let outcome = Outcome {
+            ingresses: translation.ingresses.iter().cloned().collect(),
+            warnings: translation.warnings.clone(),
+        };
         for problem in problems.difference(&self.reported) {
             tracing::warn!("{problem}");
         }
@@ -289,6 +318,7 @@ impl Publisher {
                 tracing::error!(%error, "routing table rejected; the previous table keeps serving");
             }
         }
+        outcome
     }
 }
 
@@ -326,6 +356,80 @@ async fn watch_loop(
                 tracing::warn!(%error, "rescanning the manifest directory failed; keeping the current table")
             }
         }
+    }
+}
+
+/// The Kubernetes source: connect, discover, reflect, wait for every store to sync, then
+/// publish each debounced burst of changes. Connection problems are retried; until the first
+/// publish `/readyz` says not ready.
+/// How long a publish waits for Secrets newly named by annotations to be listed.
+const SECRET_LIST_WAIT: Duration = Duration::from_secs(2);
+
+async fn kube_loop(
+    client: ::kube::Client,
+    kube: KubeServe,
+    mut publisher: Publisher,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let setup = async {
+        let mut retry = Duration::from_millis(250);
+        let endpoints_api = loop {
+            match kube_source::discover_endpoints_api(&client).await {
+                Ok(api) => break api,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot reach the Kubernetes API; retrying");
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
+        match endpoints_api {
+            EndpointsApi::EndpointSlices => tracing::info!("watching discovery.k8s.io/v1 EndpointSlices"),
+            EndpointsApi::Endpoints => tracing::warn!(
+                "this API server does not serve discovery.k8s.io/v1 EndpointSlices; watching core v1 Endpoints instead"
+            ),
+        }
+        let source = KubeSource::start(&client, &kube.source, endpoints_api);
+        let started = std::time::Instant::now();
+        if !source.wait_until_synced().await {
+            tracing::error!("a reflector stopped before its first list; nothing is published");
+            return None;
+        }
+        tracing::info!(sync_ms = started.elapsed().as_millis() as u64, "every reflector synced");
+        Some(source)
+    };
+    let stop = shutdown.clone();
+    let mut source = tokio::select! {
+        ready = setup => match ready {
+            Some(ready) => ready,
+            None => return,
+        },
+        _ = wait_for(stop) => return,
+    };
+    source.track_referenced_secrets(SECRET_LIST_WAIT).await;
+    let (outcome_tx, outcomes) = watch::channel(publisher.publish_kube(&source));
+    let status =
+        status::spawn(client, kube.status.clone(), source.stores.clone(), outcomes, shutdown.clone());
+    let mut settings = None;
+    loop {
+        if kube.source.configmap.is_some() {
+            let now = source.stores.settings();
+            if now != settings {
+                let keys: Vec<&String> = now.iter().flat_map(|d| d.keys()).collect();
+                tracing::info!(?keys, "settings ConfigMap read; weir reads no setting from it yet");
+                settings = now;
+            }
+        }
+        tokio::select! {
+            _ = source.next_burst() => {}
+            _ = shutdown.wait_for(|s| *s) => break,
+        }
+        source.track_referenced_secrets(SECRET_LIST_WAIT).await;
+        outcome_tx.send_replace(publisher.publish_kube(&source));
+    }
+    drop(outcome_tx);
+    if let Err(error) = status.await {
+        tracing::error!(%error, "the status writer failed");
     }
 }
 

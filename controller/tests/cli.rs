@@ -372,3 +372,15 @@ fn serve_terminates_tls_redirects_and_rotates_the_secret() {
     let (ok, body) = curl_https(https, &ca1_path, "/");
     assert!(!ok, "the old certificate must be gone: {body}");
 }
+
+#[test]
+fn serve_with_an_unreadable_kubeconfig_is_a_clear_error() {
+    let out = Command::new(WEIR)
+        .args(["serve", "--kubeconfig", "/nonexistent/kubeconfig", "--listen-http", "127.0.0.1:0"])
+        .args(["--listen-admin", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/nonexistent/kubeconfig"), "{stderr}");
+}

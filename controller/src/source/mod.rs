@@ -1,4 +1,5 @@
-//! Sources of Kubernetes objects: manifest files (the embedded default) and, later, the API server.
+//! Sources of Kubernetes objects: manifest files (the embedded default) and the Kubernetes API.
 
 pub mod files;
+pub mod kube;
 pub mod manifest;

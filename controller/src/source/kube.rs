@@ -1,0 +1,576 @@
+//! The Kubernetes API source: reflectors over the objects translation reads.
+//!
+//! One reflector (a watch feeding an in-memory store) per kind and watched namespace:
+//! IngressClass, Ingress, Service, `kubernetes.io/tls` Secrets, and either
+//! `discovery.k8s.io/v1` EndpointSlices or, where API discovery says they are not served, core v1
+//! Endpoints. Watch errors, expired resource versions (410) and API server restarts are retried
+//! with backoff by the watchers; the stores keep their last good content meanwhile, so the last
+//! good table keeps serving. [`KubeSource::wait_until_synced`] resolves once every store has
+//! listed, and [`KubeSource::next_burst`] debounces changes (holdoff and max delay).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::utils::Backoff;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use weir_dataplane::model::ObjectRef;
+
+use super::manifest::Object;
+use crate::translate::Snapshot;
+
+/// Errors of the Kubernetes source.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `--kubeconfig` cannot be read or used.
+    #[error("kubeconfig {path}: {reason}")]
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// No `--kubeconfig`, and neither in-cluster configuration nor a default kubeconfig works.
+    #[error(
+        "no Kubernetes configuration: not in a cluster ({incluster}) and no usable kubeconfig ({infer}); pass --kubeconfig"
+    )]
+    NoConfig {
+        /// Why the in-cluster configuration failed.
+        incluster: String,
+        /// Why inferring a configuration failed.
+        infer: String,
+    },
+    /// The client could not be built from the configuration.
+    #[error("cannot build a Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    /// API discovery failed.
+    #[error("API discovery of {group_version} failed: {source}")]
+    Discovery {
+        /// The group/version asked about.
+        group_version: &'static str,
+        /// The error.
+        source: kube::Error,
+    },
+}
+
+/// A `Result` of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What the Kubernetes source watches.
+#[derive(Clone, Debug)]
+pub struct KubeOptions {
+    /// A kubeconfig file; `None` means in-cluster configuration (else `$KUBECONFIG`/`~/.kube/config`).
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespaces to watch; empty means all.
+    pub namespaces: Vec<String>,
+    /// A ConfigMap of global settings, watched when set.
+    pub configmap: Option<ObjectRef>,
+    /// A change is translated once no further change arrived for this long...
+    pub holdoff: Duration,
+    /// ...or at the latest this long after the first change of a burst.
+    pub max_delay: Duration,
+}
+
+impl Default for KubeOptions {
+    fn default() -> Self {
+        KubeOptions {
+            kubeconfig: None,
+            namespaces: Vec::new(),
+            configmap: None,
+            holdoff: Duration::from_millis(100),
+            max_delay: Duration::from_millis(1000),
+        }
+    }
+}
+
+/// Builds a client from `--kubeconfig`, else in-cluster configuration, else the default
+/// kubeconfig (`$KUBECONFIG`, `~/.kube/config`).
+pub async fn connect(kubeconfig: Option<&Path>) -> Result<Client> {
+    use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+    let config = match kubeconfig {
+        Some(path) => {
+            let bad = |reason: String| Error::Kubeconfig { path: path.to_path_buf(), reason };
+            let file = Kubeconfig::read_from(path).map_err(|e| bad(e.to_string()))?;
+            Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| bad(e.to_string()))?
+        }
+        None => match Config::incluster() {
+            Ok(config) => config,
+            Err(incluster) => Config::infer().await.map_err(|infer| Error::NoConfig {
+                incluster: incluster.to_string(),
+                infer: infer.to_string(),
+            })?,
+        },
+    };
+    tracing::info!(server = %config.cluster_url, "connecting to the Kubernetes API");
+    Client::try_from(config).map_err(Error::Client)
+}
+
+/// Which API weir reads endpoints from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndpointsApi {
+    /// `discovery.k8s.io/v1` EndpointSlices (Kubernetes 1.21 and later).
+    EndpointSlices,
+    /// Core v1 Endpoints, where the server does not serve EndpointSlice v1.
+    Endpoints,
+}
+
+/// Asks the API server whether it serves `discovery.k8s.io/v1` EndpointSlices.
+pub async fn discover_endpoints_api(client: &Client) -> Result<EndpointsApi> {
+    const GROUP_VERSION: &str = "discovery.k8s.io/v1";
+    match client.list_api_group_resources(GROUP_VERSION).await {
+        Ok(list) if list.resources.iter().any(|r| r.name == "endpointslices") => {
+            Ok(EndpointsApi::EndpointSlices)
+        }
+        Ok(_) => Ok(EndpointsApi::Endpoints),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(EndpointsApi::Endpoints),
+        Err(source) => Err(Error::Discovery { group_version: GROUP_VERSION, source }),
+    }
+}
+
+// === impl KubeSource ===
+
+/// The stores of every watched kind.
+#[derive(Clone)]
+pub struct Stores {
+    /// IngressClasses (cluster-scoped: one store).
+    pub ingress_classes: Vec<Store<IngressClass>>,
+    /// Ingresses, one store per watched namespace.
+    pub ingresses: Vec<Store<Ingress>>,
+    /// Services.
+    pub services: Vec<Store<Service>>,
+    /// EndpointSlices (empty when the Endpoints fallback is used).
+    pub endpoint_slices: Vec<Store<EndpointSlice>>,
+    /// Core Endpoints (empty when EndpointSlices are used).
+    pub endpoints: Vec<Store<Endpoints>>,
+    /// `kubernetes.io/tls` Secrets.
+    pub secrets: Vec<Store<Secret>>,
+    /// The settings ConfigMap, when one was named.
+    pub configmap: Vec<Store<ConfigMap>>,
+}
+
+impl Stores {
+    /// A snapshot of the stores' current content.
+    pub fn snapshot(&self) -> Snapshot {
+        fn add<K>(snapshot: &mut Snapshot, stores: &[Store<K>], wrap: fn(Box<K>) -> Object)
+        where
+            K: Resource<DynamicType = ()> + Clone + 'static,
+        {
+            for store in stores {
+                for object in store.state() {
+                    snapshot.insert(wrap(Box::new((*object).clone())));
+                }
+            }
+        }
+        let mut snapshot = Snapshot::default();
+        add(&mut snapshot, &self.ingress_classes, Object::IngressClass);
+        add(&mut snapshot, &self.ingresses, Object::Ingress);
+        add(&mut snapshot, &self.services, Object::Service);
+        add(&mut snapshot, &self.endpoint_slices, Object::EndpointSlice);
+        add(&mut snapshot, &self.endpoints, Object::Endpoints);
+        add(&mut snapshot, &self.secrets, Object::Secret);
+        snapshot
+    }
+
+    /// Every Ingress in the stores, by namespace/name.
+    pub fn ingresses(&self) -> BTreeMap<ObjectRef, Arc<Ingress>> {
+        let mut out = BTreeMap::new();
+        for store in &self.ingresses {
+            for ingress in store.state() {
+                let key = ObjectRef::new(ingress.namespace().unwrap_or_default(), ingress.name_any());
+                out.insert(key, ingress);
+            }
+        }
+        out
+    }
+
+    /// The settings ConfigMap's data, if it exists.
+    pub fn settings(&self) -> Option<BTreeMap<String, String>> {
+        self.configmap.iter().flat_map(|s| s.state()).next().map(|cm| cm.data.clone().unwrap_or_default())
+    }
+
+    async fn wait_until_ready(&self) -> bool {
+        macro_rules! wait {
+            ($($field:ident),*) => {
+                $(for store in &self.$field {
+                    if store.wait_until_ready().await.is_err() {
+                        return false;
+                    }
+                })*
+            };
+        }
+        wait!(ingress_classes, ingresses, services, endpoint_slices, endpoints, secrets, configmap);
+        true
+    }
+}
+
+/// The running reflectors of the Kubernetes source.
+pub struct KubeSource {
+    /// The stores the reflectors fill.
+    pub stores: Stores,
+    /// Which endpoints API is watched.
+    pub endpoints_api: EndpointsApi,
+    changes: Arc<Notify>,
+    tasks: Vec<JoinHandle<()>>,
+    holdoff: Duration,
+    max_delay: Duration,
+    client: Client,
+    /// Secrets of any type named by an Ingress annotation, each watched by name.
+    referenced: BTreeMap<ObjectRef, (Store<Secret>, JoinHandle<()>)>,
+}
+
+/// Annotations whose value names a Secret (`NAME` in the Ingress's namespace, or
+/// `NAMESPACE/NAME`). Such Secrets are read whatever their type; other Secrets only when they
+/// are of type `kubernetes.io/tls`.
+pub const SECRET_ANNOTATIONS: &[&str] = &[
+    "nginx.ingress.kubernetes.io/auth-secret",
+    "nginx.ingress.kubernetes.io/auth-tls-secret",
+    "nginx.ingress.kubernetes.io/proxy-ssl-secret",
+    "weir.dev/auth-secret",
+    "weir.dev/auth-tls-secret",
+    "weir.dev/proxy-ssl-secret",
+];
+
+/// The Secrets the annotations of `ingresses` name.
+pub fn referenced_secrets<'a>(ingresses: impl IntoIterator<Item = &'a Ingress>) -> BTreeSet<ObjectRef> {
+    let mut out = BTreeSet::new();
+    for ingress in ingresses {
+        let Some(annotations) = ingress.metadata.annotations.as_ref() else { continue };
+        let namespace = ingress.metadata.namespace.as_deref().unwrap_or("default");
+        for key in SECRET_ANNOTATIONS {
+            let Some(value) = annotations.get(*key).map(|v| v.trim()).filter(|v| !v.is_empty()) else {
+                continue;
+            };
+            let secret = match value.split_once('/') {
+                Some((ns, name)) if !ns.is_empty() && !name.is_empty() => ObjectRef::new(ns, name),
+                Some(_) => continue,
+                None => ObjectRef::new(namespace, value),
+            };
+            out.insert(secret);
+        }
+    }
+    out
+}
+
+impl KubeSource {
+    /// Starts a reflector per kind and namespace. Nothing is listed yet when this returns: see
+    /// [`KubeSource::wait_until_synced`].
+    pub fn start(client: &Client, options: &KubeOptions, endpoints_api: EndpointsApi) -> KubeSource {
+        let changes = Arc::new(Notify::new());
+        let mut tasks = Vec::new();
+        let namespaces: Vec<Option<&str>> = if options.namespaces.is_empty() {
+            vec![None]
+        } else {
+            options.namespaces.iter().map(|n| Some(n.as_str())).collect()
+        };
+        let mut reflect = Reflect { client, changes: &changes, tasks: &mut tasks };
+        let plain = watcher::Config::default;
+        let stores = Stores {
+            ingress_classes: vec![reflect.cluster::<IngressClass>(plain())],
+            ingresses: reflect.each(&namespaces, plain),
+            services: reflect.each(&namespaces, plain),
+            endpoint_slices: match endpoints_api {
+                EndpointsApi::EndpointSlices => reflect.each(&namespaces, plain),
+                EndpointsApi::Endpoints => Vec::new(),
+            },
+            endpoints: match endpoints_api {
+                EndpointsApi::EndpointSlices => Vec::new(),
+                EndpointsApi::Endpoints => reflect.each(&namespaces, plain),
+            },
+            secrets: reflect
+                .each(&namespaces, || watcher::Config::default().fields("type=kubernetes.io/tls")),
+            configmap: match &options.configmap {
+                Some(cm) => reflect.each(&[Some(cm.namespace.as_str())], || {
+                    watcher::Config::default().fields(&format!("metadata.name={}", cm.name))
+                }),
+                None => Vec::new(),
+            },
+        };
+        KubeSource {
+            stores,
+            endpoints_api,
+            changes,
+            tasks,
+            holdoff: options.holdoff,
+            max_delay: options.max_delay,
+            client: client.clone(),
+            referenced: BTreeMap::new(),
+        }
+    }
+
+    /// A snapshot of every store, with the Secrets annotations reference.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut snapshot = self.stores.snapshot();
+        for (store, _) in self.referenced.values() {
+            for secret in store.state() {
+                snapshot.insert(Object::Secret(Box::new((*secret).clone())));
+            }
+        }
+        snapshot
+    }
+
+    /// Watches the Secrets the Ingresses' annotations name now, and stops watching those no
+    /// longer named. Newly named Secrets are listed before this returns (at most `wait`), so the
+    /// next snapshot has them if they exist.
+    pub async fn track_referenced_secrets(&mut self, wait: Duration) {
+        let ingresses: Vec<Arc<Ingress>> = self.stores.ingresses.iter().flat_map(|s| s.state()).collect();
+        let wanted = referenced_secrets(ingresses.iter().map(|i| i.as_ref()));
+        self.referenced.retain(|secret, (_, task)| {
+            let keep = wanted.contains(secret);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        let mut new = Vec::new();
+        for secret in wanted {
+            if self.referenced.contains_key(&secret) {
+                continue;
+            }
+            let mut tasks = Vec::new();
+            let mut reflect = Reflect { client: &self.client, changes: &self.changes, tasks: &mut tasks };
+            let name = secret.name.clone();
+            let store = reflect.each::<Secret>(&[Some(secret.namespace.as_str())], || {
+                watcher::Config::default().fields(&format!("metadata.name={name}"))
+            });
+            let (Some(store), Some(task)) = (store.into_iter().next(), tasks.pop()) else { continue };
+            new.push(store.clone());
+            self.referenced.insert(secret, (store, task));
+        }
+        let listed = async {
+            for store in &new {
+                let _ = store.wait_until_ready().await;
+            }
+        };
+        if tokio::time::timeout(wait, listed).await.is_err() {
+            tracing::warn!(
+                "Secrets named by annotations not listed within {wait:?}; they follow when they are"
+            );
+        }
+    }
+
+    /// Resolves once every reflector has completed its first list (false if one stopped).
+    pub async fn wait_until_synced(&self) -> bool {
+        self.stores.wait_until_ready().await
+    }
+
+    /// Waits for the next burst of changes to end: returns `holdoff` after the last change, or
+    /// `max_delay` after the first one, whichever comes first.
+    pub async fn next_burst(&self) {
+        debounce(&self.changes, self.holdoff, self.max_delay).await;
+    }
+}
+
+impl Drop for KubeSource {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Waits for a notification, then until `holdoff` passed without one or `max_delay` passed since
+/// the first.
+async fn debounce(changes: &Notify, holdoff: Duration, max_delay: Duration) {
+    changes.notified().await;
+    let deadline = Instant::now() + max_delay;
+    loop {
+        let quiet = (Instant::now() + holdoff).min(deadline);
+        tokio::select! {
+            _ = changes.notified() => {
+                if Instant::now() >= deadline {
+                    return;
+                }
+            }
+            _ = tokio::time::sleep_until(quiet) => return,
+        }
+    }
+}
+
+/// Starts reflectors, collecting their tasks.
+struct Reflect<'a> {
+    client: &'a Client,
+    changes: &'a Arc<Notify>,
+    tasks: &'a mut Vec<JoinHandle<()>>,
+}
+
+impl Reflect<'_> {
+    fn each<K>(&mut self, namespaces: &[Option<&str>], config: impl Fn() -> watcher::Config) -> Vec<Store<K>>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Resource<DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        namespaces
+            .iter()
+            .map(|ns| {
+                let api = match ns {
+                    Some(ns) => Api::<K>::namespaced(self.client.clone(), ns),
+                    None => Api::<K>::all(self.client.clone()),
+                };
+                self.spawn(api, config(), *ns)
+            })
+            .collect()
+    }
+
+    fn cluster<K>(&mut self, config: watcher::Config) -> Store<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        self.spawn(Api::<K>::all(self.client.clone()), config, None)
+    }
+
+    fn spawn<K>(&mut self, api: Api<K>, config: watcher::Config, namespace: Option<&str>) -> Store<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let kind = K::kind(&());
+        let namespace = namespace.unwrap_or("*").to_string();
+        let (reader, writer) = reflector::store();
+        let stream = watcher(api, config)
+            .backoff(WatchBackoff::default())
+            .modify(|o: &mut K| o.managed_fields_mut().clear())
+            .reflect(writer);
+        let changes = self.changes.clone();
+        self.tasks.push(tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            let mut failing = false;
+            while let Some(event) = stream.next().await {
+                match event {
+                    // The store changes on these; Init and InitApply only fill its buffer.
+                    Ok(watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                        if failing {
+                            failing = false;
+                            tracing::info!(%kind, %namespace, "watch resumed");
+                        }
+                        changes.notify_one();
+                    }
+                    Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+                    Err(error) => {
+                        if !failing {
+                            failing = true;
+                            tracing::warn!(%kind, %namespace, %error, "watch failed; retrying with backoff, the current routing table keeps serving");
+                        } else {
+                            tracing::debug!(%kind, %namespace, %error, "watch still failing");
+                        }
+                    }
+                }
+            }
+        }));
+        reader
+    }
+}
+
+/// Retry delays of a failed watch: 250 ms doubling up to 4 s, so that an API server restart is
+/// noticed within seconds without hammering it.
+#[derive(Clone, Debug)]
+struct WatchBackoff {
+    next: Duration,
+}
+
+impl WatchBackoff {
+    const MIN: Duration = Duration::from_millis(250);
+    const MAX: Duration = Duration::from_secs(4);
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        WatchBackoff { next: Self::MIN }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let current = self.next;
+        self.next = (current * 2).min(Self::MAX);
+        Some(current)
+    }
+}
+
+impl Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::MIN;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn referenced_secrets_come_from_known_annotations() {
+        let ingress: Ingress = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "shop", "annotations": {
+                "nginx.ingress.kubernetes.io/auth-secret": "basic",
+                "nginx.ingress.kubernetes.io/auth-tls-secret": "certs/ca",
+                "nginx.ingress.kubernetes.io/proxy-ssl-secret": "/broken",
+                "example.com/secret": "ignored"
+            }}
+        }))
+        .unwrap();
+        let refs: Vec<String> = referenced_secrets([&ingress]).iter().map(|r| r.to_string()).collect();
+        assert_eq!(refs, ["certs/ca", "shop/basic"]);
+    }
+
+    #[tokio::test]
+    async fn debounce_waits_for_quiet_but_not_longer_than_max_delay() {
+        let changes = Arc::new(Notify::new());
+        let (holdoff, max_delay) = (Duration::from_millis(60), Duration::from_millis(250));
+
+        // One change: published a holdoff later.
+        changes.notify_one();
+        let t = Instant::now();
+        debounce(&changes, holdoff, max_delay).await;
+        let single = t.elapsed();
+        assert!(single >= holdoff && single < max_delay, "{single:?}");
+
+        // A change every 20 ms for a second: published at max_delay, not after the storm.
+        let storm = changes.clone();
+        let pinger = tokio::spawn(async move {
+            for _ in 0..50 {
+                storm.notify_one();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let t = Instant::now();
+        debounce(&changes, holdoff, max_delay).await;
+        let burst = t.elapsed();
+        pinger.abort();
+        assert!(
+            burst >= max_delay - Duration::from_millis(30) && burst < Duration::from_millis(600),
+            "{burst:?}"
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_resets() {
+        let mut b = WatchBackoff::default();
+        let delays: Vec<_> = (&mut b).take(7).collect();
+        assert_eq!(delays[0], Duration::from_millis(250));
+        assert_eq!(delays[1], Duration::from_millis(500));
+        assert_eq!(delays[6], Duration::from_secs(4));
+        b.reset();
+        assert_eq!(b.next(), Some(Duration::from_millis(250)));
+    }
+}
