@@ -579,7 +579,15 @@ impl Iptables {
     /// failure), every chain is rewritten and leftover weir chains are deleted; otherwise only
     /// what changed since the last successful sync is written, and nothing when nothing changed.
     pub fn sync(&mut self, ruleset: &Ruleset, full: bool) -> Result<SyncStats> {
-        let new = render(ruleset, &self.config);
+        let mut stats = self.apply(render(ruleset, &self.config), full)?;
+        stats.conntrack_flushes = self.flush_conntrack(ruleset);
+        self.applied_ruleset = Some(ruleset.clone());
+        Ok(stats)
+    }
+
+    /// Brings weir's chains to `new` (rendered by the caller: ipvs mode has its own nat
+    /// chains), as [`Iptables::sync`] does, without conntrack handling.
+    pub fn apply(&mut self, new: Tables, full: bool) -> Result<SyncStats> {
         let old = if full { None } else { self.applied.take() };
         let stale = if old.is_none() { self.existing_chains()? } else { Tables::default() };
         let mut stats = SyncStats { rules_total: new.rule_count(), ..SyncStats::default() };
@@ -594,9 +602,7 @@ impl Iptables {
         if old.is_none() {
             self.ensure_jumps()?;
         }
-        stats.conntrack_flushes = self.flush_conntrack(ruleset);
         self.applied = Some(new);
-        self.applied_ruleset = Some(ruleset.clone());
         Ok(stats)
     }
 
