@@ -469,3 +469,47 @@ fn ipvs_mode_sets_and_rules_load_and_clean_up() {
     weir::node::cleanup(&runner).unwrap();
     assert_eq!(before, state(), "cleanup left differences");
 }
+
+/// A failed apply leaves the rules as they were (iptables-restore commits a table or nothing)
+/// and the next sync, once the obstacle is gone, rewrites everything.
+#[test]
+fn iptables_failed_apply_keeps_the_previous_rules() {
+    let mut bed = match Testbed::new(3) {
+        Ok(bed) => bed,
+        Err(reason) => return skip(&reason),
+    };
+    bed.start_responders().unwrap();
+    let node = &bed.node;
+    let runner = Runner::netns(&node.name);
+    let mut ipt = iptables::Iptables::new(
+        runner.clone(),
+        iptables::Config { cluster_cidr: Some("10.244.0.0/16".parse().unwrap()), ..Default::default() },
+    );
+    let all = [Ep { pod: 0, ready: true }, Ep { pod: 1, ready: true }, Ep { pod: 2, ready: true }];
+    let r1 = ruleset(&manifests(&all));
+    ipt.sync(&r1, false).unwrap();
+
+    // Someone else's chain jumps to the endpoint chain of pod3: deleting that chain fails.
+    let web = r1.services.iter().find(|sp| sp.key.service.name == "web" && sp.port == 80).unwrap();
+    let pod3 = web.cluster_endpoints.iter().find(|e| e.ip.to_string() == pod_ip(2)).unwrap();
+    let sep = iptables::sep_chain(&web.key, pod3);
+    node.exec("iptables", &["-t", "nat", "-N", "FOREIGN"]).unwrap();
+    node.exec("iptables", &["-t", "nat", "-A", "FOREIGN", "-j", &sep]).unwrap();
+    let nat_before = node.exec("iptables-save", &["-t", "nat"]).unwrap();
+    let strip = |s: &str| s.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
+
+    let r2 = ruleset(&manifests(&all[..2]));
+    let error = ipt.sync(&r2, false).unwrap_err();
+    assert!(error.to_string().contains("iptables-restore"), "{error}");
+    let nat_after = node.exec("iptables-save", &["-t", "nat"]).unwrap();
+    assert_eq!(strip(&nat_before), strip(&nat_after), "a failed apply changed the nat table");
+    let t = bed.client("10.96.0.10:80", 60, "tcp").unwrap();
+    assert!(count(&t, "pod3") > 0, "the previous rules no longer work: {t:?}");
+
+    // The obstacle gone, the retry (a full sync) applies the change.
+    node.exec("iptables", &["-t", "nat", "-F", "FOREIGN"]).unwrap();
+    ipt.sync(&r2, false).unwrap();
+    let t = bed.client("10.96.0.10:80", 60, "tcp").unwrap();
+    assert_eq!(count(&t, "pod1") + count(&t, "pod2"), 60, "{t:?}");
+    weir::node::cleanup(&runner).unwrap();
+}

@@ -3,9 +3,12 @@
 //! in a scratch network namespace. Run as root:
 //!
 //! ```text
-//! WEIR_SCALE_SERVICES=10000 WEIR_SCALE_ENDPOINTS=10 WEIR_SCALE_MODES=iptables,nftables \
-//!   cargo test -p weir --test node_scale -- --ignored --nocapture
+//! WEIR_SCALE_SERVICES=10000 WEIR_SCALE_ENDPOINTS=10 WEIR_SCALE_MODES=iptables,nftables,ipvs \
+//!   cargo test --release -p weir --test node_scale -- --ignored --nocapture
 //! ```
+//!
+//! `ipvs` measures the plan only (render, netlink messages and their encoding): applying needs
+//! a kernel with IPVS.
 
 #![allow(clippy::unwrap_used)]
 
@@ -14,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use weir::node::exec::Runner;
 use weir::node::plan::{Endpoint, IpFamily, Protocol, Ruleset, ServicePort, ServicePortKey, TrafficPolicy};
-use weir::node::{iptables, nftables};
+use weir::node::{iptables, ipvs, netlink, nftables};
 use weir_dataplane::model::ObjectRef;
 
 fn env(name: &str, default: usize) -> usize {
@@ -86,10 +89,15 @@ fn scale() {
     println!("weir node scale: {n} services x {m} endpoints");
     println!(
         "reproduce: WEIR_SCALE_SERVICES={n} WEIR_SCALE_ENDPOINTS={m} \
-         cargo test -p weir --test node_scale -- --ignored --nocapture"
+         WEIR_SCALE_MODES={} cargo test --release -p weir --test node_scale -- --ignored --nocapture",
+        std::env::var("WEIR_SCALE_MODES").unwrap_or_else(|_| "iptables,nftables".into())
     );
     let modes = std::env::var("WEIR_SCALE_MODES").unwrap_or_else(|_| "iptables,nftables".into());
     for mode in modes.split(',') {
+        if mode == "ipvs" {
+            ipvs_plan(&full, &changed);
+            continue;
+        }
         let ns = Netns(format!("wscale{}-{mode}", std::process::id()));
         let ok = std::process::Command::new("ip")
             .args(["netns", "add", &ns.0])
@@ -153,4 +161,31 @@ fn scale() {
             ms(render_time)
         );
     }
+}
+
+/// ipvs mode's pure part at scale: the state, the messages of a full sync and of one change,
+/// and their wire encoding.
+fn ipvs_plan(full: &Ruleset, changed: &Ruleset) {
+    let config = ipvs::Config::default();
+    let node_ips = ["192.0.2.1".parse().unwrap()];
+    let t = Instant::now();
+    let a = ipvs::render(full, &config, &node_ips);
+    let msgs = ipvs::messages(&Default::default(), &a.services);
+    let bytes: usize = msgs.iter().map(|m| netlink::encode(m, 0x1d, 1).len()).sum();
+    let full_time = t.elapsed();
+    let t = Instant::now();
+    let b = ipvs::render(changed, &config, &node_ips);
+    let diff = ipvs::messages(&a.services, &b.services);
+    let change_time = t.elapsed();
+    println!(
+        "  ipvs (plan only, no IPVS in this kernel): {} virtual services + real servers; full sync \
+         plan {} ({} messages, {} bytes); one endpoint change plan {} ({} messages: {})",
+        msgs.len(),
+        ms(full_time),
+        msgs.len(),
+        bytes,
+        ms(change_time),
+        diff.len(),
+        diff.iter().map(ipvs::describe).collect::<Vec<_>>().join("; ")
+    );
 }

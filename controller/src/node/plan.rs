@@ -442,6 +442,12 @@ fn service_ports(
     let warn = |warnings: &mut Vec<PlanWarning>, reason: String| {
         warnings.push(PlanWarning { object: key.clone(), reason });
     };
+    // Names end up in chain names, rule comments and nft identifiers: the API server admits
+    // only DNS names, and manifests from a directory must not smuggle in quotes or spaces.
+    if !is_dns_subdomain(&key.namespace) || !is_dns_subdomain(&key.name) {
+        warn(warnings, "namespace or name is not a valid DNS-1123 name; skipped".into());
+        return;
+    }
     let Some(spec) = &service.spec else {
         warn(warnings, "Service without spec; skipped".into());
         return;
@@ -505,6 +511,10 @@ fn service_ports(
             continue;
         };
         let port_name = port.name.clone().unwrap_or_default();
+        if !port_name.is_empty() && !is_dns_label(&port_name) {
+            warn(warnings, format!("port name {port_name:?} is not a valid DNS-1123 label; skipped"));
+            continue;
+        }
         if !seen.insert((port_name.clone(), protocol)) {
             warn(warnings, format!("port {port_name:?}/{} listed twice; the first wins", protocol.as_str()));
             continue;
@@ -538,6 +548,21 @@ fn service_ports(
             out.push(sp);
         }
     }
+}
+
+/// A DNS-1123 label: at most 63 of `[a-z0-9-]`, starting and ending alphanumeric.
+fn is_dns_label(s: &str) -> bool {
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && alnum(s.chars().next())
+        && alnum(s.chars().last())
+}
+
+/// A DNS-1123 subdomain: at most 253 characters of dot-separated labels.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 fn node_port(port: &K8sServicePort) -> Option<u16> {
