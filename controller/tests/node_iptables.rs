@@ -136,7 +136,7 @@ impl Under {
                 }
             }
             Under::Nftables(b) => {
-                let s = b.sync(ruleset, false).unwrap();
+                let s = b.sync(&std::sync::Arc::new(ruleset.clone()), false).unwrap();
                 Synced {
                     written: s.written,
                     amount: s.commands,

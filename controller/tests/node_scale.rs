@@ -132,6 +132,8 @@ fn scale() {
                 let render = nftables::render(&full, &config);
                 println!("  nftables render: {}", ms(started.elapsed()));
                 let mut b = nftables::Nftables::new(runner, config);
+                let (full, changed) =
+                    (std::sync::Arc::new(full.clone()), std::sync::Arc::new(changed.clone()));
                 let t = Instant::now();
                 b.sync(&full, true).unwrap();
                 let full_time = t.elapsed();

@@ -396,6 +396,100 @@ fn choose(sp: &ServicePort, name: &str, endpoints: &[Endpoint]) -> Vec<String> {
     rules
 }
 
+/// Most chains declared in one `iptables-restore` run. iptables-nft (1.8.9) takes time
+/// quadratic in the chains of one run (measured in a namespace: 10,000 chains 1 s, 20,000 6 s,
+/// 110,000 11 min), and linear over several runs; see [`restore_batches`].
+pub const BATCH_CHAINS: usize = 4096;
+
+/// The order in which chains are written in a sync split into several runs: a chain is
+/// written after every chain it jumps to.
+fn tier(name: &str) -> u8 {
+    if name == MARK_MASQ {
+        0
+    } else if name.starts_with("WEIR-SEP-") {
+        1
+    } else if name.starts_with("WEIR-SVC-") || name.starts_with("WEIR-SVL-") {
+        2
+    } else if name.starts_with("WEIR-EXT-") {
+        3
+    } else {
+        4
+    }
+}
+
+/// [`restore_text`], split into runs that declare at most `max` chains each. A small change is
+/// one run (each table commits atomically). A bigger one is written in dependency order, each
+/// chain whole in one run: endpoint chains, then service chains, then external chains, then the
+/// entry chains (`WEIR-SERVICES`, ...) and the filter table; only then are vanished chains
+/// flushed (all of them, so that none refers to another) and deleted. A run that fails leaves
+/// every reachable chain complete, and the retry is a full sync.
+pub fn restore_batches(old: Option<&Tables>, new: &Tables, stale: &Tables, max: usize) -> Vec<String> {
+    let max = max.max(1);
+    let mut changed: Vec<(u8, &'static str, &String, &Vec<String>)> = Vec::new();
+    let mut removed: Vec<(&'static str, &String)> = Vec::new();
+    for (table, old_chains, new_chains, stale_chains) in [
+        ("filter", old.map(|o| &o.filter), &new.filter, &stale.filter),
+        ("nat", old.map(|o| &o.nat), &new.nat, &stale.nat),
+    ] {
+        for (name, rules) in new_chains {
+            if old_chains.and_then(|o| o.get(name)) != Some(rules) {
+                changed.push((tier(name), table, name, rules));
+            }
+        }
+        let gone: BTreeSet<&String> = old_chains
+            .into_iter()
+            .flat_map(|o| o.keys())
+            .chain(stale_chains.keys())
+            .filter(|c| !new_chains.contains_key(*c))
+            .collect();
+        removed.extend(gone.into_iter().map(|c| (table, c)));
+    }
+    if changed.len() + removed.len() <= max {
+        return restore_text(old, new, stale).into_iter().collect();
+    }
+    changed.sort();
+    let mut batches = Vec::new();
+    // One run: `*table`, declarations, rules and `-X` lines per table, in table order.
+    let run = |items: &[(&'static str, &String, Option<&Vec<String>>, bool)]| {
+        let mut out = String::new();
+        for table in ["filter", "nat"] {
+            let mine: Vec<_> = items.iter().filter(|i| i.0 == table).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let _ = writeln!(out, "*{table}");
+            for (_, name, _, _) in &mine {
+                let _ = writeln!(out, ":{name} - [0:0]");
+            }
+            for (_, name, rules, _) in &mine {
+                for rule in rules.iter().flat_map(|r| r.iter()) {
+                    let _ = writeln!(out, "-A {name} {rule}");
+                }
+            }
+            for (_, name, _, delete) in &mine {
+                if *delete {
+                    let _ = writeln!(out, "-X {name}");
+                }
+            }
+            out.push_str("COMMIT\n");
+        }
+        out
+    };
+    for chunk in changed.chunks(max) {
+        let items: Vec<_> = chunk.iter().map(|(_, t, n, r)| (*t, *n, Some(*r), false)).collect();
+        batches.push(run(&items));
+    }
+    for chunk in removed.chunks(max) {
+        let items: Vec<_> = chunk.iter().map(|(t, n)| (*t, *n, None, false)).collect();
+        batches.push(run(&items));
+    }
+    for chunk in removed.chunks(max) {
+        let items: Vec<_> = chunk.iter().map(|(t, n)| (*t, *n, None, true)).collect();
+        batches.push(run(&items));
+    }
+    batches
+}
+
 /// The `iptables-restore --noflush` input that turns `old` into `new`: changed and new chains
 /// are declared (which flushes them) and rewritten, vanished ones flushed and deleted. With
 /// `old == None` every chain is written. `None` when there is nothing to write.
@@ -591,11 +685,11 @@ impl Iptables {
         let old = if full { None } else { self.applied.take() };
         let stale = if old.is_none() { self.existing_chains()? } else { Tables::default() };
         let mut stats = SyncStats { rules_total: new.rule_count(), ..SyncStats::default() };
-        if let Some(text) = restore_text(old.as_ref(), &new, &stale) {
+        let restore = self.program("iptables-restore");
+        for text in restore_batches(old.as_ref(), &new, &stale, BATCH_CHAINS) {
             stats.written = true;
-            stats.chains_written = text.lines().filter(|l| l.starts_with(':')).count();
-            stats.rules_written = text.lines().filter(|l| l.starts_with("-A ")).count();
-            let restore = self.program("iptables-restore");
+            stats.chains_written += text.lines().filter(|l| l.starts_with(':')).count();
+            stats.rules_written += text.lines().filter(|l| l.starts_with("-A ")).count();
             // On failure, `applied` stays None: the next sync is a full one.
             self.runner.run(&restore, &["-w", "5", "--noflush"], Some(&text))?;
         }
@@ -737,6 +831,61 @@ endpoints:
         assert!(svc[0].contains("--probability 0.3333333333"), "{svc:?}");
         assert!(svc[1].contains("--probability 0.5000000000"), "{svc:?}");
         assert!(!svc[2].contains("statistic"), "{svc:?}");
+    }
+
+    #[test]
+    fn big_syncs_are_split_in_dependency_order() {
+        let mut yaml = String::new();
+        for i in 0..3 {
+            yaml += &format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: web{i}}}\n\
+                 spec: {{clusterIP: 10.96.0.{}, ports: [{{port: 80}}]}}\n---\n\
+                 apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+                 metadata: {{name: web{i}-1, labels: {{kubernetes.io/service-name: web{i}}}}}\n\
+                 addressType: IPv4\nports: [{{port: 8080}}]\nendpoints:\n\
+                 - addresses: [10.244.0.{}]\n- addresses: [10.244.0.{}]\n---\n",
+                10 + i,
+                10 * i + 1,
+                10 * i + 2
+            );
+        }
+        let r = ruleset(&yaml);
+        assert_eq!(r.services.len(), 3, "{:?}", r.warnings);
+        let t = render(&r, &Config::default());
+        let whole = restore_text(None, &t, &Tables::default()).unwrap();
+        assert_eq!(restore_batches(None, &t, &Tables::default(), 1000), vec![whole.clone()]);
+        let batches = restore_batches(None, &t, &Tables::default(), 4);
+        assert!(batches.len() > 3, "{batches:?}");
+        // Every chain written once, and after every chain it jumps to.
+        let mut written = BTreeSet::new();
+        for text in &batches {
+            let mut table = "";
+            for line in text.lines() {
+                if let Some(t) = line.strip_prefix('*') {
+                    table = t;
+                }
+                if let Some(name) = line.strip_prefix(':').and_then(|l| l.split(' ').next()) {
+                    assert!(written.insert((table, name)), "{table} {name} written twice");
+                }
+                if let Some(target) = line.split(" -j ").nth(1).and_then(|t| t.split(' ').next())
+                    && target.starts_with("WEIR-")
+                {
+                    assert!(written.contains(&(table, target)), "{line} before {target} exists");
+                }
+            }
+        }
+        let declared = whole.lines().filter(|l| l.starts_with(':')).count();
+        assert_eq!(written.len(), declared);
+        // Removals: flushed (all) before deleted.
+        let batches = restore_batches(
+            Some(&t),
+            &render(&Ruleset::default(), &Config::default()),
+            &Tables::default(),
+            4,
+        );
+        let first_delete = batches.iter().position(|b| b.contains("\n-X ")).unwrap();
+        assert!(batches[..first_delete].iter().any(|b| b.contains(":WEIR-SEP-")));
+        assert!(batches[first_delete..].iter().all(|b| !b.contains("\n-A ")));
     }
 
     #[test]

@@ -147,7 +147,7 @@ impl sync::Backend for IptablesBackend {
         "iptables"
     }
 
-    fn sync(&mut self, ruleset: &Ruleset, full: bool) -> anyhow::Result<sync::Report> {
+    fn sync(&mut self, ruleset: &Arc<Ruleset>, full: bool) -> anyhow::Result<sync::Report> {
         let s4 = self.v4.sync(ruleset, full).context("iptables (IPv4)")?;
         let mut report = sync::Report {
             written: s4.written,
@@ -207,7 +207,7 @@ impl sync::Backend for NftablesBackend {
         "nftables"
     }
 
-    fn sync(&mut self, ruleset: &Ruleset, full: bool) -> anyhow::Result<sync::Report> {
+    fn sync(&mut self, ruleset: &Arc<Ruleset>, full: bool) -> anyhow::Result<sync::Report> {
         let s4 = self.v4.sync(ruleset, full).context("nftables (table ip weir)")?;
         let mut report =
             sync::Report { written: s4.written, rules_written: s4.commands, rules_total: s4.rules_total };
@@ -254,7 +254,7 @@ impl sync::Backend for IpvsBackend {
         "ipvs"
     }
 
-    fn sync(&mut self, ruleset: &Ruleset, full: bool) -> anyhow::Result<sync::Report> {
+    fn sync(&mut self, ruleset: &Arc<Ruleset>, full: bool) -> anyhow::Result<sync::Report> {
         let s = self.0.sync(ruleset, full).context("ipvs")?;
         Ok(sync::Report { written: s.written, rules_written: s.written_items, rules_total: s.total })
     }

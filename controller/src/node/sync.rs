@@ -38,7 +38,7 @@ pub trait Backend: Send + 'static {
     /// The mode's name, for logs.
     fn name(&self) -> &'static str;
     /// Brings the kernel to `ruleset`; with `full`, rewrites everything weir owns.
-    fn sync(&mut self, ruleset: &Ruleset, full: bool) -> anyhow::Result<Report>;
+    fn sync(&mut self, ruleset: &Arc<Ruleset>, full: bool) -> anyhow::Result<Report>;
     /// Re-checks what lies outside weir's own objects (jumps from built-in chains); returns
     /// whether something had to be repaired.
     fn repair(&mut self) -> anyhow::Result<bool> {
@@ -52,7 +52,7 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
         (**self).name()
     }
 
-    fn sync(&mut self, ruleset: &Ruleset, full: bool) -> anyhow::Result<Report> {
+    fn sync(&mut self, ruleset: &Arc<Ruleset>, full: bool) -> anyhow::Result<Report> {
         (**self).sync(ruleset, full)
     }
 
@@ -265,7 +265,7 @@ mod tests {
             "fake"
         }
 
-        fn sync(&mut self, ruleset: &Ruleset, full: bool) -> anyhow::Result<Report> {
+        fn sync(&mut self, ruleset: &Arc<Ruleset>, full: bool) -> anyhow::Result<Report> {
             self.calls.lock().unwrap().push((ruleset.warnings.len(), full, Instant::now()));
             if self.fail_first.load(Relaxed) > 0 {
                 self.fail_first.fetch_sub(1, Relaxed);
