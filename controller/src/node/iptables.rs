@@ -178,10 +178,7 @@ fn proto(p: Protocol) -> String {
 /// Renders `ruleset` (the entries of `config`'s family) into weir's chains.
 pub fn render(ruleset: &Ruleset, config: &Config) -> Tables {
     let family = config.family();
-    let reject = match family {
-        IpFamily::IPv4 => "REJECT --reject-with icmp-port-unreachable",
-        IpFamily::IPv6 => "REJECT --reject-with icmp6-port-unreachable",
-    };
+    let reject = reject_target(family);
     let mut t = Tables::default();
     for name in [SERVICES, NODEPORTS, MARK_MASQ, POSTROUTING] {
         t.nat.insert(name.to_string(), Vec::new());
@@ -220,6 +217,28 @@ pub fn render(ruleset: &Ruleset, config: &Config) -> Tables {
     t.nat.insert(SERVICES.into(), nat_services);
     t.nat.insert(NODEPORTS.into(), nodeports);
     t
+}
+
+fn reject_target(family: IpFamily) -> &'static str {
+    match family {
+        IpFamily::IPv4 => "REJECT --reject-with icmp-port-unreachable",
+        IpFamily::IPv6 => "REJECT --reject-with icmp6-port-unreachable",
+    }
+}
+
+/// One port's own nat chains, and its rules in the shared chains (each prefixed with its chain).
+fn piece(sp: &ServicePort, config: &Config) -> (Chains, Vec<String>) {
+    let mut t = Tables::default();
+    let (mut services, mut nodeports) = (Vec::new(), Vec::new());
+    render_port(sp, config, reject_target(config.family()), &mut t, &mut services, &mut nodeports);
+    let mut shared: Vec<String> = t
+        .filter
+        .into_iter()
+        .flat_map(|(c, rules)| rules.into_iter().map(move |r| format!("{c} {r}")))
+        .collect();
+    shared.extend(services.into_iter().map(|r| format!("{SERVICES} {r}")));
+    shared.extend(nodeports.into_iter().map(|r| format!("{NODEPORTS} {r}")));
+    (t.nat, shared)
 }
 
 fn render_port(
@@ -417,7 +436,8 @@ fn tier(name: &str) -> u8 {
     }
 }
 
-/// [`restore_text`], split into runs that declare at most `max` chains each. A small change is
+/// [`restore_text`], split into runs that declare at most `max` chains each (`max / 16` for
+/// chains that jump to weir's service and endpoint chains). A small change is
 /// one run (each table commits atomically). A bigger one is written in dependency order, each
 /// chain whole in one run: endpoint chains, then service chains, then external chains, then the
 /// entry chains (`WEIR-SERVICES`, ...) and the filter table; only then are vanished chains
@@ -475,9 +495,15 @@ pub fn restore_batches(old: Option<&Tables>, new: &Tables, stale: &Tables, max: 
         }
         out
     };
-    for chunk in changed.chunks(max) {
-        let items: Vec<_> = chunk.iter().map(|(_, t, n, r)| (*t, *n, Some(*r), false)).collect();
-        batches.push(run(&items));
+    // Chains that jump to other weir chains go in much smaller runs: iptables-nft's time grows
+    // with jumps × chains declared in the run (2,700 service chains with 24,000 jumps in one
+    // run: 17 s; in runs of 256: about 0.15 s each).
+    for tier_items in changed.chunk_by(|a, b| a.0 == b.0) {
+        let size = if tier_items[0].0 <= 1 { max } else { (max / 16).max(1) };
+        for chunk in tier_items.chunks(size) {
+            let items: Vec<_> = chunk.iter().map(|(_, t, n, r)| (*t, *n, Some(*r), false)).collect();
+            batches.push(run(&items));
+        }
     }
     for chunk in removed.chunks(max) {
         let items: Vec<_> = chunk.iter().map(|(t, n)| (*t, *n, None, false)).collect();
@@ -672,11 +698,56 @@ impl Iptables {
     /// Brings the kernel to `ruleset`. With `full` (or after [`Iptables::invalidate`] or a
     /// failure), every chain is rewritten and leftover weir chains are deleted; otherwise only
     /// what changed since the last successful sync is written, and nothing when nothing changed.
+    ///
+    /// A partial sync where no changed port adds or removes rules in the shared chains
+    /// (`WEIR-SERVICES`, `WEIR-NODEPORTS`, the filter chains), as an endpoint change, renders
+    /// only the changed ports.
     pub fn sync(&mut self, ruleset: &Ruleset, full: bool) -> Result<SyncStats> {
+        if !full && let Some(mut stats) = self.try_partial(ruleset)? {
+            stats.conntrack_flushes = self.flush_conntrack(ruleset);
+            self.applied_ruleset = Some(ruleset.clone());
+            return Ok(stats);
+        }
         let mut stats = self.apply(render(ruleset, &self.config), full)?;
         stats.conntrack_flushes = self.flush_conntrack(ruleset);
         self.applied_ruleset = Some(ruleset.clone());
         Ok(stats)
+    }
+
+    /// The partial sync of [`Iptables::sync`], or `None` when the shared chains change.
+    fn try_partial(&mut self, ruleset: &Ruleset) -> Result<Option<SyncStats>> {
+        if self.applied.is_none() {
+            return Ok(None);
+        }
+        let Some(old) = self.applied_ruleset.as_ref() else { return Ok(None) };
+        let (mut before, mut after) = (Tables::default(), Tables::default());
+        for (a, b) in super::plan::changed_ports(old, ruleset, self.config.family()) {
+            let (a_own, a_shared) = a.map(|sp| piece(sp, &self.config)).unwrap_or_default();
+            let (b_own, b_shared) = b.map(|sp| piece(sp, &self.config)).unwrap_or_default();
+            if a_shared != b_shared {
+                return Ok(None);
+            }
+            before.nat.extend(a_own);
+            after.nat.extend(b_own);
+        }
+        let Some(mut applied) = self.applied.take() else { return Ok(None) };
+        let mut stats = SyncStats::default();
+        if let Some(text) = restore_text(Some(&before), &after, &Tables::default()) {
+            stats.written = true;
+            stats.chains_written = text.lines().filter(|l| l.starts_with(':')).count();
+            stats.rules_written = text.lines().filter(|l| l.starts_with("-A ")).count();
+            // On failure, `applied` stays None: the next sync is a full one.
+            self.runner.run(&self.program("iptables-restore"), &["-w", "5", "--noflush"], Some(&text))?;
+        }
+        for name in before.nat.keys() {
+            if !after.nat.contains_key(name) {
+                applied.nat.remove(name);
+            }
+        }
+        applied.nat.extend(after.nat);
+        stats.rules_total = applied.rule_count();
+        self.applied = Some(applied);
+        Ok(Some(stats))
     }
 
     /// Brings weir's chains to `new` (rendered by the caller: ipvs mode has its own nat
@@ -886,6 +957,26 @@ endpoints:
         let first_delete = batches.iter().position(|b| b.contains("\n-X ")).unwrap();
         assert!(batches[..first_delete].iter().any(|b| b.contains(":WEIR-SEP-")));
         assert!(batches[first_delete..].iter().all(|b| !b.contains("\n-A ")));
+    }
+
+    /// A partial sync (only changed ports rendered) ends where a full render does.
+    #[test]
+    fn partial_syncs_match_full_renders() {
+        // `true ...`: every tool "succeeds" and prints nothing.
+        let mut ipt = Iptables::new(Runner::with_prefix(vec!["true".into()]), Config::default());
+        let r1 = ruleset(WEB);
+        ipt.sync(&r1, false).unwrap();
+        let r2 = ruleset(&WEB.replace("- addresses: [10.244.0.3]\n", ""));
+        let stats = ipt.sync(&r2, false).unwrap();
+        assert_eq!((stats.chains_written, stats.rules_written), (2, 2), "{stats:?}");
+        assert_eq!(ipt.applied(), Some(&render(&r2, &Config::default())));
+        // No endpoint left: the filter table changes, so everything is rendered.
+        let r3 = ruleset(&WEB.replace("- addresses: [10.244.0.", "- addresses: [10.245.0."));
+        ipt.sync(&r3, false).unwrap();
+        assert_eq!(ipt.applied(), Some(&render(&r3, &Config::default())));
+        let r4 = ruleset(WEB.split("---").next().unwrap());
+        ipt.sync(&r4, false).unwrap();
+        assert_eq!(ipt.applied(), Some(&render(&r4, &Config::default())));
     }
 
     #[test]

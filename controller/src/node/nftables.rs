@@ -521,46 +521,6 @@ fn hairpin_refs(ruleset: &Ruleset, family: IpFamily) -> BTreeMap<IpAddr, usize> 
     refs
 }
 
-/// The service ports of `family` that differ between `old` and `new` (both sorted by key), as
-/// (before, after) pairs.
-fn changed_ports<'a>(
-    old: &'a Ruleset,
-    new: &'a Ruleset,
-    family: IpFamily,
-) -> Vec<(Option<&'a ServicePort>, Option<&'a ServicePort>)> {
-    let mut a = old.services.iter().filter(|sp| sp.key.family == family).peekable();
-    let mut b = new.services.iter().filter(|sp| sp.key.family == family).peekable();
-    let mut out = Vec::new();
-    loop {
-        match (a.peek(), b.peek()) {
-            (None, None) => return out,
-            (Some(x), Some(y)) if x.key == y.key => {
-                if x != y {
-                    out.push((Some(*x), Some(*y)));
-                }
-                a.next();
-                b.next();
-            }
-            (Some(x), Some(y)) if x.key < y.key => {
-                out.push((Some(*x), None));
-                a.next();
-            }
-            (Some(_), Some(y)) => {
-                out.push((None, Some(*y)));
-                b.next();
-            }
-            (Some(x), None) => {
-                out.push((Some(*x), None));
-                a.next();
-            }
-            (None, Some(y)) => {
-                out.push((None, Some(*y)));
-                b.next();
-            }
-        }
-    }
-}
-
 /// What one sync did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SyncStats {
@@ -594,7 +554,7 @@ impl Nftables {
         let family = self.family();
         let old = if full { None } else { self.applied.take() };
         let (text, hairpin, rules_total) = match old {
-            Some(applied) => self.partial(&applied, ruleset),
+            Some(applied) => self.partial(applied, ruleset),
             None => {
                 let new = render(ruleset, &self.config);
                 let hairpin = hairpin_refs(ruleset, family);
@@ -621,16 +581,16 @@ impl Nftables {
     /// The transaction from `applied` to `ruleset`, rendering only the ports that changed.
     fn partial(
         &self,
-        applied: &Applied,
+        applied: Applied,
         ruleset: &Ruleset,
     ) -> (Option<String>, BTreeMap<IpAddr, usize>, usize) {
         let family = self.family();
         let w = words(family);
-        let mut hairpin = applied.hairpin.clone();
+        let mut hairpin = applied.hairpin;
         let mut total = applied.rules_total;
         let mut text = String::new();
         let (mut hairpin_add, mut hairpin_del) = (BTreeSet::new(), BTreeSet::new());
-        for (before, after) in changed_ports(&applied.ruleset, ruleset, family) {
+        for (before, after) in super::plan::changed_ports(&applied.ruleset, ruleset, family) {
             let mut a = State::default();
             let mut b = State::default();
             if let Some(sp) = before {

@@ -214,6 +214,46 @@ impl ServicePort {
     }
 }
 
+/// The service ports of `family` that differ between `old` and `new` (both sorted by key), as
+/// (before, after) pairs.
+pub fn changed_ports<'a>(
+    old: &'a Ruleset,
+    new: &'a Ruleset,
+    family: IpFamily,
+) -> Vec<(Option<&'a ServicePort>, Option<&'a ServicePort>)> {
+    let mut a = old.services.iter().filter(|sp| sp.key.family == family).peekable();
+    let mut b = new.services.iter().filter(|sp| sp.key.family == family).peekable();
+    let mut out = Vec::new();
+    loop {
+        match (a.peek(), b.peek()) {
+            (None, None) => return out,
+            (Some(x), Some(y)) if x.key == y.key => {
+                if x != y {
+                    out.push((Some(*x), Some(*y)));
+                }
+                a.next();
+                b.next();
+            }
+            (Some(x), Some(y)) if x.key < y.key => {
+                out.push((Some(*x), None));
+                a.next();
+            }
+            (Some(_), Some(y)) => {
+                out.push((None, Some(*y)));
+                b.next();
+            }
+            (Some(x), None) => {
+                out.push((Some(*x), None));
+                a.next();
+            }
+            (None, Some(y)) => {
+                out.push((None, Some(*y)));
+                b.next();
+            }
+        }
+    }
+}
+
 /// Something the plan skipped or could not read, with the object it concerns.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct PlanWarning {
