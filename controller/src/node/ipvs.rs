@@ -37,8 +37,8 @@ pub const INTERFACE: &str = "weir-ipvs0";
 pub const FAMILY: &str = "IPVS";
 /// `IPVS_GENL_VERSION`.
 pub const GENL_VERSION: u8 = 1;
-/// Node ports weir considers its own when cleaning up virtual services on node addresses
-/// (the Kubernetes default `--service-node-port-range`).
+/// Node ports `--cleanup` considers weir's on node addresses (the Kubernetes default
+/// `--service-node-port-range`), unless kube-proxy's `kube-ipvs0` exists.
 pub const NODE_PORT_RANGE: std::ops::RangeInclusive<u16> = 30000..=32767;
 
 /// IPVS commands (`IPVS_CMD_*`).
@@ -782,10 +782,14 @@ impl Ipvs {
 
     /// The virtual services weir owns in the kernel (on [`INTERFACE`]'s addresses, or node
     /// ports on node addresses), with their real servers.
+    ///
+    /// A virtual service on a node address is weir's only when `node_port(port)` says so: IPVS
+    /// services carry no owner, and kube-proxy's (ipvs mode) live on the same addresses.
     fn read_kernel(
         &mut self,
         bound: &BTreeSet<IpAddr>,
         node_ips: &[IpAddr],
+        node_port: &dyn Fn(u16) -> bool,
     ) -> Result<BTreeMap<ServiceId, VirtualServer>> {
         let (socket, family) = self.socket()?;
         let family = *family;
@@ -798,8 +802,7 @@ impl Ipvs {
         let mut out = BTreeMap::new();
         for msg in socket.request(&dump, family, &schema, "IPVS_CMD_GET_SERVICE")? {
             let Some((id, mut vs)) = msg.get(cmd_attr::SERVICE).and_then(parse_service) else { continue };
-            let owned = bound.contains(&id.addr)
-                || (node_ips.contains(&id.addr) && NODE_PORT_RANGE.contains(&id.port));
+            let owned = bound.contains(&id.addr) || (node_ips.contains(&id.addr) && node_port(id.port));
             if !owned {
                 continue;
             }
@@ -858,7 +861,16 @@ impl Ipvs {
         // 3. virtual services.
         let kernel = match &old {
             Some(o) => o.services.clone(),
-            None => self.read_kernel(&bound, &node_ips)?,
+            None => {
+                // Node ports weir wants now or applied before (in this process).
+                let mine: BTreeSet<u16> = ruleset
+                    .services
+                    .iter()
+                    .chain(self.applied_ruleset.iter().flat_map(|r| &r.services))
+                    .filter_map(|sp| sp.node_port)
+                    .collect();
+                self.read_kernel(&bound, &node_ips, &|port| mine.contains(&port))?
+            }
         };
         let msgs = messages(&kernel, &new.services);
         // New addresses before new services, stale ones after (deleting an address drops the
@@ -936,7 +948,11 @@ pub fn cleanup(runner: &Runner) -> Result<()> {
         Ok(_) => {
             let node_ips = ipvs.node_ips()?;
             let bound = ipvs.interface_addresses()?;
-            let owned = ipvs.read_kernel(&bound, &node_ips)?;
+            // Without state, node-port services are recognised by the node port range, and
+            // only where kube-proxy's ipvs mode (interface kube-ipvs0) is not running.
+            let (kube, _) = runner.status("ip", &["link", "show", "kube-ipvs0"], None)?;
+            let in_range = |port: u16| !kube.success() && NODE_PORT_RANGE.contains(&port);
+            let owned = ipvs.read_kernel(&bound, &node_ips, &in_range)?;
             let msgs = messages(&owned, &BTreeMap::new());
             if let Some((socket, family)) = ipvs.socket.as_mut() {
                 for msg in &msgs {
