@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use support_netns::{NODE_IP, POD_PORT, Testbed, iptables_state, pod_ip, pod_name, skip};
 use weir::node::exec::Runner;
 use weir::node::plan::{PlanConfig, Ruleset, plan};
-use weir::node::{iptables, nftables};
+use weir::node::{iptables, ipvs, nftables};
 use weir::source::manifest::parse_manifests;
 use weir::translate::Snapshot;
 
@@ -80,7 +80,7 @@ fn manifests(web: &[Ep]) -> String {
         &format!("  - {{port: 80, targetPort: {POD_PORT}}}\n"),
     );
     m += &slice("sticky", &all, &one_slice_port);
-    m += &service("empty", "10.96.0.12", "", &format!("  - {{port: 80, targetPort: {POD_PORT}}}\n"));
+    m += &service("empty", "10.96.0.12", "", &web_ports.replace(", nodePort: 30080", ""));
     m += &service("local", "10.96.0.13", "  type: NodePort\n  externalTrafficPolicy: Local\n", &one_port);
     m += &slice("local", &all, &one_slice_port);
     m
@@ -136,7 +136,7 @@ impl Under {
                 }
             }
             Under::Nftables(b) => {
-                let s = b.sync(ruleset, false).unwrap();
+                let s = b.sync(&std::sync::Arc::new(ruleset.clone()), false).unwrap();
                 Synced {
                     written: s.written,
                     amount: s.commands,
@@ -223,11 +223,12 @@ fn end_to_end(nft: bool) {
     assert_eq!((0..3).map(|i| count(&t, &pod_name(i))).sum::<usize>(), 60, "{t:?}");
     assert!(t.len() >= 2, "NodePort reaches one endpoint only: {t:?}");
 
-    // No endpoints: rejected at once.
-    let started = std::time::Instant::now();
+    // No endpoints: rejected at once (an ICMP port unreachable makes `refused`; a silent drop
+    // would end in `timeout` after the client's 2 s connect timeout).
     let t = bed.client("10.96.0.12:80", 3, "tcp").unwrap();
     assert_eq!(count(&t, "refused"), 3, "{t:?}");
-    assert!(started.elapsed() < std::time::Duration::from_secs(2), "rejection took {:?}", started.elapsed());
+    let t = bed.client("10.96.0.12:53", 2, "udp").unwrap();
+    assert_eq!(count(&t, "refused"), 2, "{t:?}");
 
     // externalTrafficPolicy Local: the node port uses node-a's pods only; the ClusterIP all.
     let t = bed.client(&format!("{NODE_IP}:30081"), 100, "tcp").unwrap();
@@ -266,6 +267,9 @@ fn end_to_end(nft: bool) {
     let t = bed.client("10.96.0.10:80", 3, "tcp").unwrap();
     assert_eq!((0..3).map(|i| count(&t, &pod_name(i))).sum::<usize>(), 0, "{t:?}");
 }
+
+/// The admin listener inside the node namespace (its own loopback: no clash with the host).
+const ADMIN: &str = "127.0.0.1:10256";
 
 /// Polls `check` every 100 ms for up to `secs` seconds.
 fn eventually(secs: u64, mut check: impl FnMut() -> Result<(), String>) -> Result<(), String> {
@@ -312,7 +316,7 @@ fn weir_node(mode: &str) {
     let log = dir.path().join("node.log");
     let role = format!(
         "node --mode {mode} --manifests {} --node-name node-a --cluster-cidr 10.244.0.0/16 \
-         --min-sync-interval 100ms --sync-period 1s",
+         --min-sync-interval 100ms --sync-period 1s --listen-admin {ADMIN}",
         manifests_dir.display()
     );
     let weir_node = support_netns::spawn_logged(&node.name, &role, &log).unwrap();
@@ -328,6 +332,27 @@ fn weir_node(mode: &str) {
     if mode == "ipvs" && !std::path::Path::new("/proc/net/ip_vs").exists() {
         assert!(read_log().contains("IPVS is unavailable"), "fallback not logged:\n{}", read_log());
     }
+
+    // The admin listener: healthy once rules are synced, and the sync metrics.
+    let metric = |text: &str, name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("metric {name} missing:\n{text}"))
+    };
+    let (status, body) = support_netns::http_get(node, ADMIN, "/healthz").unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"healthy\":true"), "{body}");
+    let (status, text) = support_netns::http_get(node, ADMIN, "/metrics").unwrap();
+    assert_eq!(status, 200, "{text}");
+    assert!(metric(&text, "weir_node_syncs_total") >= 1.0, "{text}");
+    assert!(metric(&text, "weir_node_sync_duration_seconds_count") >= 1.0, "{text}");
+    assert!(metric(&text, "weir_node_rules") > 10.0, "{text}");
+    assert!(metric(&text, "weir_node_rules_written_total") > 10.0, "{text}");
+    assert_eq!(metric(&text, "weir_node_sync_failures_total"), 0.0, "{text}");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let last = metric(&text, "weir_node_last_sync_timestamp_seconds");
+    assert!(last > now - 3600.0 && last <= now + 1.0, "last sync {last}, now {now}");
 
     // A manifest change is applied.
     std::fs::write(manifests_dir.join("svc.yaml"), manifests(&[Ep { pod: 0, ready: true }])).unwrap();
@@ -360,4 +385,131 @@ fn weir_node(mode: &str) {
     let status = cleanup.0.wait().unwrap();
     assert!(status.success(), "{}", std::fs::read_to_string(&cleanup_log).unwrap_or_default());
     assert_eq!(before, tables_state(node, nft), "cleanup left differences");
+}
+
+/// ipvs mode's ipsets and iptables rules load into a real kernel and follow changes
+/// incrementally, and `--cleanup` removes them. (The IPVS table itself cannot be tested on a
+/// kernel without IPVS: its netlink messages are checked against `node_fixtures/*/ipvs.expected`.)
+#[test]
+fn ipvs_mode_sets_and_rules_load_and_clean_up() {
+    let bed = match Testbed::new(0) {
+        Ok(bed) => bed,
+        Err(reason) => return skip(&reason),
+    };
+    let node = &bed.node;
+    // Someone else's rules and set, which weir must leave alone (and tables that exist before
+    // weir: iptables-nft leaves the base chains it creates).
+    node.exec("iptables", &["-A", "INPUT", "-p", "tcp", "--dport", "9", "-j", "ACCEPT"]).unwrap();
+    node.exec("iptables", &["-t", "nat", "-A", "POSTROUTING", "-s", "10.99.0.0/16", "-j", "RETURN"]).unwrap();
+    node.exec("ipset", &["create", "FOREIGN", "hash:ip"]).unwrap();
+    let state = || format!("{}\n{}", iptables_state(node), node.exec("ipset", &["list", "-n"]).unwrap());
+    let before = state();
+    let runner = Runner::netns(&node.name);
+    let config = ipvs::Config { cluster_cidr: Some("10.244.0.0/16".parse().unwrap()), ..Default::default() };
+    let node_ips = [NODE_IP.parse().unwrap()];
+    let all = [Ep { pod: 0, ready: true }, Ep { pod: 1, ready: true }, Ep { pod: 2, ready: true }];
+    let r1 = ruleset(&manifests(&all));
+    let s1 = ipvs::render(&r1, &config, &node_ips);
+
+    // IPVS is programmed over weir node's own netlink socket: never through another namespace.
+    let mut backend = ipvs::Ipvs::new(runner.clone(), config.clone());
+    assert!(matches!(backend.sync(&r1, true), Err(ipvs::Error::ForeignNamespace)));
+    assert_eq!(before, state(), "a refused sync changed something");
+
+    // A full sync's sets, twice (as after a restart), then the rules that use them.
+    let full = ipvs::ipset_text(None, &s1.sets);
+    runner.run("ipset", &["restore", "-exist"], Some(&full)).unwrap();
+    runner.run("ipset", &["restore", "-exist"], Some(&full)).unwrap();
+    let mut ipt = iptables::Iptables::new(
+        runner.clone(),
+        iptables::Config { family: None, cluster_cidr: config.cluster_cidr, masquerade_all: false },
+    );
+    ipt.apply(ipvs::tables(&r1, &config), true).unwrap();
+    let saved = node.exec("iptables-save", &["-t", "nat"]).unwrap();
+    assert!(saved.contains("--match-set WEIR-CLUSTER-IP dst,dst"), "{saved}");
+    let test = |set: &str, entry: &str| node.exec("ipset", &["test", set, entry]).is_ok();
+    assert!(test("WEIR-CLUSTER-IP", "10.96.0.10,tcp:80"));
+    assert!(test("WEIR-CLUSTER-IP", "10.96.0.10,udp:53"));
+    assert!(!test("WEIR-CLUSTER-IP", "10.96.0.12,tcp:80"), "a service without endpoints is masqueraded");
+    assert!(test("WEIR-NODE-PORT-TCP", "30080"));
+    assert!(!test("WEIR-NODE-PORT-TCP", "30081"), "externalTrafficPolicy Local is masqueraded");
+    let loop2 = format!("{0},tcp:{POD_PORT},{0}", pod_ip(1));
+    assert!(test("WEIR-LOOP-BACK", &loop2));
+
+    // The last endpoints of `web` gone: its entries leave the sets; endpoints that other
+    // services still use stay; its ClusterIP is now rejected by the filter table.
+    let r2 = ruleset(&manifests(&[]));
+    let s2 = ipvs::render(&r2, &config, &node_ips);
+    let partial = ipvs::ipset_text(Some(&s1.sets), &s2.sets);
+    let expected = [
+        "del WEIR-CLUSTER-IP 10.96.0.10,tcp:80",
+        "del WEIR-CLUSTER-IP 10.96.0.10,udp:53",
+        "del WEIR-LOOP-BACK 10.244.1.11,udp:8080,10.244.1.11",
+        "del WEIR-LOOP-BACK 10.244.1.12,udp:8080,10.244.1.12",
+        "del WEIR-LOOP-BACK 10.244.1.13,udp:8080,10.244.1.13",
+        "del WEIR-NODE-PORT-TCP 30080",
+        "",
+    ]
+    .join("\n");
+    assert_eq!(partial, expected);
+    runner.run("ipset", &["restore", "-exist"], Some(&partial)).unwrap();
+    assert!(!test("WEIR-CLUSTER-IP", "10.96.0.10,tcp:80"));
+    assert!(!test("WEIR-NODE-PORT-TCP", "30080"));
+    assert!(test("WEIR-LOOP-BACK", &loop2));
+    let stats = ipt.apply(ipvs::tables(&r2, &config), false).unwrap();
+    assert_eq!(stats.chains_written, 2, "only the filter chains that reject change: {stats:?}");
+    let saved = node.exec("iptables-save", &["-t", "filter"]).unwrap();
+    assert!(
+        saved.lines().any(|l| l.contains("-d 10.96.0.10/32 -p tcp")
+            && l.ends_with("-j REJECT --reject-with icmp-port-unreachable")),
+        "{saved}"
+    );
+
+    // --cleanup: iptables first (its rules refer to the sets), then the sets.
+    weir::node::cleanup(&runner).unwrap();
+    assert_eq!(before, state(), "cleanup left differences");
+}
+
+/// A failed apply leaves the rules as they were (iptables-restore commits a table or nothing)
+/// and the next sync, once the obstacle is gone, rewrites everything.
+#[test]
+fn iptables_failed_apply_keeps_the_previous_rules() {
+    let mut bed = match Testbed::new(3) {
+        Ok(bed) => bed,
+        Err(reason) => return skip(&reason),
+    };
+    bed.start_responders().unwrap();
+    let node = &bed.node;
+    let runner = Runner::netns(&node.name);
+    let mut ipt = iptables::Iptables::new(
+        runner.clone(),
+        iptables::Config { cluster_cidr: Some("10.244.0.0/16".parse().unwrap()), ..Default::default() },
+    );
+    let all = [Ep { pod: 0, ready: true }, Ep { pod: 1, ready: true }, Ep { pod: 2, ready: true }];
+    let r1 = ruleset(&manifests(&all));
+    ipt.sync(&r1, false).unwrap();
+
+    // Someone else's chain jumps to the endpoint chain of pod3: deleting that chain fails.
+    let web = r1.services.iter().find(|sp| sp.key.service.name == "web" && sp.port == 80).unwrap();
+    let pod3 = web.cluster_endpoints.iter().find(|e| e.ip.to_string() == pod_ip(2)).unwrap();
+    let sep = iptables::sep_chain(&web.key, pod3);
+    node.exec("iptables", &["-t", "nat", "-N", "FOREIGN"]).unwrap();
+    node.exec("iptables", &["-t", "nat", "-A", "FOREIGN", "-j", &sep]).unwrap();
+    let nat_before = node.exec("iptables-save", &["-t", "nat"]).unwrap();
+    let strip = |s: &str| s.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
+
+    let r2 = ruleset(&manifests(&all[..2]));
+    let error = ipt.sync(&r2, false).unwrap_err();
+    assert!(error.to_string().contains("iptables-restore"), "{error}");
+    let nat_after = node.exec("iptables-save", &["-t", "nat"]).unwrap();
+    assert_eq!(strip(&nat_before), strip(&nat_after), "a failed apply changed the nat table");
+    let t = bed.client("10.96.0.10:80", 60, "tcp").unwrap();
+    assert!(count(&t, "pod3") > 0, "the previous rules no longer work: {t:?}");
+
+    // The obstacle gone, the retry (a full sync) applies the change.
+    node.exec("iptables", &["-t", "nat", "-F", "FOREIGN"]).unwrap();
+    ipt.sync(&r2, false).unwrap();
+    let t = bed.client("10.96.0.10:80", 60, "tcp").unwrap();
+    assert_eq!(count(&t, "pod1") + count(&t, "pod2"), 60, "{t:?}");
+    weir::node::cleanup(&runner).unwrap();
 }

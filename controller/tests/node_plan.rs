@@ -1,7 +1,8 @@
 //! Golden tests of the node plan: `tests/node_fixtures/<case>/input.yaml` (Services, slices,
 //! Endpoints) and optional `config.yaml` (a `PlanConfig`; the node is `node-a` otherwise) are
 //! planned and compared, as YAML, with `expected.yaml`; the iptables and nftables renderings
-//! (IPv4, `--cluster-cidr 10.244.0.0/16`) with `iptables.expected` and `nftables.expected`.
+//! (IPv4, `--cluster-cidr 10.244.0.0/16`) with `iptables.expected` and `nftables.expected`, and
+//! ipvs mode's netlink messages, ipsets and iptables chains with `ipvs.expected`.
 //! `WEIR_BLESS=1` rewrites the expected files; read them before committing.
 
 // Test helpers outside `#[test]` functions: a failed unwrap is a test failure.
@@ -61,6 +62,40 @@ fn render_nftables(ruleset: &Ruleset) -> String {
     nftables::transaction(IpFamily::IPv4, None, &nftables::render(ruleset, &config)).unwrap()
 }
 
+/// ipvs mode for every entry (`--ipvs-scheduler rr`, node addresses 192.0.2.1 and
+/// 2001:db8::1, `--cluster-cidr 10.244.0.0/16`): the IPVS netlink messages that create it from
+/// nothing, each as the hex of its wire form (family id 0x1d, sequence numbers from 1) and
+/// decoded back from those bytes; then the `ipset restore` input and the iptables chains.
+fn render_ipvs(ruleset: &Ruleset) -> String {
+    use weir::node::{ipvs, netlink};
+    let config = ipvs::Config {
+        scheduler: ipvs::Scheduler::Rr,
+        cluster_cidr: Some("10.244.0.0/16".parse().unwrap()),
+        masquerade_all: false,
+    };
+    let node_ips = ["192.0.2.1".parse().unwrap(), "2001:db8::1".parse().unwrap()];
+    let state = ipvs::render(ruleset, &config, &node_ips);
+    let mut out = String::from("# netlink (IPVS family id 0x1d)\n");
+    let none = Default::default();
+    for (seq, msg) in (1..).zip(ipvs::messages(&none, &state.services)) {
+        let bytes = netlink::encode(&msg, 0x1d, seq);
+        let frames = netlink::decode(&bytes, &ipvs::schema).unwrap();
+        let [netlink::Frame::Message(decoded)] = frames.as_slice() else { panic!("{frames:?}") };
+        assert_eq!(decoded.message, msg, "the encoding does not decode back");
+        writeln!(out, "{}\n  {}", ipvs::describe(&decoded.message), netlink::hex(&bytes)).unwrap();
+    }
+    out += "# addresses on weir-ipvs0\n";
+    for ip in &state.addresses {
+        writeln!(out, "{ip}").unwrap();
+    }
+    out += "# ipset restore\n";
+    out += &ipvs::ipset_text(None, &state.sets);
+    out += "# iptables-restore\n";
+    out +=
+        &iptables::restore_text(None, &ipvs::tables(ruleset, &config), &iptables::Tables::default()).unwrap();
+    out
+}
+
 /// A small line diff (longest common subsequence), enough to read a failing case.
 fn diff(expected: &str, actual: &str) -> String {
     let a: Vec<&str> = expected.lines().collect();
@@ -101,6 +136,7 @@ fn golden() {
             ("expected.yaml", render(&ruleset)),
             ("iptables.expected", render_iptables(&ruleset)),
             ("nftables.expected", render_nftables(&ruleset)),
+            ("ipvs.expected", render_ipvs(&ruleset)),
         ];
         for (file, actual) in outputs {
             let expected_path = case.join(file);

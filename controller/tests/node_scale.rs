@@ -3,9 +3,12 @@
 //! in a scratch network namespace. Run as root:
 //!
 //! ```text
-//! WEIR_SCALE_SERVICES=10000 WEIR_SCALE_ENDPOINTS=10 WEIR_SCALE_MODES=iptables,nftables \
-//!   cargo test -p weir --test node_scale -- --ignored --nocapture
+//! WEIR_SCALE_SERVICES=10000 WEIR_SCALE_ENDPOINTS=10 WEIR_SCALE_MODES=iptables,nftables,ipvs \
+//!   cargo test --release -p weir --test node_scale -- --ignored --nocapture
 //! ```
+//!
+//! `ipvs` measures the plan only (render, netlink messages and their encoding): applying needs
+//! a kernel with IPVS.
 
 #![allow(clippy::unwrap_used)]
 
@@ -14,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use weir::node::exec::Runner;
 use weir::node::plan::{Endpoint, IpFamily, Protocol, Ruleset, ServicePort, ServicePortKey, TrafficPolicy};
-use weir::node::{iptables, nftables};
+use weir::node::{iptables, ipvs, netlink, nftables};
 use weir_dataplane::model::ObjectRef;
 
 fn env(name: &str, default: usize) -> usize {
@@ -71,6 +74,22 @@ impl Drop for Netns {
     }
 }
 
+/// Runs `f` 5 times (one endpoint removed, restored, removed, ...): the median and range, and
+/// what the first run reported.
+fn repeat<T>(mut f: impl FnMut(usize) -> T) -> (String, T) {
+    let mut times = Vec::new();
+    let mut first = None;
+    for i in 0..5 {
+        let t = Instant::now();
+        let r = f(i);
+        times.push(t.elapsed());
+        first.get_or_insert(r);
+    }
+    times.sort();
+    let text = format!("{} (median of 5; {} to {})", ms(times[2]), ms(times[0]), ms(times[4]));
+    (text, first.unwrap())
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
@@ -86,10 +105,15 @@ fn scale() {
     println!("weir node scale: {n} services x {m} endpoints");
     println!(
         "reproduce: WEIR_SCALE_SERVICES={n} WEIR_SCALE_ENDPOINTS={m} \
-         cargo test -p weir --test node_scale -- --ignored --nocapture"
+         WEIR_SCALE_MODES={} cargo test --release -p weir --test node_scale -- --ignored --nocapture",
+        std::env::var("WEIR_SCALE_MODES").unwrap_or_else(|_| "iptables,nftables".into())
     );
     let modes = std::env::var("WEIR_SCALE_MODES").unwrap_or_else(|_| "iptables,nftables".into());
     for mode in modes.split(',') {
+        if mode == "ipvs" {
+            ipvs_plan(&full, &changed);
+            continue;
+        }
         let ns = Netns(format!("wscale{}-{mode}", std::process::id()));
         let ok = std::process::Command::new("ip")
             .args(["netns", "add", &ns.0])
@@ -110,12 +134,12 @@ fn scale() {
                 let t = Instant::now();
                 b.sync(&full, true).unwrap();
                 let full_time = t.elapsed();
-                let t = Instant::now();
-                let s = b.sync(&changed, false).unwrap();
+                let (change_time, s) =
+                    repeat(|i| b.sync(if i % 2 == 0 { &changed } else { &full }, false).unwrap());
                 (
                     render.rule_count(),
                     full_time,
-                    t.elapsed(),
+                    change_time,
                     format!("{} rules in {} chains", s.rules_written, s.chains_written),
                 )
             }
@@ -124,33 +148,46 @@ fn scale() {
                 let render = nftables::render(&full, &config);
                 println!("  nftables render: {}", ms(started.elapsed()));
                 let mut b = nftables::Nftables::new(runner, config);
+                let (full, changed) =
+                    (std::sync::Arc::new(full.clone()), std::sync::Arc::new(changed.clone()));
                 let t = Instant::now();
                 b.sync(&full, true).unwrap();
                 let full_time = t.elapsed();
-                let t = Instant::now();
-                let s = b.sync(&changed, false).unwrap();
-                (render.rule_count(), full_time, t.elapsed(), format!("{} nft commands", s.commands))
+                let (change_time, s) =
+                    repeat(|i| b.sync(if i % 2 == 0 { &changed } else { &full }, false).unwrap());
+                (render.rule_count(), full_time, change_time, format!("{} nft commands", s.commands))
             }
         };
-        // The sync renders the whole ruleset again before diffing: time that part alone.
-        let t = Instant::now();
-        match mode {
-            "iptables" => drop(iptables::render(
-                &changed,
-                &iptables::Config { cluster_cidr: cidr, ..Default::default() },
-            )),
-            _ => drop(nftables::render(
-                &changed,
-                &nftables::Config { cluster_cidr: cidr, ..Default::default() },
-            )),
-        }
-        let render_time = t.elapsed();
         println!(
-            "  {mode}: {rules} rules/elements; full sync {}; one endpoint change {} ({written}; \
-             of which rendering {})",
+            "  {mode}: {rules} rules/elements; full sync {}; one endpoint change {change_time} ({written})",
             ms(full_time),
-            ms(change_time),
-            ms(render_time)
         );
     }
+}
+
+/// ipvs mode's pure part at scale: the state, the messages of a full sync and of one change,
+/// and their wire encoding.
+fn ipvs_plan(full: &Ruleset, changed: &Ruleset) {
+    let config = ipvs::Config::default();
+    let node_ips = ["192.0.2.1".parse().unwrap()];
+    let t = Instant::now();
+    let a = ipvs::render(full, &config, &node_ips);
+    let msgs = ipvs::messages(&Default::default(), &a.services);
+    let bytes: usize = msgs.iter().map(|m| netlink::encode(m, 0x1d, 1).len()).sum();
+    let full_time = t.elapsed();
+    let t = Instant::now();
+    let b = ipvs::render(changed, &config, &node_ips);
+    let diff = ipvs::messages(&a.services, &b.services);
+    let change_time = t.elapsed();
+    println!(
+        "  ipvs (plan only, no IPVS in this kernel): {} virtual services + real servers; full sync \
+         plan {} ({} messages, {} bytes); one endpoint change plan {} ({} messages: {})",
+        msgs.len(),
+        ms(full_time),
+        msgs.len(),
+        bytes,
+        ms(change_time),
+        diff.len(),
+        diff.iter().map(ipvs::describe).collect::<Vec<_>>().join("; ")
+    );
 }

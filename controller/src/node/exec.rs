@@ -56,6 +56,11 @@ impl Runner {
         Runner { prefix: vec!["ip".into(), "netns".into(), "exec".into(), name.into()] }
     }
 
+    /// Whether programs run directly (in this process's network namespace).
+    pub fn is_host(&self) -> bool {
+        self.prefix.is_empty()
+    }
+
     /// Runs programs behind an arbitrary prefix command.
     pub fn with_prefix(prefix: Vec<String>) -> Self {
         Runner { prefix }

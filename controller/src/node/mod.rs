@@ -1,13 +1,16 @@
 //! `weir node`: the in-tree kube-proxy for Service ClusterIP L4 (iptables, ipvs, nftables).
 //!
 //! Services and their endpoints are read (for now from `--manifests DIR`), turned into a
-//! [`plan::Ruleset`] by the pure [`plan::plan`], and applied by a backend ([`iptables`] or
-//! [`nftables`]) in the [`sync`] loop. `--mode ipvs` falls back to iptables (logged): IPVS is
-//! not implemented yet, and this machine's kernel has none.
+//! [`plan::Ruleset`] by the pure [`plan::plan`], and applied by a backend ([`iptables`],
+//! [`nftables`] or [`ipvs`]) in the [`sync`] loop, whose metrics [`admin`] serves. `--mode ipvs`
+//! falls back to iptables mode (logged) where the kernel has no IPVS.
 
+pub mod admin;
 pub mod conntrack;
 pub mod exec;
 pub mod iptables;
+pub mod ipvs;
+pub mod netlink;
 pub mod nftables;
 pub mod plan;
 pub mod sync;
@@ -38,11 +41,16 @@ pub enum Mode {
 #[derive(Clone, Debug, clap::Args)]
 pub struct NodeArgs {
     /// Read Services, EndpointSlices and Endpoints from YAML manifests below DIR (watched).
+    /// Required for now: the Kubernetes API source of `weir node` is not implemented yet
+    /// (TODO: reuse `weir serve`'s kube source once it lands).
     #[arg(long, value_name = "DIR")]
     pub manifests: Option<PathBuf>,
     /// How to program the kernel.
     #[arg(long, value_enum, default_value_t = Mode::Iptables)]
     pub mode: Mode,
+    /// The IPVS scheduler of every virtual service (ipvs mode).
+    #[arg(long, value_enum, default_value_t = ipvs::Scheduler::Rr)]
+    pub ipvs_scheduler: ipvs::Scheduler,
     /// This node's name: endpoints with this `nodeName` are local (default: the hostname).
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
@@ -61,6 +69,9 @@ pub struct NodeArgs {
     /// Remove everything weir node created, in every mode, and exit.
     #[arg(long)]
     pub cleanup: bool,
+    /// Admin listener: `/healthz` (200 while rules are in sync) and `/metrics`.
+    #[arg(long, default_value = "127.0.0.1:10256", value_name = "ADDR")]
+    pub listen_admin: std::net::SocketAddr,
 }
 
 /// Parses `500ms`, `30s`, `5m`, `1h` (a bare number is seconds).
@@ -103,10 +114,7 @@ pub fn effective_mode(requested: Mode, proc_root: &Path) -> (Mode, Option<String
             Some(reason) => {
                 (Mode::Iptables, Some(format!("IPVS is unavailable: {reason}; using iptables mode")))
             }
-            None => (
-                Mode::Iptables,
-                Some("IPVS mode is not implemented yet in this build; using iptables mode".to_string()),
-            ),
+            None => (Mode::Ipvs, None),
         },
         Mode::Nftables => (Mode::Nftables, None),
     }
@@ -139,7 +147,7 @@ impl sync::Backend for IptablesBackend {
         "iptables"
     }
 
-    fn sync(&mut self, ruleset: &Ruleset, full: bool) -> anyhow::Result<sync::Report> {
+    fn sync(&mut self, ruleset: &Arc<Ruleset>, full: bool) -> anyhow::Result<sync::Report> {
         let s4 = self.v4.sync(ruleset, full).context("iptables (IPv4)")?;
         let mut report = sync::Report {
             written: s4.written,
@@ -199,7 +207,7 @@ impl sync::Backend for NftablesBackend {
         "nftables"
     }
 
-    fn sync(&mut self, ruleset: &Ruleset, full: bool) -> anyhow::Result<sync::Report> {
+    fn sync(&mut self, ruleset: &Arc<Ruleset>, full: bool) -> anyhow::Result<sync::Report> {
         let s4 = self.v4.sync(ruleset, full).context("nftables (table ip weir)")?;
         let mut report =
             sync::Report { written: s4.written, rules_written: s4.commands, rules_total: s4.rules_total };
@@ -228,8 +236,41 @@ impl sync::Backend for NftablesBackend {
     }
 }
 
+// === the ipvs backend ===
+
+/// ipvs mode (see [`ipvs`]).
+#[derive(Debug)]
+pub struct IpvsBackend(ipvs::Ipvs);
+
+impl IpvsBackend {
+    /// A backend running its tools through `runner`.
+    pub fn new(runner: Runner, config: ipvs::Config) -> Self {
+        IpvsBackend(ipvs::Ipvs::new(runner, config))
+    }
+}
+
+impl sync::Backend for IpvsBackend {
+    fn name(&self) -> &'static str {
+        "ipvs"
+    }
+
+    fn sync(&mut self, ruleset: &Arc<Ruleset>, full: bool) -> anyhow::Result<sync::Report> {
+        let s = self.0.sync(ruleset, full).context("ipvs")?;
+        Ok(sync::Report { written: s.written, rules_written: s.written_items, rules_total: s.total })
+    }
+
+    fn repair(&mut self) -> anyhow::Result<bool> {
+        let missing = self.0.ensure_jumps()?;
+        if missing > 0 {
+            tracing::warn!(missing, "jumps into weir's chains were missing; restored");
+        }
+        Ok(missing > 0)
+    }
+}
+
 /// Removes everything `weir node` created through `runner`: iptables and ip6tables chains and
-/// jumps, and the nftables table `weir` (where those tools exist).
+/// jumps; IPVS virtual services, the interface `weir-ipvs0` and the ipsets; the nftables table
+/// `weir` (where those tools exist).
 pub fn cleanup(runner: &Runner) -> anyhow::Result<()> {
     for family in [IpFamily::IPv4, IpFamily::IPv6] {
         let mut ipt = iptables::Iptables::new(
@@ -244,6 +285,14 @@ pub fn cleanup(runner: &Runner) -> anyhow::Result<()> {
             Err(e) if family == IpFamily::IPv6 => tracing::warn!(error = %e, "ip6tables cleanup failed"),
             Err(e) => return Err(e).context("iptables cleanup"),
         }
+    }
+    // After iptables: its rules refer to the ipsets.
+    match ipvs::cleanup(runner) {
+        Ok(()) => {}
+        Err(ipvs::Error::Exec(exec::Error::Spawn { program, .. })) => {
+            tracing::info!(%program, "not installed; nothing to clean up");
+        }
+        Err(e) => return Err(e).context("ipvs cleanup"),
     }
     for family in ["ip", "ip6", "inet"] {
         // Exit status 1 when the table does not exist; only a missing `nft` matters less.
@@ -298,7 +347,15 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
                 masquerade_all: args.masquerade_all,
             },
         )),
-        Mode::Iptables | Mode::Ipvs => Box::new(IptablesBackend::new(
+        Mode::Ipvs => Box::new(IpvsBackend::new(
+            runner,
+            ipvs::Config {
+                scheduler: args.ipvs_scheduler,
+                cluster_cidr: args.cluster_cidr,
+                masquerade_all: args.masquerade_all,
+            },
+        )),
+        Mode::Iptables => Box::new(IptablesBackend::new(
             runner,
             iptables::Config {
                 family: None,
@@ -312,15 +369,32 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
         min_sync_interval: args.min_sync_interval,
         ..sync::Options::default()
     };
+    let admin_listener = tokio::net::TcpListener::bind(args.listen_admin)
+        .await
+        .with_context(|| format!("binding the admin listener on {}", args.listen_admin))?;
+    let admin = Arc::new(admin::Admin::new(stats.clone(), args.sync_period));
+    tracing::info!(admin = %admin_listener.local_addr()?, "serving /healthz and /metrics");
+    let admin_task = AbortOnDrop(tokio::spawn(admin::serve(admin_listener, admin)));
     let (tx, rx) = watch::channel(None);
     let source = tokio::spawn(watch_manifests(dir, config, tx));
-    tokio::select! {
+    let result = tokio::select! {
         result = sync::run(backend, rx, options, stats) => result,
         result = source => result?,
         _ = tokio::signal::ctrl_c() => {
             tracing::info!("interrupted; the rules stay in place (use --cleanup to remove them)");
             Ok(())
         }
+    };
+    drop(admin_task);
+    result
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -390,6 +464,10 @@ mod tests {
             assert!(reason.unwrap().contains("/proc/net/ip_vs"));
         }
         assert_eq!(effective_mode(Mode::Iptables, proc_root.path()), (Mode::Iptables, None));
+        // Where the kernel has IPVS, ipvs mode runs.
+        std::fs::create_dir(proc_root.path().join("net")).unwrap();
+        std::fs::write(proc_root.path().join("net/ip_vs"), "IP Virtual Server version 1.2.1\n").unwrap();
+        assert_eq!(effective_mode(Mode::Ipvs, proc_root.path()), (Mode::Ipvs, None));
     }
 
     #[test]
@@ -410,9 +488,13 @@ mod tests {
             "10.244.0.0/16",
             "--min-sync-interval",
             "250ms",
+            "--ipvs-scheduler",
+            "mh",
         ])
         .unwrap();
         assert_eq!(cli.node.mode, Mode::Ipvs);
+        assert_eq!(cli.node.ipvs_scheduler, ipvs::Scheduler::Mh);
+        assert!(Cli::try_parse_from(["weir", "--ipvs-scheduler", "fifo"]).is_err());
         assert_eq!(cli.node.sync_period, Duration::from_secs(30));
         assert_eq!(cli.node.min_sync_interval, Duration::from_millis(250));
         assert_eq!(cli.node.cluster_cidr.unwrap().to_string(), "10.244.0.0/16");

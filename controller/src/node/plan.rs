@@ -214,6 +214,46 @@ impl ServicePort {
     }
 }
 
+/// The service ports of `family` that differ between `old` and `new` (both sorted by key), as
+/// (before, after) pairs.
+pub fn changed_ports<'a>(
+    old: &'a Ruleset,
+    new: &'a Ruleset,
+    family: IpFamily,
+) -> Vec<(Option<&'a ServicePort>, Option<&'a ServicePort>)> {
+    let mut a = old.services.iter().filter(|sp| sp.key.family == family).peekable();
+    let mut b = new.services.iter().filter(|sp| sp.key.family == family).peekable();
+    let mut out = Vec::new();
+    loop {
+        match (a.peek(), b.peek()) {
+            (None, None) => return out,
+            (Some(x), Some(y)) if x.key == y.key => {
+                if x != y {
+                    out.push((Some(*x), Some(*y)));
+                }
+                a.next();
+                b.next();
+            }
+            (Some(x), Some(y)) if x.key < y.key => {
+                out.push((Some(*x), None));
+                a.next();
+            }
+            (Some(_), Some(y)) => {
+                out.push((None, Some(*y)));
+                b.next();
+            }
+            (Some(x), None) => {
+                out.push((Some(*x), None));
+                a.next();
+            }
+            (None, Some(y)) => {
+                out.push((None, Some(*y)));
+                b.next();
+            }
+        }
+    }
+}
+
 /// Something the plan skipped or could not read, with the object it concerns.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct PlanWarning {
@@ -442,6 +482,12 @@ fn service_ports(
     let warn = |warnings: &mut Vec<PlanWarning>, reason: String| {
         warnings.push(PlanWarning { object: key.clone(), reason });
     };
+    // Names end up in chain names, rule comments and nft identifiers: the API server admits
+    // only DNS names, and manifests from a directory must not smuggle in quotes or spaces.
+    if !is_dns_subdomain(&key.namespace) || !is_dns_subdomain(&key.name) {
+        warn(warnings, "namespace or name is not a valid DNS-1123 name; skipped".into());
+        return;
+    }
     let Some(spec) = &service.spec else {
         warn(warnings, "Service without spec; skipped".into());
         return;
@@ -505,6 +551,10 @@ fn service_ports(
             continue;
         };
         let port_name = port.name.clone().unwrap_or_default();
+        if !port_name.is_empty() && !is_dns_label(&port_name) {
+            warn(warnings, format!("port name {port_name:?} is not a valid DNS-1123 label; skipped"));
+            continue;
+        }
         if !seen.insert((port_name.clone(), protocol)) {
             warn(warnings, format!("port {port_name:?}/{} listed twice; the first wins", protocol.as_str()));
             continue;
@@ -538,6 +588,21 @@ fn service_ports(
             out.push(sp);
         }
     }
+}
+
+/// A DNS-1123 label: at most 63 of `[a-z0-9-]`, starting and ending alphanumeric.
+fn is_dns_label(s: &str) -> bool {
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && alnum(s.chars().next())
+        && alnum(s.chars().last())
+}
+
+/// A DNS-1123 subdomain: at most 253 characters of dot-separated labels.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 fn node_port(port: &K8sServicePort) -> Option<u16> {

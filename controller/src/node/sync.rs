@@ -38,7 +38,7 @@ pub trait Backend: Send + 'static {
     /// The mode's name, for logs.
     fn name(&self) -> &'static str;
     /// Brings the kernel to `ruleset`; with `full`, rewrites everything weir owns.
-    fn sync(&mut self, ruleset: &Ruleset, full: bool) -> anyhow::Result<Report>;
+    fn sync(&mut self, ruleset: &Arc<Ruleset>, full: bool) -> anyhow::Result<Report>;
     /// Re-checks what lies outside weir's own objects (jumps from built-in chains); returns
     /// whether something had to be repaired.
     fn repair(&mut self) -> anyhow::Result<bool> {
@@ -52,7 +52,7 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
         (**self).name()
     }
 
-    fn sync(&mut self, ruleset: &Ruleset, full: bool) -> anyhow::Result<Report> {
+    fn sync(&mut self, ruleset: &Arc<Ruleset>, full: bool) -> anyhow::Result<Report> {
         (**self).sync(ruleset, full)
     }
 
@@ -89,6 +89,8 @@ pub struct Stats {
     pub syncs: Counter,
     /// Failed syncs (each is retried).
     pub failures: Counter,
+    /// Failed syncs since the last successful one (0 when the last sync succeeded).
+    pub consecutive_failures: Gauge,
     /// Syncs that wrote something.
     pub writes: Counter,
     /// Rules (or nft commands) written.
@@ -106,6 +108,7 @@ impl Default for Stats {
         Stats {
             syncs: Counter::default(),
             failures: Counter::default(),
+            consecutive_failures: Gauge::default(),
             writes: Counter::default(),
             rules_written: Counter::default(),
             rules: Gauge::default(),
@@ -121,6 +124,11 @@ impl Stats {
         let r = registry.sub_registry_with_prefix("node");
         r.register("syncs", "Successful rule syncs", self.syncs.clone());
         r.register("sync_failures", "Failed rule syncs (retried)", self.failures.clone());
+        r.register(
+            "sync_consecutive_failures",
+            "Failed rule syncs since the last successful one",
+            self.consecutive_failures.clone(),
+        );
         r.register("sync_writes", "Rule syncs that wrote to the kernel", self.writes.clone());
         r.register("rules_written", "Rules or nft commands written", self.rules_written.clone());
         r.register("rules", "Rules weir node has in the kernel", self.rules.clone());
@@ -182,6 +190,7 @@ pub async fn run<B: Backend>(
             match result {
                 Ok(report) => {
                     stats.syncs.inc();
+                    stats.consecutive_failures.set(0);
                     stats.sync_duration.observe(started.elapsed().as_secs_f64());
                     stats.rules.set(i64::try_from(report.rules_total).unwrap_or(i64::MAX));
                     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
@@ -207,6 +216,7 @@ pub async fn run<B: Backend>(
                 }
                 Err(error) => {
                     stats.failures.inc();
+                    stats.consecutive_failures.inc();
                     tracing::error!(error = format!("{error:#}"), retry_in = ?backoff, "node rules sync failed; retrying");
                     dirty = true;
                     need_full = true;
@@ -255,7 +265,7 @@ mod tests {
             "fake"
         }
 
-        fn sync(&mut self, ruleset: &Ruleset, full: bool) -> anyhow::Result<Report> {
+        fn sync(&mut self, ruleset: &Arc<Ruleset>, full: bool) -> anyhow::Result<Report> {
             self.calls.lock().unwrap().push((ruleset.warnings.len(), full, Instant::now()));
             if self.fail_first.load(Relaxed) > 0 {
                 self.fail_first.fetch_sub(1, Relaxed);

@@ -278,8 +278,43 @@ pub fn helper_main() {
         ["responder", name] => responder(name),
         ["client", proto, addr, count] => client(proto, addr.parse().unwrap(), count.parse().unwrap()),
         ["node", args @ ..] => node(args),
+        ["get", addr, path] => get(addr, path),
         _ => panic!("unknown helper role {role:?}"),
     }
+}
+
+/// One HTTP/1.1 GET of `path` from `addr`, run inside `ns`: the status code and the body.
+pub fn http_get(ns: &Netns, addr: &str, path: &str) -> Result<(u16, String), String> {
+    let mut child = helper(&ns.name, &format!("get {addr} {path}"))?;
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).map_err(|e| e.to_string())?;
+    let _ = child.wait();
+    // The helper is a test binary: the harness prints around the answer.
+    let answer = out
+        .split_once("HTTP-BEGIN\n")
+        .and_then(|(_, rest)| rest.split_once("\nHTTP-END"))
+        .map(|(answer, _)| answer)
+        .ok_or_else(|| format!("no HTTP answer: {out:?}"))?;
+    let (head, body) = answer.split_once("\r\n\r\n").ok_or_else(|| format!("no HTTP answer: {out:?}"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("bad status line: {head:?}"))?;
+    Ok((status, body.to_string()))
+}
+
+fn get(addr: &str, path: &str) {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        println!("connect failed");
+        return;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    println!("HTTP-BEGIN\n{out}\nHTTP-END");
+    let _ = std::io::stdout().flush();
 }
 
 /// `weir node` itself, with the given command-line options, logging to stderr.
