@@ -49,4 +49,5 @@ scenarios! {
     kube_merged_rules => "merged-rules",
     kube_no_endpoints => "no-endpoints",
     kube_path_rules => "path-rules",
+    kube_annotations => "annotations",
 }

@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod balance;
+pub mod canary;
 pub mod cors;
 pub mod echo;
 pub mod model;

@@ -251,6 +251,40 @@ pub struct RoutePolicy {
     /// External authentication (`auth-url` and friends): a subrequest decides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_auth: Option<ExternalAuth>,
+    /// A canary backend taking some of the route's requests (ingress-nginx `canary-*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<Canary>,
+}
+
+/// A canary: requests chosen by header, then cookie, then weight go to `backend` instead of
+/// the route's own, as ingress-nginx decides.
+///
+/// - `header`: its value `always` (or exactly `header_value`, or matching `header_pattern`)
+///   sends the request to the canary, `never` to the main backend; absent or any other value
+///   leaves the decision to the next rule;
+/// - `cookie`: its value `always` or `never`, likewise;
+/// - otherwise a `weight` out of `weight_total` requests, at random.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Canary {
+    /// The canary's backend (a key of [`RouteTable::backends`]).
+    pub backend: BackendId,
+    /// Requests per `weight_total` sent to the canary by chance.
+    pub weight: u32,
+    /// The weight's total (100 by default).
+    pub weight_total: u32,
+    /// The request header that decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// The header value that selects the canary (instead of `always`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header_value: Option<String>,
+    /// A regex the header value must match to select the canary (when no `header_value`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header_pattern: Option<String>,
+    /// The cookie that decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<String>,
 }
 
 /// External authentication: before proxying, the proxy asks `url`; a 2xx lets the request

@@ -25,6 +25,9 @@ pub enum PolicyError {
     /// A CORS setting that cannot be sent.
     #[error(transparent)]
     Cors(#[from] InvalidCors),
+    /// A canary that cannot be used.
+    #[error(transparent)]
+    Canary(#[from] crate::canary::InvalidCanary),
     /// `rewrite_target` on a route whose path is not a regex.
     #[error("rewrite_target needs a regex path")]
     RewriteWithoutRegex,
@@ -63,6 +66,8 @@ pub struct CompiledPolicy {
     pub basic_auth: Option<(BasicAuth, HeaderValue)>,
     /// External authentication.
     pub external_auth: Option<crate::model::ExternalAuth>,
+    /// The canary, set by the router once its backend is resolved.
+    pub canary: Option<crate::canary::CompiledCanary>,
 }
 
 /// `rewrite-target`: the route's regex (for its captures) and the target.
@@ -141,6 +146,7 @@ impl CompiledPolicy {
                 None => None,
             },
             external_auth: policy.external_auth.clone(),
+            canary: None,
         }))
     }
 

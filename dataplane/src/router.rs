@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
+use crate::canary::CompiledCanary;
 use crate::model::{BackendId, HostMatch, ObjectRef, PathMatch, RouteAction, RouteTable};
 use crate::policy::{CompiledPolicy, PolicyError};
 use crate::ratelimit::LimiterCache;
@@ -174,12 +175,26 @@ impl Router {
                     }
                     _ => None,
                 };
-                let policy = CompiledPolicy::compile(&route.policy, regex.as_ref(), &route.origin, limiters)
-                    .map_err(|source| CompileError::InvalidPolicy {
-                        host: vh.host.clone(),
-                        path: route.path.clone(),
-                        source,
+                let mut policy =
+                    CompiledPolicy::compile(&route.policy, regex.as_ref(), &route.origin, limiters).map_err(
+                        |source| CompileError::InvalidPolicy {
+                            host: vh.host.clone(),
+                            path: route.path.clone(),
+                            source,
+                        },
+                    )?;
+                if let (Some(policy), Some(canary)) = (policy.as_mut(), &route.policy.canary) {
+                    let idx = resolve(&canary.backend, &|| {
+                        format!("the canary of host {} path {:?}", vh.host, route.path)
                     })?;
+                    policy.canary = Some(CompiledCanary::compile(canary, idx).map_err(|e| {
+                        CompileError::InvalidPolicy {
+                            host: vh.host.clone(),
+                            path: route.path.clone(),
+                            source: PolicyError::Canary(e),
+                        }
+                    })?);
+                }
                 let idx = compiled.routes.len();
                 compiled.routes.push(CompiledRoute {
                     backend,

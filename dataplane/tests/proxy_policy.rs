@@ -455,3 +455,50 @@ async fn external_auth_subrequest() {
         .await
         .assert_local(500);
 }
+
+#[tokio::test]
+async fn canary_by_header_cookie_and_weight() {
+    use weir_dataplane::model::Canary;
+    let (main, canary) = (echo("main").await, echo("canary").await);
+    let canary_be = to(&canary);
+    let policy = |weight: u32| RoutePolicy {
+        canary: Some(Canary {
+            backend: canary_be.id.clone(),
+            weight,
+            weight_total: 100,
+            header: Some("X-Canary".into()),
+            header_value: None,
+            header_pattern: None,
+            cookie: Some("canary".into()),
+        }),
+        ..RoutePolicy::default()
+    };
+    let p = proxy(
+        table()
+            .host("a.test")
+            .prefix("/", &to(&main))
+            .policy(policy(30))
+            .host("b.test")
+            .prefix("/", &to(&main))
+            .policy(policy(0))
+            .backend(&canary_be)
+            .build(),
+    )
+    .await;
+    let with = |host: &str, name: &'static str, value: &'static str| {
+        p.req(host, "/").header(name, value).body(empty()).unwrap()
+    };
+    assert_eq!(p.send(with("b.test", "x-canary", "always")).await.name(), "canary");
+    assert_eq!(p.send(with("a.test", "x-canary", "never")).await.name(), "main");
+    assert_eq!(p.send(with("b.test", "cookie", "session=1; canary=always")).await.name(), "canary");
+    assert_eq!(p.get("b.test", "/").await.name(), "main", "weight 0: never by chance");
+    // 30 of 100 by weight: over 1000 requests, 300 expected; 4.5 standard deviations (≈ 65) of
+    // slack make a false failure about one in 150,000 runs.
+    let mut to_canary = 0;
+    for _ in 0..1000 {
+        if p.get("a.test", "/").await.name() == "canary" {
+            to_canary += 1;
+        }
+    }
+    assert!((235..=365).contains(&to_canary), "{to_canary} of 1000 went to the canary");
+}

@@ -103,6 +103,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
     // Annotations: one typed policy per Ingress, applied to each of its routes.
     // `use-regex` and `rewrite-target` make every path of the Ingress's hosts a regex.
     let mut policies: BTreeMap<&ObjectRef, RoutePolicy> = BTreeMap::new();
+    let mut canary_specs = BTreeMap::new();
     let mut regex_hosts = BTreeSet::new();
     for o in &ours {
         let parsed = annotations::parse(
@@ -116,11 +117,43 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
             regex_hosts
                 .extend(rules.iter().filter_map(|r| HostMatch::parse(r.host.as_deref().unwrap_or("")).ok()));
         }
+        if let Some(spec) = parsed.canary {
+            canary_specs.insert(&o.rank.object, spec);
+        }
         policies.insert(&o.rank.object, parsed.policy);
     }
 
-    // Routes and default backend.
-    let plan = routes::plan(&ours, &regex_hosts, &mut warnings);
+    // Routes and default backend, from the main Ingresses; canary Ingresses (ingress-nginx
+    // `canary: "true"`) only shadow the main routes with the same host and path.
+    let (main, canaries): (Vec<Ours<'_>>, Vec<Ours<'_>>) = ours
+        .iter()
+        .map(|o| Ours { rank: o.rank.clone(), ingress: o.ingress })
+        .partition(|o| !canary_specs.contains_key(&o.rank.object));
+    let plan = routes::plan(&main, &regex_hosts, &mut warnings);
+    let canary_plan = routes::plan(&canaries, &regex_hosts, &mut warnings);
+    if let Some(claim) = &canary_plan.default_backend {
+        warnings.warn(
+            &claim.rank.object,
+            Reason::CanaryWithoutMain,
+            "spec.defaultBackend: a canary Ingress's default backend is ignored".to_string(),
+        );
+    }
+    for (host, paths) in &canary_plan.hosts {
+        for (path, claim) in paths {
+            if !plan.hosts.get(host).is_some_and(|main| main.contains_key(path)) {
+                warnings.error(
+                    &claim.rank.object,
+                    Reason::CanaryWithoutMain,
+                    format!(
+                        "{}: no main Ingress serves {} on {}; the canary is ignored",
+                        claim.field,
+                        routes::describe_path(path),
+                        routes::describe_host(host)
+                    ),
+                );
+            }
+        }
+    }
 
     // TLS first: which hosts have it decides their routes' ssl-redirect.
     let tls = tls::plan(&ours, snapshot, &mut warnings);
@@ -160,11 +193,17 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         let mut routes = Vec::with_capacity(paths.len());
         for (path, claim) in paths {
             resolve(claim, &mut warnings, &mut table);
+            let canary = canary_plan.hosts.get(host).and_then(|c| c.get(path)).and_then(|c| {
+                let spec: &annotations::CanarySpec = canary_specs.get(&c.rank.object)?;
+                resolve(c, &mut warnings, &mut table);
+                Some(spec.with_backend(c.backend.clone()))
+            });
             routes.push(Route {
                 path: path.clone(),
                 action: RouteAction::Forward(claim.backend.clone()),
                 policy: RoutePolicy {
                     ssl_redirect: ssl_redirect(&claim.rank.object, host, &mut warnings),
+                    canary,
                     ..route_policy(&policies, claim, path)
                 },
                 origin: claim.rank.object.clone(),
@@ -185,7 +224,18 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
     // the oldest one; the others are told when theirs differs.
     let mut users: std::collections::BTreeMap<&BackendId, Vec<(&Rank, UpstreamProtocol)>> =
         std::collections::BTreeMap::new();
-    let claims = plan.hosts.values().flat_map(|paths| paths.values()).chain(plan.default_backend.as_ref());
+    let attached = canary_plan.hosts.iter().flat_map(|(host, paths)| {
+        paths
+            .iter()
+            .filter(|(path, _)| plan.hosts.get(host).is_some_and(|m| m.contains_key(*path)))
+            .map(|(_, c)| c)
+    });
+    let claims = plan
+        .hosts
+        .values()
+        .flat_map(|paths| paths.values())
+        .chain(plan.default_backend.as_ref())
+        .chain(attached);
     for claim in claims {
         let Some(ingress) = ingresses.get(&claim.rank.object) else { continue };
         let protocol = annotations::backend_protocol(ingress, &claim.rank.object, &mut warnings);

@@ -276,7 +276,7 @@ fn check_path(path: &str) -> Result<(), String> {
 }
 
 /// `Prefix path "/api"`.
-fn describe_path(path: &PathMatch) -> String {
+pub(crate) fn describe_path(path: &PathMatch) -> String {
     match path {
         PathMatch::Exact(p) => format!("Exact path {p:?}"),
         PathMatch::Prefix(p) => format!("Prefix path {p:?}"),

@@ -74,6 +74,8 @@ pub enum Reason {
     UnsupportedAnnotation,
     /// An annotation under weir's or ingress-nginx's prefix that neither knows (a typo?).
     UnknownAnnotation,
+    /// A canary Ingress's path has no main Ingress to shadow (or the part cannot be a canary).
+    CanaryWithoutMain,
 }
 
 impl fmt::Display for Reason {

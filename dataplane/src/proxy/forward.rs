@@ -200,7 +200,12 @@ impl ConnCtx {
             }
         }
 
-        let balancer: &Balancer = state.balancers.get(route.backend.0 as usize).ok_or(ProxyError::NoRoute)?;
+        // A canary may take the request instead of the route's own backend.
+        let backend = match policy.and_then(|p| p.canary.as_ref()) {
+            Some(canary) if canary.selects(req.headers(), rand::random()) => canary.backend,
+            _ => route.backend,
+        };
+        let balancer: &Balancer = state.balancers.get(backend.0 as usize).ok_or(ProxyError::NoRoute)?;
         if balancer.is_empty() {
             return Err(ProxyError::NoEndpoints);
         }
@@ -289,7 +294,7 @@ impl ConnCtx {
                         version = state.version,
                         route = ?route.path,
                         origin = route.origin.as_ref().map(tracing::field::display),
-                        backend = %state.router.backend_ids()[route.backend.0 as usize],
+                        backend = %state.router.backend_ids()[backend.0 as usize],
                         upstream = %endpoint.key(),
                         tries,
                         status = status.as_u16(),

@@ -150,13 +150,13 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("cors-max-age", Supported),
         ("cors-expose-headers", Supported),
         // Traffic.
-        ("canary", Unsupported),
-        ("canary-weight", Unsupported),
-        ("canary-weight-total", Unsupported),
-        ("canary-by-header", Unsupported),
-        ("canary-by-header-value", Unsupported),
-        ("canary-by-header-pattern", Unsupported),
-        ("canary-by-cookie", Unsupported),
+        ("canary", Supported),
+        ("canary-weight", Supported),
+        ("canary-weight-total", Supported),
+        ("canary-by-header", Supported),
+        ("canary-by-header-value", Supported),
+        ("canary-by-header-pattern", Supported),
+        ("canary-by-cookie", Supported),
         ("affinity", Unsupported),
         ("affinity-mode", Unsupported),
         ("affinity-canary-behavior", Unsupported),
@@ -220,9 +220,40 @@ pub fn support(name: &str) -> Option<Support> {
 pub(crate) struct Parsed {
     /// The policy of every route of the Ingress.
     pub(crate) policy: RoutePolicy,
+    /// `canary: "true"`: the Ingress shadows the main Ingress's routes with these rules.
+    pub(crate) canary: Option<CanarySpec>,
     /// `use-regex` or `rewrite-target`: every path of the Ingress's hosts is a case-insensitive
     /// regex, whatever Ingress it comes from (ingress-nginx's rule).
     pub(crate) regex_paths: bool,
+}
+
+/// A canary Ingress's selection rules (`canary-*`), waiting for the backend of each path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CanarySpec {
+    weight: u32,
+    weight_total: u32,
+    header: Option<String>,
+    header_value: Option<String>,
+    header_pattern: Option<String>,
+    cookie: Option<String>,
+}
+
+impl CanarySpec {
+    /// The canary of a route whose canary backend is `backend`.
+    pub(crate) fn with_backend(
+        &self,
+        backend: weir_dataplane::model::BackendId,
+    ) -> weir_dataplane::model::Canary {
+        weir_dataplane::model::Canary {
+            backend,
+            weight: self.weight,
+            weight_total: self.weight_total,
+            header: self.header.clone(),
+            header_value: self.header_value.clone(),
+            header_pattern: self.header_pattern.clone(),
+            cookie: self.cookie.clone(),
+        }
+    }
 }
 
 /// One Ingress's annotations under both prefixes, weir's winning.
@@ -311,6 +342,7 @@ pub(crate) fn parse(
     }
     let (external_auth, external_failed) = ctx.external_auth();
     parsed.policy.external_auth = external_auth;
+    parsed.canary = ctx.canary();
     if external_failed {
         fail_closed.push("auth-url");
     }
@@ -521,6 +553,43 @@ impl Ctx<'_, '_> {
             .unwrap_or_default();
         let request_redirect = self.value("auth-request-redirect", values::header_text);
         (Some(ExternalAuth { url, method, signin, response_headers, request_redirect }), false)
+    }
+
+    /// `canary: "true"` with `canary-weight` (0), `canary-weight-total` (100), `canary-by-header`
+    /// (and `-value` or `-pattern`) and `canary-by-cookie`.
+    fn canary(&mut self) -> Option<CanarySpec> {
+        const SETTINGS: [&str; 6] = [
+            "canary-weight",
+            "canary-weight-total",
+            "canary-by-header",
+            "canary-by-header-value",
+            "canary-by-header-pattern",
+            "canary-by-cookie",
+        ];
+        if !self.value("canary", values::boolean).unwrap_or(false) {
+            for name in SETTINGS {
+                if let Some((key, _)) = self.reader.get(name) {
+                    self.warnings.warn(
+                        self.ingress,
+                        Reason::InvalidAnnotation,
+                        format!("metadata.annotations[{key}]: has no effect without canary: \"true\""),
+                    );
+                }
+            }
+            return None;
+        }
+        let weight_total = self.value("canary-weight-total", values::rate).unwrap_or(100);
+        let weight = self
+            .value("canary-weight", |v| match v.parse::<u32>() {
+                Ok(w) if w <= weight_total => Ok(w),
+                _ => Err(format!("expected a whole number from 0 to canary-weight-total ({weight_total})")),
+            })
+            .unwrap_or(0);
+        let header = self.value("canary-by-header", values::header_name);
+        let header_value = self.value("canary-by-header-value", values::header_text);
+        let header_pattern = self.value("canary-by-header-pattern", values::regex);
+        let cookie = self.value("canary-by-cookie", values::header_name);
+        Some(CanarySpec { weight, weight_total, header, header_value, header_pattern, cookie })
     }
 
     /// `limit-rps` and `limit-rpm`, with `limit-burst-multiplier` (5) and `limit-allowlist` (or

@@ -140,7 +140,7 @@ fn snippets_refused_unsupported_warned_unknown_warned() {
     let (p, w) = parse_all(&[
         (&nginx("configuration-snippet"), "more_set_headers \"X: y\";"),
         (&nginx("server-snippet"), "location /x { return 200; }"),
-        (&nginx("canary"), "true"),
+        (&nginx("affinity"), "cookie"),
         (&nginx("proxy-bodysize"), "1m"),
         ("example.com/other", "not ours"),
     ]);
@@ -302,4 +302,32 @@ fn external_auth() {
         parse_all(&[(&nginx("auth-url"), "http://auth.svc/check"), (&nginx("auth-signin"), "ftp://x")]);
     assert!(p.external_auth.unwrap().signin.is_none());
     assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+}
+
+#[test]
+fn canary_rules() {
+    let map: BTreeMap<String, String> = [
+        (nginx("canary"), "true"),
+        (nginx("canary-weight"), "30"),
+        (nginx("canary-weight-total"), "1000"),
+        (nginx("canary-by-header"), "X-Region"),
+        (nginx("canary-by-header-pattern"), "eu-.*"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, v.to_string()))
+    .collect();
+    let mut warnings = Warnings::default();
+    let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &secrets(), &mut warnings);
+    assert!(warnings.finish().is_empty());
+    let canary = parsed.canary.unwrap().with_backend("ns/v2:80".parse().unwrap());
+    assert_eq!((canary.weight, canary.weight_total), (30, 1000));
+    assert_eq!(canary.header.as_deref(), Some("X-Region"));
+    assert_eq!(canary.header_pattern.as_deref(), Some("eu-.*"));
+
+    for (name, bad) in
+        [("canary-weight", "101"), ("canary-by-header-pattern", "(?=x)"), ("canary-by-header", "X Canary")]
+    {
+        let (_, w) = parse_all(&[(&nginx("canary"), "true"), (&nginx(name), bad)]);
+        assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)], "{name}: {bad}");
+    }
 }

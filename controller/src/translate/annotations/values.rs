@@ -192,6 +192,24 @@ pub(super) fn method(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// A header (or cookie) name: letters, digits, `-` and `_`.
+pub(super) fn header_name(s: &str) -> Result<String, String> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        return Err("expected a name of letters, digits, - and _".into());
+    }
+    Ok(s.to_string())
+}
+
+/// A regular expression in RE2 syntax (Rust's `regex` crate).
+pub(super) fn regex(s: &str) -> Result<String, String> {
+    weir_dataplane::router::compile_path_regex(s).map(|_| s.to_string()).map_err(|e| {
+        format!(
+            "not a valid regular expression (RE2 syntax): {}",
+            e.to_string().lines().last().unwrap_or_default()
+        )
+    })
+}
+
 /// A redirect status: 300 to 308.
 pub(super) fn redirect_code(s: &str) -> Result<u16, String> {
     match s.parse::<u16>() {
