@@ -52,13 +52,44 @@ pub struct EndpointState {
     key: EndpointKey,
     authority: Option<Authority>,
     failures: AtomicU64,
+    /// A stable hash of the key: the value of affinity cookies and the seed of ring points.
+    id: u64,
+    /// Exponentially weighted moving average of response-head latency, in microseconds.
+    ewma_us: AtomicU64,
+    /// Requests sent and not yet answered (response head).
+    inflight: AtomicUsize,
 }
 
 impl EndpointState {
     fn new(key: EndpointKey) -> Self {
         // Built once per endpoint, so requests clone it instead of formatting an address.
-        let authority = Authority::try_from(key.to_string()).ok();
-        EndpointState { key, authority, failures: AtomicU64::new(0) }
+        let text = key.to_string();
+        let authority = Authority::try_from(text.as_str()).ok();
+        EndpointState {
+            id: stable_hash(text.as_bytes()),
+            key,
+            authority,
+            failures: AtomicU64::new(0),
+            ewma_us: AtomicU64::new(0),
+            inflight: AtomicUsize::new(0),
+        }
+    }
+
+    /// The stable identifier of this endpoint (the same in every weir replica and build).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Marks a request sent; the guard marks it answered when dropped and, with
+    /// [`InFlight::answered`], records its latency.
+    pub fn start(self: &Arc<Self>) -> InFlight {
+        self.inflight.fetch_add(1, Relaxed);
+        InFlight { endpoint: self.clone(), started: std::time::Instant::now() }
+    }
+
+    fn score(&self) -> u64 {
+        // A fresh endpoint (no sample) scores as fast, so it gets tried.
+        self.ewma_us.load(Relaxed).max(1).saturating_mul(self.inflight.load(Relaxed) as u64 + 1)
     }
 
     /// The endpoint's identity.
@@ -82,6 +113,45 @@ impl EndpointState {
     }
 }
 
+/// A request in flight to an endpoint (see [`EndpointState::start`]).
+#[derive(Debug)]
+pub struct InFlight {
+    endpoint: Arc<EndpointState>,
+    started: std::time::Instant,
+}
+
+impl InFlight {
+    /// Records the time to the response head in the endpoint's EWMA (weight 1/5 per sample).
+    pub fn answered(self) {
+        let sample = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX).max(1);
+        let _ = self.endpoint.ewma_us.fetch_update(Relaxed, Relaxed, |old| {
+            Some(if old == 0 { sample } else { old - old / 5 + sample / 5 })
+        });
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.endpoint.inflight.fetch_sub(1, Relaxed);
+    }
+}
+
+/// FNV-1a over `bytes`, finished with splitmix64: stable across processes, builds and
+/// machines (affinity cookies and hash rings must agree between replicas).
+pub fn stable_hash(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// Points per endpoint on a consistent-hash ring (per unit of weight up to 4).
+const RING_POINTS: u64 = 160;
+
 /// The compiled balancer of one backend for one table.
 #[derive(Debug)]
 pub struct Balancer {
@@ -90,6 +160,10 @@ pub struct Balancer {
     endpoints: Box<[Arc<EndpointState>]>,
     /// One weighted cycle of endpoint indexes; empty when all weights are equal (plain modulo).
     cycle: Box<[u32]>,
+    /// Relative weights, by endpoint.
+    weights: Box<[u32]>,
+    /// The consistent-hash ring (point, endpoint index), sorted; built on first use.
+    ring: std::sync::OnceLock<Box<[(u64, u32)]>>,
 }
 
 impl Balancer {
@@ -120,6 +194,58 @@ impl Balancer {
         } else {
             Some(self.cycle[tick % self.cycle.len()] as usize)
         }
+    }
+
+    /// The endpoint whose [`EndpointState::id`] is `id`, if it is in this table.
+    pub fn by_id(&self, id: u64) -> Option<usize> {
+        self.endpoints.iter().position(|e| e.id == id)
+    }
+
+    /// Power of two choices over the endpoints not `tried`: of two at random, the one with the
+    /// lower latency EWMA × (requests in flight + 1) (ingress-nginx `load-balance: ewma`).
+    pub fn pick_ewma(&self, tried: &[usize]) -> Option<usize> {
+        let free: Vec<usize> = (0..self.endpoints.len()).filter(|i| !tried.contains(i)).collect();
+        match free.len() {
+            0 => None,
+            1 => Some(free[0]),
+            n => {
+                let a = free[rand::random_range(0..n)];
+                let mut b = free[rand::random_range(0..n - 1)];
+                if b == a {
+                    b = free[n - 1];
+                }
+                Some(if self.endpoints[b].score() < self.endpoints[a].score() { b } else { a })
+            }
+        }
+    }
+
+    /// Consistent hashing (ingress-nginx `upstream-hash-by`): the first endpoint not `tried`
+    /// clockwise from `key` on a ring of [`RING_POINTS`] points per endpoint (more for heavier
+    /// weights). An endpoint joining or leaving moves only the keys of its own arcs, about 1/N.
+    pub fn pick_hashed(&self, key: u64, tried: &[usize]) -> Option<usize> {
+        if tried.len() >= self.endpoints.len() {
+            return None;
+        }
+        let ring = self.ring.get_or_init(|| self.build_ring());
+        if ring.is_empty() {
+            return None;
+        }
+        let start = ring.partition_point(|(point, _)| *point < key);
+        (0..ring.len()).map(|step| ring[(start + step) % ring.len()].1 as usize).find(|i| !tried.contains(i))
+    }
+
+    fn build_ring(&self) -> Box<[(u64, u32)]> {
+        let mut ring = Vec::new();
+        for (i, e) in self.endpoints.iter().enumerate() {
+            let points = RING_POINTS * u64::from(self.weights.get(i).copied().unwrap_or(1).clamp(1, 4));
+            for p in 0..points {
+                let mut seed = e.id.to_le_bytes().to_vec();
+                seed.extend_from_slice(&p.to_le_bytes());
+                ring.push((stable_hash(&seed), i as u32));
+            }
+        }
+        ring.sort_unstable();
+        ring.into()
     }
 
     /// Like [`Balancer::pick`], skipping endpoints already `tried` (for retries). `None` when
@@ -189,6 +315,8 @@ impl Registry {
                 cursor: entry.cursor.clone(),
                 endpoints: endpoints.into(),
                 cycle: schedule(&weights).into(),
+                weights: weights.into(),
+                ring: std::sync::OnceLock::new(),
             });
             next.insert(id.clone(), entry);
         }
@@ -289,6 +417,54 @@ mod tests {
             c[b.pick().unwrap()] += 1;
         }
         c
+    }
+
+    fn many(n: u16) -> Balancer {
+        let mut r = Registry::default();
+        let id: BackendId = "ns/b:80".parse().unwrap();
+        let b = backend(&(0..n).map(|i| (1000 + i, 1)).collect::<Vec<_>>());
+        r.update([(&id, &b)]).remove(0)
+    }
+
+    #[test]
+    fn hashing_is_consistent_and_moves_about_one_nth() {
+        let ten = many(10);
+        let eleven = many(11);
+        let keys: Vec<u64> = (0..10_000u32).map(|k| stable_hash(&k.to_le_bytes())).collect();
+        let before: Vec<usize> = keys.iter().map(|k| ten.pick_hashed(*k, &[]).unwrap()).collect();
+        // The same key, the same endpoint, every time.
+        assert!(keys.iter().zip(&before).all(|(k, b)| ten.pick_hashed(*k, &[]) == Some(*b)));
+        // Every endpoint gets a fair share (loose: 1000 ± 40%).
+        let mut share = [0usize; 10];
+        before.iter().for_each(|b| share[*b] += 1);
+        assert!(share.iter().all(|s| (600..1400).contains(s)), "{share:?}");
+        // An eleventh endpoint takes about 1/11 of the keys, and only from the others.
+        let after: Vec<usize> = keys.iter().map(|k| eleven.pick_hashed(*k, &[]).unwrap()).collect();
+        let moved = before.iter().zip(&after).filter(|(b, a)| b != a).count();
+        assert!(
+            after.iter().zip(&before).all(|(a, b)| a == b || *a == 10),
+            "keys moved between old endpoints"
+        );
+        assert!((450..1400).contains(&moved), "{moved} of 10000 keys moved (1/11 is 909)");
+        // Retries walk on to another endpoint.
+        let first = ten.pick_hashed(keys[0], &[]).unwrap();
+        assert_ne!(ten.pick_hashed(keys[0], &[first]), Some(first));
+    }
+
+    #[test]
+    fn ewma_prefers_the_faster_endpoint() {
+        let b = many(2);
+        for _ in 0..20 {
+            let slow = b.endpoints[0].start();
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            slow.answered();
+            b.endpoints[1].start().answered();
+        }
+        let fast = (0..200).filter(|_| b.pick_ewma(&[]) == Some(1)).count();
+        assert_eq!(fast, 200, "with two endpoints P2C always compares both");
+        assert_eq!(b.pick_ewma(&[1]), Some(0));
+        assert_eq!(b.pick_ewma(&[0, 1]), None);
+        assert_eq!(b.by_id(b.endpoints[1].id()), Some(1));
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod balance;
 pub mod canary;
 pub mod cors;
 pub mod echo;
+pub mod hashkey;
 pub mod model;
 pub mod policy;
 pub mod proxy;

@@ -254,6 +254,52 @@ pub struct RoutePolicy {
     /// A canary backend taking some of the route's requests (ingress-nginx `canary-*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<Canary>,
+    /// How the route picks an endpoint of its backend (`load-balance`, `upstream-hash-by`,
+    /// `affinity`); weighted round robin by default.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub balance: Balance,
+}
+
+/// How a route picks an endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    /// Weighted round robin.
+    #[default]
+    RoundRobin,
+    /// Power of two choices on latency EWMA × requests in flight (`load-balance: ewma`).
+    Ewma,
+    /// Consistent hashing of a key built from the request (`upstream-hash-by`): literal text and
+    /// `$remote_addr`, `$request_uri`, `$uri`, `$host`, `$http_NAME`, `$cookie_NAME`,
+    /// `$arg_NAME`.
+    Hash(String),
+    /// Sticky sessions by cookie (`affinity: cookie`).
+    Cookie(CookieAffinity),
+}
+
+/// A session-affinity cookie: names the endpoint that served the session's first request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CookieAffinity {
+    /// The cookie's name (`session-cookie-name`, `INGRESSCOOKIE` by default).
+    pub name: String,
+    /// Its `Path` (`session-cookie-path`; by default the route's path).
+    pub path: String,
+    /// `Max-Age` in seconds (`session-cookie-max-age`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<u64>,
+    /// `Expires`, in seconds from the response (`session-cookie-expires`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<u64>,
+    /// `Domain` (`session-cookie-domain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    /// `SameSite`: `None`, `Lax` or `Strict` (`session-cookie-samesite`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub same_site: Option<String>,
+    /// `Secure` (`session-cookie-secure`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub secure: bool,
 }
 
 /// A canary: requests chosen by header, then cookie, then weight go to `backend` instead of

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use http::{HeaderValue, StatusCode};
 
 use crate::cors::{CompiledCors, InvalidCors};
-use crate::model::{BasicAuth, ObjectRef, RoutePolicy, SourceFilter};
+use crate::hashkey::HashKey;
+use crate::model::{Balance, BasicAuth, ObjectRef, RoutePolicy, SourceFilter};
 use crate::ratelimit::{Limiter, LimiterCache};
 
 /// A policy that cannot be compiled (translation validates first; this guards hand-made tables).
@@ -25,6 +26,9 @@ pub enum PolicyError {
     /// A CORS setting that cannot be sent.
     #[error(transparent)]
     Cors(#[from] InvalidCors),
+    /// An `upstream-hash-by` key that cannot be used.
+    #[error("hash key: {0}")]
+    HashKey(String),
     /// A canary that cannot be used.
     #[error(transparent)]
     Canary(#[from] crate::canary::InvalidCanary),
@@ -68,6 +72,72 @@ pub struct CompiledPolicy {
     pub external_auth: Option<crate::model::ExternalAuth>,
     /// The canary, set by the router once its backend is resolved.
     pub canary: Option<crate::canary::CompiledCanary>,
+    /// How an endpoint is picked.
+    pub balance: CompiledBalance,
+}
+
+/// [`Balance`] ready for the request path.
+#[derive(Debug, Default)]
+pub enum CompiledBalance {
+    /// Weighted round robin.
+    #[default]
+    RoundRobin,
+    /// P2C on latency EWMA.
+    Ewma,
+    /// Consistent hashing of this key.
+    Hash(HashKey),
+    /// Sticky cookie: its name, and the attributes after the value (`; Path=/; HttpOnly`...).
+    Cookie {
+        /// The cookie's name.
+        name: String,
+        /// Everything after `name=value` but `Expires`, which depends on the time.
+        attributes: String,
+        /// Seconds from the response to `Expires`.
+        expires: Option<u64>,
+    },
+}
+
+impl CompiledBalance {
+    fn compile(balance: &Balance) -> Result<CompiledBalance, PolicyError> {
+        Ok(match balance {
+            Balance::RoundRobin => CompiledBalance::RoundRobin,
+            Balance::Ewma => CompiledBalance::Ewma,
+            Balance::Hash(template) => {
+                CompiledBalance::Hash(HashKey::parse(template).map_err(PolicyError::HashKey)?)
+            }
+            Balance::Cookie(c) => {
+                let mut attributes = format!("; Path={}", c.path);
+                if let Some(max_age) = c.max_age {
+                    attributes.push_str(&format!("; Max-Age={max_age}"));
+                }
+                if let Some(domain) = &c.domain {
+                    attributes.push_str(&format!("; Domain={domain}"));
+                }
+                if let Some(same_site) = &c.same_site {
+                    attributes.push_str(&format!("; SameSite={same_site}"));
+                }
+                if c.secure {
+                    attributes.push_str("; Secure");
+                }
+                attributes.push_str("; HttpOnly");
+                if HeaderValue::from_str(&format!("{}=0{attributes}", c.name)).is_err() {
+                    return Err(PolicyError::HeaderValue { field: "affinity cookie", value: c.name.clone() });
+                }
+                CompiledBalance::Cookie { name: c.name.clone(), attributes, expires: c.expires }
+            }
+        })
+    }
+
+    /// The `Set-Cookie` value naming endpoint `id`, for [`CompiledBalance::Cookie`].
+    pub fn set_cookie(&self, id: u64) -> Option<HeaderValue> {
+        let CompiledBalance::Cookie { name, attributes, expires } = self else { return None };
+        let mut value = format!("{name}={id:016x}{attributes}");
+        if let Some(secs) = expires {
+            let at = std::time::SystemTime::now() + std::time::Duration::from_secs(*secs);
+            value.push_str(&format!("; Expires={}", httpdate::fmt_http_date(at)));
+        }
+        HeaderValue::from_str(&value).ok()
+    }
 }
 
 /// `rewrite-target`: the route's regex (for its captures) and the target.
@@ -147,6 +217,7 @@ impl CompiledPolicy {
             },
             external_auth: policy.external_auth.clone(),
             canary: None,
+            balance: CompiledBalance::compile(&policy.balance)?,
         }))
     }
 

@@ -502,3 +502,136 @@ async fn canary_by_header_cookie_and_weight() {
     }
     assert!((235..=365).contains(&to_canary), "{to_canary} of 1000 went to the canary");
 }
+
+#[tokio::test]
+async fn cookie_affinity_sticks_and_moves_when_the_endpoint_goes() {
+    use weir_dataplane::model::{Balance, CookieAffinity};
+    let eps = [echo("e0").await, echo("e1").await, echo("e2").await];
+    let addrs: Vec<_> = eps.iter().map(|e| e.addr).collect();
+    let affinity = RoutePolicy {
+        balance: Balance::Cookie(CookieAffinity {
+            name: "route".into(),
+            path: "/".into(),
+            max_age: Some(3600),
+            expires: Some(3600),
+            domain: None,
+            same_site: Some("Lax".into()),
+            secure: false,
+        }),
+        ..RoutePolicy::default()
+    };
+    let build = |addrs: &[std::net::SocketAddr]| {
+        table().host("a.test").prefix("/", &backend("web", addrs)).policy(affinity.clone()).build()
+    };
+    let p = proxy(build(&addrs)).await;
+    let first = p.get("a.test", "/").await;
+    let cookie = first.headers["set-cookie"].to_str().unwrap().to_string();
+    assert!(cookie.starts_with("route="), "{cookie}");
+    for attr in ["; Path=/", "; Max-Age=3600", "; SameSite=Lax", "; HttpOnly", "; Expires="] {
+        assert!(cookie.contains(attr), "{cookie} lacks {attr}");
+    }
+    let pair = cookie.split(';').next().unwrap().to_string();
+    let stuck = first.name();
+    for _ in 0..10 {
+        let r = p.send(p.req("a.test", "/").header("cookie", pair.as_str()).body(empty()).unwrap()).await;
+        assert_eq!(r.name(), stuck, "the session sticks");
+        assert!(!r.headers.contains_key("set-cookie"), "no new cookie while it sticks");
+    }
+    // Without the cookie, round robin spreads new sessions.
+    let mut fresh = std::collections::BTreeSet::new();
+    for _ in 0..6 {
+        fresh.insert(p.get("a.test", "/").await.name());
+    }
+    assert_eq!(fresh.len(), 3, "{fresh:?}");
+    // The endpoint leaves: the session moves and learns its new endpoint.
+    let rest: Vec<_> = eps.iter().filter(|e| e.name != stuck).map(|e| e.addr).collect();
+    p.proxy.publish(build(&rest)).unwrap();
+    let r = p.send(p.req("a.test", "/").header("cookie", pair.as_str()).body(empty()).unwrap()).await;
+    assert_ne!(r.name(), stuck);
+    assert!(r.headers["set-cookie"].to_str().unwrap().starts_with("route="));
+}
+
+#[tokio::test]
+async fn hash_by_request_uri_is_consistent() {
+    use weir_dataplane::model::Balance;
+    let eps = [echo("e0").await, echo("e1").await, echo("e2").await];
+    let addrs: Vec<_> = eps.iter().map(|e| e.addr).collect();
+    let p = proxy(
+        table()
+            .host("a.test")
+            .prefix("/", &backend("web", &addrs))
+            .policy(RoutePolicy { balance: Balance::Hash("$request_uri".into()), ..RoutePolicy::default() })
+            .build(),
+    )
+    .await;
+    let mut seen = std::collections::BTreeMap::new();
+    for i in 0..30 {
+        let path = format!("/item/{i}");
+        let name = p.get("a.test", &path).await.name();
+        for _ in 0..3 {
+            assert_eq!(p.get("a.test", &path).await.name(), name, "{path} moved");
+        }
+        *seen.entry(name).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), 3, "30 keys spread over all endpoints: {seen:?}");
+}
+
+/// A backend that answers `slow` after `delay`.
+async fn slow_service(delay: std::time::Duration) -> std::net::SocketAddr {
+    use http_body_util::Full;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let svc = service_fn(move |_req: http::Request<hyper::body::Incoming>| async move {
+                    tokio::time::sleep(delay).await;
+                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from_static(
+                        b"slow",
+                    ))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn ewma_sends_most_requests_to_the_fast_endpoint() {
+    use weir_dataplane::model::Balance;
+    let fast = echo("fast").await;
+    let slow = slow_service(std::time::Duration::from_millis(30)).await;
+    let policy = |balance| RoutePolicy { balance, ..RoutePolicy::default() };
+    let p = proxy(
+        table()
+            .host("ewma.test")
+            .prefix("/", &backend("web", &[fast.addr, slow]))
+            .policy(policy(Balance::Ewma))
+            .host("rr.test")
+            .prefix("/", &backend("web", &[fast.addr, slow]))
+            .policy(policy(Balance::RoundRobin))
+            .build(),
+    )
+    .await;
+    let mut to_slow = 0;
+    for _ in 0..40 {
+        if p.get("ewma.test", "/").await.text() == "slow" {
+            to_slow += 1;
+        }
+    }
+    // Round robin would send 20 of 40 to the slow endpoint; EWMA learns within a few requests.
+    assert!(to_slow <= 8, "{to_slow} of 40 requests went to the slow endpoint");
+    let mut rr_slow = 0;
+    for _ in 0..10 {
+        if p.get("rr.test", "/").await.text() == "slow" {
+            rr_slow += 1;
+        }
+    }
+    assert_eq!(rr_slow, 5, "round robin alternates");
+}

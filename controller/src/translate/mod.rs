@@ -292,5 +292,14 @@ fn route_policy(
     if !matches!(path, PathMatch::Regex(_)) {
         policy.rewrite_target = None;
     }
+    // An affinity cookie is scoped to the route's path unless the Ingress says otherwise.
+    if let weir_dataplane::model::Balance::Cookie(cookie) = &mut policy.balance
+        && cookie.path.is_empty()
+    {
+        cookie.path = match path {
+            PathMatch::Exact(p) | PathMatch::Prefix(p) => p.clone(),
+            PathMatch::Regex(_) => "/".to_string(),
+        };
+    }
     policy
 }

@@ -38,8 +38,9 @@ use super::error::{ProxyError, grpc_local_response, is_grpc, local_response};
 use super::{Compiled, Proxy, extauth, upgrade};
 use crate::auth;
 use crate::balance::Balancer;
+use crate::hashkey;
 use crate::model::UpstreamProtocol;
-use crate::policy::Verdict;
+use crate::policy::{CompiledBalance, Verdict};
 
 /// The body of every response the proxy returns: the upstream's, streamed, or a small local one.
 pub(crate) type ProxyBody = Either<Incoming, Full<Bytes>>;
@@ -206,6 +207,23 @@ impl ConnCtx {
             _ => route.backend,
         };
         let balancer: &Balancer = state.balancers.get(backend.0 as usize).ok_or(ProxyError::NoRoute)?;
+        // How to pick the endpoint, decided from the request as the client sent it.
+        let balance = policy.map_or(&CompiledBalance::RoundRobin, |p| &p.balance);
+        let pick = match balance {
+            CompiledBalance::RoundRobin => Pick::RoundRobin,
+            CompiledBalance::Ewma => Pick::Ewma,
+            CompiledBalance::Hash(key) => Pick::Hash(key.hash(&hashkey::Request {
+                client: self.peer.ip(),
+                host: host.to_str().unwrap_or_default(),
+                request_uri: req.uri().path_and_query().map_or("/", |pq| pq.as_str()),
+                headers: req.headers(),
+            })),
+            CompiledBalance::Cookie { name, .. } => Pick::Sticky(
+                hashkey::cookie(req.headers(), name)
+                    .and_then(|v| u64::from_str_radix(v, 16).ok())
+                    .and_then(|id| balancer.by_id(id)),
+            ),
+        };
         if balancer.is_empty() {
             return Err(ProxyError::NoEndpoints);
         }
@@ -264,7 +282,15 @@ impl ConnCtx {
         let (mut tried, mut tries) = ([usize::MAX; MAX_TRIES], 0);
 
         loop {
-            let Some(idx) = balancer.pick_untried(&tried[..tries]) else {
+            let untried = &tried[..tries];
+            let picked = match pick {
+                Pick::RoundRobin => balancer.pick_untried(untried),
+                Pick::Ewma => balancer.pick_ewma(untried),
+                Pick::Hash(key) => balancer.pick_hashed(key, untried),
+                Pick::Sticky(Some(i)) if !untried.contains(&i) => Some(i),
+                Pick::Sticky(_) => balancer.pick_untried(untried),
+            };
+            let Some(idx) = picked else {
                 return Err(ProxyError::NoEndpoints);
             };
             tried[tries] = idx;
@@ -285,9 +311,14 @@ impl ConnCtx {
             let attempt = Request::from_parts(parts, body);
             let started = Instant::now();
 
+            // Latency is only measured where a route balances by it.
+            let flight = matches!(pick, Pick::Ewma).then(|| endpoint.start());
             let sent = tokio::time::timeout(head_timeout, clients.send(protocol, endpoint, attempt)).await;
             let (timed_out, error) = match sent {
                 Ok(Ok(resp)) => {
+                    if let Some(flight) = flight {
+                        flight.answered();
+                    }
                     let status = resp.status();
                     tracing::debug!(
                         peer = %self.peer,
@@ -305,6 +336,12 @@ impl ConnCtx {
                     let mut resp = self.response(resp, downstream_upgrade)?;
                     if let Some((cors, origin)) = cors {
                         cors.add_headers(resp.headers_mut(), origin, false);
+                    }
+                    // A new session, or one whose endpoint is gone, learns where it now sticks.
+                    if !matches!(pick, Pick::Sticky(Some(i)) if i == idx)
+                        && let Some(cookie) = balance.set_cookie(endpoint.id())
+                    {
+                        resp.headers_mut().append(http::header::SET_COOKIE, cookie);
                     }
                     return Ok(resp);
                 }
@@ -414,6 +451,17 @@ fn request_host<B>(req: &Request<B>) -> Option<HeaderValue> {
         return None;
     }
     Some(value)
+}
+
+/// How this request's endpoint is picked.
+#[derive(Clone, Copy)]
+enum Pick {
+    RoundRobin,
+    Ewma,
+    /// Consistent hashing of this key.
+    Hash(u64),
+    /// The endpoint the session cookie names, if it is still there.
+    Sticky(Option<usize>),
 }
 
 /// The body length the client declared (`Content-Length`), if any and valid.

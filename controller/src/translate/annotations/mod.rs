@@ -26,7 +26,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
 use weir_dataplane::model::{
-    BasicAuth, Cors, ExternalAuth, IpNet, ObjectRef, RateLimit, Redirect, RoutePolicy, SourceFilter,
+    Balance, BasicAuth, CookieAffinity, Cors, ExternalAuth, IpNet, ObjectRef, RateLimit, Redirect,
+    RoutePolicy, SourceFilter,
 };
 
 use super::warnings::{Reason, Warnings};
@@ -157,20 +158,20 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("canary-by-header-value", Supported),
         ("canary-by-header-pattern", Supported),
         ("canary-by-cookie", Supported),
-        ("affinity", Unsupported),
-        ("affinity-mode", Unsupported),
+        ("affinity", Supported),
+        ("affinity-mode", Supported),
         ("affinity-canary-behavior", Unsupported),
-        ("session-cookie-name", Unsupported),
-        ("session-cookie-path", Unsupported),
-        ("session-cookie-domain", Unsupported),
-        ("session-cookie-max-age", Unsupported),
-        ("session-cookie-expires", Unsupported),
-        ("session-cookie-samesite", Unsupported),
+        ("session-cookie-name", Supported),
+        ("session-cookie-path", Supported),
+        ("session-cookie-domain", Supported),
+        ("session-cookie-max-age", Supported),
+        ("session-cookie-expires", Supported),
+        ("session-cookie-samesite", Supported),
         ("session-cookie-conditional-samesite-none", Unsupported),
-        ("session-cookie-secure", Unsupported),
+        ("session-cookie-secure", Supported),
         ("session-cookie-change-on-failure", Unsupported),
-        ("load-balance", Unsupported),
-        ("upstream-hash-by", Unsupported),
+        ("load-balance", Supported),
+        ("upstream-hash-by", Supported),
         ("upstream-hash-by-subset", Unsupported),
         ("upstream-hash-by-subset-size", Unsupported),
         ("service-upstream", Unsupported),
@@ -343,6 +344,7 @@ pub(crate) fn parse(
     let (external_auth, external_failed) = ctx.external_auth();
     parsed.policy.external_auth = external_auth;
     parsed.canary = ctx.canary();
+    parsed.policy.balance = ctx.balance();
     if external_failed {
         fail_closed.push("auth-url");
     }
@@ -553,6 +555,72 @@ impl Ctx<'_, '_> {
             .unwrap_or_default();
         let request_redirect = self.value("auth-request-redirect", values::header_text);
         (Some(ExternalAuth { url, method, signin, response_headers, request_redirect }), false)
+    }
+
+    /// `affinity: cookie` (with `session-cookie-*` and `affinity-mode`), else `upstream-hash-by`,
+    /// else `load-balance`: ingress-nginx's precedence. An empty cookie path stands for the
+    /// route's path, filled in per route.
+    fn balance(&mut self) -> Balance {
+        let affinity = self.value("affinity", |v| match v {
+            "cookie" => Ok(()),
+            _ => Err("only cookie affinity exists".to_string()),
+        });
+        let cookie_settings = [
+            "affinity-mode",
+            "session-cookie-name",
+            "session-cookie-path",
+            "session-cookie-domain",
+            "session-cookie-max-age",
+            "session-cookie-expires",
+            "session-cookie-samesite",
+            "session-cookie-secure",
+        ];
+        if affinity.is_some() {
+            let _mode = self.value("affinity-mode", |v| match v {
+                "balanced" | "persistent" => Ok(()),
+                _ => Err("expected balanced or persistent".to_string()),
+            });
+            return Balance::Cookie(CookieAffinity {
+                name: self
+                    .value("session-cookie-name", values::header_name)
+                    .unwrap_or_else(|| "INGRESSCOOKIE".into()),
+                path: self.value("session-cookie-path", values::app_root).unwrap_or_default(),
+                max_age: self.value("session-cookie-max-age", |v| values::seconds(v).map(u64::from)),
+                expires: self.value("session-cookie-expires", |v| values::seconds(v).map(u64::from)),
+                domain: self.value("session-cookie-domain", values::cookie_domain),
+                same_site: self.value("session-cookie-samesite", |v| match v.to_ascii_lowercase().as_str() {
+                    "none" => Ok("None".to_string()),
+                    "lax" => Ok("Lax".to_string()),
+                    "strict" => Ok("Strict".to_string()),
+                    _ => Err("expected None, Lax or Strict".to_string()),
+                }),
+                secure: self.value("session-cookie-secure", values::boolean).unwrap_or(false),
+            });
+        }
+        if self.reader.get("affinity").is_none() {
+            for name in cookie_settings {
+                if let Some((key, _)) = self.reader.get(name) {
+                    self.warnings.warn(
+                        self.ingress,
+                        Reason::InvalidAnnotation,
+                        format!("metadata.annotations[{key}]: has no effect without affinity: cookie"),
+                    );
+                }
+            }
+        }
+        if let Some(template) = self
+            .value("upstream-hash-by", |v| weir_dataplane::hashkey::HashKey::parse(v).map(|_| v.to_string()))
+        {
+            return Balance::Hash(template);
+        }
+        match self.value("load-balance", |v| match v {
+            "round_robin" => Ok(Balance::RoundRobin),
+            "ewma" => Ok(Balance::Ewma),
+            _ => Err("expected round_robin or ewma".to_string()),
+        }) {
+            Some(balance) => balance,
+            None => Balance::RoundRobin,
+        }
     }
 
     /// `canary: "true"` with `canary-weight` (0), `canary-weight-total` (100), `canary-by-header`

@@ -140,7 +140,7 @@ fn snippets_refused_unsupported_warned_unknown_warned() {
     let (p, w) = parse_all(&[
         (&nginx("configuration-snippet"), "more_set_headers \"X: y\";"),
         (&nginx("server-snippet"), "location /x { return 200; }"),
-        (&nginx("affinity"), "cookie"),
+        (&nginx("enable-modsecurity"), "true"),
         (&nginx("proxy-bodysize"), "1m"),
         ("example.com/other", "not ours"),
     ]);
@@ -330,4 +330,34 @@ fn canary_rules() {
         let (_, w) = parse_all(&[(&nginx("canary"), "true"), (&nginx(name), bad)]);
         assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)], "{name}: {bad}");
     }
+}
+
+#[test]
+fn balancing() {
+    let (p, w) = parse_all(&[
+        (&nginx("affinity"), "cookie"),
+        (&nginx("session-cookie-name"), "route"),
+        (&nginx("session-cookie-samesite"), "strict"),
+        (&nginx("session-cookie-max-age"), "172800"),
+        (&nginx("upstream-hash-by"), "$request_uri"),
+    ]);
+    assert!(w.is_empty(), "{w:?}");
+    let Balance::Cookie(c) = p.balance else { panic!("{:?}", p.balance) };
+    assert_eq!(
+        (c.name.as_str(), c.same_site.as_deref(), c.max_age),
+        ("route", Some("Strict"), Some(172_800))
+    );
+    assert_eq!(c.path, "", "filled in per route");
+
+    assert_eq!(one("upstream-hash-by", "$remote_addr").0.balance, Balance::Hash("$remote_addr".into()));
+    assert_eq!(one("load-balance", "ewma").0.balance, Balance::Ewma);
+    for (name, bad) in
+        [("upstream-hash-by", "$request_time"), ("load-balance", "least_conn"), ("affinity", "ip")]
+    {
+        let (p, w) = one(name, bad);
+        assert_eq!(p.balance, Balance::RoundRobin, "{name}");
+        assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)], "{name}");
+    }
+    let (_, w) = one("session-cookie-name", "x");
+    assert!(w[0].message.contains("no effect without affinity"), "{}", w[0].message);
 }

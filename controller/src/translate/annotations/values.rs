@@ -210,6 +210,19 @@ pub(super) fn regex(s: &str) -> Result<String, String> {
     })
 }
 
+/// A cookie `Domain`: a host name, optionally with a leading dot.
+pub(super) fn cookie_domain(s: &str) -> Result<String, String> {
+    let name = s.strip_prefix('.').unwrap_or(s);
+    if name.is_empty()
+        || !name
+            .split('.')
+            .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+    {
+        return Err("expected a domain name".into());
+    }
+    Ok(s.to_ascii_lowercase())
+}
+
 /// A redirect status: 300 to 308.
 pub(super) fn redirect_code(s: &str) -> Result<u16, String> {
     match s.parse::<u16>() {
