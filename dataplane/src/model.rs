@@ -258,6 +258,23 @@ pub struct RoutePolicy {
     /// `affinity`); weighted round robin by default.
     #[serde(default, skip_serializing_if = "is_default")]
     pub balance: Balance,
+    /// Answers with these statuses are replaced by the answer of another backend
+    /// (`custom-http-errors` with `default-backend`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_errors: Option<CustomErrors>,
+}
+
+/// Error pages from another backend: when the upstream answers (or the proxy would answer) one
+/// of `codes`, the proxy asks `backend` for `GET /` with `X-Code`, `X-Format`, `X-Original-URI`,
+/// `X-Namespace`, `X-Ingress-Name`, `X-Service-Name`, `X-Service-Port` and `X-Request-ID`, and
+/// returns that answer instead, as ingress-nginx does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomErrors {
+    /// The statuses replaced.
+    pub codes: Vec<u16>,
+    /// The backend serving the error pages (a key of [`RouteTable::backends`]).
+    pub backend: BackendId,
 }
 
 /// How a route picks an endpoint.

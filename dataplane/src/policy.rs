@@ -74,6 +74,8 @@ pub struct CompiledPolicy {
     pub canary: Option<crate::canary::CompiledCanary>,
     /// How an endpoint is picked.
     pub balance: CompiledBalance,
+    /// Error statuses replaced, and the backend serving the pages (set by the router).
+    pub custom_errors: Option<(Vec<u16>, crate::router::BackendIdx)>,
 }
 
 /// [`Balance`] ready for the request path.
@@ -218,6 +220,7 @@ impl CompiledPolicy {
             external_auth: policy.external_auth.clone(),
             canary: None,
             balance: CompiledBalance::compile(&policy.balance)?,
+            custom_errors: None,
         }))
     }
 

@@ -183,6 +183,12 @@ impl Router {
                             source,
                         },
                     )?;
+                if let (Some(policy), Some(errors)) = (policy.as_mut(), &route.policy.custom_errors) {
+                    let idx = resolve(&errors.backend, &|| {
+                        format!("the custom error backend of host {} path {:?}", vh.host, route.path)
+                    })?;
+                    policy.custom_errors = Some((errors.codes.clone(), idx));
+                }
                 if let (Some(policy), Some(canary)) = (policy.as_mut(), &route.policy.canary) {
                     let idx = resolve(&canary.backend, &|| {
                         format!("the canary of host {} path {:?}", vh.host, route.path)

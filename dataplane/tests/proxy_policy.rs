@@ -635,3 +635,50 @@ async fn ewma_sends_most_requests_to_the_fast_endpoint() {
     }
     assert_eq!(rr_slow, 5, "round robin alternates");
 }
+
+#[tokio::test]
+async fn custom_http_errors_come_from_the_error_backend() {
+    use weir_dataplane::model::CustomErrors;
+    let (app, pages) = (echo("app").await, echo("pages").await);
+    let pages_be = to(&pages);
+    let empty_be = backend("empty", &[]);
+    let errors = RoutePolicy {
+        custom_errors: Some(CustomErrors { codes: vec![404, 503], backend: pages_be.id.clone() }),
+        ..RoutePolicy::default()
+    };
+    let p = proxy(
+        table()
+            .host("a.test")
+            .prefix("/", &to(&app))
+            .policy(errors.clone())
+            .prefix("/down", &empty_be)
+            .policy(errors)
+            .backend(&pages_be)
+            .build(),
+    )
+    .await;
+    let r = p
+        .send(
+            p.req("a.test", "/missing?q=1")
+                .header("x-echo-status", "404")
+                .header("accept", "text/html")
+                .body(empty())
+                .unwrap(),
+        )
+        .await;
+    let seen = r.echo();
+    assert_eq!(seen.name, "pages");
+    assert_eq!(seen.path, "/");
+    assert_eq!(seen.headers["x-code"], "404");
+    assert_eq!(seen.headers["x-format"], "text/html");
+    assert_eq!(seen.headers["x-original-uri"], "/missing?q=1");
+    assert_eq!(seen.headers["x-namespace"], "test");
+    assert_eq!(seen.headers["x-ingress-name"], "app");
+    assert_eq!(seen.headers["x-service-name"], "app");
+    // The proxy's own 503 (no endpoint) is replaced too.
+    assert_eq!(p.get("a.test", "/down").await.echo().headers["x-code"], "503");
+    // Other statuses pass through untouched.
+    let r = p.send(p.req("a.test", "/x").header("x-echo-status", "500").body(empty()).unwrap()).await;
+    assert_eq!(r.status.as_u16(), 500);
+    assert!(r.text().contains("\"name\":\"app\""), "{}", r.text());
+}

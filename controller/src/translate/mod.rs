@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};
 use weir_dataplane::model::{
-    BackendId, HostMatch, ObjectRef, PathMatch, Route, RouteAction, RoutePolicy, RouteTable,
+    BackendId, HostMatch, ObjectRef, PathMatch, Route, RouteAction, RoutePolicy, RouteTable, ServicePort,
     UpstreamProtocol, VirtualHost,
 };
 
@@ -104,6 +104,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
     // `use-regex` and `rewrite-target` make every path of the Ingress's hosts a regex.
     let mut policies: BTreeMap<&ObjectRef, RoutePolicy> = BTreeMap::new();
     let mut canary_specs = BTreeMap::new();
+    let mut error_specs: BTreeMap<&ObjectRef, (Vec<u16>, Option<String>)> = BTreeMap::new();
     let mut regex_hosts = BTreeSet::new();
     for o in &ours {
         let parsed = annotations::parse(
@@ -119,6 +120,9 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         }
         if let Some(spec) = parsed.canary {
             canary_specs.insert(&o.rank.object, spec);
+        }
+        if let Some(errors) = parsed.custom_errors {
+            error_specs.insert(&o.rank.object, errors);
         }
         policies.insert(&o.rank.object, parsed.policy);
     }
@@ -198,12 +202,54 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
                 resolve(c, &mut warnings, &mut table);
                 Some(spec.with_backend(c.backend.clone()))
             });
+            // `custom-http-errors`: pages from the `default-backend` Service (its first port) or
+            // the table's default backend.
+            let custom_errors = error_specs.get(&claim.rank.object).and_then(|(codes, service)| {
+                let backend = match service {
+                    Some(name) => {
+                        let ns = &claim.rank.object.namespace;
+                        let port = snapshot
+                            .services
+                            .get(&ObjectRef::new(ns.as_str(), name.as_str()))
+                            .and_then(|s| s.spec.as_ref()?.ports.as_ref()?.first().map(|p| p.port))
+                            .and_then(|p| u16::try_from(p).ok())
+                            .unwrap_or(80);
+                        let id = BackendId {
+                            namespace: ns.clone(),
+                            service: name.clone(),
+                            port: ServicePort::Number(port),
+                        };
+                        let pages = routes::Claim {
+                            backend: id.clone(),
+                            rank: claim.rank.clone(),
+                            seq: 0,
+                            field: "metadata.annotations[default-backend]".into(),
+                            backend_field: "metadata.annotations[default-backend]".into(),
+                        };
+                        resolve(&pages, &mut warnings, &mut table);
+                        id
+                    }
+                    None => match plan.default_backend.as_ref() {
+                        Some(default) => default.backend.clone(),
+                        None => {
+                            warnings.warn(
+                                &claim.rank.object,
+                                Reason::InvalidAnnotation,
+                                "metadata.annotations[custom-http-errors]: ignored: no default-backend annotation and no default backend to serve the pages".into(),
+                            );
+                            return None;
+                        }
+                    },
+                };
+                Some(weir_dataplane::model::CustomErrors { codes: codes.clone(), backend })
+            });
             routes.push(Route {
                 path: path.clone(),
                 action: RouteAction::Forward(claim.backend.clone()),
                 policy: RoutePolicy {
                     ssl_redirect: ssl_redirect(&claim.rank.object, host, &mut warnings),
                     canary,
+                    custom_errors,
                     ..route_policy(&policies, claim, path)
                 },
                 origin: claim.rank.object.clone(),

@@ -112,7 +112,7 @@ impl ConnCtx {
     async fn forward(
         &self,
         state: &Compiled,
-        mut req: Request<Incoming>,
+        req: Request<Incoming>,
         start: Instant,
         request_id: &HeaderValue,
     ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -121,6 +121,100 @@ impl ConnCtx {
             .router
             .lookup(host.to_str().unwrap_or_default(), req.uri().path())
             .ok_or(ProxyError::NoRoute)?;
+        let Some((codes, pages)) = route.policy.as_deref().and_then(|p| p.custom_errors.as_ref()) else {
+            return self.forward_route(state, route, host, req, start, request_id).await;
+        };
+        // `custom-http-errors`: what the error page backend is told about the request.
+        let header = |name: HeaderName| req.headers().get(name).cloned();
+        let original = ErrorContext {
+            uri: req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned(),
+            format: header(http::header::ACCEPT),
+            origin: route.origin.clone(),
+            service: state.router.backend_ids().get(route.backend.0 as usize).cloned(),
+        };
+        let result = self.forward_route(state, route, host, req, start, request_id).await;
+        let status = match &result {
+            Ok(resp) => resp.status(),
+            Err(err) => err.status(),
+        };
+        if codes.contains(&status.as_u16())
+            && let Some(page) = self.error_page(state, *pages, status, &original, request_id).await
+        {
+            return Ok(page);
+        }
+        result
+    }
+
+    /// Asks the error page backend for `GET /` about a request answered `status`; `None` when it
+    /// cannot answer (the original answer stands).
+    async fn error_page(
+        &self,
+        state: &Compiled,
+        pages: crate::router::BackendIdx,
+        status: StatusCode,
+        original: &ErrorContext,
+        request_id: &HeaderValue,
+    ) -> Option<Response<ProxyBody>> {
+        let balancer = state.balancers.get(pages.0 as usize)?;
+        let endpoint = &balancer.endpoints()[balancer.pick()?];
+        let authority = endpoint.authority()?.clone();
+        let uri = Uri::builder()
+            .scheme(Scheme::HTTP)
+            .authority(authority.clone())
+            .path_and_query("/")
+            .build()
+            .ok()?;
+        let mut req = Request::get(uri).body(UpstreamBody::empty()).ok()?;
+        let headers = req.headers_mut();
+        headers.insert(HOST, HeaderValue::from_str(authority.as_str()).ok()?);
+        headers.insert(HeaderName::from_static("x-code"), HeaderValue::from(status.as_u16()));
+        if let Some(format) = &original.format {
+            headers.insert(HeaderName::from_static("x-format"), format.clone());
+        }
+        if let Ok(uri) = HeaderValue::from_str(&original.uri) {
+            headers.insert(HeaderName::from_static("x-original-uri"), uri);
+        }
+        if let Some(origin) = &original.origin {
+            let pairs =
+                [("x-namespace", origin.namespace.as_str()), ("x-ingress-name", origin.name.as_str())];
+            for (name, value) in pairs {
+                if let Ok(v) = HeaderValue::from_str(value) {
+                    headers.insert(HeaderName::from_static(name), v);
+                }
+            }
+        }
+        if let Some(service) = &original.service {
+            if let Ok(v) = HeaderValue::from_str(&service.service) {
+                headers.insert(HeaderName::from_static("x-service-name"), v);
+            }
+            if let Ok(v) = HeaderValue::from_str(&service.port.to_string()) {
+                headers.insert(HeaderName::from_static("x-service-port"), v);
+            }
+        }
+        headers.insert(X_REQUEST_ID, request_id.clone());
+        let timeout = self.proxy.inner.config.upstream_timeout;
+        let sent =
+            tokio::time::timeout(timeout, self.proxy.inner.clients.send(balancer.protocol(), endpoint, req));
+        match sent.await {
+            Ok(Ok(resp)) => self.response(resp, None).ok(),
+            Ok(Err(error)) => {
+                tracing::debug!(upstream = %endpoint.key(), %error, "custom error backend failed");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// One request on its route: policies, endpoint choice, forwarding with retries.
+    async fn forward_route(
+        &self,
+        state: &Compiled,
+        route: &crate::router::CompiledRoute,
+        host: HeaderValue,
+        mut req: Request<Incoming>,
+        start: Instant,
+        request_id: &HeaderValue,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
         // The HTTPS redirect comes first, as in ingress-nginx's locations.
         if route.ssl_redirect && !self.https {
             return Ok(self.https_redirect(&host, &req));
@@ -451,6 +545,14 @@ fn request_host<B>(req: &Request<B>) -> Option<HeaderValue> {
         return None;
     }
     Some(value)
+}
+
+/// What a custom error page backend is told about the original request.
+struct ErrorContext {
+    uri: String,
+    format: Option<HeaderValue>,
+    origin: Option<crate::model::ObjectRef>,
+    service: Option<crate::model::BackendId>,
 }
 
 /// How this request's endpoint is picked.

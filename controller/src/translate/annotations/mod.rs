@@ -179,8 +179,8 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("mirror-host", Unsupported),
         ("mirror-request-body", Unsupported),
         // Responses.
-        ("custom-http-errors", Unsupported),
-        ("default-backend", Unsupported),
+        ("custom-http-errors", Supported),
+        ("default-backend", Supported),
         ("custom-headers", Unsupported),
         ("disable-proxy-intercept-errors", Unsupported),
         ("http2-push-preload", Unsupported),
@@ -221,6 +221,9 @@ pub fn support(name: &str) -> Option<Support> {
 pub(crate) struct Parsed {
     /// The policy of every route of the Ingress.
     pub(crate) policy: RoutePolicy,
+    /// `custom-http-errors` codes, and the `default-backend` Service that serves their pages
+    /// (`None`: the table's default backend).
+    pub(crate) custom_errors: Option<(Vec<u16>, Option<String>)>,
     /// `canary: "true"`: the Ingress shadows the main Ingress's routes with these rules.
     pub(crate) canary: Option<CanarySpec>,
     /// `use-regex` or `rewrite-target`: every path of the Ingress's hosts is a case-insensitive
@@ -345,6 +348,9 @@ pub(crate) fn parse(
     parsed.policy.external_auth = external_auth;
     parsed.canary = ctx.canary();
     parsed.policy.balance = ctx.balance();
+    let error_backend = ctx.value("default-backend", values::header_name);
+    parsed.custom_errors =
+        ctx.value("custom-http-errors", values::status_codes).map(|codes| (codes, error_backend));
     if external_failed {
         fail_closed.push("auth-url");
     }

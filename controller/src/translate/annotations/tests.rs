@@ -361,3 +361,18 @@ fn balancing() {
     let (_, w) = one("session-cookie-name", "x");
     assert!(w[0].message.contains("no effect without affinity"), "{}", w[0].message);
 }
+
+#[test]
+fn custom_errors() {
+    let map: BTreeMap<String, String> =
+        [(nginx("custom-http-errors"), "503, 404,404"), (nginx("default-backend"), "error-pages")]
+            .into_iter()
+            .map(|(k, v)| (k, v.to_string()))
+            .collect();
+    let mut warnings = Warnings::default();
+    let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &secrets(), &mut warnings);
+    assert!(warnings.finish().is_empty());
+    assert_eq!(parsed.custom_errors, Some((vec![404, 503], Some("error-pages".to_string()))));
+    let (_, w) = one("custom-http-errors", "404,302");
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+}

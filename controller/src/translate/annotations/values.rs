@@ -223,6 +223,23 @@ pub(super) fn cookie_domain(s: &str) -> Result<String, String> {
     Ok(s.to_ascii_lowercase())
 }
 
+/// Comma-separated HTTP error statuses (400 to 599).
+pub(super) fn status_codes(s: &str) -> Result<Vec<u16>, String> {
+    let mut codes = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        match item.parse::<u16>() {
+            Ok(code @ 400..=599) => codes.push(code),
+            _ => return Err(format!("{item:?} is not an error status from 400 to 599")),
+        }
+    }
+    if codes.is_empty() {
+        return Err("no status given".into());
+    }
+    codes.sort_unstable();
+    codes.dedup();
+    Ok(codes)
+}
+
 /// A redirect status: 300 to 308.
 pub(super) fn redirect_code(s: &str) -> Result<u16, String> {
     match s.parse::<u16>() {
