@@ -4,6 +4,7 @@
 
 pub mod balance;
 pub mod echo;
+pub mod l4;
 pub mod model;
 pub mod proxy;
 pub mod router;

@@ -36,6 +36,10 @@ pub struct RouteTable {
     /// [`RouteTable::default_certificate`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub certificates: BTreeMap<ObjectRef, Certificate>,
+    /// Hosts whose TLS connections are not terminated but spliced to a backend as they are
+    /// (ingress-nginx `ssl-passthrough`), sorted by host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passthrough: Vec<Passthrough>,
     /// The certificate for names no TLS entry covers (a key of [`RouteTable::certificates`]);
     /// `None`: the dataplane's self-signed one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -408,6 +412,16 @@ pub struct TlsEntry {
     /// The certificate (a key of [`RouteTable::certificates`]); `None` means the default certificate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<ObjectRef>,
+}
+
+/// A TLS passthrough host: connections whose SNI it matches go to `backend` undecrypted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Passthrough {
+    /// The SNI name (exact or `*.` wildcard).
+    pub host: HostMatch,
+    /// The backend that terminates TLS itself (also in [`RouteTable::backends`]).
+    pub backend: BackendId,
 }
 
 /// PEM-encoded certificate chain and private key, as found in a `kubernetes.io/tls` Secret.

@@ -14,6 +14,9 @@ pub(crate) const FORCE_SSL_REDIRECT: &str = "nginx.ingress.kubernetes.io/force-s
 /// The protocol spoken to the Ingress's backends: HTTP (default), HTTP2/GRPC (h2c), HTTPS/GRPCS.
 pub(crate) const BACKEND_PROTOCOL: &str = "nginx.ingress.kubernetes.io/backend-protocol";
 
+/// Pass TLS connections for the Ingress's hosts to the backend of its `/` path, undecrypted.
+pub(crate) const SSL_PASSTHROUGH: &str = "nginx.ingress.kubernetes.io/ssl-passthrough";
+
 /// The annotation's value, if set.
 pub(crate) fn get<'a>(ingress: &'a Ingress, key: &str) -> Option<&'a str> {
     ingress.metadata.annotations.as_ref()?.get(key).map(|v| v.trim())

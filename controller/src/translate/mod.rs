@@ -20,8 +20,8 @@ mod tests;
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};
 use weir_dataplane::model::{
-    BackendId, HostMatch, ObjectRef, Route, RouteAction, RoutePolicy, RouteTable, UpstreamProtocol,
-    VirtualHost,
+    BackendId, HostMatch, ObjectRef, Passthrough, PathMatch, Route, RouteAction, RoutePolicy, RouteTable,
+    UpstreamProtocol, VirtualHost,
 };
 
 pub use snapshot::Snapshot;
@@ -190,6 +190,45 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
             backend.protocol = protocol;
         }
     }
+
+    // TLS passthrough: the hosts of an `ssl-passthrough` Ingress go, undecrypted, to the backend
+    // of its `/` path (as in ingress-nginx, other paths do not matter for TLS connections).
+    for ing in &ours {
+        let object = &ing.rank.object;
+        if !annotations::flag(ing.ingress, object, annotations::SSL_PASSTHROUGH, false, &mut warnings) {
+            continue;
+        }
+        let rules = ing.ingress.spec.as_ref().and_then(|s| s.rules.as_deref()).unwrap_or_default();
+        let hosts: std::collections::BTreeSet<HostMatch> =
+            rules.iter().filter_map(|r| HostMatch::parse(r.host.as_deref().unwrap_or("")).ok()).collect();
+        for host in hosts {
+            if host == HostMatch::Any {
+                warnings.error(
+                    object,
+                    Reason::InvalidAnnotation,
+                    format!("metadata.annotations[{}]: a rule without host cannot be passed through (SNI selects passthrough hosts); ignored for it", annotations::SSL_PASSTHROUGH),
+                );
+                continue;
+            }
+            let root = plan.hosts.get(&host).and_then(|paths| paths.get(&PathMatch::Prefix("/".to_string())));
+            match root {
+                Some(claim) if claim.rank.object == *object => {
+                    table.passthrough.push(Passthrough { host, backend: claim.backend.clone() })
+                }
+                _ => warnings.error(
+                    object,
+                    Reason::InvalidAnnotation,
+                    format!(
+                        "metadata.annotations[{}]: {} has no path / of this Ingress to pass TLS connections to; not passed through",
+                        annotations::SSL_PASSTHROUGH,
+                        routes::describe_host(&host),
+                    ),
+                ),
+            }
+        }
+    }
+    table.passthrough.sort_by(|a, b| a.host.cmp(&b.host));
+    table.passthrough.dedup_by(|a, b| a.host == b.host);
 
     table.tls = tls.entries;
     table.certificates = tls.certificates;

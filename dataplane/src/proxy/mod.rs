@@ -18,7 +18,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use crate::balance::{Balancer, Registry};
-use crate::model::RouteTable;
+use crate::model::{HostMatch, RouteTable};
 use crate::router::{CompileError, Router};
 use crate::tls::{CertCache, CertIndex};
 
@@ -113,6 +113,46 @@ struct Compiled {
     balancers: Vec<Balancer>,
     /// SNI → certificate.
     certs: CertIndex,
+    /// SNI → passthrough backend (an index into `balancers`).
+    passthrough: PassIndex,
+}
+
+/// TLS passthrough hosts of a table, by SNI.
+#[derive(Default)]
+struct PassIndex {
+    exact: std::collections::HashMap<String, usize>,
+    /// Keyed by the suffix after `*.`.
+    wildcard: std::collections::HashMap<String, usize>,
+}
+
+impl PassIndex {
+    fn compile(table: &RouteTable, router: &Router) -> PassIndex {
+        let mut index = PassIndex::default();
+        for pass in &table.passthrough {
+            let Some(idx) = router.backend_ids().iter().position(|id| *id == pass.backend) else {
+                tracing::warn!(host = %pass.host, backend = %pass.backend, "passthrough backend has no route; host ignored");
+                continue;
+            };
+            match &pass.host {
+                HostMatch::Exact(h) => index.exact.entry(h.clone()).or_insert(idx),
+                HostMatch::Wildcard(s) => index.wildcard.entry(s.clone()).or_insert(idx),
+                HostMatch::Any => continue,
+            };
+        }
+        index
+    }
+
+    fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.wildcard.is_empty()
+    }
+
+    /// The balancer index for an SNI name (lower case).
+    fn lookup(&self, sni: &str) -> Option<usize> {
+        self.exact.get(sni).copied().or_else(|| {
+            let (_, suffix) = sni.split_once('.')?;
+            self.wildcard.get(suffix).copied()
+        })
+    }
 }
 
 // === impl Proxy ===
@@ -126,6 +166,7 @@ impl Proxy {
             router: Router::default(),
             balancers: Vec::new(),
             certs: CertIndex::default(),
+            passthrough: PassIndex::default(),
         };
         Proxy {
             inner: Arc::new(Inner {
@@ -152,7 +193,8 @@ impl Proxy {
             .registry
             .update(router.backend_ids().iter().filter_map(|id| table.backends.get_key_value(id)));
         let certs = CertIndex::compile(&table, &mut publisher.certs);
-        self.inner.state.store(Arc::new(Compiled { version, router, balancers, certs }));
+        let passthrough = PassIndex::compile(&table, &router);
+        self.inner.state.store(Arc::new(Compiled { version, router, balancers, certs, passthrough }));
         self.inner.clients.h2c.prune();
         publisher.last_version = version;
         tracing::debug!(

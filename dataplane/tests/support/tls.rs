@@ -11,6 +11,7 @@ use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SignatureAlgorithm};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 use tokio::net::{TcpListener, TcpStream};
@@ -250,4 +251,44 @@ pub fn redirect(mut table: RouteTable, host: &str) -> RouteTable {
         }
     }
     table
+}
+
+// === a backend that terminates TLS itself ===
+
+/// An HTTPS backend serving `leaf` (ALPN h2/http1.1); answers `tls-backend <name> <version>`.
+pub async fn tls_backend(name: &'static str, leaf: &Leaf) -> SocketAddr {
+    let key = weir_dataplane::tls::certified_key(&leaf.cert).unwrap();
+    let mut config = rustls::ServerConfig::builder_with_provider(weir_dataplane::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            key.cert.clone(),
+            rustls::pki_types::PrivateKeyDer::from_pem_slice(leaf.cert.key_pem.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                let service =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| async move {
+                        let body = format!("tls-backend {name} {:?}", req.version());
+                        Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                            Bytes::from(body),
+                        )))
+                    });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    addr
 }
