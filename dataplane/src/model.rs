@@ -303,6 +303,28 @@ pub struct Backend {
     pub protocol: UpstreamProtocol,
     /// Where the backend's traffic goes.
     pub target: Target,
+    /// TLS towards the upstream, for the `https` and `h2` protocols.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<UpstreamTls>,
+}
+
+/// How weir verifies an upstream's certificate (ingress-nginx `proxy-ssl-*`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTls {
+    /// CA certificates (PEM) to verify against; `None`: the system's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_pem: Option<String>,
+    /// The name to verify (and send as SNI); `None`: the request's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+    /// Do not verify the certificate at all (only when explicitly asked: `proxy-ssl-verify: "off"`
+    /// together with a `backend-protocol` of HTTPS/GRPCS).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub insecure_skip_verify: bool,
+    /// Do not send SNI (`proxy-ssl-server-name: "off"`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub no_sni: bool,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
@@ -359,6 +381,22 @@ pub enum UpstreamProtocol {
     Http1,
     /// HTTP/2 in clear text, prior knowledge (h2c; also gRPC).
     H2c,
+    /// HTTP/1.1 over TLS (`backend-protocol: HTTPS`).
+    Https,
+    /// HTTP/2 over TLS, ALPN `h2` (`backend-protocol: GRPCS`).
+    H2,
+}
+
+impl UpstreamProtocol {
+    /// Spoken over HTTP/2.
+    pub fn is_h2(self) -> bool {
+        matches!(self, UpstreamProtocol::H2c | UpstreamProtocol::H2)
+    }
+
+    /// Spoken over TLS.
+    pub fn is_tls(self) -> bool {
+        matches!(self, UpstreamProtocol::Https | UpstreamProtocol::H2)
+    }
 }
 
 /// A reference to a namespaced Kubernetes-style object, used for origins and certificate ids.
@@ -497,6 +535,7 @@ mod tests {
             Backend {
                 protocol: UpstreamProtocol::Http1,
                 target: Target::Endpoints(vec![Endpoint::new("127.0.0.1:8080".parse().unwrap())]),
+                tls: None,
             },
         );
         let yaml = serde_saphyr::to_string(&table).unwrap();

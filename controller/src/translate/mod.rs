@@ -21,7 +21,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};
 use weir_dataplane::model::{
     BackendId, HostMatch, ObjectRef, Passthrough, PathMatch, Route, RouteAction, RoutePolicy, RouteTable,
-    UpstreamProtocol, VirtualHost,
+    UpstreamProtocol, UpstreamTls, VirtualHost,
 };
 
 pub use snapshot::Snapshot;
@@ -76,6 +76,9 @@ pub(crate) struct Ours<'a> {
     /// The object.
     pub(crate) ingress: &'a Ingress,
 }
+
+/// How one Ingress asks a backend to be spoken to: its rank, protocol and TLS settings.
+type BackendUse<'a> = (&'a Rank, UpstreamProtocol, Option<UpstreamTls>);
 
 /// Translates a snapshot into a routing table and warnings.
 pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
@@ -159,35 +162,46 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
 
     // Upstream protocols: a backend used by several Ingresses takes the `backend-protocol` of
     // the oldest one; the others are told when theirs differs.
-    let mut users: std::collections::BTreeMap<&BackendId, Vec<(&Rank, UpstreamProtocol)>> =
+    let mut users: std::collections::BTreeMap<&BackendId, Vec<BackendUse<'_>>> =
         std::collections::BTreeMap::new();
     let claims = plan.hosts.values().flat_map(|paths| paths.values()).chain(plan.default_backend.as_ref());
     for claim in claims {
         let Some(ingress) = ingresses.get(&claim.rank.object) else { continue };
         let protocol = annotations::backend_protocol(ingress, &claim.rank.object, &mut warnings);
-        users.entry(&claim.backend).or_default().push((&claim.rank, protocol));
+        let tls = protocol
+            .is_tls()
+            .then(|| annotations::upstream_tls(ingress, &claim.rank.object, snapshot, &mut warnings));
+        users.entry(&claim.backend).or_default().push((&claim.rank, protocol, tls));
     }
     for (id, mut list) in users {
         list.sort_by(|a, b| a.0.cmp(b.0));
         list.dedup_by(|a, b| a.0 == b.0);
-        let (winner, protocol) = list[0];
-        for (loser, theirs) in &list[1..] {
-            if *theirs != protocol {
-                warnings.error(
-                    &loser.object,
-                    Reason::ConflictLost,
-                    format!(
-                        "metadata.annotations[{}]: backend {id} is already spoken to as {} by {}; {} is not used",
-                        annotations::BACKEND_PROTOCOL,
-                        annotations::protocol_name(protocol),
-                        winner.explain_win(loser),
-                        annotations::protocol_name(*theirs),
-                    ),
-                );
-            }
+        let (winner, protocol, tls) = list[0].clone();
+        for (loser, theirs, their_tls) in &list[1..] {
+            let message = if *theirs != protocol {
+                format!(
+                    "backend {id} is already spoken to as {} by {}; {} is not used",
+                    annotations::protocol_name(protocol),
+                    winner.explain_win(loser),
+                    annotations::protocol_name(*theirs),
+                )
+            } else if *their_tls != tls {
+                format!(
+                    "backend {id} already uses the proxy-ssl-* settings of {}; this Ingress's are not used",
+                    winner.explain_win(loser),
+                )
+            } else {
+                continue;
+            };
+            warnings.error(
+                &loser.object,
+                Reason::ConflictLost,
+                format!("metadata.annotations[{}]: {message}", annotations::BACKEND_PROTOCOL),
+            );
         }
         if let Some(backend) = table.backends.get_mut(id) {
             backend.protocol = protocol;
+            backend.tls = tls;
         }
     }
 

@@ -36,7 +36,6 @@ use super::client::{BodySlot, SendError, UpstreamBody};
 use super::error::{ProxyError, grpc_local_response, is_grpc, local_response};
 use super::{Compiled, Proxy, upgrade};
 use crate::balance::Balancer;
-use crate::model::UpstreamProtocol;
 
 /// The body of every response the proxy returns: the upstream's, streamed, or a small local one.
 pub(crate) type ProxyBody = Either<Incoming, Full<Bytes>>;
@@ -123,7 +122,11 @@ impl ConnCtx {
             return Err(ProxyError::NoEndpoints);
         }
         let protocol = balancer.protocol();
-        let h2 = protocol == UpstreamProtocol::H2c;
+        let h2 = protocol.is_h2();
+        // The name a TLS upstream is verified against, unless the backend configures one.
+        let tls_host =
+            if protocol.is_tls() { host.to_str().unwrap_or_default().to_string() } else { String::new() };
+        let host_str = tls_host.as_str();
 
         // --- request head ---
         let is_upgrade = !h2 && is_upgrade_request(&req);
@@ -178,16 +181,18 @@ impl ConnCtx {
                 None => endpoint.authority().ok_or(ProxyError::BadUpstreamAddress)?.clone(),
             };
             let mut uri = http::uri::Parts::default();
-            uri.scheme = Some(Scheme::HTTP);
+            uri.scheme = Some(if protocol.is_tls() { Scheme::HTTPS } else { Scheme::HTTP });
             uri.authority = Some(authority);
             uri.path_and_query = Some(path_and_query.clone());
             parts.uri = Uri::from_parts(uri).map_err(|_| ProxyError::BadUpstreamAddress)?;
             let attempt = Request::from_parts(parts, body);
             let started = Instant::now();
 
-            let sent =
-                tokio::time::timeout(config.upstream_timeout, clients.send(protocol, endpoint, attempt))
-                    .await;
+            let sent = tokio::time::timeout(
+                config.upstream_timeout,
+                clients.send(protocol, endpoint, balancer.tls(), host_str, attempt),
+            )
+            .await;
             let (timed_out, error) = match sent {
                 Ok(Ok(resp)) => {
                     let status = resp.status();
