@@ -78,6 +78,9 @@ fn run(case: &Path, input: &str, config: &TranslateConfig) -> Translation {
     for cert in translation.table.certificates.values_mut() {
         marker(&mut cert.chain_pem);
     }
+    for auth in &mut translation.table.client_auth {
+        marker(&mut auth.ca_pem);
+    }
     for backend in translation.table.backends.values_mut() {
         if let Some(pem) = backend.tls.as_mut().and_then(|t| t.ca_pem.as_mut()) {
             marker(pem);

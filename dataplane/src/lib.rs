@@ -6,6 +6,7 @@ pub mod balance;
 pub mod echo;
 pub mod l4;
 pub mod model;
+pub mod mtls;
 pub mod proxy;
 pub mod router;
 pub mod tls;

@@ -40,6 +40,9 @@ pub struct RouteTable {
     /// (ingress-nginx `ssl-passthrough`), sorted by host.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub passthrough: Vec<Passthrough>,
+    /// Hosts that ask TLS clients for a certificate (ingress-nginx `auth-tls-*`), sorted by host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_auth: Vec<ClientAuth>,
     /// The certificate for names no TLS entry covers (a key of [`RouteTable::certificates`]);
     /// `None`: the dataplane's self-signed one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -460,6 +463,35 @@ pub struct Passthrough {
     pub host: HostMatch,
     /// The backend that terminates TLS itself (also in [`RouteTable::backends`]).
     pub backend: BackendId,
+}
+
+/// Client certificate authentication of one host (mTLS).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientAuth {
+    /// The host (exact or `*.` wildcard); the connection's SNI selects it.
+    pub host: HostMatch,
+    /// CA certificates (PEM) client certificates must chain to.
+    pub ca_pem: String,
+    /// What happens without a valid certificate.
+    pub verify: ClientVerify,
+    /// Longest accepted client chain, the client certificate included (`auth-tls-verify-depth`).
+    pub depth: u8,
+    /// Forward the client certificate upstream, URL-encoded PEM in `ssl-client-cert`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub pass_certificate: bool,
+}
+
+/// `auth-tls-verify-client`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientVerify {
+    /// A valid certificate is required (else 400).
+    On,
+    /// A certificate is optional, but if sent it must be valid (else 400).
+    Optional,
+    /// A certificate is optional and not required to be valid; the result is passed upstream.
+    OptionalNoCa,
 }
 
 /// PEM-encoded certificate chain and private key, as found in a `kubernetes.io/tls` Secret.

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::ResolvesServerCert;
 use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, SupportedProtocolVersion};
 use rustls_pki_types::pem::PemObject;
@@ -202,27 +202,6 @@ pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<ServerConf
         .with_cert_resolver(resolver);
     config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
     Ok(config)
-}
-
-/// Selects a certificate per handshake from whatever `lookup` returns, else `fallback`.
-pub(crate) struct SniResolver<F> {
-    pub(crate) lookup: F,
-    pub(crate) fallback: Arc<CertifiedKey>,
-}
-
-impl<F> std::fmt::Debug for SniResolver<F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SniResolver").finish_non_exhaustive()
-    }
-}
-
-impl<F> ResolvesServerCert for SniResolver<F>
-where
-    F: Fn(Option<&str>) -> Option<Arc<CertifiedKey>> + Send + Sync,
-{
-    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some((self.lookup)(hello.server_name()).unwrap_or_else(|| self.fallback.clone()))
-    }
 }
 
 // === upstream TLS ===

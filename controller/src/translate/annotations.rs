@@ -2,7 +2,7 @@
 //! reported on its Ingress and the annotation's default applies.
 
 use k8s_openapi::api::networking::v1::Ingress;
-use weir_dataplane::model::{ObjectRef, UpstreamProtocol, UpstreamTls};
+use weir_dataplane::model::{ClientVerify, ObjectRef, UpstreamProtocol, UpstreamTls};
 
 use super::Snapshot;
 
@@ -27,6 +27,16 @@ pub(crate) const PROXY_SSL_VERIFY: &str = "nginx.ingress.kubernetes.io/proxy-ssl
 pub(crate) const PROXY_SSL_NAME: &str = "nginx.ingress.kubernetes.io/proxy-ssl-name";
 /// `on` (default) or `off`: send SNI to TLS backends.
 pub(crate) const PROXY_SSL_SERVER_NAME: &str = "nginx.ingress.kubernetes.io/proxy-ssl-server-name";
+
+/// `namespace/name` of a Secret whose `ca.crt` verifies client certificates (mTLS).
+pub(crate) const AUTH_TLS_SECRET: &str = "nginx.ingress.kubernetes.io/auth-tls-secret";
+/// `on` (default), `optional`, `optional_no_ca` or `off`.
+pub(crate) const AUTH_TLS_VERIFY_CLIENT: &str = "nginx.ingress.kubernetes.io/auth-tls-verify-client";
+/// Longest client chain accepted (default 1).
+pub(crate) const AUTH_TLS_VERIFY_DEPTH: &str = "nginx.ingress.kubernetes.io/auth-tls-verify-depth";
+/// `"true"`: forward the client certificate upstream in `ssl-client-cert`.
+pub(crate) const AUTH_TLS_PASS_CERTIFICATE: &str =
+    "nginx.ingress.kubernetes.io/auth-tls-pass-certificate-to-upstream";
 
 /// The annotation's value, if set.
 pub(crate) fn get<'a>(ingress: &'a Ingress, key: &str) -> Option<&'a str> {
@@ -158,4 +168,73 @@ pub(crate) fn upstream_tls(
         ca
     });
     UpstreamTls { ca_pem, server_name, insecure_skip_verify: !verify, no_sni: !sni }
+}
+
+/// The client certificate policy of an Ingress's hosts (`auth-tls-*`), if it asks for one:
+/// (CA PEM, verify mode, depth, pass certificate). A Secret that is missing or has no `ca.crt`
+/// is an error and the policy still applies with no usable CA (every request refused), so a
+/// mistake never opens a protected host.
+pub(crate) fn client_auth(
+    ingress: &Ingress,
+    object: &ObjectRef,
+    snapshot: &Snapshot,
+    warnings: &mut Warnings,
+) -> Option<(String, ClientVerify, u8, bool)> {
+    let value = get(ingress, AUTH_TLS_SECRET).filter(|v| !v.is_empty())?;
+    let verify = match get(ingress, AUTH_TLS_VERIFY_CLIENT).map(str::to_ascii_lowercase).as_deref() {
+        None | Some("on") => ClientVerify::On,
+        Some("optional") => ClientVerify::Optional,
+        Some("optional_no_ca") => ClientVerify::OptionalNoCa,
+        Some("off") => return None,
+        Some(other) => {
+            warnings.warn(
+                object,
+                Reason::InvalidAnnotation,
+                format!("metadata.annotations[{AUTH_TLS_VERIFY_CLIENT}]: {other:?} is not on, optional, optional_no_ca or off; using on"),
+            );
+            ClientVerify::On
+        }
+    };
+    let depth = match get(ingress, AUTH_TLS_VERIFY_DEPTH) {
+        None => 1,
+        Some(v) => match v.parse::<u8>() {
+            Ok(d) if d >= 1 => d,
+            _ => {
+                warnings.warn(
+                    object,
+                    Reason::InvalidAnnotation,
+                    format!("metadata.annotations[{AUTH_TLS_VERIFY_DEPTH}]: {v:?} is not a depth from 1 to 255; using 1"),
+                );
+                1
+            }
+        },
+    };
+    let pass = flag(ingress, object, AUTH_TLS_PASS_CERTIFICATE, false, warnings);
+    let secret_ref = match value.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() => ObjectRef::new(ns, name),
+        _ => ObjectRef::new(object.namespace.clone(), value),
+    };
+    let ca = snapshot
+        .secrets
+        .get(&secret_ref)
+        .and_then(|s| s.data.as_ref())
+        .and_then(|d| d.get("ca.crt"))
+        .and_then(|b| String::from_utf8(b.0.clone()).ok())
+        .filter(|pem| pem.contains("-----BEGIN CERTIFICATE-----"));
+    let ca = match ca {
+        Some(ca) => ca,
+        None => {
+            let (reason, why) = match snapshot.secrets.get(&secret_ref) {
+                None => (Reason::SecretNotFound, "not found"),
+                Some(_) => (Reason::InvalidSecret, "has no PEM ca.crt"),
+            };
+            warnings.error(
+                object,
+                reason,
+                format!("metadata.annotations[{AUTH_TLS_SECRET}]: Secret {secret_ref} {why}; its hosts refuse every request until it is fixed"),
+            );
+            String::new()
+        }
+    };
+    Some((ca, verify, depth, pass))
 }

@@ -20,8 +20,8 @@ mod tests;
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};
 use weir_dataplane::model::{
-    BackendId, HostMatch, ObjectRef, Passthrough, PathMatch, Route, RouteAction, RoutePolicy, RouteTable,
-    UpstreamProtocol, UpstreamTls, VirtualHost,
+    BackendId, ClientAuth, HostMatch, ObjectRef, Passthrough, PathMatch, Route, RouteAction, RoutePolicy,
+    RouteTable, UpstreamProtocol, UpstreamTls, VirtualHost,
 };
 
 pub use snapshot::Snapshot;
@@ -241,6 +241,41 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
             }
         }
     }
+    // Client certificates (mTLS): per host of the Ingress's rules; for a host several
+    // Ingresses protect, the oldest one's policy applies.
+    let mut by_rank: Vec<&Ours<'_>> = ours.iter().collect();
+    by_rank.sort_by(|a, b| a.rank.cmp(&b.rank));
+    for ing in by_rank {
+        let object = &ing.rank.object;
+        let Some((ca_pem, verify, depth, pass_certificate)) =
+            annotations::client_auth(ing.ingress, object, snapshot, &mut warnings)
+        else {
+            continue;
+        };
+        let rules = ing.ingress.spec.as_ref().and_then(|s| s.rules.as_deref()).unwrap_or_default();
+        for rule in rules {
+            let Ok(host) = HostMatch::parse(rule.host.as_deref().unwrap_or("")) else { continue };
+            if host == HostMatch::Any {
+                warnings.error(
+                    object,
+                    Reason::InvalidAnnotation,
+                    format!("metadata.annotations[{}]: a rule without host cannot ask for client certificates (SNI selects the policy); ignored for it", annotations::AUTH_TLS_SECRET),
+                );
+                continue;
+            }
+            if table.client_auth.iter().any(|c| c.host == host) {
+                continue;
+            }
+            table.client_auth.push(ClientAuth {
+                host,
+                ca_pem: ca_pem.clone(),
+                verify,
+                depth,
+                pass_certificate,
+            });
+        }
+    }
+    table.client_auth.sort_by(|a, b| a.host.cmp(&b.host));
     table.passthrough.sort_by(|a, b| a.host.cmp(&b.host));
     table.passthrough.dedup_by(|a, b| a.host == b.host);
 

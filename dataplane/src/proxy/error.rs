@@ -52,13 +52,25 @@ pub enum ProxyError {
     /// The upstream reset the connection or sent a bad response.
     #[error("upstream request failed: {0}")]
     Upstream(#[source] BoxError),
+    /// The host requires a client certificate and none was sent.
+    #[error("no required client certificate was sent")]
+    ClientCertRequired,
+    /// The client certificate did not verify.
+    #[error("the client certificate is invalid")]
+    ClientCertInvalid,
+    /// The host requires client certificates, but the connection was made for another name.
+    #[error("the connection's TLS name does not cover this host's client certificate policy")]
+    Misdirected,
 }
 
 impl ProxyError {
     /// Where the error came from.
     pub fn source_kind(&self) -> ErrorSource {
         match self {
-            ProxyError::NoHost => ErrorSource::Downstream,
+            ProxyError::NoHost
+            | ProxyError::ClientCertRequired
+            | ProxyError::ClientCertInvalid
+            | ProxyError::Misdirected => ErrorSource::Downstream,
             ProxyError::NoRoute | ProxyError::BadUpstreamAddress => ErrorSource::Internal,
             ProxyError::NoEndpoints
             | ProxyError::Connect(_)
@@ -72,7 +84,10 @@ impl ProxyError {
     /// The status the client gets.
     pub fn status(&self) -> StatusCode {
         match self {
-            ProxyError::NoHost => StatusCode::BAD_REQUEST,
+            ProxyError::NoHost | ProxyError::ClientCertRequired | ProxyError::ClientCertInvalid => {
+                StatusCode::BAD_REQUEST
+            }
+            ProxyError::Misdirected => StatusCode::MISDIRECTED_REQUEST,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::BadUpstreamAddress
@@ -90,6 +105,7 @@ pub(super) fn local_response(status: StatusCode, request_id: HeaderValue) -> Res
     let body: &'static str = match status {
         StatusCode::BAD_REQUEST => "400 Bad Request\n",
         StatusCode::NOT_FOUND => "404 Not Found\n",
+        StatusCode::MISDIRECTED_REQUEST => "421 Misdirected Request\n",
         StatusCode::BAD_GATEWAY => "502 Bad Gateway\n",
         StatusCode::SERVICE_UNAVAILABLE => "503 Service Unavailable\n",
         StatusCode::GATEWAY_TIMEOUT => "504 Gateway Timeout\n",
@@ -117,6 +133,7 @@ pub(super) fn is_grpc(headers: &http::HeaderMap) -> bool {
 pub fn grpc_status(status: StatusCode) -> u8 {
     match status.as_u16() {
         400 => 13,
+        421 => 14,
         401 => 16,
         403 => 7,
         404 => 12,

@@ -36,6 +36,7 @@ use super::client::{BodySlot, SendError, UpstreamBody};
 use super::error::{ProxyError, grpc_local_response, is_grpc, local_response};
 use super::{Compiled, Proxy, upgrade};
 use crate::balance::Balancer;
+use crate::model::ClientVerify;
 
 /// The body of every response the proxy returns: the upstream's, streamed, or a small local one.
 pub(crate) type ProxyBody = Either<Incoming, Full<Bytes>>;
@@ -63,7 +64,14 @@ pub(super) struct ConnCtx {
     pub(super) listener_port: HeaderValue,
     /// Whether the connection came over TLS (`X-Forwarded-Proto: https`).
     pub(super) https: bool,
+    /// The client certificate judged at the handshake, on connections to mTLS hosts.
+    pub(super) client_cert: Option<crate::mtls::ClientCert>,
 }
+
+const SSL_CLIENT_CERT: HeaderName = HeaderName::from_static("ssl-client-cert");
+const SSL_CLIENT_VERIFY: HeaderName = HeaderName::from_static("ssl-client-verify");
+const SSL_CLIENT_SUBJECT_DN: HeaderName = HeaderName::from_static("ssl-client-subject-dn");
+const SSL_CLIENT_ISSUER_DN: HeaderName = HeaderName::from_static("ssl-client-issuer-dn");
 
 // === impl ConnCtx ===
 
@@ -117,6 +125,7 @@ impl ConnCtx {
         if route.ssl_redirect && !self.https {
             return Ok(self.https_redirect(&host, &req));
         }
+        self.client_auth(state, &host, req.headers_mut())?;
         let balancer: &Balancer = state.balancers.get(route.backend.0 as usize).ok_or(ProxyError::NoRoute)?;
         if balancer.is_empty() {
             return Err(ProxyError::NoEndpoints);
@@ -240,6 +249,53 @@ impl ConnCtx {
                 }
             }
         }
+    }
+
+    /// mTLS: the request's host decides the policy; the connection must have been made for that
+    /// policy (its SNI), else 421; the result goes upstream in `ssl-client-*` headers, which a
+    /// client can never set itself.
+    fn client_auth(
+        &self,
+        state: &Compiled,
+        host: &HeaderValue,
+        headers: &mut HeaderMap,
+    ) -> Result<(), ProxyError> {
+        for name in [SSL_CLIENT_CERT, SSL_CLIENT_VERIFY, SSL_CLIENT_SUBJECT_DN, SSL_CLIENT_ISSUER_DN] {
+            headers.remove(name);
+        }
+        if !self.https || state.client_auth.is_empty() {
+            return Ok(());
+        }
+        let name = crate::router::normalize_host(host.to_str().unwrap_or_default());
+        let Some(policy) = state.client_auth.lookup(&name) else { return Ok(()) };
+        let cert = match &self.client_cert {
+            Some(cert) if cert.host == policy.host => cert,
+            _ => return Err(ProxyError::Misdirected),
+        };
+        match policy.verify {
+            ClientVerify::On if !cert.ok => {
+                return Err(if cert.presented {
+                    ProxyError::ClientCertInvalid
+                } else {
+                    ProxyError::ClientCertRequired
+                });
+            }
+            ClientVerify::Optional if cert.presented && !cert.ok => {
+                return Err(ProxyError::ClientCertInvalid);
+            }
+            _ => {}
+        }
+        headers.insert(SSL_CLIENT_VERIFY, cert.verify.clone());
+        if let Some(v) = &cert.subject {
+            headers.insert(SSL_CLIENT_SUBJECT_DN, v.clone());
+        }
+        if let Some(v) = &cert.issuer {
+            headers.insert(SSL_CLIENT_ISSUER_DN, v.clone());
+        }
+        if let Some(v) = &cert.pem {
+            headers.insert(SSL_CLIENT_CERT, v.clone());
+        }
+        Ok(())
     }
 
     /// `308 Permanent Redirect` to the same host and path over HTTPS (the method and body are

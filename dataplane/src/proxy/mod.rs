@@ -19,6 +19,7 @@ use arc_swap::ArcSwap;
 
 use crate::balance::{Balancer, Registry};
 use crate::model::{HostMatch, RouteTable};
+use crate::mtls::ClientAuthIndex;
 use crate::router::{CompileError, Router};
 use crate::tls::{CertCache, CertIndex};
 
@@ -115,6 +116,26 @@ struct Compiled {
     certs: CertIndex,
     /// SNI → passthrough backend (an index into `balancers`).
     passthrough: PassIndex,
+    /// Host → client certificate policy.
+    client_auth: ClientAuthIndex,
+}
+
+/// Picks the certificate of each handshake from the live table (so a publish rotates it), else
+/// the self-signed fallback. Holds the proxy weakly: compiled configs refer to it.
+#[derive(Debug)]
+pub(crate) struct LiveResolver(std::sync::Weak<Inner>);
+
+impl rustls::server::ResolvesServerCert for LiveResolver {
+    fn resolve(&self, hello: rustls::server::ClientHello<'_>) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        let inner = self.0.upgrade()?;
+        inner.state.load().certs.resolve(hello.server_name()).or_else(|| inner.fallback_cert.get().cloned())
+    }
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner").finish_non_exhaustive()
+    }
 }
 
 /// TLS passthrough hosts of a table, by SNI.
@@ -167,6 +188,7 @@ impl Proxy {
             balancers: Vec::new(),
             certs: CertIndex::default(),
             passthrough: PassIndex::default(),
+            client_auth: ClientAuthIndex::default(),
         };
         Proxy {
             inner: Arc::new(Inner {
@@ -194,7 +216,19 @@ impl Proxy {
             .update(router.backend_ids().iter().filter_map(|id| table.backends.get_key_value(id)));
         let certs = CertIndex::compile(&table, &mut publisher.certs);
         let passthrough = PassIndex::compile(&table, &router);
-        self.inner.state.store(Arc::new(Compiled { version, router, balancers, certs, passthrough }));
+        let client_auth = if table.client_auth.is_empty() {
+            ClientAuthIndex::default()
+        } else {
+            ClientAuthIndex::compile(&table, &self.resolver())
+        };
+        self.inner.state.store(Arc::new(Compiled {
+            version,
+            router,
+            balancers,
+            certs,
+            passthrough,
+            client_auth,
+        }));
         self.inner.clients.h2c.prune();
         publisher.last_version = version;
         tracing::debug!(
@@ -204,6 +238,11 @@ impl Proxy {
             "published route table"
         );
         Ok(version)
+    }
+
+    /// The live certificate resolver.
+    pub(crate) fn resolver(&self) -> Arc<dyn rustls::server::ResolvesServerCert> {
+        Arc::new(LiveResolver(Arc::downgrade(&self.inner)))
     }
 
     /// The version of the live table (0 before the first publish).

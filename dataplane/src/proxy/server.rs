@@ -29,7 +29,8 @@ use super::forward::ConnCtx;
 use super::proxy_protocol;
 use crate::balance::EndpointKey;
 use crate::l4::{self, Prefixed};
-use crate::tls::{self, SniResolver};
+use crate::mtls::ClientCert;
+use crate::tls;
 
 /// What a TLS listener shares between its connections.
 struct TlsListener {
@@ -62,7 +63,7 @@ impl Conn {
         }
     }
 
-    fn ctx(&self, client: SocketAddr, https: bool) -> Arc<ConnCtx> {
+    fn ctx(&self, client: SocketAddr, https: bool, client_cert: Option<ClientCert>) -> Arc<ConnCtx> {
         Arc::new(ConnCtx {
             proxy: self.proxy.clone(),
             peer: client,
@@ -70,6 +71,7 @@ impl Conn {
                 .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
             listener_port: self.listener_port.clone(),
             https,
+            client_cert,
         })
     }
 
@@ -80,7 +82,7 @@ impl Conn {
             Ok(Err(reason)) => return self.failures.log(self.peer, &reason),
             Err(_) => return self.failures.log(self.peer, "PROXY protocol header timed out"),
         };
-        let ctx = self.ctx(client, false);
+        let ctx = self.ctx(client, false, None);
         serve_http(self.builder, stream, ctx, self.watcher).await;
     }
 
@@ -93,8 +95,8 @@ impl Conn {
         .await;
         drop(permit);
         match accepted {
-            Ok(Ok((client, Accepted::Terminated(stream)))) => {
-                let ctx = self.ctx(client, true);
+            Ok(Ok((client, Accepted::Terminated(stream, cert)))) => {
+                let ctx = self.ctx(client, true, cert.map(|c| *c));
                 serve_http(self.builder, stream, ctx, self.watcher).await;
             }
             Ok(Ok((_, Accepted::PassedThrough))) => {}
@@ -126,11 +128,8 @@ impl Proxy {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
-        let fallback = self.fallback_cert()?;
-        let inner = self.inner.clone();
-        let resolver =
-            SniResolver { lookup: move |sni: Option<&str>| inner.state.load().certs.resolve(sni), fallback };
-        let config = tls::server_config(Arc::new(resolver)).map_err(io::Error::other)?;
+        self.fallback_cert()?;
+        let config = tls::server_config(self.resolver()).map_err(io::Error::other)?;
         let tls = Arc::new(TlsListener {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             handshakes: Arc::new(Semaphore::new(self.inner.config.max_concurrent_handshakes.max(1))),
@@ -242,7 +241,7 @@ async fn serve_http<S>(
 /// What the TLS listener does with a connection once it has read the first record.
 enum Accepted {
     /// TLS terminated here.
-    Terminated(Box<tokio_rustls::server::TlsStream<Prefixed<TcpStream>>>),
+    Terminated(Box<tokio_rustls::server::TlsStream<Prefixed<TcpStream>>>, Option<Box<ClientCert>>),
     /// Spliced to a passthrough backend (already done when this is returned).
     PassedThrough,
 }
@@ -280,13 +279,20 @@ async fn handshake(
         tokio::spawn(splice(stream, record, upstream, client, sni));
         return Ok(Accepted::PassedThrough);
     }
+    // A host that asks for client certificates has its own server config.
+    let auth = match l4::client_hello_sni(&record) {
+        Some(sni) if !state.client_auth.is_empty() => state.client_auth.lookup(&sni).cloned(),
+        _ => None,
+    };
     drop(state);
     let stream = Prefixed::new(record, stream);
-    tls.acceptor
-        .accept(stream)
-        .await
-        .map(|s| Accepted::Terminated(Box::new(s)))
-        .map_err(|e| format!("TLS handshake failed: {e}"))
+    let acceptor = match &auth {
+        Some(auth) => TlsAcceptor::from(auth.config.clone()),
+        None => tls.acceptor.clone(),
+    };
+    let stream = acceptor.accept(stream).await.map_err(|e| format!("TLS handshake failed: {e}"))?;
+    let cert = auth.map(|auth| Box::new(auth.judge(stream.get_ref().1.peer_certificates())));
+    Ok(Accepted::Terminated(Box::new(stream), cert))
 }
 
 /// Connects to one of the balancer's endpoints, trying others when connecting fails.

@@ -40,6 +40,13 @@ pub struct Leaf {
     pub der: CertificateDer<'static>,
 }
 
+impl Leaf {
+    /// A copy.
+    pub fn clone_leaf(&self) -> Leaf {
+        Leaf { cert: self.cert.clone(), der: self.der.clone() }
+    }
+}
+
 impl Ca {
     /// A new ECDSA P-256 CA.
     pub fn new() -> Ca {
@@ -49,6 +56,16 @@ impl Ca {
         params.distinguished_name.push(DnType::CommonName, "weir test CA");
         let cert = params.self_signed(&key).unwrap();
         Ca { pem: cert.pem(), issuer: Issuer::new(params, key) }
+    }
+
+    /// An intermediate CA signed by this one; its leaves' chains are leaf, intermediate, root.
+    pub fn intermediate(&self, cn: &str) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, cn);
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Ca { pem: format!("{}{}", cert.pem(), self.pem), issuer: Issuer::new(params, key) }
     }
 
     /// A leaf for `names` with an ECDSA P-256 key.
@@ -163,13 +180,45 @@ impl ServerCertVerifier for AcceptAny {
 
 /// A client config that accepts any certificate and offers `alpn`.
 pub fn client_config(alpn: &[&[u8]]) -> ClientConfig {
+    client_config_with(alpn, None)
+}
+
+/// [`client_config`] presenting the first `n` certificates of `leaf`'s chain.
+pub fn client_config_chain(alpn: &[&[u8]], leaf: &Leaf, n: usize) -> ClientConfig {
     let provider = weir_dataplane::tls::provider();
+    let chain =
+        CertificateDer::pem_slice_iter(leaf.cert.chain_pem.as_bytes()).map(|c| c.unwrap()).take(n).collect();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(leaf.cert.key_pem.as_bytes()).unwrap();
     let mut config = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .unwrap()
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
-        .with_no_client_auth();
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    config
+}
+
+/// [`client_config`] presenting `cert` as the client certificate.
+pub fn client_config_with(alpn: &[&[u8]], cert: Option<&Leaf>) -> ClientConfig {
+    let provider = weir_dataplane::tls::provider();
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)));
+    let mut config = match cert {
+        None => builder.with_no_client_auth(),
+        Some(leaf) => {
+            let chain = CertificateDer::pem_slice_iter(leaf.cert.chain_pem.as_bytes())
+                .map(|c| c.unwrap())
+                .take(1)
+                .collect();
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(leaf.cert.key_pem.as_bytes()).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+    };
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     config
 }
