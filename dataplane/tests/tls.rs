@@ -461,3 +461,26 @@ async fn h2load_over_tls_has_no_failures() {
             .join("\n")
     );
 }
+
+// === WebSocket over TLS ===
+
+#[tokio::test]
+async fn websocket_over_tls() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+    let ca = Ca::new();
+    let p = tls_proxy(with_cert(two_hosts().await, "a", &["a.test"], &ca.leaf(&["a.test"]))).await;
+    let tls = tls_connect(p.https, "a.test", &[b"http/1.1"]).await.unwrap();
+    let req = "wss://a.test/ws".into_client_request().unwrap();
+    let (mut ws, resp) = tokio_tungstenite::client_async(req, tls).await.unwrap();
+    assert_eq!(resp.status(), 101);
+    for i in 0..3 {
+        let text = format!("over tls {i}");
+        ws.send(Message::text(text.clone())).await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(5), ws.next()).await.unwrap().unwrap().unwrap();
+        assert_eq!(got.into_text().unwrap().as_str(), text);
+    }
+    ws.close(None).await.unwrap();
+}
