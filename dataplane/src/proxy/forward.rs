@@ -50,6 +50,8 @@ const X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port")
 const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+const SEC_WEBSOCKET_KEY: HeaderName = HeaderName::from_static("sec-websocket-key");
+const SEC_WEBSOCKET_ACCEPT: HeaderName = HeaderName::from_static("sec-websocket-accept");
 
 /// Upper bound on [`super::ProxyConfig::connect_tries`] (the tried endpoints live on the stack).
 const MAX_TRIES: usize = 8;
@@ -138,12 +140,22 @@ impl ConnCtx {
         let host_str = tls_host.as_str();
 
         // --- request head ---
-        let is_upgrade = !h2 && is_upgrade_request(&req);
+        // A WebSocket over HTTP/2 (RFC 8441 extended CONNECT) goes to an HTTP/1.1 upstream as
+        // the classic GET + Upgrade handshake; the upstream's 101 becomes the client's 200.
+        let h2_websocket = !h2 && is_h2_websocket(&req);
+        let is_upgrade = !h2 && (h2_websocket || is_upgrade_request(&req));
         let downstream_upgrade = is_upgrade.then(|| hyper::upgrade::on(&mut req));
+        if h2_websocket {
+            *req.method_mut() = http::Method::GET;
+        }
         let headers = req.headers_mut();
         strip_hop_by_hop(headers, is_upgrade, h2);
         if is_upgrade {
             headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+        if h2_websocket {
+            headers.insert(UPGRADE, HeaderValue::from_static("websocket"));
+            headers.insert(SEC_WEBSOCKET_KEY, websocket_key());
         }
         headers.insert(X_FORWARDED_FOR, self.client_ip.clone());
         headers.insert(X_REAL_IP, self.client_ip.clone());
@@ -218,7 +230,7 @@ impl ConnCtx {
                         elapsed_ms = start.elapsed().as_millis() as u64,
                         "proxied"
                     );
-                    return self.response(resp, downstream_upgrade);
+                    return self.response(resp, downstream_upgrade, h2_websocket);
                 }
                 Ok(Err(SendError::Connect { timed_out, error })) => (timed_out, error),
                 Ok(Err(SendError::Request(error))) => return Err(ProxyError::Upstream(error)),
@@ -334,6 +346,7 @@ impl ConnCtx {
         &self,
         mut resp: Response<Incoming>,
         downstream_upgrade: Option<hyper::upgrade::OnUpgrade>,
+        h2_websocket: bool,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
         if switching {
@@ -342,8 +355,12 @@ impl ConnCtx {
             let upstream = hyper::upgrade::on(&mut resp);
             upgrade::splice(downstream, upstream, self.peer);
         }
-        strip_hop_by_hop(resp.headers_mut(), switching, false);
-        if switching {
+        strip_hop_by_hop(resp.headers_mut(), switching && !h2_websocket, false);
+        if switching && h2_websocket {
+            // RFC 8441: the extended CONNECT succeeds with a 2xx; the stream carries the frames.
+            *resp.status_mut() = StatusCode::OK;
+            resp.headers_mut().remove(SEC_WEBSOCKET_ACCEPT);
+        } else if switching {
             resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("upgrade"));
         }
         Ok(resp.map(Either::Left))
@@ -389,6 +406,32 @@ fn new_request_id() -> HeaderValue {
     }
     HeaderValue::from_maybe_shared(Bytes::copy_from_slice(&buf))
         .unwrap_or_else(|_| HeaderValue::from_static("0"))
+}
+
+/// An HTTP/2 extended CONNECT for a WebSocket (RFC 8441).
+fn is_h2_websocket<B>(req: &Request<B>) -> bool {
+    req.version() == Version::HTTP_2
+        && req.method() == http::Method::CONNECT
+        && req
+            .extensions()
+            .get::<hyper::ext::Protocol>()
+            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
+}
+
+/// A fresh `Sec-WebSocket-Key`: 16 random bytes, base64.
+fn websocket_key() -> HeaderValue {
+    const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bits: u128 = rand::random();
+    let bytes = bits.to_be_bytes();
+    let mut out = Vec::with_capacity(24);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() { B64[((n >> (18 - 6 * i)) & 63) as usize] } else { b'=' });
+        }
+    }
+    HeaderValue::from_maybe_shared(Bytes::from(out))
+        .unwrap_or_else(|_| HeaderValue::from_static("dGhlIHNhbXBsZSBub25jZQ=="))
 }
 
 /// An HTTP/1.1 `Connection: upgrade` + `Upgrade: x` request.

@@ -162,7 +162,8 @@ impl Proxy {
         let listener_port = HeaderValue::from(local.port());
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder.http1().timer(TokioTimer::new()).header_read_timeout(self.inner.config.header_read_timeout);
-        builder.http2().timer(TokioTimer::new());
+        // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
+        builder.http2().timer(TokioTimer::new()).enable_connect_protocol();
         let builder = Arc::new(builder);
         let graceful = GracefulShutdown::new();
         let kind = if tls.is_some() { "https" } else { "http" };
