@@ -5,11 +5,14 @@
 //! it in with a single store; requests load the state once and keep that snapshot until they
 //! finish, so none ever sees a half-built table and none waits for a rebuild.
 //!
-//! - `server`: accept loops (plain: HTTP/1.1 + h2c on one port; TLS: handshake with SNI
-//!   certificate selection, then HTTP/1.1 or h2 by ALPN), graceful drain.
+//! - `server`: accept loops (plain: HTTP/1.1 + h2c on one port; TLS: ClientHello read ahead,
+//!   passthrough or handshake with SNI certificate selection and per-host client auth, then
+//!   HTTP/1.1 or h2 by ALPN), handshake limits, graceful drain.
+//! - [`proxy_protocol`]: PROXY protocol v1/v2 headers on either listener.
 //! - `forward`: routing, header policy, retries, upstream errors.
 //! - `upgrade`: HTTP/1.1 `Upgrade` (WebSocket and others) splicing.
-//! - `client`: the pooled upstream clients and the request body that survives connect errors.
+//! - `client`: the upstream clients (HTTP/1.1 pool, h2c/h2-over-TLS multiplexed, HTTPS) and the
+//!   request body that survives connect errors.
 //! - [`error`]: errors classified by where they came from, and the responses they become.
 
 use std::sync::{Arc, Mutex, OnceLock};
