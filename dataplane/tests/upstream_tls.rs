@@ -85,3 +85,29 @@ async fn verification_off_only_when_asked() {
         assert_eq!(r.status, 200, "{protocol:?}: {}", r.text());
     }
 }
+
+#[tokio::test]
+async fn https_upstream_connections_are_reused() {
+    let ca = Ca::new();
+    let (backend, accepted) = tls_backend_counted("b1", &ca.leaf(&["secure.test"])).await;
+    let with_ca = UpstreamTls { ca_pem: Some(ca.pem.clone()), ..UpstreamTls::default() };
+    let p = proxy(tls_route("secure.test", backend, UpstreamProtocol::Https, with_ca)).await;
+    for _ in 0..10 {
+        assert_eq!(p.get("secure.test", "/").await.text(), "tls-backend b1 HTTP/1.1");
+    }
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one TLS connection for 10 sequential requests"
+    );
+    // Concurrent requests open more, all of which answer.
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let req = p.req("secure.test", "/").body(empty()).unwrap();
+        let client = client();
+        tasks.push(tokio::spawn(async move { client.request(req).await.unwrap().status() }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+}

@@ -79,6 +79,12 @@ pub(super) struct Clients {
     http1: Client<HttpConnector, UpstreamBody>,
     /// h2c prior knowledge, one multiplexed connection per endpoint.
     pub(super) h2c: H2Pool,
+    /// HTTP/1.1 over TLS connections by endpoint and verified name: a connection is reused once
+    /// its previous response is fully read.
+    /// The endpoint is held weakly, as in [`H2Pool`]: publish prunes endpoints gone from every
+    /// table. Idle connections otherwise last until the upstream closes them.
+    https: Mutex<HashMap<H2Key, HttpsConns>>,
+    https_max_per_host: usize,
 }
 
 impl Clients {
@@ -95,7 +101,12 @@ impl Clients {
             // We set Host ourselves; never derive it from the endpoint address.
             .set_host(false)
             .build(connector);
-        Clients { http1, h2c: H2Pool { conns: Mutex::default(), connect_timeout: config.connect_timeout } }
+        Clients {
+            http1,
+            h2c: H2Pool { conns: Mutex::default(), connect_timeout: config.connect_timeout },
+            https: Mutex::default(),
+            https_max_per_host: config.pool_max_idle_per_host.max(1),
+        }
     }
 
     /// Sends `req` (its URI already aimed at `endpoint` for HTTP/1.1, at the request host for h2c).
@@ -123,17 +134,61 @@ impl Clients {
         }
     }
 
-    /// HTTP/1.1 over TLS on a new connection per request (not pooled yet).
+    /// HTTP/1.1 over TLS, on an idle pooled connection when there is one.
     async fn https(
         &self,
         endpoint: &Arc<EndpointState>,
         (config, name): (Arc<rustls::ClientConfig>, ServerName<'static>),
         mut req: Request<UpstreamBody>,
     ) -> Result<Response<Incoming>, SendError> {
+        // Origin-form request target on the wire.
+        let path = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+        *req.uri_mut() = path.parse().map_err(|e: http::uri::InvalidUri| SendError::Request(e.into()))?;
+        let key: H2Key = (endpoint.key().clone(), Some(name.clone()));
+        // A pooled connection may have been closed by the upstream since; hyper hands the request
+        // back when it was not sent, and it goes once more on a new connection.
+        for _ in 0..2 {
+            let idle = {
+                let mut pool = self.https.lock().unwrap_or_else(|p| p.into_inner());
+                let (_, list) =
+                    pool.entry(key.clone()).or_insert_with(|| (Arc::downgrade(endpoint), Vec::new()));
+                list.retain(|s| !s.is_closed());
+                list.iter().position(|s| s.is_ready()).map(|i| list.swap_remove(i))
+            };
+            let mut sender = match idle {
+                Some(sender) => sender,
+                None => self.https_connect(endpoint, config.clone(), name.clone()).await?,
+            };
+            match sender.try_send_request(req).await {
+                Ok(resp) => {
+                    // Back to the pool: it is ready again once this response's body is read
+                    // (an upgraded connection closes and is dropped from the pool).
+                    let mut pool = self.https.lock().unwrap_or_else(|p| p.into_inner());
+                    let (_, list) = pool.entry(key).or_insert_with(|| (Arc::downgrade(endpoint), Vec::new()));
+                    if list.len() < self.https_max_per_host {
+                        list.push(sender);
+                    }
+                    return Ok(resp);
+                }
+                Err(mut err) => match err.take_message() {
+                    Some(unsent) => req = unsent,
+                    None => return Err(SendError::Request(Box::new(err.into_error()))),
+                },
+            }
+        }
+        Err(SendError::Request("https upstream connection closed before the request was sent".into()))
+    }
+
+    async fn https_connect(
+        &self,
+        endpoint: &Arc<EndpointState>,
+        config: Arc<rustls::ClientConfig>,
+        name: ServerName<'static>,
+    ) -> Result<hyper::client::conn::http1::SendRequest<UpstreamBody>, SendError> {
         let connect_timeout = self.h2c.connect_timeout;
         let tcp = connect_tcp(endpoint.key(), connect_timeout).await?;
         let stream = tls_handshake(config, name, tcp, connect_timeout).await?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| SendError::Connect { timed_out: false, error: e.into() })?;
         let upstream = endpoint.key().clone();
@@ -142,12 +197,21 @@ impl Clients {
                 tracing::debug!(%upstream, %error, "https upstream connection closed");
             }
         });
-        // Origin-form request target on the wire.
-        let path = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
-        *req.uri_mut() = path.parse().map_err(|e: http::uri::InvalidUri| SendError::Request(e.into()))?;
-        sender.send_request(req).await.map_err(|e| SendError::Request(Box::new(e)))
+        Ok(sender)
+    }
+
+    /// Drops pooled HTTPS connections of endpoints no longer in use and closed ones.
+    pub(super) fn prune_https(&self) {
+        let mut pool = self.https.lock().unwrap_or_else(|p| p.into_inner());
+        pool.retain(|_, (endpoint, list)| {
+            list.retain(|s| !s.is_closed());
+            endpoint.strong_count() > 0 && !list.is_empty()
+        });
     }
 }
+
+/// Pooled HTTPS connections of one endpoint and name (the endpoint held weakly).
+type HttpsConns = (Weak<EndpointState>, Vec<hyper::client::conn::http1::SendRequest<UpstreamBody>>);
 
 /// The TLS config and the name to verify for one request.
 fn tls_target(

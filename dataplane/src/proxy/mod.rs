@@ -233,6 +233,7 @@ impl Proxy {
             client_auth,
         }));
         self.inner.clients.h2c.prune();
+        self.inner.clients.prune_https();
         publisher.last_version = version;
         tracing::debug!(
             version,

@@ -306,6 +306,16 @@ pub fn redirect(mut table: RouteTable, host: &str) -> RouteTable {
 
 /// An HTTPS backend serving `leaf` (ALPN h2/http1.1); answers `tls-backend <name> <version>`.
 pub async fn tls_backend(name: &'static str, leaf: &Leaf) -> SocketAddr {
+    tls_backend_counted(name, leaf).await.0
+}
+
+/// [`tls_backend`], also counting the TLS connections it accepted.
+pub async fn tls_backend_counted(
+    name: &'static str,
+    leaf: &Leaf,
+) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
     let key = weir_dataplane::tls::certified_key(&leaf.cert).unwrap();
     let mut config = rustls::ServerConfig::builder_with_provider(weir_dataplane::tls::provider())
         .with_safe_default_protocol_versions()
@@ -324,8 +334,10 @@ pub async fn tls_backend(name: &'static str, leaf: &Leaf) -> SocketAddr {
         loop {
             let (tcp, _) = listener.accept().await.unwrap();
             let acceptor = acceptor.clone();
+            let counter = counter.clone();
             tokio::spawn(async move {
                 let Ok(tls) = acceptor.accept(tcp).await else { return };
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let service =
                     hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| async move {
                         let body = format!("tls-backend {name} {:?}", req.version());
@@ -339,5 +351,5 @@ pub async fn tls_backend(name: &'static str, leaf: &Leaf) -> SocketAddr {
             });
         }
     });
-    addr
+    (addr, accepted)
 }
