@@ -114,6 +114,13 @@ pub struct ServeArgs {
     /// Add `includeSubDomains` to the HSTS header.
     #[arg(long, requires = "hsts_max_age")]
     pub hsts_include_subdomains: bool,
+    /// PEM certificate chain file of the default certificate (standalone mode; re-read when it
+    /// changes). Needs --default-key-file; takes precedence over --default-certificate.
+    #[arg(long, value_name = "FILE", requires = "default_key_file")]
+    pub default_certificate_file: Option<PathBuf>,
+    /// PEM private key file of the default certificate.
+    #[arg(long, value_name = "FILE", requires = "default_certificate_file")]
+    pub default_key_file: Option<PathBuf>,
     /// Expect a PROXY protocol (v1 or v2) header on every connection of both listeners (behind
     /// an L4 load balancer); connections without one are closed.
     #[arg(long)]
@@ -226,6 +233,10 @@ impl ServeArgs {
             controller_name: config.controller_name,
             watch_ingress_without_class: config.watch_ingress_without_class,
             default_certificate: config.default_certificate,
+            default_certificate_files: self
+                .default_certificate_file
+                .clone()
+                .zip(self.default_key_file.clone()),
             threads: self.threads.map(usize::from),
             proxy: ProxyConfig {
                 https_redirect_port: self.https_redirect_port,

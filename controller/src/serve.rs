@@ -18,7 +18,7 @@ use http_body_util::Full;
 use hyper::{Request, Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
-use weir_dataplane::model::ObjectRef;
+use weir_dataplane::model::{Certificate, ObjectRef};
 use weir_dataplane::proxy::{Proxy, ProxyConfig};
 
 use crate::metrics::Metrics;
@@ -57,6 +57,9 @@ pub struct ServeOptions {
     pub watch_ingress_without_class: bool,
     /// The Secret serving TLS names no Ingress covers; `None`: a self-signed certificate.
     pub default_certificate: Option<ObjectRef>,
+    /// A PEM certificate chain and key file serving TLS names no Ingress covers (standalone
+    /// mode; re-read when they change). Takes precedence over `default_certificate`.
+    pub default_certificate_files: Option<(PathBuf, PathBuf)>,
     /// Worker threads; only used by the binary, which builds the runtime.
     pub threads: Option<usize>,
     /// How long a manifest change waits for further changes before it is translated.
@@ -80,6 +83,7 @@ impl Default for ServeOptions {
             controller_name: translate.controller_name,
             watch_ingress_without_class: translate.watch_ingress_without_class,
             default_certificate: translate.default_certificate,
+            default_certificate_files: None,
             threads: None,
             debounce: Duration::from_millis(100),
             poll_interval: Duration::from_secs(2),
@@ -146,6 +150,7 @@ impl Running {
             ready: ready.clone(),
             versions: version_tx,
             reported: BTreeSet::new(),
+            cert_files: opts.default_certificate_files.clone().map(CertFiles::new),
         };
 
         let mut tasks = Vec::new();
@@ -191,7 +196,15 @@ impl Running {
         let guard = files::watch(&opts.manifests, change_tx, opts.poll_interval)?;
         publisher.publish(&dir);
         tracing::info!(manifests = %opts.manifests.display(), "serving the manifest directory");
-        Ok(tokio::spawn(watch_loop(dir, change_rx, guard, publisher, opts.debounce, shutdown_rx)))
+        Ok(tokio::spawn(watch_loop(
+            dir,
+            change_rx,
+            guard,
+            publisher,
+            opts.debounce,
+            shutdown_rx,
+            opts.poll_interval,
+        )))
     }
 
     /// The version of the routing table currently served (0 before the first publish).
@@ -268,6 +281,61 @@ struct Publisher {
     ready: Arc<AtomicBool>,
     versions: watch::Sender<u64>,
     reported: BTreeSet<String>,
+    cert_files: Option<CertFiles>,
+}
+
+/// The default certificate from a file pair: re-read when a file changes; the last good one is
+/// kept while the files are unusable.
+struct CertFiles {
+    paths: (PathBuf, PathBuf),
+    /// Modification time and length of both files when last read.
+    seen: Option<[(std::time::SystemTime, u64); 2]>,
+    good: Option<Certificate>,
+}
+
+/// Where a file default certificate goes in the table.
+fn file_certificate_ref() -> ObjectRef {
+    ObjectRef::new("weir", "default-certificate-file")
+}
+
+impl CertFiles {
+    fn new(paths: (PathBuf, PathBuf)) -> Self {
+        CertFiles { paths, seen: None, good: None }
+    }
+
+    fn stamp(&self) -> Option<[(std::time::SystemTime, u64); 2]> {
+        let one = |p: &PathBuf| std::fs::metadata(p).ok().and_then(|m| Some((m.modified().ok()?, m.len())));
+        Some([one(&self.paths.0)?, one(&self.paths.1)?])
+    }
+
+    /// Re-reads the files if they changed; true if the certificate in use changed.
+    fn refresh(&mut self) -> bool {
+        let stamp = self.stamp();
+        if stamp.is_some() && stamp == self.seen {
+            return false;
+        }
+        self.seen = stamp;
+        let (crt, key) = &self.paths;
+        let read = std::fs::read_to_string(crt)
+            .and_then(|chain_pem| Ok(Certificate { chain_pem, key_pem: std::fs::read_to_string(key)? }));
+        let cert = match read {
+            Ok(cert) => cert,
+            Err(error) => {
+                tracing::warn!(cert = %crt.display(), key = %key.display(), %error, "reading the default certificate files failed; keeping the last good one");
+                return false;
+            }
+        };
+        if let Err(error) = weir_dataplane::tls::certified_key(&cert) {
+            tracing::warn!(cert = %crt.display(), key = %key.display(), %error, "default certificate files unusable; keeping the last good one");
+            return false;
+        }
+        if self.good.as_ref() == Some(&cert) {
+            return false;
+        }
+        tracing::info!(cert = %crt.display(), "default certificate loaded from files");
+        self.good = Some(cert);
+        true
+    }
 }
 
 impl Publisher {
@@ -297,7 +365,15 @@ impl Publisher {
             tracing::warn!("{problem}");
         }
         self.reported = problems;
-        match self.proxy.publish(translation.table) {
+        let mut table = translation.table;
+        if let Some(files) = &mut self.cert_files {
+            files.refresh();
+            if let Some(cert) = &files.good {
+                table.certificates.insert(file_certificate_ref(), cert.clone());
+                table.default_certificate = Some(file_certificate_ref());
+            }
+        }
+        match self.proxy.publish(table) {
             Ok(version) => {
                 self.metrics.reloads_ok.inc();
                 self.metrics.table_version.set(version as i64);
@@ -329,7 +405,11 @@ async fn watch_loop(
     mut publisher: Publisher,
     debounce: Duration,
     mut shutdown: watch::Receiver<bool>,
+    poll: Duration,
 ) {
+    // Default certificate files are polled (they usually live outside the manifest directory).
+    let mut cert_poll = tokio::time::interval(poll.min(Duration::from_secs(1)));
+    cert_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let force = tokio::select! {
             _ = shutdown.wait_for(|s| *s) => return,
@@ -337,6 +417,12 @@ async fn watch_loop(
                 Some(force) => force,
                 None => return,
             },
+            _ = cert_poll.tick(), if publisher.cert_files.is_some() => {
+                if publisher.cert_files.as_mut().is_some_and(CertFiles::refresh) {
+                    publisher.publish(&dir);
+                }
+                continue;
+            }
         };
         // Debounce: editors write in bursts (truncate, write, rename).
         let mut force = force;

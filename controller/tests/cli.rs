@@ -257,6 +257,18 @@ fn serve_routes_and_hot_reloads() {
 /// A CA and a leaf for `app.test`, made now: (CA PEM, Secret manifest with the leaf).
 fn tls_secret(name: &str) -> (String, String) {
     use base64::Engine as _;
+    let (ca, leaf, key) = tls_pair(name);
+    let b64 = |s: String| base64::engine::general_purpose::STANDARD.encode(s);
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: default}}\ntype: kubernetes.io/tls\ndata:\n  tls.crt: {}\n  tls.key: {}\n",
+        b64(leaf),
+        b64(key),
+    );
+    (ca, secret)
+}
+
+/// A CA and a leaf for `app.test`, made now: (CA PEM, leaf PEM, key PEM).
+fn tls_pair(name: &str) -> (String, String, String) {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -269,13 +281,7 @@ fn tls_secret(name: &str) -> (String, String) {
         .unwrap()
         .signed_by(&key, &issuer)
         .unwrap();
-    let b64 = |s: String| base64::engine::general_purpose::STANDARD.encode(s);
-    let secret = format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: default}}\ntype: kubernetes.io/tls\ndata:\n  tls.crt: {}\n  tls.key: {}\n",
-        b64(leaf.pem()),
-        b64(key.serialize_pem()),
-    );
-    (ca.pem(), secret)
+    (ca.pem(), leaf.pem(), key.serialize_pem())
 }
 
 fn write_atomic(path: &Path, text: &str) {
@@ -383,4 +389,60 @@ fn serve_with_an_unreadable_kubeconfig_is_a_clear_error() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("/nonexistent/kubeconfig"), "{stderr}");
+}
+
+#[test]
+fn serve_default_certificate_from_files_is_reloaded() {
+    let have_curl =
+        Command::new("sh").args(["-c", "command -v curl"]).output().is_ok_and(|o| o.status.success());
+    if !have_curl {
+        assert_ne!(
+            std::env::var("WEIR_REQUIRE_ALL").as_deref(),
+            Ok("1"),
+            "curl is required (WEIR_REQUIRE_ALL=1)"
+        );
+        eprintln!("skipping: curl is not installed");
+        return;
+    }
+    let (_echo, echo_addrs) = spawn(&["echo", "--listen", "127.0.0.1:0", "--name", "backend-a"], &["listen"]);
+    let dir = tempfile::tempdir().unwrap();
+    manifests(dir.path(), echo_addrs[0], "/");
+    let certs = tempfile::tempdir().unwrap();
+    let (crt, key) = (certs.path().join("tls.crt"), certs.path().join("tls.key"));
+    let (ca1, leaf1, key1) = tls_pair("one");
+    let (ca2, leaf2, key2) = tls_pair("two");
+    write_atomic(&crt, &leaf1);
+    write_atomic(&key, &key1);
+    let (ca1_path, ca2_path) = (certs.path().join("ca1.pem"), certs.path().join("ca2.pem"));
+    std::fs::write(&ca1_path, ca1).unwrap();
+    std::fs::write(&ca2_path, ca2).unwrap();
+    let (_weir, addrs) = spawn(
+        &[
+            "serve",
+            "--manifests",
+            dir.path().to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--listen-https",
+            "127.0.0.1:0",
+            "--listen-admin",
+            "127.0.0.1:0",
+            "--default-certificate-file",
+            crt.to_str().unwrap(),
+            "--default-key-file",
+            key.to_str().unwrap(),
+        ],
+        &["http", "https"],
+    );
+    let https = addrs[1];
+    // app.test has no TLS entry: the default certificate serves it.
+    let (ok, body) = curl_https(https, &ca1_path, "/");
+    assert!(ok && body.contains("backend-a"), "{body}");
+    // A broken key file keeps the last good certificate.
+    write_atomic(&key, "not a key");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(curl_https(https, &ca1_path, "/").0, "the last good certificate keeps serving");
+    write_atomic(&crt, &leaf2);
+    write_atomic(&key, &key2);
+    wait_until("the reloaded default certificate", || curl_https(https, &ca2_path, "/").0);
 }

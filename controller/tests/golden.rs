@@ -70,9 +70,20 @@ fn run(case: &Path, input: &str, config: &TranslateConfig) -> Translation {
     let objects = parse_manifests(&input).unwrap_or_else(|e| panic!("{}/input.yaml: {e}", case.display()));
     let snapshot: Snapshot = objects.into_iter().collect();
     let mut translation = translate(&snapshot, config);
+    let marker = |pem: &mut String| {
+        if let Some(n) = generated().iter().position(|(c, _)| c == pem) {
+            *pem = format!("GENERATED-CERT-{}", n + 1);
+        }
+    };
     for cert in translation.table.certificates.values_mut() {
-        if let Some(n) = generated().iter().position(|(c, _)| *c == cert.chain_pem) {
-            cert.chain_pem = format!("GENERATED-CERT-{}", n + 1);
+        marker(&mut cert.chain_pem);
+    }
+    for auth in &mut translation.table.client_auth {
+        marker(&mut auth.ca_pem);
+    }
+    for backend in translation.table.backends.values_mut() {
+        if let Some(pem) = backend.tls.as_mut().and_then(|t| t.ca_pem.as_mut()) {
+            marker(pem);
         }
     }
     translation

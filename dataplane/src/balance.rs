@@ -156,6 +156,8 @@ const RING_POINTS: u64 = 160;
 #[derive(Debug)]
 pub struct Balancer {
     protocol: UpstreamProtocol,
+    /// For TLS protocols: the client config (`None` when it could not be built: 502s).
+    tls: Option<Arc<crate::tls::UpstreamTlsConfig>>,
     cursor: Arc<AtomicUsize>,
     endpoints: Box<[Arc<EndpointState>]>,
     /// One weighted cycle of endpoint indexes; empty when all weights are equal (plain modulo).
@@ -170,6 +172,11 @@ impl Balancer {
     /// The protocol spoken to this backend's endpoints.
     pub fn protocol(&self) -> UpstreamProtocol {
         self.protocol
+    }
+
+    /// The TLS client config of a TLS backend.
+    pub fn tls(&self) -> Option<&Arc<crate::tls::UpstreamTlsConfig>> {
+        self.tls.as_ref()
     }
 
     /// The endpoints, in table order.
@@ -310,8 +317,21 @@ impl Registry {
                 endpoints.push(state);
                 weights.push(weight);
             }
+            let tls = if backend.protocol.is_tls() {
+                match crate::tls::upstream_config(&backend.tls.clone().unwrap_or_default(), backend.protocol)
+                {
+                    Ok(config) => Some(Arc::new(config)),
+                    Err(error) => {
+                        tracing::warn!(backend = %id, %error, "upstream TLS configuration unusable; requests to it answer 502");
+                        None
+                    }
+                }
+            } else {
+                None
+            };
             balancers.push(Balancer {
                 protocol: backend.protocol,
+                tls,
                 cursor: entry.cursor.clone(),
                 endpoints: endpoints.into(),
                 cycle: schedule(&weights).into(),
@@ -408,6 +428,7 @@ mod tests {
                     })
                     .collect(),
             ),
+            tls: None,
         }
     }
 

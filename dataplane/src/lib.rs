@@ -1,4 +1,5 @@
-//! weir's dataplane: the routing-table model, the compiled router, balancers and the HTTP proxy.
+//! weir's dataplane: the routing-table model, the compiled router, balancers, the HTTP proxy and
+//! TLS (termination, SNI certificates, mTLS, passthrough, upstream TLS).
 //!
 //! It never depends on Kubernetes: its only input is [`model::RouteTable`].
 
@@ -8,7 +9,9 @@ pub mod canary;
 pub mod cors;
 pub mod echo;
 pub mod hashkey;
+pub mod l4;
 pub mod model;
+pub mod mtls;
 pub mod policy;
 pub mod proxy;
 pub mod ratelimit;

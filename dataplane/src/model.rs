@@ -36,6 +36,13 @@ pub struct RouteTable {
     /// [`RouteTable::default_certificate`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub certificates: BTreeMap<ObjectRef, Certificate>,
+    /// Hosts whose TLS connections are not terminated but spliced to a backend as they are
+    /// (ingress-nginx `ssl-passthrough`), sorted by host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passthrough: Vec<Passthrough>,
+    /// Hosts that ask TLS clients for a certificate (ingress-nginx `auth-tls-*`), sorted by host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_auth: Vec<ClientAuth>,
     /// The certificate for names no TLS entry covers (a key of [`RouteTable::certificates`]);
     /// `None`: the dataplane's self-signed one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -691,6 +698,28 @@ pub struct Backend {
     pub protocol: UpstreamProtocol,
     /// Where the backend's traffic goes.
     pub target: Target,
+    /// TLS towards the upstream, for the `https` and `h2` protocols.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<UpstreamTls>,
+}
+
+/// How weir verifies an upstream's certificate (ingress-nginx `proxy-ssl-*`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTls {
+    /// CA certificates (PEM) to verify against; `None`: the system's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_pem: Option<String>,
+    /// The name to verify (and send as SNI); `None`: the request's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+    /// Do not verify the certificate at all (only when explicitly asked: `proxy-ssl-verify: "off"`
+    /// together with a `backend-protocol` of HTTPS/GRPCS).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub insecure_skip_verify: bool,
+    /// Do not send SNI (`proxy-ssl-server-name: "off"`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub no_sni: bool,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
@@ -747,6 +776,22 @@ pub enum UpstreamProtocol {
     Http1,
     /// HTTP/2 in clear text, prior knowledge (h2c; also gRPC).
     H2c,
+    /// HTTP/1.1 over TLS (`backend-protocol: HTTPS`).
+    Https,
+    /// HTTP/2 over TLS, ALPN `h2` (`backend-protocol: GRPCS`).
+    H2,
+}
+
+impl UpstreamProtocol {
+    /// Spoken over HTTP/2.
+    pub fn is_h2(self) -> bool {
+        matches!(self, UpstreamProtocol::H2c | UpstreamProtocol::H2)
+    }
+
+    /// Spoken over TLS.
+    pub fn is_tls(self) -> bool {
+        matches!(self, UpstreamProtocol::Https | UpstreamProtocol::H2)
+    }
 }
 
 /// A reference to a namespaced Kubernetes-style object, used for origins and certificate ids.
@@ -800,6 +845,45 @@ pub struct TlsEntry {
     /// The certificate (a key of [`RouteTable::certificates`]); `None` means the default certificate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<ObjectRef>,
+}
+
+/// A TLS passthrough host: connections whose SNI it matches go to `backend` undecrypted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Passthrough {
+    /// The SNI name (exact or `*.` wildcard).
+    pub host: HostMatch,
+    /// The backend that terminates TLS itself (also in [`RouteTable::backends`]).
+    pub backend: BackendId,
+}
+
+/// Client certificate authentication of one host (mTLS).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientAuth {
+    /// The host (exact or `*.` wildcard); the connection's SNI selects it.
+    pub host: HostMatch,
+    /// CA certificates (PEM) client certificates must chain to.
+    pub ca_pem: String,
+    /// What happens without a valid certificate.
+    pub verify: ClientVerify,
+    /// Longest accepted client chain, the client certificate included (`auth-tls-verify-depth`).
+    pub depth: u8,
+    /// Forward the client certificate upstream, URL-encoded PEM in `ssl-client-cert`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub pass_certificate: bool,
+}
+
+/// `auth-tls-verify-client`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientVerify {
+    /// A valid certificate is required (else 400).
+    On,
+    /// A certificate is optional, but if sent it must be valid (else 400).
+    Optional,
+    /// A certificate is optional and not required to be valid; the result is passed upstream.
+    OptionalNoCa,
 }
 
 /// PEM-encoded certificate chain and private key, as found in a `kubernetes.io/tls` Secret.
@@ -906,6 +990,7 @@ mod tests {
             Backend {
                 protocol: UpstreamProtocol::Http1,
                 target: Target::Endpoints(vec![Endpoint::new("127.0.0.1:8080".parse().unwrap())]),
+                tls: None,
             },
         );
         let yaml = serde_saphyr::to_string(&table).unwrap();

@@ -380,7 +380,7 @@ mod tests {
         }
         fn backend(mut self, name: &str) -> Self {
             let target = Target::Endpoints(vec![Endpoint::new("127.0.0.1:1".parse().unwrap())]);
-            self.0.backends.insert(id(name), Backend { protocol: Default::default(), target });
+            self.0.backends.insert(id(name), Backend { protocol: Default::default(), target, tls: None });
             self
         }
         fn default_backend(mut self, name: &str) -> Self {

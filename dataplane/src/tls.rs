@@ -15,13 +15,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::ResolvesServerCert;
 use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, SupportedProtocolVersion};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::model::{Certificate, HostMatch, ObjectRef, RouteTable};
+use crate::model::{Certificate, HostMatch, ObjectRef, RouteTable, UpstreamProtocol, UpstreamTls};
 
 /// ALPN protocols offered on the HTTPS listener, preferred first.
 pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
@@ -53,6 +53,9 @@ pub enum Error {
     /// The rustls configuration could not be built (a bug: the provider lacks the versions).
     #[error("building the TLS configuration failed: {0}")]
     Config(rustls::Error),
+    /// The upstream CA bundle has no usable certificate.
+    #[error("the upstream CA bundle has no usable PEM certificate")]
+    NoUpstreamCa,
     /// Generating the self-signed default certificate failed.
     #[error("generating the self-signed default certificate failed: {0}")]
     Generate(rcgen::Error),
@@ -201,23 +204,103 @@ pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<ServerConf
     Ok(config)
 }
 
-/// Selects a certificate per handshake from whatever `lookup` returns, else `fallback`.
-pub(crate) struct SniResolver<F> {
-    pub(crate) lookup: F,
-    pub(crate) fallback: Arc<CertifiedKey>,
+// === upstream TLS ===
+
+/// The client side of TLS towards one backend's upstreams.
+#[derive(Debug)]
+pub struct UpstreamTlsConfig {
+    /// The rustls client config (roots or no verification, ALPN by protocol, SNI on or off).
+    pub config: Arc<rustls::ClientConfig>,
+    /// The configured name to verify; `None`: the request's host.
+    pub server_name: Option<rustls_pki_types::ServerName<'static>>,
 }
 
-impl<F> std::fmt::Debug for SniResolver<F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SniResolver").finish_non_exhaustive()
+/// The system's trust roots, loaded once (missing or unreadable ones are logged).
+fn system_roots() -> Arc<rustls::RootCertStore> {
+    static ROOTS: std::sync::OnceLock<Arc<rustls::RootCertStore>> = std::sync::OnceLock::new();
+    ROOTS
+        .get_or_init(|| {
+            let loaded = rustls_native_certs::load_native_certs();
+            for error in &loaded.errors {
+                tracing::warn!(%error, "loading a system trust root failed");
+            }
+            let mut roots = rustls::RootCertStore::empty();
+            let (added, ignored) = roots.add_parsable_certificates(loaded.certs);
+            tracing::debug!(added, ignored, "system trust roots loaded for upstream TLS");
+            Arc::new(roots)
+        })
+        .clone()
+}
+
+/// Builds the client config for a TLS backend: verification against `tls.ca_pem` or the system
+/// roots (or none when explicitly asked), ALPN `h2` for [`UpstreamProtocol::H2`].
+pub fn upstream_config(tls: &UpstreamTls, protocol: UpstreamProtocol) -> Result<UpstreamTlsConfig, Error> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(VERSIONS)
+        .map_err(Error::Config)?;
+    let mut config = if tls.insecure_skip_verify {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerify(provider())))
+            .with_no_client_auth()
+    } else {
+        let roots = match &tls.ca_pem {
+            Some(pem) => {
+                let mut roots = rustls::RootCertStore::empty();
+                let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(Error::CertificatePem)?;
+                let (added, _) = roots.add_parsable_certificates(certs);
+                if added == 0 {
+                    return Err(Error::NoUpstreamCa);
+                }
+                Arc::new(roots)
+            }
+            None => system_roots(),
+        };
+        builder.with_root_certificates(roots).with_no_client_auth()
+    };
+    config.enable_sni = !tls.no_sni;
+    if protocol == UpstreamProtocol::H2 {
+        config.alpn_protocols = vec![b"h2".to_vec()];
     }
+    let server_name =
+        tls.server_name.as_ref().and_then(|n| rustls_pki_types::ServerName::try_from(n.clone()).ok());
+    Ok(UpstreamTlsConfig { config: Arc::new(config), server_name })
 }
 
-impl<F> ResolvesServerCert for SniResolver<F>
-where
-    F: Fn(Option<&str>) -> Option<Arc<CertifiedKey>> + Send + Sync,
-{
-    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some((self.lookup)(hello.server_name()).unwrap_or_else(|| self.fallback.clone()))
+/// Accepts any upstream certificate (signatures are still checked): `proxy-ssl-verify: "off"`.
+#[derive(Debug)]
+struct NoVerify(Arc<CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &rustls_pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }

@@ -9,6 +9,7 @@ mod support;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures_util::Stream;
 use http::uri::PathAndQuery;
@@ -41,12 +42,39 @@ type MsgStream = Pin<Box<dyn Stream<Item = Result<Msg, Status>> + Send>>;
 /// metadata), `/t.Test/Chat` (bidi: each message upper-cased as it arrives, then ABORTED in the
 /// trailers with a `x-count` metadata, so trailers after messages are seen).
 async fn grpc_backend() -> SocketAddr {
+    grpc_backend_on(None).await
+}
+
+/// [`grpc_backend`] over TLS (`backend-protocol: GRPCS`) with `leaf`, ALPN h2.
+async fn grpc_backend_tls(leaf: &Leaf) -> SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    let key = weir_dataplane::tls::certified_key(&leaf.cert).unwrap();
+    let der = rustls::pki_types::PrivateKeyDer::from_pem_slice(leaf.cert.key_pem.as_bytes()).unwrap();
+    let mut config = rustls::ServerConfig::builder_with_provider(weir_dataplane::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(key.cert.clone(), der)
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    grpc_backend_on(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+}
+
+async fn grpc_backend_on(tls: Option<tokio_rustls::TlsAcceptor>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
             let (stream, _) = listener.accept().await.unwrap();
+            let tls = tls.clone();
             tokio::spawn(async move {
+                let stream: Box<dyn IoStream> = match tls {
+                    Some(acceptor) => match acceptor.accept(stream).await {
+                        Ok(s) => Box::new(s),
+                        Err(_) => return,
+                    },
+                    None => Box::new(stream),
+                };
                 let service =
                     hyper::service::service_fn(|req: http::Request<hyper::body::Incoming>| async move {
                         Ok::<_, Infallible>(route(req).await)
@@ -222,4 +250,48 @@ async fn proxy_errors_are_grpc_statuses() {
     }
     // The connection is still good afterwards.
     assert_eq!(unary(&ch, "/t.Test/Echo", msg("ok", 0)).await.unwrap().get_ref().text, "echo: ok");
+}
+
+#[tokio::test]
+async fn grpcs_upstream_over_tls_with_a_verified_certificate() {
+    let backend_ca = Ca::new();
+    let backend = grpc_backend_tls(&backend_ca.leaf(&["grpc.internal"])).await;
+    let mut be = backend_named("grpcs", backend);
+    be.backend.protocol = UpstreamProtocol::H2;
+    be.backend.tls = Some(weir_dataplane::model::UpstreamTls {
+        ca_pem: Some(backend_ca.pem.clone()),
+        server_name: Some("grpc.internal".into()),
+        ..Default::default()
+    });
+    let ca = Ca::new();
+    let table = with_cert(
+        table().host("grpc.test").prefix("/t.Test", &be).build(),
+        "g",
+        &["grpc.test"],
+        &ca.leaf(&["grpc.test"]),
+    );
+    let p = tls_proxy(table).await;
+    let ch = channel(p.https, Some("grpc.test")).await;
+    assert_eq!(unary(&ch, "/t.Test/Echo", msg("tls", 1)).await.unwrap().get_ref(), &msg("echo: tls", 2));
+    let err = unary(&ch, "/t.Test/Fail", msg("x", 0)).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Msg>(1);
+    let mut grpc = tonic::client::Grpc::new(ch.clone());
+    grpc.ready().await.unwrap();
+    tx.send(msg("a", 1)).await.unwrap();
+    let resp = grpc
+        .streaming(
+            Request::new(tokio_stream::wrappers::ReceiverStream::new(rx)),
+            PathAndQuery::from_static("/t.Test/Chat"),
+            codec(),
+        )
+        .await
+        .unwrap();
+    let mut inbound = resp.into_inner();
+    assert_eq!(inbound.message().await.unwrap().unwrap(), msg("A", 1));
+    tx.send(msg("b", 2)).await.unwrap();
+    assert_eq!(inbound.message().await.unwrap().unwrap(), msg("B", 2));
+    drop(tx);
+    let end = inbound.message().await.unwrap_err();
+    assert_eq!((end.code(), end.metadata().get("x-count").unwrap().to_str().unwrap()), (Code::Aborted, "2"));
 }

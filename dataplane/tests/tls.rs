@@ -461,3 +461,70 @@ async fn h2load_over_tls_has_no_failures() {
             .join("\n")
     );
 }
+
+// === WebSocket over TLS ===
+
+#[tokio::test]
+async fn websocket_over_tls() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+    let ca = Ca::new();
+    let p = tls_proxy(with_cert(two_hosts().await, "a", &["a.test"], &ca.leaf(&["a.test"]))).await;
+    let tls = tls_connect(p.https, "a.test", &[b"http/1.1"]).await.unwrap();
+    let req = "wss://a.test/ws".into_client_request().unwrap();
+    let (mut ws, resp) = tokio_tungstenite::client_async(req, tls).await.unwrap();
+    assert_eq!(resp.status(), 101);
+    for i in 0..3 {
+        let text = format!("over tls {i}");
+        ws.send(Message::text(text.clone())).await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(5), ws.next()).await.unwrap().unwrap().unwrap();
+        assert_eq!(got.into_text().unwrap().as_str(), text);
+    }
+    ws.close(None).await.unwrap();
+}
+
+#[tokio::test]
+async fn websocket_over_http2_extended_connect() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    let ca = Ca::new();
+    let p = tls_proxy(with_cert(two_hosts().await, "a", &["a.test"], &ca.leaf(&["a.test"]))).await;
+    let tls = tls_connect(p.https, "a.test", &[b"h2"]).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .handshake::<_, TestBody>(hyper_util::rt::TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    // An ordinary request first, so the server's SETTINGS (ENABLE_CONNECT_PROTOCOL) are in.
+    let warm = send.send_request(http::Request::get("https://a.test/").body(empty()).unwrap()).await.unwrap();
+    assert_eq!(warm.status(), 200);
+    let mut req = http::Request::connect("https://a.test/ws")
+        .header("sec-websocket-version", "13")
+        .body(empty())
+        .unwrap();
+    req.extensions_mut().insert(hyper::ext::Protocol::from_static("websocket"));
+    let mut resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200, "RFC 8441: 200, not 101");
+    let upgraded = hyper::upgrade::on(&mut resp).await.unwrap();
+    let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+        hyper_util::rt::TokioIo::new(upgraded),
+        Role::Client,
+        None,
+    )
+    .await;
+    for i in 0..3 {
+        let text = format!("over h2 {i}");
+        ws.send(Message::text(text.clone())).await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(5), ws.next()).await.unwrap().unwrap().unwrap();
+        assert_eq!(got.into_text().unwrap().as_str(), text);
+    }
+    // The same HTTP/2 connection keeps serving ordinary requests meanwhile.
+    let r =
+        send.send_request(http::Request::get("https://a.test/after").body(empty()).unwrap()).await.unwrap();
+    assert_eq!(r.status(), 200);
+    ws.close(None).await.unwrap();
+}

@@ -115,6 +115,7 @@ impl<'a> Resolver<'a> {
             return Ok(Backend {
                 protocol: UpstreamProtocol::default(),
                 target: Target::Dns { host: host.to_string(), port: number },
+                tls: None,
             });
         }
         let port =
@@ -132,13 +133,14 @@ impl<'a> Resolver<'a> {
         Ok(Backend {
             protocol: UpstreamProtocol::default(),
             target: Target::Endpoints(endpoints.into_iter().map(Endpoint::new).collect()),
+            tls: None,
         })
     }
 }
 
 /// A backend that answers 503.
 fn empty() -> Backend {
-    Backend { protocol: UpstreamProtocol::default(), target: Target::Endpoints(Vec::new()) }
+    Backend { protocol: UpstreamProtocol::default(), target: Target::Endpoints(Vec::new()), tls: None }
 }
 
 /// The Service port an Ingress names: by `port` number (TCP ports only) or by `name`.

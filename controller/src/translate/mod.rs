@@ -22,8 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};
 use weir_dataplane::model::{
-    BackendId, HostMatch, ObjectRef, PathMatch, Route, RouteAction, RoutePolicy, RouteTable, ServicePort,
-    UpstreamProtocol, VirtualHost,
+    BackendId, ClientAuth, HostMatch, ObjectRef, Passthrough, PathMatch, Route, RouteAction, RoutePolicy,
+    RouteTable, ServicePort, UpstreamProtocol, UpstreamTls, VirtualHost,
 };
 
 pub use snapshot::Snapshot;
@@ -78,6 +78,9 @@ pub(crate) struct Ours<'a> {
     /// The object.
     pub(crate) ingress: &'a Ingress,
 }
+
+/// How one Ingress asks a backend to be spoken to: its rank, protocol and TLS settings.
+type BackendUse<'a> = (&'a Rank, UpstreamProtocol, Option<UpstreamTls>);
 
 /// Translates a snapshot into a routing table and warnings.
 pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
@@ -268,7 +271,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
 
     // Upstream protocols: a backend used by several Ingresses takes the `backend-protocol` of
     // the oldest one; the others are told when theirs differs.
-    let mut users: std::collections::BTreeMap<&BackendId, Vec<(&Rank, UpstreamProtocol)>> =
+    let mut users: std::collections::BTreeMap<&BackendId, Vec<BackendUse<'_>>> =
         std::collections::BTreeMap::new();
     let attached = canary_plan.hosts.iter().flat_map(|(host, paths)| {
         paths
@@ -285,31 +288,116 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
     for claim in claims {
         let Some(ingress) = ingresses.get(&claim.rank.object) else { continue };
         let protocol = annotations::backend_protocol(ingress, &claim.rank.object, &mut warnings);
-        users.entry(&claim.backend).or_default().push((&claim.rank, protocol));
+        let tls = protocol
+            .is_tls()
+            .then(|| annotations::upstream_tls(ingress, &claim.rank.object, snapshot, &mut warnings));
+        users.entry(&claim.backend).or_default().push((&claim.rank, protocol, tls));
     }
     for (id, mut list) in users {
         list.sort_by(|a, b| a.0.cmp(b.0));
         list.dedup_by(|a, b| a.0 == b.0);
-        let (winner, protocol) = list[0];
-        for (loser, theirs) in &list[1..] {
-            if *theirs != protocol {
-                warnings.error(
-                    &loser.object,
-                    Reason::ConflictLost,
-                    format!(
-                        "metadata.annotations[{}]: backend {id} is already spoken to as {} by {}; {} is not used",
-                        annotations::BACKEND_PROTOCOL,
-                        annotations::protocol_name(protocol),
-                        winner.explain_win(loser),
-                        annotations::protocol_name(*theirs),
-                    ),
-                );
-            }
+        let (winner, protocol, tls) = list[0].clone();
+        for (loser, theirs, their_tls) in &list[1..] {
+            let message = if *theirs != protocol {
+                format!(
+                    "backend {id} is already spoken to as {} by {}; {} is not used",
+                    annotations::protocol_name(protocol),
+                    winner.explain_win(loser),
+                    annotations::protocol_name(*theirs),
+                )
+            } else if *their_tls != tls {
+                format!(
+                    "backend {id} already uses the proxy-ssl-* settings of {}; this Ingress's are not used",
+                    winner.explain_win(loser),
+                )
+            } else {
+                continue;
+            };
+            warnings.error(
+                &loser.object,
+                Reason::ConflictLost,
+                format!("metadata.annotations[{}]: {message}", annotations::BACKEND_PROTOCOL),
+            );
         }
         if let Some(backend) = table.backends.get_mut(id) {
             backend.protocol = protocol;
+            backend.tls = tls;
         }
     }
+
+    // TLS passthrough: the hosts of an `ssl-passthrough` Ingress go, undecrypted, to the backend
+    // of its `/` path (as in ingress-nginx, other paths do not matter for TLS connections).
+    for ing in &ours {
+        let object = &ing.rank.object;
+        if !annotations::flag(ing.ingress, object, annotations::SSL_PASSTHROUGH, false, &mut warnings) {
+            continue;
+        }
+        let rules = ing.ingress.spec.as_ref().and_then(|s| s.rules.as_deref()).unwrap_or_default();
+        let hosts: std::collections::BTreeSet<HostMatch> =
+            rules.iter().filter_map(|r| HostMatch::parse(r.host.as_deref().unwrap_or("")).ok()).collect();
+        for host in hosts {
+            if host == HostMatch::Any {
+                warnings.error(
+                    object,
+                    Reason::InvalidAnnotation,
+                    format!("metadata.annotations[{}]: a rule without host cannot be passed through (SNI selects passthrough hosts); ignored for it", annotations::SSL_PASSTHROUGH),
+                );
+                continue;
+            }
+            let root = plan.hosts.get(&host).and_then(|paths| paths.get(&PathMatch::Prefix("/".to_string())));
+            match root {
+                Some(claim) if claim.rank.object == *object => {
+                    table.passthrough.push(Passthrough { host, backend: claim.backend.clone() })
+                }
+                _ => warnings.error(
+                    object,
+                    Reason::InvalidAnnotation,
+                    format!(
+                        "metadata.annotations[{}]: {} has no path / of this Ingress to pass TLS connections to; not passed through",
+                        annotations::SSL_PASSTHROUGH,
+                        routes::describe_host(&host),
+                    ),
+                ),
+            }
+        }
+    }
+    // Client certificates (mTLS): per host of the Ingress's rules; for a host several
+    // Ingresses protect, the oldest one's policy applies.
+    let mut by_rank: Vec<&Ours<'_>> = ours.iter().collect();
+    by_rank.sort_by(|a, b| a.rank.cmp(&b.rank));
+    for ing in by_rank {
+        let object = &ing.rank.object;
+        let Some((ca_pem, verify, depth, pass_certificate)) =
+            annotations::client_auth(ing.ingress, object, snapshot, &mut warnings)
+        else {
+            continue;
+        };
+        let rules = ing.ingress.spec.as_ref().and_then(|s| s.rules.as_deref()).unwrap_or_default();
+        for rule in rules {
+            let Ok(host) = HostMatch::parse(rule.host.as_deref().unwrap_or("")) else { continue };
+            if host == HostMatch::Any {
+                warnings.error(
+                    object,
+                    Reason::InvalidAnnotation,
+                    format!("metadata.annotations[{}]: a rule without host cannot ask for client certificates (SNI selects the policy); ignored for it", annotations::AUTH_TLS_SECRET),
+                );
+                continue;
+            }
+            if table.client_auth.iter().any(|c| c.host == host) {
+                continue;
+            }
+            table.client_auth.push(ClientAuth {
+                host,
+                ca_pem: ca_pem.clone(),
+                verify,
+                depth,
+                pass_certificate,
+            });
+        }
+    }
+    table.client_auth.sort_by(|a, b| a.host.cmp(&b.host));
+    table.passthrough.sort_by(|a, b| a.host.cmp(&b.host));
+    table.passthrough.dedup_by(|a, b| a.host == b.host);
 
     table.tls = tls.entries;
     table.certificates = tls.certificates;

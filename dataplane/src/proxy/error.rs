@@ -64,6 +64,15 @@ pub enum ProxyError {
     /// The route's rewrite produced a path that is not a valid request target.
     #[error("rewrite produced an invalid path")]
     BadRewrite,
+    /// The host requires a client certificate and none was sent.
+    #[error("no required client certificate was sent")]
+    ClientCertRequired,
+    /// The client certificate did not verify.
+    #[error("the client certificate is invalid")]
+    ClientCertInvalid,
+    /// The host requires client certificates, but the connection was made for another name.
+    #[error("the connection's TLS name does not cover this host's client certificate policy")]
+    Misdirected,
 }
 
 impl ProxyError {
@@ -73,7 +82,10 @@ impl ProxyError {
             ProxyError::NoHost
             | ProxyError::Forbidden
             | ProxyError::PayloadTooLarge
-            | ProxyError::RateLimited(_) => ErrorSource::Downstream,
+            | ProxyError::RateLimited(_)
+            | ProxyError::ClientCertRequired
+            | ProxyError::ClientCertInvalid
+            | ProxyError::Misdirected => ErrorSource::Downstream,
             ProxyError::NoRoute | ProxyError::BadUpstreamAddress | ProxyError::BadRewrite => {
                 ErrorSource::Internal
             }
@@ -89,7 +101,10 @@ impl ProxyError {
     /// The status the client gets.
     pub fn status(&self) -> StatusCode {
         match self {
-            ProxyError::NoHost => StatusCode::BAD_REQUEST,
+            ProxyError::NoHost | ProxyError::ClientCertRequired | ProxyError::ClientCertInvalid => {
+                StatusCode::BAD_REQUEST
+            }
+            ProxyError::Misdirected => StatusCode::MISDIRECTED_REQUEST,
             ProxyError::Forbidden => StatusCode::FORBIDDEN,
             ProxyError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
@@ -120,6 +135,7 @@ pub(super) fn local_response(status: StatusCode, request_id: HeaderValue) -> Res
         StatusCode::PAYLOAD_TOO_LARGE => "413 Payload Too Large\n",
         StatusCode::TOO_MANY_REQUESTS => "429 Too Many Requests\n",
         StatusCode::NOT_FOUND => "404 Not Found\n",
+        StatusCode::MISDIRECTED_REQUEST => "421 Misdirected Request\n",
         StatusCode::BAD_GATEWAY => "502 Bad Gateway\n",
         StatusCode::SERVICE_UNAVAILABLE => "503 Service Unavailable\n",
         StatusCode::GATEWAY_TIMEOUT => "504 Gateway Timeout\n",
@@ -147,6 +163,7 @@ pub(super) fn is_grpc(headers: &http::HeaderMap) -> bool {
 pub fn grpc_status(status: StatusCode) -> u8 {
     match status.as_u16() {
         400 => 13,
+        421 => 14,
         401 => 16,
         403 => 7,
         404 => 12,

@@ -39,7 +39,7 @@ use super::{Compiled, Proxy, extauth, upgrade};
 use crate::auth;
 use crate::balance::Balancer;
 use crate::hashkey;
-use crate::model::UpstreamProtocol;
+use crate::model::ClientVerify;
 use crate::policy::{CompiledBalance, Verdict};
 
 /// The body of every response the proxy returns: the upstream's, streamed, or a small local one.
@@ -55,6 +55,8 @@ const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 const X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-prefix");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+const SEC_WEBSOCKET_KEY: HeaderName = HeaderName::from_static("sec-websocket-key");
+const SEC_WEBSOCKET_ACCEPT: HeaderName = HeaderName::from_static("sec-websocket-accept");
 
 /// Upper bound on [`super::ProxyConfig::connect_tries`] (the tried endpoints live on the stack).
 const MAX_TRIES: usize = 8;
@@ -69,7 +71,14 @@ pub(super) struct ConnCtx {
     pub(super) listener_port: HeaderValue,
     /// Whether the connection came over TLS (`X-Forwarded-Proto: https`).
     pub(super) https: bool,
+    /// The client certificate judged at the handshake, on connections to mTLS hosts.
+    pub(super) client_cert: Option<crate::mtls::ClientCert>,
 }
+
+const SSL_CLIENT_CERT: HeaderName = HeaderName::from_static("ssl-client-cert");
+const SSL_CLIENT_VERIFY: HeaderName = HeaderName::from_static("ssl-client-verify");
+const SSL_CLIENT_SUBJECT_DN: HeaderName = HeaderName::from_static("ssl-client-subject-dn");
+const SSL_CLIENT_ISSUER_DN: HeaderName = HeaderName::from_static("ssl-client-issuer-dn");
 
 // === impl ConnCtx ===
 
@@ -193,10 +202,18 @@ impl ConnCtx {
         }
         headers.insert(X_REQUEST_ID, request_id.clone());
         let timeout = self.proxy.inner.config.upstream_timeout;
-        let sent =
-            tokio::time::timeout(timeout, self.proxy.inner.clients.send(balancer.protocol(), endpoint, req));
+        let sent = tokio::time::timeout(
+            timeout,
+            self.proxy.inner.clients.send(
+                balancer.protocol(),
+                endpoint,
+                balancer.tls(),
+                authority.host(),
+                req,
+            ),
+        );
         match sent.await {
-            Ok(Ok(resp)) => self.response(resp, None).ok(),
+            Ok(Ok(resp)) => self.response(resp, None, false).ok(),
             Ok(Err(error)) => {
                 tracing::debug!(upstream = %endpoint.key(), %error, "custom error backend failed");
                 None
@@ -221,6 +238,8 @@ impl ConnCtx {
         }
 
         let config = &self.proxy.inner.config;
+        // mTLS first: the client certificate is part of the connection, checked before any policy.
+        self.client_auth(state, &host, req.headers_mut())?;
 
         // --- route policy: what answers instead of forwarding ---
         let policy = route.policy.as_deref();
@@ -322,15 +341,29 @@ impl ConnCtx {
             return Err(ProxyError::NoEndpoints);
         }
         let protocol = balancer.protocol();
-        let h2 = protocol == UpstreamProtocol::H2c;
+        let h2 = protocol.is_h2();
+        // The name a TLS upstream is verified against, unless the backend configures one.
+        let tls_host =
+            if protocol.is_tls() { host.to_str().unwrap_or_default().to_string() } else { String::new() };
+        let host_str = tls_host.as_str();
 
         // --- request head ---
-        let is_upgrade = !h2 && is_upgrade_request(&req);
+        // A WebSocket over HTTP/2 (RFC 8441 extended CONNECT) goes to an HTTP/1.1 upstream as
+        // the classic GET + Upgrade handshake; the upstream's 101 becomes the client's 200.
+        let h2_websocket = !h2 && is_h2_websocket(&req);
+        let is_upgrade = !h2 && (h2_websocket || is_upgrade_request(&req));
         let downstream_upgrade = is_upgrade.then(|| hyper::upgrade::on(&mut req));
+        if h2_websocket {
+            *req.method_mut() = http::Method::GET;
+        }
         let headers = req.headers_mut();
         strip_hop_by_hop(headers, is_upgrade, h2);
         if is_upgrade {
             headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+        if h2_websocket {
+            headers.insert(UPGRADE, HeaderValue::from_static("websocket"));
+            headers.insert(SEC_WEBSOCKET_KEY, websocket_key());
         }
         headers.insert(X_FORWARDED_FOR, self.client_ip.clone());
         headers.insert(X_REAL_IP, self.client_ip.clone());
@@ -398,7 +431,7 @@ impl ConnCtx {
                 None => endpoint.authority().ok_or(ProxyError::BadUpstreamAddress)?.clone(),
             };
             let mut uri = http::uri::Parts::default();
-            uri.scheme = Some(Scheme::HTTP);
+            uri.scheme = Some(if protocol.is_tls() { Scheme::HTTPS } else { Scheme::HTTP });
             uri.authority = Some(authority);
             uri.path_and_query = Some(path_and_query.clone());
             parts.uri = Uri::from_parts(uri).map_err(|_| ProxyError::BadUpstreamAddress)?;
@@ -407,7 +440,11 @@ impl ConnCtx {
 
             // Latency is only measured where a route balances by it.
             let flight = matches!(pick, Pick::Ewma).then(|| endpoint.start());
-            let sent = tokio::time::timeout(head_timeout, clients.send(protocol, endpoint, attempt)).await;
+            let sent = tokio::time::timeout(
+                head_timeout,
+                clients.send(protocol, endpoint, balancer.tls(), host_str, attempt),
+            )
+            .await;
             let (timed_out, error) = match sent {
                 Ok(Ok(resp)) => {
                     if let Some(flight) = flight {
@@ -427,7 +464,7 @@ impl ConnCtx {
                         elapsed_ms = start.elapsed().as_millis() as u64,
                         "proxied"
                     );
-                    let mut resp = self.response(resp, downstream_upgrade)?;
+                    let mut resp = self.response(resp, downstream_upgrade, h2_websocket)?;
                     if let Some((cors, origin)) = cors {
                         cors.add_headers(resp.headers_mut(), origin, false);
                     }
@@ -478,6 +515,53 @@ impl ConnCtx {
         if self.https { "https" } else { "http" }
     }
 
+    /// mTLS: the request's host decides the policy; the connection must have been made for that
+    /// policy (its SNI), else 421; the result goes upstream in `ssl-client-*` headers, which a
+    /// client can never set itself.
+    fn client_auth(
+        &self,
+        state: &Compiled,
+        host: &HeaderValue,
+        headers: &mut HeaderMap,
+    ) -> Result<(), ProxyError> {
+        for name in [SSL_CLIENT_CERT, SSL_CLIENT_VERIFY, SSL_CLIENT_SUBJECT_DN, SSL_CLIENT_ISSUER_DN] {
+            headers.remove(name);
+        }
+        if !self.https || state.client_auth.is_empty() {
+            return Ok(());
+        }
+        let name = crate::router::normalize_host(host.to_str().unwrap_or_default());
+        let Some(policy) = state.client_auth.lookup(&name) else { return Ok(()) };
+        let cert = match &self.client_cert {
+            Some(cert) if cert.host == policy.host => cert,
+            _ => return Err(ProxyError::Misdirected),
+        };
+        match policy.verify {
+            ClientVerify::On if !cert.ok => {
+                return Err(if cert.presented {
+                    ProxyError::ClientCertInvalid
+                } else {
+                    ProxyError::ClientCertRequired
+                });
+            }
+            ClientVerify::Optional if cert.presented && !cert.ok => {
+                return Err(ProxyError::ClientCertInvalid);
+            }
+            _ => {}
+        }
+        headers.insert(SSL_CLIENT_VERIFY, cert.verify.clone());
+        if let Some(v) = &cert.subject {
+            headers.insert(SSL_CLIENT_SUBJECT_DN, v.clone());
+        }
+        if let Some(v) = &cert.issuer {
+            headers.insert(SSL_CLIENT_ISSUER_DN, v.clone());
+        }
+        if let Some(v) = &cert.pem {
+            headers.insert(SSL_CLIENT_CERT, v.clone());
+        }
+        Ok(())
+    }
+
     /// `308 Permanent Redirect` to the same host and path over HTTPS (the method and body are
     /// kept by the client, unlike with 301).
     fn https_redirect(&self, host: &HeaderValue, req: &Request<Incoming>) -> Response<ProxyBody> {
@@ -514,6 +598,7 @@ impl ConnCtx {
         &self,
         mut resp: Response<Incoming>,
         downstream_upgrade: Option<hyper::upgrade::OnUpgrade>,
+        h2_websocket: bool,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
         if switching {
@@ -522,8 +607,12 @@ impl ConnCtx {
             let upstream = hyper::upgrade::on(&mut resp);
             upgrade::splice(downstream, upstream, self.peer);
         }
-        strip_hop_by_hop(resp.headers_mut(), switching, false);
-        if switching {
+        strip_hop_by_hop(resp.headers_mut(), switching && !h2_websocket, false);
+        if switching && h2_websocket {
+            // RFC 8441: the extended CONNECT succeeds with a 2xx; the stream carries the frames.
+            *resp.status_mut() = StatusCode::OK;
+            resp.headers_mut().remove(SEC_WEBSOCKET_ACCEPT);
+        } else if switching {
             resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("upgrade"));
         }
         Ok(resp.map(Either::Left))
@@ -605,6 +694,32 @@ fn new_request_id() -> HeaderValue {
     }
     HeaderValue::from_maybe_shared(Bytes::copy_from_slice(&buf))
         .unwrap_or_else(|_| HeaderValue::from_static("0"))
+}
+
+/// An HTTP/2 extended CONNECT for a WebSocket (RFC 8441).
+fn is_h2_websocket<B>(req: &Request<B>) -> bool {
+    req.version() == Version::HTTP_2
+        && req.method() == http::Method::CONNECT
+        && req
+            .extensions()
+            .get::<hyper::ext::Protocol>()
+            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
+}
+
+/// A fresh `Sec-WebSocket-Key`: 16 random bytes, base64.
+fn websocket_key() -> HeaderValue {
+    const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bits: u128 = rand::random();
+    let bytes = bits.to_be_bytes();
+    let mut out = Vec::with_capacity(24);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() { B64[((n >> (18 - 6 * i)) & 63) as usize] } else { b'=' });
+        }
+    }
+    HeaderValue::from_maybe_shared(Bytes::from(out))
+        .unwrap_or_else(|_| HeaderValue::from_static("dGhlIHNhbXBsZSBub25jZQ=="))
 }
 
 /// An HTTP/1.1 `Connection: upgrade` + `Upgrade: x` request.

@@ -5,11 +5,14 @@
 //! it in with a single store; requests load the state once and keep that snapshot until they
 //! finish, so none ever sees a half-built table and none waits for a rebuild.
 //!
-//! - `server`: accept loops (plain: HTTP/1.1 + h2c on one port; TLS: handshake with SNI
-//!   certificate selection, then HTTP/1.1 or h2 by ALPN), graceful drain.
+//! - `server`: accept loops (plain: HTTP/1.1 + h2c on one port; TLS: ClientHello read ahead,
+//!   passthrough or handshake with SNI certificate selection and per-host client auth, then
+//!   HTTP/1.1 or h2 by ALPN), handshake limits, graceful drain.
+//! - [`proxy_protocol`]: PROXY protocol v1/v2 headers on either listener.
 //! - `forward`: routing, header policy, retries, upstream errors.
 //! - `upgrade`: HTTP/1.1 `Upgrade` (WebSocket and others) splicing.
-//! - `client`: the pooled upstream clients and the request body that survives connect errors.
+//! - `client`: the upstream clients (HTTP/1.1 pool, h2c/h2-over-TLS multiplexed, HTTPS) and the
+//!   request body that survives connect errors.
 //! - [`error`]: errors classified by where they came from, and the responses they become.
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -18,7 +21,8 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use crate::balance::{Balancer, Registry};
-use crate::model::RouteTable;
+use crate::model::{HostMatch, RouteTable};
+use crate::mtls::ClientAuthIndex;
 use crate::ratelimit::LimiterCache;
 use crate::router::{CompileError, Router};
 use crate::tls::{CertCache, CertIndex};
@@ -121,6 +125,66 @@ struct Compiled {
     balancers: Vec<Balancer>,
     /// SNI → certificate.
     certs: CertIndex,
+    /// SNI → passthrough backend (an index into `balancers`).
+    passthrough: PassIndex,
+    /// Host → client certificate policy.
+    client_auth: ClientAuthIndex,
+}
+
+/// Picks the certificate of each handshake from the live table (so a publish rotates it), else
+/// the self-signed fallback. Holds the proxy weakly: compiled configs refer to it.
+#[derive(Debug)]
+pub(crate) struct LiveResolver(std::sync::Weak<Inner>);
+
+impl rustls::server::ResolvesServerCert for LiveResolver {
+    fn resolve(&self, hello: rustls::server::ClientHello<'_>) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        let inner = self.0.upgrade()?;
+        inner.state.load().certs.resolve(hello.server_name()).or_else(|| inner.fallback_cert.get().cloned())
+    }
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner").finish_non_exhaustive()
+    }
+}
+
+/// TLS passthrough hosts of a table, by SNI.
+#[derive(Default)]
+struct PassIndex {
+    exact: std::collections::HashMap<String, usize>,
+    /// Keyed by the suffix after `*.`.
+    wildcard: std::collections::HashMap<String, usize>,
+}
+
+impl PassIndex {
+    fn compile(table: &RouteTable, router: &Router) -> PassIndex {
+        let mut index = PassIndex::default();
+        for pass in &table.passthrough {
+            let Some(idx) = router.backend_ids().iter().position(|id| *id == pass.backend) else {
+                tracing::warn!(host = %pass.host, backend = %pass.backend, "passthrough backend has no route; host ignored");
+                continue;
+            };
+            match &pass.host {
+                HostMatch::Exact(h) => index.exact.entry(h.clone()).or_insert(idx),
+                HostMatch::Wildcard(s) => index.wildcard.entry(s.clone()).or_insert(idx),
+                HostMatch::Any => continue,
+            };
+        }
+        index
+    }
+
+    fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.wildcard.is_empty()
+    }
+
+    /// The balancer index for an SNI name (lower case).
+    fn lookup(&self, sni: &str) -> Option<usize> {
+        self.exact.get(sni).copied().or_else(|| {
+            let (_, suffix) = sni.split_once('.')?;
+            self.wildcard.get(suffix).copied()
+        })
+    }
 }
 
 // === impl Proxy ===
@@ -134,6 +198,8 @@ impl Proxy {
             router: Router::default(),
             balancers: Vec::new(),
             certs: CertIndex::default(),
+            passthrough: PassIndex::default(),
+            client_auth: ClientAuthIndex::default(),
         };
         Proxy {
             inner: Arc::new(Inner {
@@ -161,8 +227,22 @@ impl Proxy {
             .registry
             .update(router.backend_ids().iter().filter_map(|id| table.backends.get_key_value(id)));
         let certs = CertIndex::compile(&table, &mut publisher.certs);
-        self.inner.state.store(Arc::new(Compiled { version, router, balancers, certs }));
+        let passthrough = PassIndex::compile(&table, &router);
+        let client_auth = if table.client_auth.is_empty() {
+            ClientAuthIndex::default()
+        } else {
+            ClientAuthIndex::compile(&table, &self.resolver())
+        };
+        self.inner.state.store(Arc::new(Compiled {
+            version,
+            router,
+            balancers,
+            certs,
+            passthrough,
+            client_auth,
+        }));
         self.inner.clients.h2c.prune();
+        self.inner.clients.prune_https();
         publisher.last_version = version;
         tracing::debug!(
             version,
@@ -171,6 +251,11 @@ impl Proxy {
             "published route table"
         );
         Ok(version)
+    }
+
+    /// The live certificate resolver.
+    pub(crate) fn resolver(&self) -> Arc<dyn rustls::server::ResolvesServerCert> {
+        Arc::new(LiveResolver(Arc::downgrade(&self.inner)))
     }
 
     /// The version of the live table (0 before the first publish).

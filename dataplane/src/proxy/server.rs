@@ -27,10 +27,10 @@ use tokio_rustls::TlsAcceptor;
 use super::Proxy;
 use super::forward::ConnCtx;
 use super::proxy_protocol;
-use crate::tls::{self, SniResolver};
-
-/// The TLS record type of a handshake message: the first byte of every ClientHello.
-const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+use crate::balance::EndpointKey;
+use crate::l4::{self, Prefixed};
+use crate::mtls::ClientCert;
+use crate::tls;
 
 /// What a TLS listener shares between its connections.
 struct TlsListener {
@@ -63,7 +63,7 @@ impl Conn {
         }
     }
 
-    fn ctx(&self, client: SocketAddr, https: bool) -> Arc<ConnCtx> {
+    fn ctx(&self, client: SocketAddr, https: bool, client_cert: Option<ClientCert>) -> Arc<ConnCtx> {
         Arc::new(ConnCtx {
             proxy: self.proxy.clone(),
             peer: client,
@@ -71,6 +71,7 @@ impl Conn {
                 .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
             listener_port: self.listener_port.clone(),
             https,
+            client_cert,
         })
     }
 
@@ -81,7 +82,7 @@ impl Conn {
             Ok(Err(reason)) => return self.failures.log(self.peer, &reason),
             Err(_) => return self.failures.log(self.peer, "PROXY protocol header timed out"),
         };
-        let ctx = self.ctx(client, false);
+        let ctx = self.ctx(client, false, None);
         serve_http(self.builder, stream, ctx, self.watcher).await;
     }
 
@@ -89,15 +90,16 @@ impl Conn {
         let started = Instant::now();
         let accepted = tokio::time::timeout(self.proxy.inner.config.handshake_timeout, async {
             let client = self.client(&mut stream).await?;
-            Ok::<_, String>((client, handshake(&tls, stream).await?))
+            Ok::<_, String>((client, handshake(&self.proxy, &tls, stream, client).await?))
         })
         .await;
         drop(permit);
         match accepted {
-            Ok(Ok((client, stream))) => {
-                let ctx = self.ctx(client, true);
+            Ok(Ok((client, Accepted::Terminated(stream, cert)))) => {
+                let ctx = self.ctx(client, true, cert.map(|c| *c));
                 serve_http(self.builder, stream, ctx, self.watcher).await;
             }
+            Ok(Ok((_, Accepted::PassedThrough))) => {}
             Ok(Err(reason)) => self.failures.log(self.peer, &reason),
             Err(_) => self
                 .failures
@@ -126,11 +128,8 @@ impl Proxy {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
-        let fallback = self.fallback_cert()?;
-        let inner = self.inner.clone();
-        let resolver =
-            SniResolver { lookup: move |sni: Option<&str>| inner.state.load().certs.resolve(sni), fallback };
-        let config = tls::server_config(Arc::new(resolver)).map_err(io::Error::other)?;
+        self.fallback_cert()?;
+        let config = tls::server_config(self.resolver()).map_err(io::Error::other)?;
         let tls = Arc::new(TlsListener {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             handshakes: Arc::new(Semaphore::new(self.inner.config.max_concurrent_handshakes.max(1))),
@@ -163,7 +162,8 @@ impl Proxy {
         let listener_port = HeaderValue::from(local.port());
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder.http1().timer(TokioTimer::new()).header_read_timeout(self.inner.config.header_read_timeout);
-        builder.http2().timer(TokioTimer::new());
+        // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
+        builder.http2().timer(TokioTimer::new()).enable_connect_protocol();
         let builder = Arc::new(builder);
         let graceful = GracefulShutdown::new();
         let kind = if tls.is_some() { "https" } else { "http" };
@@ -239,24 +239,107 @@ async fn serve_http<S>(
     }
 }
 
-/// Runs the server side of a TLS handshake; plain HTTP gets a 400 and is closed.
+/// What the TLS listener does with a connection once it has read the first record.
+enum Accepted {
+    /// TLS terminated here.
+    Terminated(Box<tokio_rustls::server::TlsStream<Prefixed<TcpStream>>>, Option<Box<ClientCert>>),
+    /// Spliced to a passthrough backend (already done when this is returned).
+    PassedThrough,
+}
+
+/// Reads the first TLS record; passes the connection through when its SNI is a passthrough
+/// host, else runs the TLS handshake. Plain HTTP gets a 400 and is closed.
 async fn handshake(
+    proxy: &Proxy,
     tls: &TlsListener,
     mut stream: TcpStream,
-) -> Result<tokio_rustls::server::TlsStream<TcpStream>, String> {
-    let mut first = [0u8; 1];
-    let n = stream.peek(&mut first).await.map_err(|e| format!("reading the ClientHello failed: {e}"))?;
-    if n == 0 {
-        return Err("connection closed before the TLS handshake".to_string());
+    client: SocketAddr,
+) -> Result<Accepted, String> {
+    let record = l4::read_first_record(&mut stream)
+        .await
+        .map_err(|e| format!("reading the ClientHello failed: {e}"))?;
+    match record.first() {
+        None => return Err("connection closed before the TLS handshake".to_string()),
+        Some(&l4::HANDSHAKE_RECORD) => {}
+        Some(_) => {
+            const ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 48\r\nconnection: close\r\n\r\n400 The plain HTTP request was sent to HTTPS port";
+            // Best effort: the client may already be gone.
+            let _ = stream.write_all(ANSWER).await;
+            let _ = stream.shutdown().await;
+            return Err("plain HTTP on the TLS port: answered 400 and closed".to_string());
+        }
     }
-    if first[0] != TLS_HANDSHAKE_RECORD {
-        const ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 48\r\nconnection: close\r\n\r\n400 The plain HTTP request was sent to HTTPS port";
-        // Best effort: the client may already be gone.
-        let _ = stream.write_all(ANSWER).await;
-        let _ = stream.shutdown().await;
-        return Err("plain HTTP on the TLS port: answered 400 and closed".to_string());
+    let state = proxy.inner.state.load_full();
+    if !state.passthrough.is_empty()
+        && let Some(sni) = l4::client_hello_sni(&record)
+        && let Some(idx) = state.passthrough.lookup(&sni)
+        && let Some(balancer) = state.balancers.get(idx)
+    {
+        let upstream =
+            connect_any(proxy, balancer).await.map_err(|e| format!("passthrough to {sni}: {e}"))?;
+        tokio::spawn(splice(stream, record, upstream, client, sni));
+        return Ok(Accepted::PassedThrough);
     }
-    tls.acceptor.accept(stream).await.map_err(|e| format!("TLS handshake failed: {e}"))
+    // A host that asks for client certificates has its own server config.
+    let auth = match l4::client_hello_sni(&record) {
+        Some(sni) if !state.client_auth.is_empty() => state.client_auth.lookup(&sni).cloned(),
+        _ => None,
+    };
+    drop(state);
+    let stream = Prefixed::new(record, stream);
+    let acceptor = match &auth {
+        Some(auth) => TlsAcceptor::from(auth.config.clone()),
+        None => tls.acceptor.clone(),
+    };
+    let stream = acceptor.accept(stream).await.map_err(|e| format!("TLS handshake failed: {e}"))?;
+    let cert = auth.map(|auth| Box::new(auth.judge(stream.get_ref().1.peer_certificates())));
+    Ok(Accepted::Terminated(Box::new(stream), cert))
+}
+
+/// Connects to one of the balancer's endpoints, trying others when connecting fails.
+async fn connect_any(proxy: &Proxy, balancer: &crate::balance::Balancer) -> io::Result<TcpStream> {
+    let config = &proxy.inner.config;
+    let mut tried = Vec::new();
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "the backend has no endpoints");
+    while tried.len() < config.connect_tries.max(1) {
+        let Some(idx) = balancer.pick_untried(&tried) else { break };
+        tried.push(idx);
+        let endpoint = &balancer.endpoints()[idx];
+        let connect = async {
+            match endpoint.key() {
+                EndpointKey::Addr(addr) => TcpStream::connect(*addr).await,
+                EndpointKey::Dns { host, port } => TcpStream::connect((&**host, *port)).await,
+            }
+        };
+        match tokio::time::timeout(config.connect_timeout, connect).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Ok(Err(e)) => last = e,
+            Err(_) => last = io::Error::new(io::ErrorKind::TimedOut, "connect timed out"),
+        }
+        endpoint.record_failure();
+    }
+    Err(last)
+}
+
+/// Replays the ClientHello to the backend, then copies both ways until either side closes.
+async fn splice(
+    mut client: TcpStream,
+    hello: bytes::BytesMut,
+    mut upstream: TcpStream,
+    peer: SocketAddr,
+    sni: String,
+) {
+    if let Err(error) = upstream.write_all(&hello).await {
+        tracing::debug!(%peer, sni, %error, "passthrough: writing the ClientHello failed");
+        return;
+    }
+    match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+        Ok((up, down)) => tracing::debug!(%peer, sni, up, down, "passthrough connection closed"),
+        Err(error) => tracing::debug!(%peer, sni, %error, "passthrough connection failed"),
+    }
 }
 
 // === impl RateLimit ===

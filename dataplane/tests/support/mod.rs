@@ -70,6 +70,7 @@ pub fn weighted(name: &str, eps: &[(SocketAddr, u32)]) -> Be {
             target: Target::Endpoints(
                 eps.iter().map(|&(address, weight)| Endpoint { address, weight }).collect(),
             ),
+            tls: None,
         },
     }
 }

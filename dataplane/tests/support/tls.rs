@@ -11,6 +11,7 @@ use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SignatureAlgorithm};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 use tokio::net::{TcpListener, TcpStream};
@@ -39,6 +40,13 @@ pub struct Leaf {
     pub der: CertificateDer<'static>,
 }
 
+impl Leaf {
+    /// A copy.
+    pub fn clone_leaf(&self) -> Leaf {
+        Leaf { cert: self.cert.clone(), der: self.der.clone() }
+    }
+}
+
 impl Ca {
     /// A new ECDSA P-256 CA.
     pub fn new() -> Ca {
@@ -48,6 +56,16 @@ impl Ca {
         params.distinguished_name.push(DnType::CommonName, "weir test CA");
         let cert = params.self_signed(&key).unwrap();
         Ca { pem: cert.pem(), issuer: Issuer::new(params, key) }
+    }
+
+    /// An intermediate CA signed by this one; its leaves' chains are leaf, intermediate, root.
+    pub fn intermediate(&self, cn: &str) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, cn);
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Ca { pem: format!("{}{}", cert.pem(), self.pem), issuer: Issuer::new(params, key) }
     }
 
     /// A leaf for `names` with an ECDSA P-256 key.
@@ -162,13 +180,45 @@ impl ServerCertVerifier for AcceptAny {
 
 /// A client config that accepts any certificate and offers `alpn`.
 pub fn client_config(alpn: &[&[u8]]) -> ClientConfig {
+    client_config_with(alpn, None)
+}
+
+/// [`client_config`] presenting the first `n` certificates of `leaf`'s chain.
+pub fn client_config_chain(alpn: &[&[u8]], leaf: &Leaf, n: usize) -> ClientConfig {
     let provider = weir_dataplane::tls::provider();
+    let chain =
+        CertificateDer::pem_slice_iter(leaf.cert.chain_pem.as_bytes()).map(|c| c.unwrap()).take(n).collect();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(leaf.cert.key_pem.as_bytes()).unwrap();
     let mut config = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .unwrap()
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
-        .with_no_client_auth();
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    config
+}
+
+/// [`client_config`] presenting `cert` as the client certificate.
+pub fn client_config_with(alpn: &[&[u8]], cert: Option<&Leaf>) -> ClientConfig {
+    let provider = weir_dataplane::tls::provider();
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)));
+    let mut config = match cert {
+        None => builder.with_no_client_auth(),
+        Some(leaf) => {
+            let chain = CertificateDer::pem_slice_iter(leaf.cert.chain_pem.as_bytes())
+                .map(|c| c.unwrap())
+                .take(1)
+                .collect();
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(leaf.cert.key_pem.as_bytes()).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+    };
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     config
 }
@@ -250,4 +300,56 @@ pub fn redirect(mut table: RouteTable, host: &str) -> RouteTable {
         }
     }
     table
+}
+
+// === a backend that terminates TLS itself ===
+
+/// An HTTPS backend serving `leaf` (ALPN h2/http1.1); answers `tls-backend <name> <version>`.
+pub async fn tls_backend(name: &'static str, leaf: &Leaf) -> SocketAddr {
+    tls_backend_counted(name, leaf).await.0
+}
+
+/// [`tls_backend`], also counting the TLS connections it accepted.
+pub async fn tls_backend_counted(
+    name: &'static str,
+    leaf: &Leaf,
+) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    let key = weir_dataplane::tls::certified_key(&leaf.cert).unwrap();
+    let mut config = rustls::ServerConfig::builder_with_provider(weir_dataplane::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            key.cert.clone(),
+            rustls::pki_types::PrivateKeyDer::from_pem_slice(leaf.cert.key_pem.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let acceptor = acceptor.clone();
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let service =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| async move {
+                        let body = format!("tls-backend {name} {:?}", req.version());
+                        Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                            Bytes::from(body),
+                        )))
+                    });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (addr, accepted)
 }

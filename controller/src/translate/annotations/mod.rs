@@ -18,9 +18,7 @@ mod auth;
 mod protocol;
 mod values;
 
-pub(crate) use protocol::{
-    BACKEND_PROTOCOL, FORCE_SSL_REDIRECT, SSL_REDIRECT, backend_protocol, flag, protocol_name,
-};
+pub(crate) use protocol::*;
 
 use std::collections::BTreeMap;
 
@@ -79,20 +77,20 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("ssl-redirect", Supported),
         ("force-ssl-redirect", Supported),
         ("backend-protocol", Supported),
-        ("ssl-passthrough", Unsupported),
+        ("ssl-passthrough", Supported),
         ("ssl-ciphers", Unsupported),
         ("ssl-prefer-server-ciphers", Unsupported),
-        ("auth-tls-secret", UnsupportedFailClosed),
-        ("auth-tls-verify-client", Unsupported),
-        ("auth-tls-verify-depth", Unsupported),
+        ("auth-tls-secret", Supported),
+        ("auth-tls-verify-client", Supported),
+        ("auth-tls-verify-depth", Supported),
         ("auth-tls-error-page", Unsupported),
-        ("auth-tls-pass-certificate-to-upstream", Unsupported),
+        ("auth-tls-pass-certificate-to-upstream", Supported),
         ("auth-tls-match-cn", UnsupportedFailClosed),
-        ("proxy-ssl-secret", Unsupported),
-        ("proxy-ssl-verify", Unsupported),
+        ("proxy-ssl-secret", Supported),
+        ("proxy-ssl-verify", Supported),
         ("proxy-ssl-verify-depth", Unsupported),
-        ("proxy-ssl-name", Unsupported),
-        ("proxy-ssl-server-name", Unsupported),
+        ("proxy-ssl-name", Supported),
+        ("proxy-ssl-server-name", Supported),
         ("proxy-ssl-ciphers", Unsupported),
         ("proxy-ssl-protocols", Unsupported),
         // Limits and timeouts.

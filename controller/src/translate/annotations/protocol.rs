@@ -3,7 +3,9 @@
 //! the annotation's default applies.
 
 use k8s_openapi::api::networking::v1::Ingress;
-use weir_dataplane::model::{ObjectRef, UpstreamProtocol};
+use weir_dataplane::model::{ClientVerify, ObjectRef, UpstreamProtocol, UpstreamTls};
+
+use crate::translate::Snapshot;
 
 use super::{NGINX_PREFIX, WEIR_PREFIX};
 use crate::translate::warnings::{Reason, Warnings};
@@ -15,6 +17,28 @@ pub(crate) const FORCE_SSL_REDIRECT: &str = "nginx.ingress.kubernetes.io/force-s
 
 /// The protocol spoken to the Ingress's backends: HTTP (default), HTTP2/GRPC (h2c), HTTPS/GRPCS.
 pub(crate) const BACKEND_PROTOCOL: &str = "nginx.ingress.kubernetes.io/backend-protocol";
+
+/// Pass TLS connections for the Ingress's hosts to the backend of its `/` path, undecrypted.
+pub(crate) const SSL_PASSTHROUGH: &str = "nginx.ingress.kubernetes.io/ssl-passthrough";
+
+/// `namespace/name` of a Secret whose `ca.crt` verifies TLS backends.
+pub(crate) const PROXY_SSL_SECRET: &str = "nginx.ingress.kubernetes.io/proxy-ssl-secret";
+/// `on` (weir's default) or `off`: verify TLS backends' certificates.
+pub(crate) const PROXY_SSL_VERIFY: &str = "nginx.ingress.kubernetes.io/proxy-ssl-verify";
+/// The name TLS backends' certificates are verified against (default: the request's host).
+pub(crate) const PROXY_SSL_NAME: &str = "nginx.ingress.kubernetes.io/proxy-ssl-name";
+/// `on` (default) or `off`: send SNI to TLS backends.
+pub(crate) const PROXY_SSL_SERVER_NAME: &str = "nginx.ingress.kubernetes.io/proxy-ssl-server-name";
+
+/// `namespace/name` of a Secret whose `ca.crt` verifies client certificates (mTLS).
+pub(crate) const AUTH_TLS_SECRET: &str = "nginx.ingress.kubernetes.io/auth-tls-secret";
+/// `on` (default), `optional`, `optional_no_ca` or `off`.
+pub(crate) const AUTH_TLS_VERIFY_CLIENT: &str = "nginx.ingress.kubernetes.io/auth-tls-verify-client";
+/// Longest client chain accepted (default 1).
+pub(crate) const AUTH_TLS_VERIFY_DEPTH: &str = "nginx.ingress.kubernetes.io/auth-tls-verify-depth";
+/// `"true"`: forward the client certificate upstream in `ssl-client-cert`.
+pub(crate) const AUTH_TLS_PASS_CERTIFICATE: &str =
+    "nginx.ingress.kubernetes.io/auth-tls-pass-certificate-to-upstream";
 
 /// The annotation's value, if set: `key` is the `nginx.ingress.kubernetes.io/` name, and the
 /// same name under `weir.dev/` wins.
@@ -57,9 +81,10 @@ pub(crate) fn backend_protocol(
     match value.to_ascii_uppercase().as_str() {
         "HTTP" | "" => UpstreamProtocol::Http1,
         "HTTP2" | "GRPC" => UpstreamProtocol::H2c,
+        "HTTPS" => UpstreamProtocol::Https,
+        "GRPCS" => UpstreamProtocol::H2,
         other => {
             let why = match other {
-                "HTTPS" | "GRPCS" => "TLS to backends is not supported yet",
                 "AUTO_HTTP" | "FCGI" => "weir does not support this protocol",
                 _ => "expected HTTP, HTTPS, GRPC, GRPCS or HTTP2",
             };
@@ -78,5 +103,143 @@ pub(crate) fn protocol_name(protocol: UpstreamProtocol) -> &'static str {
     match protocol {
         UpstreamProtocol::Http1 => "HTTP",
         UpstreamProtocol::H2c => "HTTP2/GRPC",
+        UpstreamProtocol::Https => "HTTPS",
+        UpstreamProtocol::H2 => "GRPCS",
     }
+}
+
+/// An `on`/`off` annotation; `default` when absent or invalid (with a warning).
+fn on_off(ingress: &Ingress, object: &ObjectRef, key: &str, default: bool, warnings: &mut Warnings) -> bool {
+    match get(ingress, key) {
+        None => default,
+        Some(v) if v.eq_ignore_ascii_case("on") || v.eq_ignore_ascii_case("true") => true,
+        Some(v) if v.eq_ignore_ascii_case("off") || v.eq_ignore_ascii_case("false") => false,
+        Some(v) => {
+            let shown = if default { "on" } else { "off" };
+            warnings.warn(
+                object,
+                Reason::InvalidAnnotation,
+                format!("metadata.annotations[{key}]: {v:?} is not on or off; using {shown}"),
+            );
+            default
+        }
+    }
+}
+
+/// TLS towards the Ingress's backends (`proxy-ssl-*`). Verification is on unless
+/// `proxy-ssl-verify: "off"`: against `proxy-ssl-secret`'s `ca.crt`, else the system roots. A
+/// Secret that is missing or has no `ca.crt` is an error and verification stays on (with the
+/// system roots), so a mistake never turns verification off.
+pub(crate) fn upstream_tls(
+    ingress: &Ingress,
+    object: &ObjectRef,
+    snapshot: &Snapshot,
+    warnings: &mut Warnings,
+) -> UpstreamTls {
+    let verify = on_off(ingress, object, PROXY_SSL_VERIFY, true, warnings);
+    let sni = on_off(ingress, object, PROXY_SSL_SERVER_NAME, true, warnings);
+    let server_name = get(ingress, PROXY_SSL_NAME).filter(|n| !n.is_empty()).map(str::to_string);
+    let ca_pem = get(ingress, PROXY_SSL_SECRET).and_then(|value| {
+        let secret_ref = match value.split_once('/') {
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() => ObjectRef::new(ns, name),
+            _ if !value.contains('/') && !value.is_empty() => ObjectRef::new(object.namespace.clone(), value),
+            _ => {
+                warnings.error(
+                    object,
+                    Reason::InvalidAnnotation,
+                    format!("metadata.annotations[{PROXY_SSL_SECRET}]: {value:?} is not namespace/name; the system roots verify backends"),
+                );
+                return None;
+            }
+        };
+        let ca = snapshot
+            .secrets
+            .get(&secret_ref)
+            .and_then(|s| s.data.as_ref())
+            .and_then(|d| d.get("ca.crt"))
+            .and_then(|b| String::from_utf8(b.0.clone()).ok())
+            .filter(|pem| pem.contains("-----BEGIN CERTIFICATE-----"));
+        if ca.is_none() {
+            let (reason, why) = match snapshot.secrets.get(&secret_ref) {
+                None => (Reason::SecretNotFound, "not found"),
+                Some(_) => (Reason::InvalidSecret, "has no PEM ca.crt"),
+            };
+            warnings.error(
+                object,
+                reason,
+                format!("metadata.annotations[{PROXY_SSL_SECRET}]: Secret {secret_ref} {why}; the system roots verify backends"),
+            );
+        }
+        ca
+    });
+    UpstreamTls { ca_pem, server_name, insecure_skip_verify: !verify, no_sni: !sni }
+}
+
+/// The client certificate policy of an Ingress's hosts (`auth-tls-*`), if it asks for one:
+/// (CA PEM, verify mode, depth, pass certificate). A Secret that is missing or has no `ca.crt`
+/// is an error and the policy still applies with no usable CA (every request refused), so a
+/// mistake never opens a protected host.
+pub(crate) fn client_auth(
+    ingress: &Ingress,
+    object: &ObjectRef,
+    snapshot: &Snapshot,
+    warnings: &mut Warnings,
+) -> Option<(String, ClientVerify, u8, bool)> {
+    let value = get(ingress, AUTH_TLS_SECRET).filter(|v| !v.is_empty())?;
+    let verify = match get(ingress, AUTH_TLS_VERIFY_CLIENT).map(str::to_ascii_lowercase).as_deref() {
+        None | Some("on") => ClientVerify::On,
+        Some("optional") => ClientVerify::Optional,
+        Some("optional_no_ca") => ClientVerify::OptionalNoCa,
+        Some("off") => return None,
+        Some(other) => {
+            warnings.warn(
+                object,
+                Reason::InvalidAnnotation,
+                format!("metadata.annotations[{AUTH_TLS_VERIFY_CLIENT}]: {other:?} is not on, optional, optional_no_ca or off; using on"),
+            );
+            ClientVerify::On
+        }
+    };
+    let depth = match get(ingress, AUTH_TLS_VERIFY_DEPTH) {
+        None => 1,
+        Some(v) => match v.parse::<u8>() {
+            Ok(d) if d >= 1 => d,
+            _ => {
+                warnings.warn(
+                    object,
+                    Reason::InvalidAnnotation,
+                    format!("metadata.annotations[{AUTH_TLS_VERIFY_DEPTH}]: {v:?} is not a depth from 1 to 255; using 1"),
+                );
+                1
+            }
+        },
+    };
+    let pass = flag(ingress, object, AUTH_TLS_PASS_CERTIFICATE, false, warnings);
+    let secret_ref = match value.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() => ObjectRef::new(ns, name),
+        _ => ObjectRef::new(object.namespace.clone(), value),
+    };
+    let ca = snapshot
+        .secrets
+        .get(&secret_ref)
+        .and_then(|s| s.data.as_ref())
+        .and_then(|d| d.get("ca.crt"))
+        .and_then(|b| String::from_utf8(b.0.clone()).ok())
+        .filter(|pem| pem.contains("-----BEGIN CERTIFICATE-----"));
+    let ca = match ca {
+        Some(ca) => ca,
+        None => {
+            let (reason, why) = match snapshot.secrets.get(&secret_ref) {
+                None => (Reason::SecretNotFound, "not found"),
+                Some(_) => (Reason::InvalidSecret, "has no PEM ca.crt"),
+            };
+            warnings.error(
+                object,
+                reason,
+                format!("metadata.annotations[{AUTH_TLS_SECRET}]: Secret {secret_ref} {why}; its hosts refuse every request until it is fixed"),
+            );
+            String::new()
+        }
+    };
+    Some((ca, verify, depth, pass))
 }

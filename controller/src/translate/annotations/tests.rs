@@ -160,7 +160,7 @@ fn snippets_refused_unsupported_warned_unknown_warned() {
 
 #[test]
 fn unsupported_auth_fails_closed() {
-    let (p, w) = parse_all(&[(&nginx("auth-tls-secret"), "ns/ca")]);
+    let (p, w) = parse_all(&[(&nginx("auth-tls-match-cn"), "CN=admin")]);
     assert!(!p.source.permits("127.0.0.1".parse().unwrap()));
     assert_eq!(reasons(&w), [(Severity::Error, Reason::UnsupportedAnnotation)]);
     assert!(w[0].message.contains("deny every client"), "{}", w[0].message);

@@ -1,0 +1,374 @@
+//! Client certificate authentication (mTLS) per host, ingress-nginx `auth-tls-*` style.
+//!
+//! The SNI of the ClientHello selects the host's policy and with it a server config that asks
+//! for a client certificate (never mandatory at the TLS level: a missing or, for
+//! `optional_no_ca`, unverifiable certificate is judged per request so the client gets an HTTP
+//! answer, as with nginx). After the handshake the presented chain is verified once more, by
+//! the same verifier, to produce what goes upstream: `ssl-client-verify` (`SUCCESS`, `NONE` or
+//! `FAILED:reason`), `ssl-client-subject-dn`, `ssl-client-issuer-dn` and, when asked,
+//! `ssl-client-cert` (URL-encoded PEM).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use http::HeaderValue;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ResolvesServerCert, WebPkiClientVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, UnixTime};
+
+use crate::model::{ClientAuth, ClientVerify, HostMatch, RouteTable};
+use crate::tls;
+
+/// A host's compiled policy.
+pub struct HostAuth {
+    /// The host entry it was compiled from (identifies the policy).
+    pub host: HostMatch,
+    /// What happens without a valid certificate.
+    pub verify: ClientVerify,
+    depth: u8,
+    pass_certificate: bool,
+    /// The CA was unusable: every request is refused.
+    broken: bool,
+    /// Verifies chains against the host's CA.
+    verifier: Arc<dyn ClientCertVerifier>,
+    /// The server config of handshakes for this host.
+    pub config: Arc<ServerConfig>,
+}
+
+/// What a connection established about its client certificate, for the requests on it.
+#[derive(Clone, Debug)]
+pub struct ClientCert {
+    /// The policy host the connection was made for.
+    pub host: HostMatch,
+    /// The verification result: `SUCCESS`, `NONE` or `FAILED:reason`.
+    pub verify: HeaderValue,
+    /// Whether the result is `SUCCESS`.
+    pub ok: bool,
+    /// Whether a certificate was sent at all.
+    pub presented: bool,
+    /// Subject DN of the client certificate.
+    pub subject: Option<HeaderValue>,
+    /// Issuer DN of the client certificate.
+    pub issuer: Option<HeaderValue>,
+    /// URL-encoded PEM of the client certificate, when the policy passes it on.
+    pub pem: Option<HeaderValue>,
+}
+
+/// Client auth policies of a table, by SNI / host.
+#[derive(Default)]
+pub struct ClientAuthIndex {
+    exact: HashMap<String, Arc<HostAuth>>,
+    wildcard: HashMap<String, Arc<HostAuth>>,
+}
+
+impl ClientAuthIndex {
+    /// Compiles the table's policies; a policy whose CA is unusable is logged and its host
+    /// answers 400 to every request (never served without the required check).
+    pub fn compile(table: &RouteTable, resolver: &Arc<dyn ResolvesServerCert>) -> ClientAuthIndex {
+        let mut index = ClientAuthIndex::default();
+        for auth in &table.client_auth {
+            let compiled = match compile(auth, resolver) {
+                Ok(c) => Arc::new(c),
+                Err(error) => {
+                    tracing::warn!(host = %auth.host, %error, "client certificate CA unusable; the host refuses every request");
+                    Arc::new(HostAuth {
+                        host: auth.host.clone(),
+                        verify: ClientVerify::On,
+                        depth: 0,
+                        pass_certificate: false,
+                        broken: true,
+                        verifier: Arc::new(Permissive(tls::provider())),
+                        config: match tls::server_config(resolver.clone()) {
+                            Ok(c) => Arc::new(c),
+                            Err(_) => continue,
+                        },
+                    })
+                }
+            };
+            match &auth.host {
+                HostMatch::Exact(h) => index.exact.entry(h.clone()).or_insert(compiled),
+                HostMatch::Wildcard(s) => index.wildcard.entry(s.clone()).or_insert(compiled),
+                HostMatch::Any => continue,
+            };
+        }
+        index
+    }
+
+    /// Whether no host asks for client certificates.
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.wildcard.is_empty()
+    }
+
+    /// The policy for a host name (lower case, no port).
+    pub fn lookup(&self, host: &str) -> Option<&Arc<HostAuth>> {
+        self.exact.get(host).or_else(|| {
+            let (_, suffix) = host.split_once('.')?;
+            self.wildcard.get(suffix)
+        })
+    }
+}
+
+fn compile(auth: &ClientAuth, resolver: &Arc<dyn ResolvesServerCert>) -> Result<HostAuth, tls::Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_slice_iter(auth.ca_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(tls::Error::CertificatePem)?;
+    if roots.add_parsable_certificates(certs).0 == 0 {
+        return Err(tls::Error::NoUpstreamCa);
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), tls::provider())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| tls::Error::Config(rustls::Error::General(e.to_string())))?;
+    let handshake: Arc<dyn ClientCertVerifier> = match auth.verify {
+        ClientVerify::OptionalNoCa => Arc::new(Permissive(tls::provider())),
+        ClientVerify::On | ClientVerify::Optional => verifier.clone(),
+    };
+    let mut config = ServerConfig::builder_with_provider(tls::provider())
+        .with_protocol_versions(tls::VERSIONS)
+        .map_err(tls::Error::Config)?
+        .with_client_cert_verifier(handshake)
+        .with_cert_resolver(resolver.clone());
+    config.alpn_protocols = tls::ALPN.iter().map(|p| p.to_vec()).collect();
+    Ok(HostAuth {
+        host: auth.host.clone(),
+        verify: auth.verify,
+        depth: auth.depth,
+        pass_certificate: auth.pass_certificate,
+        broken: false,
+        verifier,
+        config: Arc::new(config),
+    })
+}
+
+impl HostAuth {
+    /// Judges the chain a client presented (leaf first) on a connection made for this policy.
+    pub fn judge(&self, chain: Option<&[CertificateDer<'_>]>) -> ClientCert {
+        let mut out = ClientCert {
+            host: self.host.clone(),
+            verify: HeaderValue::from_static("NONE"),
+            ok: false,
+            presented: false,
+            subject: None,
+            issuer: None,
+            pem: None,
+        };
+        if self.broken {
+            out.verify = HeaderValue::from_static("FAILED:no usable client CA configured");
+            return out;
+        }
+        let Some((leaf, intermediates)) = chain.and_then(|c| c.split_first()) else { return out };
+        out.presented = true;
+        // The depth counts the client certificate and the intermediates it sent; a self-issued
+        // certificate (a root the client sent along) is the anchor, not part of the path.
+        let path = 1 + intermediates.iter().filter(|c| names(c.as_ref()).is_none_or(|(s, i)| s != i)).count();
+        let result = if path > usize::from(self.depth.max(1)) {
+            Err(format!("chain longer than verify depth {}", self.depth))
+        } else {
+            self.verifier
+                .verify_client_cert(leaf, intermediates, UnixTime::now())
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        match result {
+            Ok(()) => {
+                out.ok = true;
+                out.verify = HeaderValue::from_static("SUCCESS");
+            }
+            Err(reason) => {
+                let value = format!(
+                    "FAILED:{}",
+                    reason.replace(|c: char| !c.is_ascii() || c.is_ascii_control(), " ")
+                );
+                out.verify = HeaderValue::from_str(&value).unwrap_or(HeaderValue::from_static("FAILED"));
+            }
+        }
+        let (subject, issuer) = names(leaf.as_ref()).unwrap_or_default();
+        out.subject = HeaderValue::from_str(&subject).ok().filter(|_| !subject.is_empty());
+        out.issuer = HeaderValue::from_str(&issuer).ok().filter(|_| !issuer.is_empty());
+        if self.pass_certificate {
+            out.pem = HeaderValue::from_str(&url_encode(&pem(leaf.as_ref()))).ok();
+        }
+        out
+    }
+}
+
+/// Requests a client certificate but accepts any (signatures still checked): `optional_no_ca`.
+#[derive(Debug)]
+struct Permissive(Arc<rustls::crypto::CryptoProvider>);
+
+impl ClientCertVerifier for Permissive {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+    fn verify_client_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+// === certificate text ===
+
+/// PEM of a DER certificate.
+fn pem(der: &[u8]) -> String {
+    const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut b64 = String::with_capacity(der.len() * 4 / 3 + 4);
+    for chunk in der.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                b64.push(char::from(B64[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                b64.push('=');
+            }
+        }
+    }
+    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).unwrap_or_default());
+        out.push('\n');
+    }
+    out.push_str("-----END CERTIFICATE-----\n");
+    out
+}
+
+/// Percent-encoding of everything but unreserved characters (as nginx's `$ssl_client_escaped_cert`).
+fn url_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3 / 2);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Subject and issuer DNs of a DER certificate, RFC 4514 style (`CN=a,O=b`, most specific first).
+fn names(der: &[u8]) -> Option<(String, String)> {
+    let (_, cert, _) = der_item(der)?; // Certificate SEQUENCE
+    let (_, tbs, _) = der_item(cert)?; // TBSCertificate SEQUENCE
+    let mut rest = tbs;
+    let (tag, _, after) = der_item(rest)?;
+    if tag == 0xa0 {
+        rest = after; // [0] version
+    }
+    let (_, _, after) = der_item(rest)?; // serial
+    let (_, _, after) = der_item(after)?; // signature algorithm
+    let (_, issuer, after) = der_item(after)?;
+    let (_, _, after) = der_item(after)?; // validity
+    let (_, subject, _) = der_item(after)?;
+    Some((dn(subject)?, dn(issuer)?))
+}
+
+fn dn(mut name: &[u8]) -> Option<String> {
+    let mut rdns = Vec::new();
+    while !name.is_empty() {
+        let (_, set, after) = der_item(name)?;
+        name = after;
+        let mut set = set;
+        let mut parts = Vec::new();
+        while !set.is_empty() {
+            let (_, atv, after) = der_item(set)?;
+            set = after;
+            let (_, oid, value) = der_item(atv)?;
+            let (_, value, _) = der_item(value)?;
+            let key = match oid {
+                [0x55, 0x04, 0x03] => "CN".to_string(),
+                [0x55, 0x04, 0x06] => "C".to_string(),
+                [0x55, 0x04, 0x07] => "L".to_string(),
+                [0x55, 0x04, 0x08] => "ST".to_string(),
+                [0x55, 0x04, 0x0a] => "O".to_string(),
+                [0x55, 0x04, 0x0b] => "OU".to_string(),
+                [0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x01] => "emailAddress".to_string(),
+                other => other.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+            };
+            let value = String::from_utf8_lossy(value);
+            let escaped: String = value
+                .chars()
+                .flat_map(|c| match c {
+                    ',' | '+' | '"' | '\\' | '<' | '>' | ';' | '=' => vec!['\\', c],
+                    c if c.is_control() => vec!['?'],
+                    c => vec![c],
+                })
+                .collect();
+            parts.push(format!("{key}={escaped}"));
+        }
+        rdns.push(parts.join("+"));
+    }
+    rdns.reverse();
+    Some(rdns.join(","))
+}
+
+/// One DER TLV: (tag, contents, rest).
+fn der_item(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    let (&first, mut rest) = rest.split_first()?;
+    let len = if first < 0x80 {
+        usize::from(first)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n].iter().fold(0usize, |acc, b| acc << 8 | usize::from(*b));
+        rest = &rest[n..];
+        len
+    };
+    if rest.len() < len {
+        return None;
+    }
+    Some((tag, &rest[..len], &rest[len..]))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_pem_and_url_encoding() {
+        let mut params = rcgen::CertificateParams::new(vec!["x.test".to_string()]).unwrap();
+        params.distinguished_name.push(rcgen::DnType::CommonName, "client one");
+        params.distinguished_name.push(rcgen::DnType::OrganizationName, "Acme, Inc");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let (subject, issuer) = names(cert.der()).unwrap();
+        assert_eq!(subject, "O=Acme\\, Inc,CN=client one");
+        assert_eq!(issuer, subject, "self-signed");
+        assert_eq!(pem(cert.der()), cert.pem().replace("\r\n", "\n"));
+        assert_eq!(url_encode("a b\n+/="), "a%20b%0A%2B%2F%3D");
+    }
+}
