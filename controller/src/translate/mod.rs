@@ -107,6 +107,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
     // `use-regex` and `rewrite-target` make every path of the Ingress's hosts a regex.
     let mut policies: BTreeMap<&ObjectRef, RoutePolicy> = BTreeMap::new();
     let mut canary_specs = BTreeMap::new();
+    let mut aliases = Vec::new();
     let mut error_specs: BTreeMap<&ObjectRef, (Vec<u16>, Option<String>)> = BTreeMap::new();
     let mut regex_hosts = BTreeSet::new();
     for o in &ours {
@@ -127,6 +128,9 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         if let Some(errors) = parsed.custom_errors {
             error_specs.insert(&o.rank.object, errors);
         }
+        if !parsed.server_aliases.is_empty() {
+            aliases.push((o.rank.clone(), o.ingress, parsed.server_aliases));
+        }
         policies.insert(&o.rank.object, parsed.policy);
     }
 
@@ -136,7 +140,31 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         .iter()
         .map(|o| Ours { rank: o.rank.clone(), ingress: o.ingress })
         .partition(|o| !canary_specs.contains_key(&o.rank.object));
-    let plan = routes::plan(&main, &regex_hosts, &mut warnings);
+    let mut plan = routes::plan(&main, &regex_hosts, &mut warnings);
+    // `server-alias`: more names serving the routes of the Ingress's first host; a name that is
+    // a host of its own (or an older Ingress's alias) keeps its routes, and the alias is ignored.
+    aliases.sort_by(|a, b| a.0.cmp(&b.0));
+    for (rank, ingress, names) in aliases {
+        let rules = ingress.spec.as_ref().and_then(|s| s.rules.as_deref()).unwrap_or_default();
+        let Some(host) = rules.iter().find_map(|r| HostMatch::parse(r.host.as_deref()?).ok()) else {
+            continue;
+        };
+        let Some(routes) = plan.hosts.get(&host).cloned() else { continue };
+        for alias in names {
+            if plan.hosts.contains_key(&alias) {
+                warnings.warn(
+                    &rank.object,
+                    Reason::ConflictLost,
+                    format!(
+                        "metadata.annotations[server-alias]: {} already has routes of its own (or is an older alias); the alias is ignored",
+                        routes::describe_host(&alias)
+                    ),
+                );
+                continue;
+            }
+            plan.hosts.insert(alias, routes.clone());
+        }
+    }
     let canary_plan = routes::plan(&canaries, &regex_hosts, &mut warnings);
     if let Some(claim) = &canary_plan.default_backend {
         warnings.warn(

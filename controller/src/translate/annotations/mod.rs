@@ -67,7 +67,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("use-regex", Supported),
         ("x-forwarded-prefix", Supported),
         ("upstream-vhost", Supported),
-        ("server-alias", Unsupported),
+        ("server-alias", Supported),
         ("preserve-trailing-slash", Unsupported),
         ("proxy-redirect-from", Unsupported),
         ("proxy-redirect-to", Unsupported),
@@ -102,11 +102,11 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("proxy-next-upstream", Unsupported),
         ("proxy-next-upstream-tries", Supported),
         ("proxy-next-upstream-timeout", Unsupported),
-        ("proxy-buffering", Unsupported),
+        ("proxy-buffering", Supported),
         ("proxy-buffers-number", Unsupported),
         ("proxy-buffer-size", Unsupported),
         ("proxy-max-temp-file-size", Unsupported),
-        ("proxy-request-buffering", Unsupported),
+        ("proxy-request-buffering", Supported),
         ("proxy-http-version", Unsupported),
         ("connection-proxy-header", Unsupported),
         ("limit-rps", Supported),
@@ -222,6 +222,8 @@ pub(crate) struct Parsed {
     /// `custom-http-errors` codes, and the `default-backend` Service that serves their pages
     /// (`None`: the table's default backend).
     pub(crate) custom_errors: Option<(Vec<u16>, Option<String>)>,
+    /// `server-alias`: more names for the Ingress's first host.
+    pub(crate) server_aliases: Vec<weir_dataplane::model::HostMatch>,
     /// `canary: "true"`: the Ingress shadows the main Ingress's routes with these rules.
     pub(crate) canary: Option<CanarySpec>,
     /// `use-regex` or `rewrite-target`: every path of the Ingress's hosts is a case-insensitive
@@ -346,6 +348,11 @@ pub(crate) fn parse(
     parsed.policy.external_auth = external_auth;
     parsed.canary = ctx.canary();
     parsed.policy.balance = ctx.balance();
+    parsed.server_aliases = ctx.value("server-alias", values::host_list).unwrap_or_default();
+    // weir streams bodies both ways and never spools them to disk: buffering settings are
+    // validated and have nothing to change.
+    let _ = ctx.value("proxy-buffering", values::on_off);
+    let _ = ctx.value("proxy-request-buffering", values::on_off);
     let error_backend = ctx.value("default-backend", values::header_name);
     parsed.custom_errors =
         ctx.value("custom-http-errors", values::status_codes).map(|codes| (codes, error_backend));

@@ -376,3 +376,20 @@ fn custom_errors() {
     let (_, w) = one("custom-http-errors", "404,302");
     assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
 }
+
+#[test]
+fn aliases_and_buffering() {
+    let map: BTreeMap<String, String> =
+        [(nginx("server-alias"), "www.example.com, *.example.org"), (nginx("proxy-buffering"), "on")]
+            .into_iter()
+            .map(|(k, v)| (k, v.to_string()))
+            .collect();
+    let mut warnings = Warnings::default();
+    let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &secrets(), &mut warnings);
+    assert!(warnings.finish().is_empty());
+    assert_eq!(parsed.server_aliases.len(), 2);
+    for (name, bad) in [("server-alias", "not a host!"), ("server-alias", "*"), ("proxy-buffering", "yes")] {
+        let (_, w) = one(name, bad);
+        assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)], "{name}: {bad}");
+    }
+}

@@ -240,6 +240,36 @@ pub(super) fn status_codes(s: &str) -> Result<Vec<u16>, String> {
     Ok(codes)
 }
 
+/// `on` or `off`.
+pub(super) fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err("expected on or off".into()),
+    }
+}
+
+/// Comma-separated host names (exact or `*.` wildcard), for `server-alias`.
+pub(super) fn host_list(s: &str) -> Result<Vec<weir_dataplane::model::HostMatch>, String> {
+    let mut hosts = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        match weir_dataplane::model::HostMatch::parse(item) {
+            Ok(
+                h @ (weir_dataplane::model::HostMatch::Exact(_)
+                | weir_dataplane::model::HostMatch::Wildcard(_)),
+            ) => hosts.push(h),
+            Ok(_) => return Err("an alias must be a host name".into()),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    if hosts.is_empty() {
+        return Err("no host name given".into());
+    }
+    hosts.sort();
+    hosts.dedup();
+    Ok(hosts)
+}
+
 /// A redirect status: 300 to 308.
 pub(super) fn redirect_code(s: &str) -> Result<u16, String> {
     match s.parse::<u16>() {
