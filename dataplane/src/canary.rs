@@ -1,7 +1,7 @@
 //! Canary selection for a route (ingress-nginx `canary-by-header`, `-by-cookie`, `-weight`): by
 //! header, then by cookie, then by weight.
 
-use http::header::{COOKIE, HeaderMap, HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::model::Canary;
 use crate::router::BackendIdx;
@@ -85,7 +85,7 @@ impl CompiledCanary {
             }
         }
         if let Some(cookie) = &self.cookie
-            && let Some(value) = cookie_value(headers, cookie)
+            && let Some(value) = crate::http_util::cookie(headers, cookie)
             && let Some(decided) = always_never(value.as_bytes())
         {
             return decided;
@@ -100,18 +100,6 @@ fn always_never(value: &[u8]) -> Option<bool> {
         b"never" => Some(false),
         _ => None,
     }
-}
-
-/// The value of cookie `name` in the request's `Cookie` headers.
-fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.trim())
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use http::header::{COOKIE, HeaderMap, HeaderName};
+use http::header::{HeaderMap, HeaderName};
 
 use crate::balance::stable_hash;
 
@@ -124,17 +124,7 @@ impl HashKey {
     }
 }
 
-/// The value of cookie `name` in the request.
-pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.trim())
-}
+pub use crate::http_util::cookie;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -9,6 +9,7 @@ pub mod canary;
 pub mod cors;
 pub mod echo;
 pub mod hashkey;
+pub mod http_util;
 pub mod l4;
 pub mod model;
 pub mod mtls;

@@ -189,7 +189,7 @@ impl HostAuth {
         out.subject = HeaderValue::from_str(&subject).ok().filter(|_| !subject.is_empty());
         out.issuer = HeaderValue::from_str(&issuer).ok().filter(|_| !issuer.is_empty());
         if self.pass_certificate {
-            out.pem = HeaderValue::from_str(&url_encode(&pem(leaf.as_ref()))).ok();
+            out.pem = HeaderValue::from_str(&crate::http_util::percent_encode(&pem(leaf.as_ref()))).ok();
         }
         out
     }
@@ -260,19 +260,6 @@ fn pem(der: &[u8]) -> String {
         out.push('\n');
     }
     out.push_str("-----END CERTIFICATE-----\n");
-    out
-}
-
-/// Percent-encoding of everything but unreserved characters (as nginx's `$ssl_client_escaped_cert`).
-fn url_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3 / 2);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
     out
 }
 
@@ -369,6 +356,6 @@ mod tests {
         assert_eq!(subject, "O=Acme\\, Inc,CN=client one");
         assert_eq!(issuer, subject, "self-signed");
         assert_eq!(pem(cert.der()), cert.pem().replace("\r\n", "\n"));
-        assert_eq!(url_encode("a b\n+/="), "a%20b%0A%2B%2F%3D");
+        assert_eq!(crate::http_util::percent_encode("a b\n+/="), "a%20b%0A%2B%2F%3D");
     }
 }

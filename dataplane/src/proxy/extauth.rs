@@ -10,6 +10,7 @@ use http::uri::{Authority, Scheme};
 use http::{Method, Request, StatusCode, Uri};
 
 use super::client::{Clients, UpstreamBody};
+use crate::http_util::percent_encode;
 
 const X_ORIGINAL_URL: HeaderName = HeaderName::from_static("x-original-url");
 const X_ORIGINAL_METHOD: HeaderName = HeaderName::from_static("x-original-method");
@@ -57,7 +58,7 @@ pub(super) fn expand(template: &str, o: &Original<'_>) -> String {
             "scheme" => out.push_str(o.scheme),
             "host" | "http_host" | "best_http_host" => out.push_str(o.host),
             "request_uri" => out.push_str(o.request_uri),
-            "escaped_request_uri" => out.push_str(&escape(o.request_uri)),
+            "escaped_request_uri" => out.push_str(&percent_encode(o.request_uri)),
             "uri" => out.push_str(o.request_uri.split('?').next().unwrap_or_default()),
             "remote_addr" => out.push_str(&o.client.to_string()),
             _ => {
@@ -68,19 +69,6 @@ pub(super) fn expand(template: &str, o: &Original<'_>) -> String {
         rest = tail;
     }
     out.push_str(rest);
-    out
-}
-
-/// Percent-encodes everything but unreserved characters (nginx's `$escaped_request_uri`).
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
     out
 }
 
@@ -131,7 +119,8 @@ pub(super) async fn decide(
                 if !location.contains("rd=") {
                     location.push(if location.contains('?') { '&' } else { '?' });
                     location.push_str("rd=");
-                    location.push_str(&escape(&format!("{}://{}{}", o.scheme, o.host, o.request_uri)));
+                    location
+                        .push_str(&percent_encode(&format!("{}://{}{}", o.scheme, o.host, o.request_uri)));
                 }
                 match HeaderValue::try_from(location) {
                     Ok(v) => Decision::Deny(StatusCode::FOUND, vec![(LOCATION, v)]),

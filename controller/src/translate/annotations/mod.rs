@@ -381,6 +381,19 @@ struct Ctx<'a, 'w> {
 }
 
 impl Ctx<'_, '_> {
+    /// Reports each of `names` that is set: it has no effect without `without`.
+    fn unused_without(&mut self, names: &[&str], without: &str) {
+        for name in names {
+            if let Some((key, _)) = self.reader.get(name) {
+                self.warnings.warn(
+                    self.ingress,
+                    Reason::InvalidAnnotation,
+                    format!("metadata.annotations[{key}]: has no effect without {without}"),
+                );
+            }
+        }
+    }
+
     /// The value of `name` parsed by `parse`; an invalid value is reported and ignored.
     fn value<T>(&mut self, name: &str, parse: impl FnOnce(&str) -> Result<T, String>) -> Option<T> {
         let (key, raw) = self.reader.get(name)?;
@@ -435,15 +448,7 @@ impl Ctx<'_, '_> {
             "cors-expose-headers",
         ];
         if !self.value("enable-cors", values::boolean).unwrap_or(false) {
-            for name in SETTINGS {
-                if let Some((key, _)) = self.reader.get(name) {
-                    self.warnings.warn(
-                        self.ingress,
-                        Reason::InvalidAnnotation,
-                        format!("metadata.annotations[{key}]: has no effect without enable-cors: \"true\""),
-                    );
-                }
-            }
+            self.unused_without(&SETTINGS, "enable-cors: \"true\"");
             return None;
         }
         Some(Cors {
@@ -465,15 +470,7 @@ impl Ctx<'_, '_> {
     /// fail closed: never served unprotected).
     fn basic_auth(&mut self) -> (Option<BasicAuth>, bool) {
         let Some((type_key, kind)) = self.reader.get("auth-type") else {
-            for name in ["auth-secret", "auth-secret-type", "auth-realm"] {
-                if let Some((key, _)) = self.reader.get(name) {
-                    self.warnings.warn(
-                        self.ingress,
-                        Reason::InvalidAnnotation,
-                        format!("metadata.annotations[{key}]: has no effect without auth-type"),
-                    );
-                }
-            }
+            self.unused_without(&["auth-secret", "auth-secret-type", "auth-realm"], "auth-type");
             return (None, false);
         };
         let closed = "the routes deny every client (403) until it is fixed";
@@ -540,15 +537,10 @@ impl Ctx<'_, '_> {
     /// set up (then the routes fail closed).
     fn external_auth(&mut self) -> (Option<ExternalAuth>, bool) {
         let Some((url_key, raw)) = self.reader.get("auth-url") else {
-            for name in ["auth-method", "auth-signin", "auth-response-headers", "auth-request-redirect"] {
-                if let Some((key, _)) = self.reader.get(name) {
-                    self.warnings.warn(
-                        self.ingress,
-                        Reason::InvalidAnnotation,
-                        format!("metadata.annotations[{key}]: has no effect without auth-url"),
-                    );
-                }
-            }
+            self.unused_without(
+                &["auth-method", "auth-signin", "auth-response-headers", "auth-request-redirect"],
+                "auth-url",
+            );
             return (None, false);
         };
         let url = match values::auth_url(raw.trim(), false) {
@@ -609,15 +601,7 @@ impl Ctx<'_, '_> {
             });
         }
         if self.reader.get("affinity").is_none() {
-            for name in cookie_settings {
-                if let Some((key, _)) = self.reader.get(name) {
-                    self.warnings.warn(
-                        self.ingress,
-                        Reason::InvalidAnnotation,
-                        format!("metadata.annotations[{key}]: has no effect without affinity: cookie"),
-                    );
-                }
-            }
+            self.unused_without(&cookie_settings, "affinity: cookie");
         }
         if let Some(template) = self
             .value("upstream-hash-by", |v| weir_dataplane::hashkey::HashKey::parse(v).map(|_| v.to_string()))
@@ -646,15 +630,7 @@ impl Ctx<'_, '_> {
             "canary-by-cookie",
         ];
         if !self.value("canary", values::boolean).unwrap_or(false) {
-            for name in SETTINGS {
-                if let Some((key, _)) = self.reader.get(name) {
-                    self.warnings.warn(
-                        self.ingress,
-                        Reason::InvalidAnnotation,
-                        format!("metadata.annotations[{key}]: has no effect without canary: \"true\""),
-                    );
-                }
-            }
+            self.unused_without(&SETTINGS, "canary: \"true\"");
             return None;
         }
         let weight_total = self.value("canary-weight-total", values::rate).unwrap_or(100);
@@ -682,15 +658,10 @@ impl Ctx<'_, '_> {
             .or_else(|| self.value("limit-whitelist", values::cidr_list))
             .unwrap_or_default();
         if rps.is_none() && rpm.is_none() {
-            for name in ["limit-burst-multiplier", "limit-allowlist", "limit-whitelist"] {
-                if let Some((key, _)) = self.reader.get(name) {
-                    self.warnings.warn(
-                        self.ingress,
-                        Reason::InvalidAnnotation,
-                        format!("metadata.annotations[{key}]: has no effect without limit-rps or limit-rpm"),
-                    );
-                }
-            }
+            self.unused_without(
+                &["limit-burst-multiplier", "limit-allowlist", "limit-whitelist"],
+                "limit-rps or limit-rpm",
+            );
             return None;
         }
         Some(RateLimit { rps, rpm, burst_multiplier, exempt, status: 503 })
