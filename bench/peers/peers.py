@@ -388,8 +388,11 @@ def run_h2load(url, duration):
 def run_handshakes(port, duration):
     """Full TLS handshakes: openssl s_time -new never offers a session to resume (wrk and h2load
     would). Two clients in parallel; one GET per connection."""
+    # s_time sends "GET <page> HTTP/1.0\r\n\r\n": the page smuggles in a Host header, which
+    # weir requires even from HTTP/1.0 clients (nginx and HAProxy do not).
+    page = "/ HTTP/1.0\r\nHost: bench.local\r\nX-Bench: full-handshake"
     argv = ["openssl", "s_time", "-connect", f"127.0.0.1:{port}", "-new", "-time",
-            str(duration), "-www", "/"]
+            str(duration), "-www", page]
     started = time.time()
     procs = [subprocess.Popen(pinned(LOAD_CPU, argv), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for _ in range(2)]
