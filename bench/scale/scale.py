@@ -74,6 +74,10 @@ def main():
                           str(SERVICES), str(ENDPOINTS), f"127.0.0.1:{LIVE}"],
                          check=True, capture_output=True, text=True).stdout.strip()
     log(f"generated {out} in {time.time() - t:.1f} s")
+    t = time.time()
+    subprocess.run([WEIR, "--log-level", "error", "check", "--manifests", manifests],
+                   check=True, capture_output=True)
+    check_s = time.time() - t
     echo = subprocess.Popen([WEIR, "--log-level", "warn", "echo", "--listen", f"127.0.0.1:{LIVE}",
                              "--name", "live"])
     logfile = os.path.join(WORK, "weir.log")
@@ -100,6 +104,7 @@ def main():
         rss, hwm = rss_mb(weir.pid)
         print(f"weir scale benchmark: {out}")
         print(f"start to ready (read + parse YAML, translate, compile, swap): {ready_s * 1e3:.0f} ms")
+        print(f"weir check (read + parse YAML, translate; a separate process): {check_s * 1e3:.0f} ms")
         print(f"first table: translate {first[1]:.0f} ms, translate + compile + swap {first[2]:.0f} ms"
               f" (weir's log)")
         print(f"RSS after load: {rss:.0f} MB (peak {hwm:.0f} MB)")
@@ -107,10 +112,10 @@ def main():
         # Change propagation: one new file per change, one new host; poll until it is routed.
         conn = http.client.HTTPConnection("127.0.0.1", HTTP, timeout=5)
         probe = os.path.join(manifests, "zz-probe.yaml")
-        latencies, rebuilds = [], []
+        latencies = []
+        pos = os.path.getsize(logfile)
         for i in range(CHANGES):
             host = f"probe-{i}.bench.local"
-            pos = os.path.getsize(logfile)
             t0 = time.perf_counter()
             write_atomic(probe, ingress("probe", host, ["/"]))
             while True:
@@ -123,8 +128,9 @@ def main():
                     sys.exit(f"change {i} not routed within 30 s")
                 time.sleep(0.002)
             latencies.append((time.perf_counter() - t0) * 1e3)
-            rebuilds += [p[2] for p in published(logfile, pos)]
             time.sleep(0.05)
+        time.sleep(0.5)
+        rebuilds = [p[2] for p in published(logfile, pos)]
         if latencies:
             print(f"change propagation over {CHANGES} changes (file written -> first request "
                   f"routed, includes the {DEBOUNCE_MS} ms debounce and the 2 ms poll): "
@@ -135,6 +141,9 @@ def main():
             after = [x - DEBOUNCE_MS for x in latencies]
             print(f"  after the debounce: p50 {statistics.median(after):.0f} ms, "
                   f"p99 {pct(after, 0.99):.0f} ms")
+
+        rss, hwm = rss_mb(weir.pid)
+        print(f"RSS after the changes: {rss:.0f} MB (peak {hwm:.0f} MB)")
 
         # Churn under load: a route file rewritten every CHURN_INTERVAL while wrk hits a live host.
         churn = os.path.join(manifests, "zz-churn.yaml")
