@@ -478,6 +478,7 @@ def one_run(scenario, proxy):
     try:
         if WARMUP > 0:
             load(scenario, proxy, WARMUP)
+            time.sleep(0.5)  # the warm-up's last in-flight requests reach the upstream first
         up0 = upstream_requests()
         cpu0, sys0, wall0 = px.cpu_seconds(), cpu_times(), time.time()
         res = load(scenario, proxy, DURATION)
