@@ -280,16 +280,17 @@ class Proxy:
         return out
 
     def cpu_seconds(self):
-        """utime + stime of every process of the proxy (all threads, live and exited)."""
-        total = 0
+        """(utime, stime) of every process of the proxy (all threads, live and exited)."""
+        user = system = 0
         for pid in self.pids():
             try:
                 with open(f"/proc/{pid}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])
+                user += int(fields[11])
+                system += int(fields[12])
             except FileNotFoundError:
                 pass
-        return total / TICK
+        return user / TICK, system / TICK
 
     def peak_rss_mb(self):
         total = 0
@@ -489,6 +490,8 @@ def one_run(scenario, proxy):
         px.stop()
     res.pop("raw", None)
     wall = wall1 - wall0
+    res["sys_share"] = (cpu1[1] - cpu0[1]) / max(1e-9, sum(cpu1) - sum(cpu0))
+    cpu0, cpu1 = sum(cpu0), sum(cpu1)
     res["proxy_cpu_s"] = cpu1 - cpu0
     res["proxy_util"] = (cpu1 - cpu0) / wall
     res["proxy_core_busy"] = busy_share(sys0, sys1, PROXY_CPU)
@@ -583,8 +586,9 @@ def main():
         with open(os.environ["JSON_OUT"], "w") as f:
             json.dump(results, f, indent=1)
 
-    print(f"\nmedians over {ROUNDS} interleaved rounds of {DURATION} s; CPU = proxy utime+stime")
-    print(f"{'scenario':10}{'proxy':9}{'req/s':>10}{'p99 ms':>9}{'CPU s/10k':>11}{'peak RSS MB':>13}"
+    print(f"\nmedians over {ROUNDS} interleaved rounds of {DURATION} s; CPU = proxy utime+stime, "
+          f"(sys) = stime's share of it")
+    print(f"{'scenario':10}{'proxy':9}{'req/s':>10}{'p99 ms':>9}{'CPU s/10k':>11}{'(sys)':>6}{'peak RSS MB':>13}"
           f"  bottleneck")
     med = {}
     for scenario in SCENARIOS:
@@ -593,10 +597,12 @@ def main():
             if not runs:
                 print(f"{scenario:10}{proxy:9}{'no successful run':>30}")
                 continue
-            m = {k: median([r.get(k) for r in runs]) for k in ("rps", "p99_ms", "cpu_per_10k", "rss_mb")}
+            m = {k: median([r.get(k) for r in runs])
+                 for k in ("rps", "p99_ms", "cpu_per_10k", "rss_mb", "sys_share")}
             med[(scenario, proxy)] = m
             print(f"{scenario:10}{proxy:9}{fmt(m['rps'], '10.0f')}{fmt(m['p99_ms'], '9.2f')}"
-                  f"{fmt(m['cpu_per_10k'], '11.3f')}{fmt(m['rss_mb'], '13.1f')}  {bottleneck(runs)}")
+                  f"{fmt(m['cpu_per_10k'], '11.3f')}{fmt(m['sys_share'], '6.0%')}{fmt(m['rss_mb'], '13.1f')}"
+                  f"  {bottleneck(runs)}")
     if "weir" in PROXIES:
         print("\nweir relative to peers (req/s, p99, CPU per request, peak RSS; CPU < 1 is better)")
         for scenario in SCENARIOS:
