@@ -496,6 +496,8 @@ def one_run(scenario, proxy):
     res["proxy_util"] = (cpu1 - cpu0) / wall
     res["proxy_core_busy"] = busy_share(sys0, sys1, PROXY_CPU)
     res["load_core_busy"] = busy_share(sys0, sys1, LOAD_CPU)
+    # What the load side (client + upstream) spent per request: it differs by proxy too.
+    res["load_cpu_per_10k"] = (sys1[LOAD_CPU][0] - sys0[LOAD_CPU][0]) / TICK / max(1, res["requests"]) * 1e4
     res["rps"] = res["requests"] / res["elapsed"]
     res["cpu_per_10k"] = (cpu1 - cpu0) / max(1, res["requests"]) * 1e4
     # Integrity: the upstream saw every completed request exactly once; requests still in
@@ -587,8 +589,8 @@ def main():
             json.dump(results, f, indent=1)
 
     print(f"\nmedians over {ROUNDS} interleaved rounds of {DURATION} s; CPU = proxy utime+stime, "
-          f"(sys) = stime's share of it")
-    print(f"{'scenario':10}{'proxy':9}{'req/s':>10}{'p99 ms':>9}{'CPU s/10k':>11}{'(sys)':>6}{'peak RSS MB':>13}"
+          f"(sys) = stime's share of it; load s/10k = CPU the load core (client + upstream) spent")
+    print(f"{'scenario':10}{'proxy':9}{'req/s':>10}{'p99 ms':>9}{'CPU s/10k':>11}{'(sys)':>6}{'peak RSS MB':>13}{'load s/10k':>11}"
           f"  bottleneck")
     med = {}
     for scenario in SCENARIOS:
@@ -598,11 +600,11 @@ def main():
                 print(f"{scenario:10}{proxy:9}{'no successful run':>30}")
                 continue
             m = {k: median([r.get(k) for r in runs])
-                 for k in ("rps", "p99_ms", "cpu_per_10k", "rss_mb", "sys_share")}
+                 for k in ("rps", "p99_ms", "cpu_per_10k", "rss_mb", "sys_share", "load_cpu_per_10k")}
             med[(scenario, proxy)] = m
             print(f"{scenario:10}{proxy:9}{fmt(m['rps'], '10.0f')}{fmt(m['p99_ms'], '9.2f')}"
                   f"{fmt(m['cpu_per_10k'], '11.3f')}{fmt(m['sys_share'], '6.0%')}{fmt(m['rss_mb'], '13.1f')}"
-                  f"  {bottleneck(runs)}")
+                  f"{fmt(m['load_cpu_per_10k'], '11.3f')}  {bottleneck(runs)}")
     if "weir" in PROXIES:
         print("\nweir relative to peers (req/s, p99, CPU per request, peak RSS; CPU < 1 is better)")
         for scenario in SCENARIOS:
