@@ -125,7 +125,8 @@ http {{
   client_body_temp_path {WORK}/nginx/body;
   proxy_temp_path {WORK}/nginx/proxy;
   map $http_upgrade $connection_upgrade {{ default upgrade; '' ''; }}
-  upstream up {{ server 127.0.0.1:{UP}; keepalive 32; keepalive_requests 100000000; }}
+  # 320 idle upstream connections: ingress-nginx's upstream-keepalive-connections default.
+  upstream up {{ server 127.0.0.1:{UP}; keepalive 320; keepalive_requests 100000000; }}
   upstream ws {{ server 127.0.0.1:{WS_UP}; }}
   server {{
     listen 127.0.0.1:{p['http']} backlog=4096;
@@ -449,10 +450,12 @@ def load(scenario, proxy, duration):
 
 # === /proc readings ===
 
-def upstream_requests():
-    """Requests the upstream nginx has accepted so far (stub_status; this request included)."""
+def upstream_counters():
+    """(connections accepted, requests) of the upstream nginx so far (stub_status; this request
+    and its connection included)."""
     body = urllib.request.urlopen(f"http://127.0.0.1:{UP}/up-status", timeout=2).read().decode()
-    return int(body.splitlines()[2].split()[2])
+    accepts, _, requests = map(int, body.splitlines()[2].split())
+    return accepts, requests
 
 
 def cpu_times():
@@ -480,11 +483,11 @@ def one_run(scenario, proxy):
         if WARMUP > 0:
             load(scenario, proxy, WARMUP)
             time.sleep(0.5)  # the warm-up's last in-flight requests reach the upstream first
-        up0 = upstream_requests()
+        (conns0, up0) = upstream_counters()
         cpu0, sys0, wall0 = px.cpu_seconds(), cpu_times(), time.time()
         res = load(scenario, proxy, DURATION)
         cpu1, sys1, wall1 = px.cpu_seconds(), cpu_times(), time.time()
-        up1 = upstream_requests()
+        (conns1, up1) = upstream_counters()
         res["rss_mb"] = px.peak_rss_mb()
     finally:
         px.stop()
@@ -503,6 +506,8 @@ def one_run(scenario, proxy):
     # Integrity: the upstream saw every completed request exactly once; requests still in
     # flight when the load generator stopped may have reached it without being counted.
     upstream = up1 - up0 - 1
+    # New upstream connections per 10k requests: ~0 with working keep-alive and a big enough pool.
+    res["upstream_conns_per_10k"] = (conns1 - conns0 - 1) / max(1, res["requests"]) * 1e4
     res["upstream"] = upstream
     if scenario != "ws":
         extra = upstream - res["requests"]
@@ -589,8 +594,9 @@ def main():
             json.dump(results, f, indent=1)
 
     print(f"\nmedians over {ROUNDS} interleaved rounds of {DURATION} s; CPU = proxy utime+stime, "
-          f"(sys) = stime's share of it; load s/10k = CPU the load core (client + upstream) spent")
-    print(f"{'scenario':10}{'proxy':9}{'req/s':>10}{'p99 ms':>9}{'CPU s/10k':>11}{'(sys)':>6}{'peak RSS MB':>13}{'load s/10k':>11}"
+          f"(sys) = stime's share of it;\nload s/10k = CPU the load core (client + upstream) spent; "
+          f"up c/10k = connections the upstream accepted per 10k requests")
+    print(f"{'scenario':10}{'proxy':9}{'req/s':>10}{'p99 ms':>9}{'CPU s/10k':>11}{'(sys)':>6}{'peak RSS MB':>13}{'load s/10k':>11}{'up c/10k':>9}"
           f"  bottleneck")
     med = {}
     for scenario in SCENARIOS:
@@ -600,11 +606,13 @@ def main():
                 print(f"{scenario:10}{proxy:9}{'no successful run':>30}")
                 continue
             m = {k: median([r.get(k) for r in runs])
-                 for k in ("rps", "p99_ms", "cpu_per_10k", "rss_mb", "sys_share", "load_cpu_per_10k")}
+                 for k in ("rps", "p99_ms", "cpu_per_10k", "rss_mb", "sys_share", "load_cpu_per_10k",
+                           "upstream_conns_per_10k")}
             med[(scenario, proxy)] = m
             print(f"{scenario:10}{proxy:9}{fmt(m['rps'], '10.0f')}{fmt(m['p99_ms'], '9.2f')}"
                   f"{fmt(m['cpu_per_10k'], '11.3f')}{fmt(m['sys_share'], '6.0%')}{fmt(m['rss_mb'], '13.1f')}"
-                  f"{fmt(m['load_cpu_per_10k'], '11.3f')}  {bottleneck(runs)}")
+                  f"{fmt(m['load_cpu_per_10k'], '11.3f')}{fmt(m['upstream_conns_per_10k'], '9.0f')}"
+                  f"  {bottleneck(runs)}")
     if "weir" in PROXIES:
         print("\nweir relative to peers (req/s, p99, CPU per request, peak RSS; CPU < 1 is better)")
         for scenario in SCENARIOS:
