@@ -23,4 +23,4 @@ if [ -z "${WEIR_BIN:-}" ]; then
 fi
 export WEIR_BIN
 export WORKDIR=${WORKDIR:-$(mktemp -d /tmp/weir-bench-scale.XXXXXX)}
-exec python3 "$here/scale.py"
+exec python3 -u "$here/scale.py"
