@@ -538,13 +538,19 @@ def ratio(a, b):
 
 
 def bottleneck(runs):
+    """Which side limited the run: the proxy (its share of its core), the load core, or other
+    processes on the proxy's core (busy beyond the proxy's own share: a noisy machine)."""
     util = median([r["proxy_util"] for r in runs])
+    core = median([r["proxy_core_busy"] for r in runs])
     load_busy = median([r["load_core_busy"] for r in runs])
+    shares = f"proxy {util:.0%}, its core {core:.0%}, load core {load_busy:.0%}"
     if util >= 0.90:
-        return f"proxy ({util:.0%} of its core)"
+        return f"proxy ({shares})"
+    if core - util >= 0.15:
+        return f"NOISY: others on the proxy core ({shares})"
     if load_busy >= 0.90:
-        return f"load side (proxy {util:.0%}, load core {load_busy:.0%})"
-    return f"neither (proxy {util:.0%}, load core {load_busy:.0%})"
+        return f"load side ({shares})"
+    return f"neither ({shares})"
 
 
 def main():
