@@ -41,7 +41,12 @@ if [ -z "${WEIR_BIN:-}" ]; then
 fi
 export WEIR_BIN
 
-workdir=${WORKDIR:-$(mktemp -d /tmp/weir-bench-peers.XXXXXX)}
+if [ -n "${WORKDIR:-}" ]; then
+  workdir=$WORKDIR
+else
+  workdir=$(mktemp -d /tmp/weir-bench-peers.XXXXXX)
+  trap 'rm -rf "$workdir"' EXIT  # the generated key goes with it
+fi
 mkdir -p "$workdir"
 chmod 755 "$workdir"  # nginx workers (user nobody) read the 1 MiB body from it
 export WORKDIR=$workdir
@@ -52,4 +57,4 @@ openssl req -x509 -new -key "$workdir/key.pem" -out "$workdir/cert.pem" -days 2 
   -subj /CN=bench.local -addext subjectAltName=DNS:bench.local 2>/dev/null
 
 # The orchestrator runs on the load core so that it never steals the proxy's core.
-exec taskset -c "${LOAD_CPU:-0}" python3 "$here/peers.py"
+taskset -c "${LOAD_CPU:-0}" python3 "$here/peers.py"

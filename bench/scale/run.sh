@@ -22,5 +22,9 @@ if [ -z "${WEIR_BIN:-}" ]; then
   WEIR_BIN=$target/release/weir
 fi
 export WEIR_BIN
-export WORKDIR=${WORKDIR:-$(mktemp -d /tmp/weir-bench-scale.XXXXXX)}
-exec python3 -u "$here/scale.py"
+if [ -z "${WORKDIR:-}" ]; then
+  WORKDIR=$(mktemp -d /tmp/weir-bench-scale.XXXXXX)
+  trap 'rm -rf "$WORKDIR"' EXIT
+fi
+export WORKDIR
+python3 -u "$here/scale.py"
