@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: weir, nginx and HAProxy as reverse proxies in front of the same
+# upstream (an nginx serving fixed bodies), each proxy pinned to one core with one worker, the
+# load generators and the upstream on the other core. Interleaved rounds; per scenario prints each
+# proxy's median req/s, p99, proxy CPU seconds per 10k requests, peak RSS and the ratios of weir
+# to nginx and HAProxy, then checks its own integrity. See bench/README.md.
+#
+#   bench/peers/run.sh                         # 3 rounds x 5 s, every scenario
+#   ROUNDS=5 DURATION=10 bench/peers/run.sh    # longer
+#   SCENARIOS=h1,h2-tls PROXIES=weir,nginx bench/peers/run.sh
+#
+# Environment: WEIR_BIN (default: build it with cargo), ROUNDS, DURATION (s), WARMUP (s),
+# SCENARIOS, PROXIES, PROXY_CPU (default 1), LOAD_CPU (default 0), WORKDIR (default a temp dir),
+# JSON_OUT (write every run's raw figures there).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+
+missing=()
+for tool in nginx:nginx-light haproxy:haproxy wrk:wrk h2load:nghttp2-client openssl:openssl \
+  taskset:util-linux python3:python3 curl:curl; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 || PATH=$PATH:/usr/sbin command -v "${tool%%:*}" >/dev/null 2>&1 ||
+    missing+=("${tool#*:}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "missing tools; install them with: apt-get install -y ${missing[*]}" >&2
+  exit 2
+fi
+export PATH=$PATH:/usr/sbin
+if [ "$(nproc)" -lt 2 ]; then
+  echo "needs at least 2 CPUs (one for the proxy, one for load and upstream)" >&2
+  exit 2
+fi
+
+if [ -z "${WEIR_BIN:-}" ]; then
+  echo "building weir (release)..." >&2
+  (cd "$root" && cargo build --release --locked --bin weir >&2)
+  target=$(cd "$root" && cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+  WEIR_BIN=$target/release/weir
+fi
+export WEIR_BIN
+
+if [ -n "${WORKDIR:-}" ]; then
+  workdir=$WORKDIR
+else
+  workdir=$(mktemp -d /tmp/weir-bench-peers.XXXXXX)
+  trap 'rm -rf "$workdir"' EXIT  # the generated key goes with it
+fi
+mkdir -p "$workdir"
+chmod 755 "$workdir"  # nginx workers (user nobody) read the 1 MiB body from it
+export WORKDIR=$workdir
+
+# A fresh ECDSA P-256 key and self-signed certificate for every run (never committed).
+openssl ecparam -name prime256v1 -genkey -noout -out "$workdir/key.pem" 2>/dev/null
+openssl req -x509 -new -key "$workdir/key.pem" -out "$workdir/cert.pem" -days 2 \
+  -subj /CN=bench.local -addext subjectAltName=DNS:bench.local 2>/dev/null
+
+# The orchestrator runs on the load core so that it never steals the proxy's core.
+taskset -c "${LOAD_CPU:-0}" python3 "$here/peers.py"
