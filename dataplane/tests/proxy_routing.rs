@@ -145,3 +145,23 @@ async fn bad_table_is_rejected_and_live_table_kept() {
     assert_eq!(p.proxy.version(), 1);
     assert_eq!(p.get("a.test", "/").await.name(), "a");
 }
+
+#[tokio::test]
+async fn http_1_0_without_host_uses_host_less_rules() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (named, any) = (echo("named").await, echo("any").await);
+    let p =
+        proxy(table().host("a.test").prefix("/", &to(&named)).host("*").prefix("/", &to(&any)).build()).await;
+    let mut stream = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    stream.write_all(b"GET /old HTTP/1.0\r\n\r\n").await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"name\":\"any\""), "{answer}");
+    // HTTP/1.1 still needs a Host.
+    let mut stream = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    stream.write_all(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+}

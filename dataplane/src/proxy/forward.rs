@@ -125,7 +125,16 @@ impl ConnCtx {
         start: Instant,
         request_id: &HeaderValue,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        let host = request_host(&req).ok_or(ProxyError::NoHost)?;
+        let host = match request_host(&req) {
+            Some(host) => host,
+            // `Host` is optional in HTTP/1.0: such a request is for no name in particular, so
+            // host-less rules (or the default backend) serve it, as nginx's `server_name _`
+            // server does, and `_` is the host passed on.
+            None if req.version() <= Version::HTTP_10 && !req.headers().contains_key(HOST) => {
+                HeaderValue::from_static("_")
+            }
+            None => return Err(ProxyError::NoHost),
+        };
         let route = state
             .router
             .lookup(host.to_str().unwrap_or_default(), req.uri().path())

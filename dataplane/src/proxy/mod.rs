@@ -77,7 +77,10 @@ impl Default for ProxyConfig {
             connect_timeout: Duration::from_secs(5),
             upstream_timeout: Duration::from_secs(60),
             pool_idle_timeout: Duration::from_secs(60),
-            pool_max_idle_per_host: 32,
+            // ingress-nginx's `upstream-keepalive-connections`: with fewer, a busy endpoint's
+            // connections are closed and reopened under load (bench/RESULTS.md measured a third of
+            // h2 requests opening one with 32).
+            pool_max_idle_per_host: 320,
             drain_timeout: Duration::from_secs(30),
             connect_tries: 3,
             header_read_timeout: Duration::from_secs(30),
