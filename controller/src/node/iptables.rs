@@ -58,10 +58,11 @@ pub enum Error {
 /// A `Result` of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Options of iptables mode (from the command line).
+/// Options of iptables and nftables modes (from the command line).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Config {
-    /// The IP family this instance programs (`iptables` or `ip6tables`).
+    /// The IP family this instance programs (`iptables` or `ip6tables`; nftables table `ip
+    /// weir` or `ip6 weir`).
     pub family: Option<IpFamily>,
     /// Pod CIDR: ClusterIP traffic from outside it is masqueraded.
     pub cluster_cidr: Option<Cidr>,

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use super::conntrack;
 use super::exec::{self, Runner};
-use super::plan::{Cidr, Endpoint, IpFamily, Ruleset, ServicePort, ServicePortKey, TrafficPolicy};
+use super::plan::{Endpoint, IpFamily, Ruleset, ServicePort, ServicePortKey, TrafficPolicy};
 
 /// The table's name (in family `ip` or `ip6`).
 pub const TABLE: &str = "weir";
@@ -47,16 +47,9 @@ pub enum Error {
 /// A `Result` of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Options of nftables mode (from the command line).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Config {
-    /// The IP family this instance programs (table `ip weir` or `ip6 weir`).
-    pub family: Option<IpFamily>,
-    /// Pod CIDR: ClusterIP traffic from outside it is masqueraded.
-    pub cluster_cidr: Option<Cidr>,
-    /// Masquerade all ClusterIP traffic.
-    pub masquerade_all: bool,
-}
+/// Options of nftables mode: the same as iptables mode's (the family picks table `ip weir` or
+/// `ip6 weir`).
+pub use super::iptables::Config;
 
 /// Family-dependent words of the nft syntax.
 #[derive(Clone, Copy, Debug)]
