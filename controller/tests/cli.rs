@@ -305,17 +305,24 @@ fn curl_https(https: SocketAddr, ca: &Path, path: &str) -> (bool, String) {
     )
 }
 
-#[test]
-fn serve_terminates_tls_redirects_and_rotates_the_secret() {
-    let have_curl =
-        Command::new("sh").args(["-c", "command -v curl"]).output().is_ok_and(|o| o.status.success());
-    if !have_curl {
+/// Whether curl is installed; without it the test is skipped with a reason, or fails when
+/// `WEIR_REQUIRE_ALL=1` (CI).
+fn have_curl() -> bool {
+    let found = Command::new("sh").args(["-c", "command -v curl"]).output().is_ok_and(|o| o.status.success());
+    if !found {
         assert_ne!(
             std::env::var("WEIR_REQUIRE_ALL").as_deref(),
             Ok("1"),
             "curl is required (WEIR_REQUIRE_ALL=1)"
         );
         eprintln!("skipping: curl is not installed");
+    }
+    found
+}
+
+#[test]
+fn serve_terminates_tls_redirects_and_rotates_the_secret() {
+    if !have_curl() {
         return;
     }
     let (_echo, echo_addrs) = spawn(&["echo", "--listen", "127.0.0.1:0", "--name", "backend-a"], &["listen"]);
@@ -393,15 +400,7 @@ fn serve_with_an_unreadable_kubeconfig_is_a_clear_error() {
 
 #[test]
 fn serve_default_certificate_from_files_is_reloaded() {
-    let have_curl =
-        Command::new("sh").args(["-c", "command -v curl"]).output().is_ok_and(|o| o.status.success());
-    if !have_curl {
-        assert_ne!(
-            std::env::var("WEIR_REQUIRE_ALL").as_deref(),
-            Ok("1"),
-            "curl is required (WEIR_REQUIRE_ALL=1)"
-        );
-        eprintln!("skipping: curl is not installed");
+    if !have_curl() {
         return;
     }
     let (_echo, echo_addrs) = spawn(&["echo", "--listen", "127.0.0.1:0", "--name", "backend-a"], &["listen"]);

@@ -8,6 +8,9 @@
 // Test helpers outside `#[test]` functions: a failed unwrap is a test failure.
 #![allow(clippy::unwrap_used)]
 
+mod support_diff;
+use support_diff::diff;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -93,33 +96,6 @@ fn render_ipvs(ruleset: &Ruleset) -> String {
     out += "# iptables-restore\n";
     out +=
         &iptables::restore_text(None, &ipvs::tables(ruleset, &config), &iptables::Tables::default()).unwrap();
-    out
-}
-
-/// A small line diff (longest common subsequence), enough to read a failing case.
-fn diff(expected: &str, actual: &str) -> String {
-    let a: Vec<&str> = expected.lines().collect();
-    let b: Vec<&str> = actual.lines().collect();
-    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for i in (0..a.len()).rev() {
-        for j in (0..b.len()).rev() {
-            lcs[i][j] = if a[i] == b[j] { lcs[i + 1][j + 1] + 1 } else { lcs[i + 1][j].max(lcs[i][j + 1]) };
-        }
-    }
-    let (mut i, mut j, mut out) = (0, 0, String::new());
-    while i < a.len() || j < b.len() {
-        if i < a.len() && j < b.len() && a[i] == b[j] {
-            writeln!(out, "  {}", a[i]).unwrap();
-            i += 1;
-            j += 1;
-        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] >= lcs[i + 1][j]) {
-            writeln!(out, "+ {}", b[j]).unwrap();
-            j += 1;
-        } else {
-            writeln!(out, "- {}", a[i]).unwrap();
-            i += 1;
-        }
-    }
     out
 }
 

@@ -647,14 +647,7 @@ impl Nftables {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::node::plan::{PlanConfig, plan};
-    use crate::source::manifest::parse_manifests;
-    use crate::translate::Snapshot;
-
-    fn ruleset(yaml: &str) -> Ruleset {
-        let snapshot: Snapshot = parse_manifests(yaml).unwrap().into_iter().collect();
-        plan(&snapshot, &PlanConfig { node_name: Some("node-a".into()) })
-    }
+    use crate::node::plan::test_ruleset as ruleset;
 
     const WEB: &str = r#"
 apiVersion: v1

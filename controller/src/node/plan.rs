@@ -652,6 +652,15 @@ fn select(sp: &mut ServicePort, candidates: &[Candidate], node_name: Option<&str
     }
 }
 
+/// The ruleset node `node-a` plans for manifests `yaml` (for the backends' unit tests).
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn test_ruleset(yaml: &str) -> Ruleset {
+    let snapshot: crate::translate::Snapshot =
+        crate::source::manifest::parse_manifests(yaml).unwrap().into_iter().collect();
+    plan(&snapshot, &PlanConfig { node_name: Some("node-a".into()) })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
