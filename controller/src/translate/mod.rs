@@ -22,8 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};
 use weir_dataplane::model::{
-    BackendId, ClientAuth, HostMatch, ObjectRef, Passthrough, PathMatch, Route, RouteAction, RoutePolicy,
-    RouteTable, ServicePort, UpstreamProtocol, UpstreamTls, VirtualHost,
+    BackendId, ClientAuth, Endpoint, HostMatch, ObjectRef, Passthrough, PathMatch, Route, RouteAction,
+    RoutePolicy, RouteTable, ServicePort, Target, UpstreamProtocol, UpstreamTls, VirtualHost,
 };
 
 pub use snapshot::Snapshot;
@@ -79,8 +79,9 @@ pub(crate) struct Ours<'a> {
     pub(crate) ingress: &'a Ingress,
 }
 
-/// How one Ingress asks a backend to be spoken to: its rank, protocol and TLS settings.
-type BackendUse<'a> = (&'a Rank, UpstreamProtocol, Option<UpstreamTls>);
+/// How one Ingress asks a backend to be spoken to: its rank, protocol, TLS settings and
+/// whether it goes through the Service's ClusterIP (`service-upstream`).
+type BackendUse<'a> = (&'a Rank, UpstreamProtocol, Option<UpstreamTls>, bool);
 
 /// Translates a snapshot into a routing table and warnings.
 pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
@@ -319,37 +320,74 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         let tls = protocol
             .is_tls()
             .then(|| annotations::upstream_tls(ingress, &claim.rank.object, snapshot, &mut warnings));
-        users.entry(&claim.backend).or_default().push((&claim.rank, protocol, tls));
+        let via_cluster_ip = annotations::flag(
+            ingress,
+            &claim.rank.object,
+            annotations::SERVICE_UPSTREAM,
+            false,
+            &mut warnings,
+        );
+        users.entry(&claim.backend).or_default().push((&claim.rank, protocol, tls, via_cluster_ip));
     }
     for (id, mut list) in users {
         list.sort_by(|a, b| a.0.cmp(b.0));
         list.dedup_by(|a, b| a.0 == b.0);
-        let (winner, protocol, tls) = list[0].clone();
-        for (loser, theirs, their_tls) in &list[1..] {
-            let message = if *theirs != protocol {
-                format!(
+        let (winner, protocol, tls, via_cluster_ip) = list[0].clone();
+        for (loser, theirs, their_tls, their_via) in &list[1..] {
+            let (annotation, message) = if *theirs != protocol {
+                let message = format!(
                     "backend {id} is already spoken to as {} by {}; {} is not used",
                     annotations::protocol_name(protocol),
                     winner.explain_win(loser),
                     annotations::protocol_name(*theirs),
-                )
+                );
+                (annotations::BACKEND_PROTOCOL, message)
             } else if *their_tls != tls {
-                format!(
+                let message = format!(
                     "backend {id} already uses the proxy-ssl-* settings of {}; this Ingress's are not used",
                     winner.explain_win(loser),
-                )
+                );
+                (annotations::BACKEND_PROTOCOL, message)
+            } else if *their_via != via_cluster_ip {
+                let message = format!(
+                    "backend {id} is reached {} as {} says; this Ingress's service-upstream is not used",
+                    if via_cluster_ip { "through its ClusterIP" } else { "at its endpoints" },
+                    winner.explain_win(loser),
+                );
+                (annotations::SERVICE_UPSTREAM, message)
             } else {
                 continue;
             };
             warnings.error(
                 &loser.object,
                 Reason::ConflictLost,
-                format!("metadata.annotations[{}]: {message}", annotations::BACKEND_PROTOCOL),
+                format!("metadata.annotations[{annotation}]: {message}"),
             );
         }
+        let cluster_ip = if via_cluster_ip {
+            match resolver.cluster_ip(id) {
+                Ok(addr) => addr,
+                Err(why) => {
+                    warnings.error(
+                        &winner.object,
+                        Reason::InvalidAnnotation,
+                        format!(
+                            "metadata.annotations[{}]: {why}; its endpoints are used",
+                            annotations::SERVICE_UPSTREAM
+                        ),
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
         if let Some(backend) = table.backends.get_mut(id) {
             backend.protocol = protocol;
             backend.tls = tls;
+            if let Some(addr) = cluster_ip {
+                backend.target = Target::Endpoints(vec![Endpoint::new(addr)]);
+            }
         }
     }
 

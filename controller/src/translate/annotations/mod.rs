@@ -172,7 +172,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("upstream-hash-by", Supported),
         ("upstream-hash-by-subset", Unsupported),
         ("upstream-hash-by-subset-size", Unsupported),
-        ("service-upstream", Unsupported),
+        ("service-upstream", Supported),
         ("mirror-target", Unsupported),
         ("mirror-host", Unsupported),
         ("mirror-request-body", Unsupported),

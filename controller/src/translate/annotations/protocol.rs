@@ -40,6 +40,9 @@ pub(crate) const AUTH_TLS_VERIFY_DEPTH: &str = "nginx.ingress.kubernetes.io/auth
 pub(crate) const AUTH_TLS_PASS_CERTIFICATE: &str =
     "nginx.ingress.kubernetes.io/auth-tls-pass-certificate-to-upstream";
 
+/// `service-upstream`: the Service's ClusterIP is the backend's one endpoint.
+pub(crate) const SERVICE_UPSTREAM: &str = "nginx.ingress.kubernetes.io/service-upstream";
+
 /// The annotation's value, if set: `key` is the `nginx.ingress.kubernetes.io/` name, and the
 /// same name under `weir.dev/` wins.
 pub(crate) fn get<'a>(ingress: &'a Ingress, key: &str) -> Option<&'a str> {
