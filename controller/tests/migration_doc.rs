@@ -24,7 +24,6 @@ fn the_migration_table_matches_the_catalogue() {
             Support::Supported => &["supported", "supported with differences"],
             Support::Refused(_) => &["refused"],
             Support::Unsupported => &["not yet"],
-            Support::UnsupportedFailClosed => &["not yet, fails closed"],
         };
         match rows.get(name) {
             Some(status) if want.contains(status) => {}

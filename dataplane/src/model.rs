@@ -872,6 +872,14 @@ pub struct ClientAuth {
     /// Forward the client certificate upstream, URL-encoded PEM in `ssl-client-cert`.
     #[serde(default, skip_serializing_if = "is_false")]
     pub pass_certificate: bool,
+    /// `auth-tls-match-cn`: a regex the client certificate's subject DN (RFC 2253, as in
+    /// `ssl-client-subject-dn`) must match, unanchored; otherwise 403.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_cn: Option<String>,
+    /// `auth-tls-error-page`: where a client without a required or valid certificate is sent
+    /// (302) instead of getting 400.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_page: Option<String>,
 }
 
 /// `auth-tls-verify-client`.

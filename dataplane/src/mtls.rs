@@ -29,6 +29,10 @@ pub struct HostAuth {
     pub verify: ClientVerify,
     depth: u8,
     pass_certificate: bool,
+    /// `auth-tls-match-cn`: the subject DN must match.
+    pub match_cn: Option<regex::Regex>,
+    /// `auth-tls-error-page`: the redirect target for certificate failures.
+    pub error_page: Option<HeaderValue>,
     /// The CA was unusable: every request is refused.
     broken: bool,
     /// Verifies chains against the host's CA.
@@ -78,6 +82,8 @@ impl ClientAuthIndex {
                         verify: ClientVerify::On,
                         depth: 0,
                         pass_certificate: false,
+                        match_cn: None,
+                        error_page: None,
                         broken: true,
                         verifier: Arc::new(Permissive(tls::provider())),
                         config: match tls::server_config(resolver.clone()) {
@@ -132,11 +138,26 @@ fn compile(auth: &ClientAuth, resolver: &Arc<dyn ResolvesServerCert>) -> Result<
         .with_client_cert_verifier(handshake)
         .with_cert_resolver(resolver.clone());
     config.alpn_protocols = tls::ALPN.iter().map(|p| p.to_vec()).collect();
+    let match_cn = match &auth.match_cn {
+        Some(re) => Some(
+            regex::Regex::new(re)
+                .map_err(|e| tls::Error::Config(rustls::Error::General(format!("auth-tls-match-cn: {e}"))))?,
+        ),
+        None => None,
+    };
+    let error_page = match &auth.error_page {
+        Some(url) => Some(HeaderValue::from_str(url).map_err(|_| {
+            tls::Error::Config(rustls::Error::General("auth-tls-error-page: not a header value".into()))
+        })?),
+        None => None,
+    };
     Ok(HostAuth {
         host: auth.host.clone(),
         verify: auth.verify,
         depth: auth.depth,
         pass_certificate: auth.pass_certificate,
+        match_cn,
+        error_page,
         broken: false,
         verifier,
         config: Arc::new(config),

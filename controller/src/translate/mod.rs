@@ -433,9 +433,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
     by_rank.sort_by(|a, b| a.rank.cmp(&b.rank));
     for ing in by_rank {
         let object = &ing.rank.object;
-        let Some((ca_pem, verify, depth, pass_certificate)) =
-            annotations::client_auth(ing.ingress, object, snapshot, &mut warnings)
-        else {
+        let Some(policy) = annotations::client_auth(ing.ingress, object, snapshot, &mut warnings) else {
             continue;
         };
         let rules = ing.ingress.spec.as_ref().and_then(|s| s.rules.as_deref()).unwrap_or_default();
@@ -452,13 +450,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
             if table.client_auth.iter().any(|c| c.host == host) {
                 continue;
             }
-            table.client_auth.push(ClientAuth {
-                host,
-                ca_pem: ca_pem.clone(),
-                verify,
-                depth,
-                pass_certificate,
-            });
+            table.client_auth.push(ClientAuth { host, ..policy.clone() });
         }
     }
     table.client_auth.sort_by(|a, b| a.host.cmp(&b.host));

@@ -248,7 +248,16 @@ impl ConnCtx {
 
         let config = &self.proxy.inner.config;
         // mTLS first: the client certificate is part of the connection, checked before any policy.
-        self.client_auth(state, &host, req.headers_mut())?;
+        match self.client_auth(state, &host, req.headers_mut()) {
+            Ok(()) => {}
+            // `auth-tls-error-page`: a missing or invalid certificate is sent there instead.
+            Err((ProxyError::ClientCertRequired | ProxyError::ClientCertInvalid, Some(page))) => {
+                let mut resp = local_response(StatusCode::FOUND, request_id.clone());
+                resp.headers_mut().insert(LOCATION, page);
+                return Ok(resp);
+            }
+            Err((error, _)) => return Err(error),
+        }
 
         // --- route policy: what answers instead of forwarding ---
         let policy = route.policy.as_deref();
@@ -526,13 +535,13 @@ impl ConnCtx {
 
     /// mTLS: the request's host decides the policy; the connection must have been made for that
     /// policy (its SNI), else 421; the result goes upstream in `ssl-client-*` headers, which a
-    /// client can never set itself.
+    /// client can never set itself. A failure comes with the policy's `auth-tls-error-page`.
     fn client_auth(
         &self,
         state: &Compiled,
         host: &HeaderValue,
         headers: &mut HeaderMap,
-    ) -> Result<(), ProxyError> {
+    ) -> Result<(), (ProxyError, Option<HeaderValue>)> {
         for name in [SSL_CLIENT_CERT, SSL_CLIENT_VERIFY, SSL_CLIENT_SUBJECT_DN, SSL_CLIENT_ISSUER_DN] {
             headers.remove(name);
         }
@@ -543,20 +552,26 @@ impl ConnCtx {
         let Some(policy) = state.client_auth.lookup(&name) else { return Ok(()) };
         let cert = match &self.client_cert {
             Some(cert) if cert.host == policy.host => cert,
-            _ => return Err(ProxyError::Misdirected),
+            _ => return Err((ProxyError::Misdirected, None)),
         };
-        match policy.verify {
-            ClientVerify::On if !cert.ok => {
-                return Err(if cert.presented {
-                    ProxyError::ClientCertInvalid
-                } else {
-                    ProxyError::ClientCertRequired
-                });
-            }
-            ClientVerify::Optional if cert.presented && !cert.ok => {
-                return Err(ProxyError::ClientCertInvalid);
-            }
-            _ => {}
+        let failed = match policy.verify {
+            ClientVerify::On if !cert.ok => Some(if cert.presented {
+                ProxyError::ClientCertInvalid
+            } else {
+                ProxyError::ClientCertRequired
+            }),
+            ClientVerify::Optional if cert.presented && !cert.ok => Some(ProxyError::ClientCertInvalid),
+            _ => None,
+        };
+        if let Some(error) = failed {
+            return Err((error, policy.error_page.clone()));
+        }
+        // `auth-tls-match-cn`, as ingress-nginx checks `$ssl_client_s_dn`: no certificate is an
+        // empty subject.
+        if let Some(re) = &policy.match_cn
+            && !re.is_match(cert.subject.as_ref().and_then(|s| s.to_str().ok()).unwrap_or_default())
+        {
+            return Err((ProxyError::ClientCertUnauthorized, None));
         }
         headers.insert(SSL_CLIENT_VERIFY, cert.verify.clone());
         if let Some(v) = &cert.subject {

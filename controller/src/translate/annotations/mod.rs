@@ -42,11 +42,9 @@ pub enum Support {
     Supported,
     /// Refused on principle; the text says why and what to use instead.
     Refused(&'static str),
-    /// Not supported yet: ignored with a warning.
+    /// Not supported yet: ignored with a warning. (Nothing that protects routes is left in
+    /// this state: authentication annotations weir cannot set up fail closed instead.)
     Unsupported,
-    /// Not supported yet, and ignoring it would expose what it protects: the Ingress's routes
-    /// deny every client until the annotation is removed.
-    UnsupportedFailClosed,
 }
 
 const SNIPPET: &str = "raw nginx configuration is an injection surface (CVE-2021-25742; the injections behind CVE-2025-1974 are of the same kind); use the typed annotations instead";
@@ -83,9 +81,9 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("auth-tls-secret", Supported),
         ("auth-tls-verify-client", Supported),
         ("auth-tls-verify-depth", Supported),
-        ("auth-tls-error-page", Unsupported),
+        ("auth-tls-error-page", Supported),
         ("auth-tls-pass-certificate-to-upstream", Supported),
-        ("auth-tls-match-cn", UnsupportedFailClosed),
+        ("auth-tls-match-cn", Supported),
         ("proxy-ssl-secret", Supported),
         ("proxy-ssl-verify", Supported),
         ("proxy-ssl-verify-depth", Unsupported),
@@ -309,16 +307,6 @@ pub(crate) fn parse(
                 Reason::UnsupportedAnnotation,
                 format!("{at}: not supported by weir yet; ignored"),
             ),
-            Some(Support::UnsupportedFailClosed) => {
-                fail_closed.push(*key);
-                warnings.error(
-                    ingress,
-                    Reason::UnsupportedAnnotation,
-                    format!(
-                        "{at}: not supported by weir yet; its routes deny every client (403) rather than serve unprotected"
-                    ),
-                );
-            }
             None => warnings.warn(
                 ingress,
                 Reason::UnknownAnnotation,
