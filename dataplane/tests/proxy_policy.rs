@@ -551,6 +551,44 @@ async fn cookie_affinity_sticks_and_moves_when_the_endpoint_goes() {
     assert!(r.headers["set-cookie"].to_str().unwrap().starts_with("route="));
 }
 
+/// `session-cookie-change-on-failure` (weir's only behaviour): a session pinned to an endpoint
+/// that refuses connections is served by another, and the answer re-pins it there.
+#[tokio::test]
+async fn cookie_affinity_moves_when_the_endpoint_fails() {
+    use weir_dataplane::model::{Balance, CookieAffinity};
+    let live = echo("live").await;
+    let dead = dead_addr().await;
+    let policy = RoutePolicy {
+        balance: Balance::Cookie(CookieAffinity {
+            name: "route".into(),
+            path: "/".into(),
+            max_age: None,
+            expires: None,
+            domain: None,
+            same_site: None,
+            secure: false,
+        }),
+        ..RoutePolicy::default()
+    };
+    let p =
+        proxy(table().host("a.test").prefix("/", &backend("web", &[live.addr, dead])).policy(policy).build())
+            .await;
+    // The cookie of the endpoint that refuses (ids are a stable hash of the address).
+    let pinned = format!("route={:016x}", weir_dataplane::balance::stable_hash(dead.to_string().as_bytes()));
+    let live_cookie =
+        format!("route={:016x}", weir_dataplane::balance::stable_hash(live.addr.to_string().as_bytes()));
+    for _ in 0..3 {
+        let r = p.send(p.req("a.test", "/").header("cookie", pinned.as_str()).body(empty()).unwrap()).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.name(), "live");
+        let set = r.headers["set-cookie"].to_str().unwrap();
+        assert!(set.starts_with(&live_cookie), "{set}");
+    }
+    let r = p.send(p.req("a.test", "/").header("cookie", live_cookie.as_str()).body(empty()).unwrap()).await;
+    assert_eq!(r.name(), "live");
+    assert!(!r.headers.contains_key("set-cookie"), "the new pin holds");
+}
+
 #[tokio::test]
 async fn hash_by_request_uri_is_consistent() {
     use weir_dataplane::model::Balance;

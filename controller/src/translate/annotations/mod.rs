@@ -165,7 +165,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("session-cookie-samesite", Supported),
         ("session-cookie-conditional-samesite-none", Unsupported),
         ("session-cookie-secure", Supported),
-        ("session-cookie-change-on-failure", Unsupported),
+        ("session-cookie-change-on-failure", Supported),
         ("load-balance", Supported),
         ("upstream-hash-by", Supported),
         ("upstream-hash-by-subset", Unsupported),
@@ -565,12 +565,25 @@ impl Ctx<'_, '_> {
             "session-cookie-expires",
             "session-cookie-samesite",
             "session-cookie-secure",
+            "session-cookie-change-on-failure",
         ];
         if affinity.is_some() {
             let _mode = self.value("affinity-mode", |v| match v {
                 "balanced" | "persistent" => Ok(()),
                 _ => Err("expected balanced or persistent".to_string()),
             });
+            // weir always moves a session whose endpoint failed to the endpoint that answered
+            // (and says so in a new cookie): `true`'s behaviour. `false` would keep sending the
+            // session to an endpoint that just failed.
+            if self.value("session-cookie-change-on-failure", values::boolean) == Some(false)
+                && let Some((key, _)) = self.reader.get("session-cookie-change-on-failure")
+            {
+                self.warnings.warn(
+                    self.ingress,
+                    Reason::InvalidAnnotation,
+                    format!("metadata.annotations[{key}]: weir always moves a session whose endpoint failed to the endpoint that answered; \"false\" is not available"),
+                );
+            }
             return Balance::Cookie(CookieAffinity {
                 name: self
                     .value("session-cookie-name", values::header_name)

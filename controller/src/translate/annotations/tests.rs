@@ -361,6 +361,14 @@ fn balancing() {
     }
     let (_, w) = one("session-cookie-name", "x");
     assert!(w[0].message.contains("no effect without affinity"), "{}", w[0].message);
+
+    // session-cookie-change-on-failure: weir always re-pins; "false" is warned, junk rejected.
+    let change = |v: &str| {
+        parse_all(&[(&nginx("affinity"), "cookie"), (&nginx("session-cookie-change-on-failure"), v)]).1
+    };
+    assert!(change("true").is_empty());
+    assert_eq!(reasons(&change("false")), [(Severity::Warning, Reason::InvalidAnnotation)]);
+    assert_eq!(reasons(&change("sometimes")), [(Severity::Error, Reason::InvalidAnnotation)]);
 }
 
 #[test]
