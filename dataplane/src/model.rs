@@ -269,6 +269,10 @@ pub struct RoutePolicy {
     /// (`custom-http-errors` with `default-backend`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_errors: Option<CustomErrors>,
+    /// Every request gets a `308` to the same scheme and request URI on this host
+    /// (`from-to-www-redirect`: `www.` added or removed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_redirect: Option<String>,
 }
 
 /// Error pages from another backend: when the upstream answers (or the proxy would answer) one

@@ -76,6 +76,8 @@ pub struct CompiledPolicy {
     pub balance: CompiledBalance,
     /// Error statuses replaced, and the backend serving the pages (set by the router).
     pub custom_errors: Option<(Vec<u16>, crate::router::BackendIdx)>,
+    /// `from-to-www-redirect`: the host every request is sent to (308).
+    pub host_redirect: Option<String>,
 }
 
 /// [`Balance`] ready for the request path.
@@ -221,6 +223,12 @@ impl CompiledPolicy {
             canary: None,
             balance: CompiledBalance::compile(&policy.balance)?,
             custom_errors: None,
+            host_redirect: match &policy.host_redirect {
+                Some(host) if HeaderValue::from_str(host).is_err() => {
+                    return Err(PolicyError::HeaderValue { field: "host redirect", value: host.clone() });
+                }
+                other => other.clone(),
+            },
         }))
     }
 

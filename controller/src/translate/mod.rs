@@ -109,6 +109,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
     let mut policies: BTreeMap<&ObjectRef, RoutePolicy> = BTreeMap::new();
     let mut canary_specs = BTreeMap::new();
     let mut aliases = Vec::new();
+    let mut www_redirects = Vec::new();
     let mut error_specs: BTreeMap<&ObjectRef, (Vec<u16>, Option<String>)> = BTreeMap::new();
     let mut regex_hosts = BTreeSet::new();
     for o in &ours {
@@ -131,6 +132,9 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         }
         if !parsed.server_aliases.is_empty() {
             aliases.push((o.rank.clone(), o.ingress, parsed.server_aliases));
+        }
+        if parsed.from_to_www {
+            www_redirects.push((o.rank.clone(), o.ingress));
         }
         policies.insert(&o.rank.object, parsed.policy);
     }
@@ -164,6 +168,38 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
                 continue;
             }
             plan.hosts.insert(alias, routes.clone());
+        }
+    }
+    // `from-to-www-redirect`: `www.` added to or removed from each of the Ingress's hosts names a
+    // host that redirects every request to it, unless that name has routes of its own.
+    let mut host_redirects: BTreeMap<HostMatch, String> = BTreeMap::new();
+    www_redirects.sort_by(|a, b| a.0.cmp(&b.0));
+    for (rank, ingress) in www_redirects {
+        let rules = ingress.spec.as_ref().and_then(|s| s.rules.as_deref()).unwrap_or_default();
+        for host in rules.iter().filter_map(|r| HostMatch::parse(r.host.as_deref()?).ok()) {
+            let HostMatch::Exact(name) = &host else { continue };
+            let other = match name.strip_prefix("www.") {
+                Some(bare) => bare.to_string(),
+                None => format!("www.{name}"),
+            };
+            let Ok(other_host) = HostMatch::parse(&other) else { continue };
+            let Some(routes) = plan.hosts.get(&host).cloned() else { continue };
+            if plan.hosts.contains_key(&other_host) {
+                if !host_redirects.contains_key(&other_host) {
+                    warnings.warn(
+                        &rank.object,
+                        Reason::ConflictLost,
+                        format!(
+                            "metadata.annotations[from-to-www-redirect]: {} has routes of its own; it is not redirected to {}",
+                            routes::describe_host(&other_host),
+                            routes::describe_host(&host)
+                        ),
+                    );
+                }
+                continue;
+            }
+            plan.hosts.insert(other_host.clone(), routes);
+            host_redirects.insert(other_host, name.clone());
         }
     }
     let canary_plan = routes::plan(&canaries, &regex_hosts, &mut warnings);
@@ -282,6 +318,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
                     ssl_redirect: ssl_redirect(&claim.rank.object, host, &mut warnings),
                     canary,
                     custom_errors,
+                    host_redirect: host_redirects.get(host).cloned(),
                     ..route_policy(&policies, claim, path)
                 },
                 origin: claim.rank.object.clone(),

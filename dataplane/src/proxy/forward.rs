@@ -245,6 +245,9 @@ impl ConnCtx {
         if route.ssl_redirect && !self.https {
             return Ok(self.https_redirect(&host, &req));
         }
+        if let Some(target) = route.policy.as_deref().and_then(|p| p.host_redirect.as_deref()) {
+            return Ok(self.host_redirect(target, &req, request_id));
+        }
 
         let config = &self.proxy.inner.config;
         // mTLS first: the client certificate is part of the connection, checked before any policy.
@@ -584,6 +587,22 @@ impl ConnCtx {
             headers.insert(SSL_CLIENT_CERT, v.clone());
         }
         Ok(())
+    }
+
+    /// `from-to-www-redirect`: `308` to the same scheme and request URI on `target`.
+    fn host_redirect(
+        &self,
+        target: &str,
+        req: &Request<Incoming>,
+        request_id: &HeaderValue,
+    ) -> Response<ProxyBody> {
+        let uri = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+        let location = format!("{}://{target}{uri}", self.scheme());
+        let mut resp = local_response(StatusCode::PERMANENT_REDIRECT, request_id.clone());
+        if let Ok(location) = HeaderValue::from_str(&location) {
+            resp.headers_mut().insert(LOCATION, location);
+        }
+        resp
     }
 
     /// `308 Permanent Redirect` to the same host and path over HTTPS (the method and body are

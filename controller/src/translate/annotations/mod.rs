@@ -60,7 +60,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("permanent-redirect-code", Supported),
         ("temporal-redirect", Supported),
         ("temporal-redirect-code", Supported),
-        ("from-to-www-redirect", Unsupported),
+        ("from-to-www-redirect", Supported),
         ("rewrite-target", Supported),
         ("use-regex", Supported),
         ("x-forwarded-prefix", Supported),
@@ -222,6 +222,9 @@ pub(crate) struct Parsed {
     pub(crate) custom_errors: Option<(Vec<u16>, Option<String>)>,
     /// `server-alias`: more names for the Ingress's first host.
     pub(crate) server_aliases: Vec<weir_dataplane::model::HostMatch>,
+    /// `from-to-www-redirect`: the other name of each host (`www.` added or removed) answers
+    /// with a redirect to it.
+    pub(crate) from_to_www: bool,
     /// `canary: "true"`: the Ingress shadows the main Ingress's routes with these rules.
     pub(crate) canary: Option<CanarySpec>,
     /// `use-regex` or `rewrite-target`: every path of the Ingress's hosts is a case-insensitive
@@ -337,6 +340,7 @@ pub(crate) fn parse(
     parsed.canary = ctx.canary();
     parsed.policy.balance = ctx.balance();
     parsed.server_aliases = ctx.value("server-alias", values::host_list).unwrap_or_default();
+    parsed.from_to_www = ctx.value("from-to-www-redirect", values::boolean).unwrap_or(false);
     // weir streams bodies both ways and never spools them to disk: buffering settings are
     // validated and have nothing to change.
     let _ = ctx.value("proxy-buffering", values::on_off);
