@@ -328,6 +328,11 @@ pub struct CookieAffinity {
     /// `Secure` (`session-cookie-secure`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub secure: bool,
+    /// `affinity-canary-behavior: legacy`: the cookie does not decide between the route's backend
+    /// and its canary. By default (`sticky`) a session pinned to an endpoint of either stays
+    /// there, whatever the canary's weight says.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub legacy_canary: bool,
 }
 
 /// A canary: requests chosen by header, then cookie, then weight go to `backend` instead of

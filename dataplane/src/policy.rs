@@ -98,6 +98,9 @@ pub enum CompiledBalance {
         attributes: String,
         /// Seconds from the response to `Expires`.
         expires: Option<u64>,
+        /// A session pinned to the route's backend or to its canary stays there
+        /// (`affinity-canary-behavior: sticky`).
+        sticky_canary: bool,
     },
 }
 
@@ -127,14 +130,19 @@ impl CompiledBalance {
                 if HeaderValue::from_str(&format!("{}=0{attributes}", c.name)).is_err() {
                     return Err(PolicyError::HeaderValue { field: "affinity cookie", value: c.name.clone() });
                 }
-                CompiledBalance::Cookie { name: c.name.clone(), attributes, expires: c.expires }
+                CompiledBalance::Cookie {
+                    name: c.name.clone(),
+                    attributes,
+                    expires: c.expires,
+                    sticky_canary: !c.legacy_canary,
+                }
             }
         })
     }
 
     /// The `Set-Cookie` value naming endpoint `id`, for [`CompiledBalance::Cookie`].
     pub fn set_cookie(&self, id: u64) -> Option<HeaderValue> {
-        let CompiledBalance::Cookie { name, attributes, expires } = self else { return None };
+        let CompiledBalance::Cookie { name, attributes, expires, .. } = self else { return None };
         let mut value = format!("{name}={id:016x}{attributes}");
         if let Some(secs) = expires {
             let at = std::time::SystemTime::now() + std::time::Duration::from_secs(*secs);

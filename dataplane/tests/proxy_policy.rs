@@ -503,6 +503,78 @@ async fn canary_by_header_cookie_and_weight() {
     assert!((235..=365).contains(&to_canary), "{to_canary} of 1000 went to the canary");
 }
 
+/// `affinity-canary-behavior`: with `sticky` (the default) a session pinned by the affinity cookie
+/// stays on the main backend or the canary, whatever the weight draws; with `legacy` the weight
+/// decides each request and the cookie only picks within the chosen backend.
+#[tokio::test]
+async fn affinity_sticks_across_the_canary_unless_legacy() {
+    use weir_dataplane::model::{Balance, Canary, CookieAffinity};
+    let (main, canary) = (echo("main").await, echo("canary").await);
+    let canary_be = to(&canary);
+    let policy = |legacy_canary: bool| RoutePolicy {
+        canary: Some(Canary {
+            backend: canary_be.id.clone(),
+            weight: 50,
+            weight_total: 100,
+            header: None,
+            header_value: None,
+            header_pattern: None,
+            cookie: None,
+        }),
+        balance: Balance::Cookie(CookieAffinity {
+            name: "route".into(),
+            path: "/".into(),
+            max_age: None,
+            expires: None,
+            domain: None,
+            same_site: None,
+            secure: false,
+            legacy_canary,
+        }),
+        ..RoutePolicy::default()
+    };
+    let p = proxy(
+        table()
+            .host("sticky.test")
+            .prefix("/", &to(&main))
+            .policy(policy(false))
+            .host("legacy.test")
+            .prefix("/", &to(&main))
+            .policy(policy(true))
+            .backend(&canary_be)
+            .build(),
+    )
+    .await;
+    for (host, sticks) in [("sticky.test", true), ("legacy.test", false)] {
+        // One session pinned to each backend.
+        let mut sessions = std::collections::BTreeMap::new();
+        for _ in 0..200 {
+            let r = p.get(host, "/").await;
+            if let Some(set) = r.headers.get("set-cookie") {
+                let pair = set.to_str().unwrap().split(';').next().unwrap().to_string();
+                sessions.entry(r.name()).or_insert(pair);
+            }
+            if sessions.len() == 2 {
+                break;
+            }
+        }
+        assert_eq!(sessions.len(), 2, "{host}: both backends answered new sessions");
+        for (pinned_to, cookie) in &sessions {
+            let mut seen = std::collections::BTreeSet::new();
+            for _ in 0..40 {
+                let req = p.req(host, "/").header("cookie", cookie.as_str()).body(empty()).unwrap();
+                seen.insert(p.send(req).await.name());
+            }
+            if sticks {
+                assert_eq!(seen, [pinned_to.clone()].into(), "{host}: the session stays on {pinned_to}");
+            } else {
+                // 40 draws at 50 %: both backends, but for a one in 2^39 chance.
+                assert_eq!(seen.len(), 2, "{host}: the weight decides each request ({seen:?})");
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn cookie_affinity_sticks_and_moves_when_the_endpoint_goes() {
     use weir_dataplane::model::{Balance, CookieAffinity};
@@ -517,6 +589,7 @@ async fn cookie_affinity_sticks_and_moves_when_the_endpoint_goes() {
             domain: None,
             same_site: Some("Lax".into()),
             secure: false,
+            legacy_canary: false,
         }),
         ..RoutePolicy::default()
     };
@@ -567,6 +640,7 @@ async fn cookie_affinity_moves_when_the_endpoint_fails() {
             domain: None,
             same_site: None,
             secure: false,
+            legacy_canary: false,
         }),
         ..RoutePolicy::default()
     };

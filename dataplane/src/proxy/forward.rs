@@ -335,10 +335,28 @@ impl ConnCtx {
             }
         }
 
-        // A canary may take the request instead of the route's own backend.
+        // A canary may take the request instead of the route's own backend; a session pinned by
+        // the affinity cookie to an endpoint of either stays there (`affinity-canary-behavior:
+        // sticky`, ingress-nginx's default).
         let backend = match policy.and_then(|p| p.canary.as_ref()) {
-            Some(canary) if canary.selects(req.headers(), rand::random()) => canary.backend,
-            _ => route.backend,
+            Some(canary) => {
+                let pinned = match policy.map(|p| &p.balance) {
+                    Some(CompiledBalance::Cookie { name, sticky_canary: true, .. }) => {
+                        hashkey::cookie(req.headers(), name).and_then(|v| u64::from_str_radix(v, 16).ok())
+                    }
+                    _ => None,
+                };
+                let holds = |b: crate::router::BackendIdx, id: u64| {
+                    state.balancers.get(b.0 as usize).is_some_and(|bal| bal.by_id(id).is_some())
+                };
+                match pinned {
+                    Some(id) if holds(route.backend, id) => route.backend,
+                    Some(id) if holds(canary.backend, id) => canary.backend,
+                    _ if canary.selects(req.headers(), rand::random()) => canary.backend,
+                    _ => route.backend,
+                }
+            }
+            None => route.backend,
         };
         let balancer: &Balancer = state.balancers.get(backend.0 as usize).ok_or(ProxyError::NoRoute)?;
         // How to pick the endpoint, decided from the request as the client sent it.

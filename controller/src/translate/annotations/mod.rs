@@ -156,7 +156,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("canary-by-cookie", Supported),
         ("affinity", Supported),
         ("affinity-mode", Supported),
-        ("affinity-canary-behavior", Unsupported),
+        ("affinity-canary-behavior", Supported),
         ("session-cookie-name", Supported),
         ("session-cookie-path", Supported),
         ("session-cookie-domain", Supported),
@@ -570,6 +570,7 @@ impl Ctx<'_, '_> {
             "session-cookie-samesite",
             "session-cookie-secure",
             "session-cookie-change-on-failure",
+            "affinity-canary-behavior",
         ];
         if affinity.is_some() {
             let _mode = self.value("affinity-mode", |v| match v {
@@ -603,6 +604,13 @@ impl Ctx<'_, '_> {
                     _ => Err("expected None, Lax or Strict".to_string()),
                 }),
                 secure: self.value("session-cookie-secure", values::boolean).unwrap_or(false),
+                legacy_canary: self
+                    .value("affinity-canary-behavior", |v| match v {
+                        "sticky" => Ok(false),
+                        "legacy" => Ok(true),
+                        _ => Err("expected sticky or legacy".to_string()),
+                    })
+                    .unwrap_or(false),
             });
         }
         if self.reader.get("affinity").is_none() {

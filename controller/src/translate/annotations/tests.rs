@@ -369,6 +369,18 @@ fn balancing() {
     assert!(change("true").is_empty());
     assert_eq!(reasons(&change("false")), [(Severity::Warning, Reason::InvalidAnnotation)]);
     assert_eq!(reasons(&change("sometimes")), [(Severity::Error, Reason::InvalidAnnotation)]);
+
+    // affinity-canary-behavior: sticky (default) or legacy.
+    let canary =
+        |v: &str| parse_all(&[(&nginx("affinity"), "cookie"), (&nginx("affinity-canary-behavior"), v)]);
+    let legacy = |p: &RoutePolicy| matches!(&p.balance, Balance::Cookie(c) if c.legacy_canary);
+    assert!(legacy(&canary("legacy").0) && canary("legacy").1.is_empty());
+    assert!(!legacy(&canary("sticky").0) && canary("sticky").1.is_empty());
+    let (p, w) = canary("always");
+    assert!(!legacy(&p));
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+    let (_, w) = one("affinity-canary-behavior", "legacy");
+    assert!(w[0].message.contains("no effect without affinity"), "{}", w[0].message);
 }
 
 #[test]
