@@ -556,5 +556,10 @@ mod tests {
         assert_eq!(cli.node.min_sync_interval, Duration::from_millis(250));
         assert_eq!(cli.node.cluster_cidr.unwrap().to_string(), "10.244.0.0/16");
         assert!(Cli::try_parse_from(["weir", "--cluster-cidr", "10.0.0.0/33"]).is_err());
+        // One source: the API server (kubeconfig, else in-cluster) or a manifest directory.
+        let cli = Cli::try_parse_from(["weir", "--kubeconfig", "/k"]).unwrap();
+        assert_eq!(cli.node.kubeconfig.as_deref(), Some(Path::new("/k")));
+        assert!(cli.node.manifests.is_none());
+        assert!(Cli::try_parse_from(["weir", "--kubeconfig", "/k", "--manifests", "/m"]).is_err());
     }
 }
