@@ -407,3 +407,44 @@ async fn services_kinds_watch_services_and_slices_only() {
     assert_eq!(ips(&sp.local_endpoints), ["10.244.1.11"], "ready endpoints on node-a");
     assert_eq!(sp.node_port, Some(30080));
 }
+
+// === the examples ===
+
+/// The DaemonSet example runs `weir node` with arguments the command accepts, under the
+/// ServiceAccount node-rbac.yaml grants, with what the rules need from the host.
+#[test]
+fn daemonset_example_runs_weir_node_with_the_node_rbac() {
+    use clap::Parser as _;
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kubernetes");
+    let docs = |file: &str| -> Vec<Value> {
+        let text = std::fs::read_to_string(examples.join(file)).unwrap();
+        text.split("\n---\n").map(|doc| serde_saphyr::from_str(doc).unwrap()).collect()
+    };
+    let [ds] = docs("node-daemonset.yaml").try_into().unwrap();
+    let rbac = docs("node-rbac.yaml");
+    let binding = rbac.iter().find(|d| d["kind"] == "ClusterRoleBinding").unwrap();
+    let pod = &ds["spec"]["template"]["spec"];
+    let account = &binding["subjects"][0];
+    assert_eq!(pod["serviceAccountName"], account["name"]);
+    assert_eq!(ds["metadata"]["namespace"], account["namespace"]);
+    assert_eq!(pod["hostNetwork"], true);
+
+    let [container] = pod["containers"].as_array().unwrap().as_slice() else { panic!("{pod}") };
+    let words =
+        |v: &Value| v.as_array().unwrap().iter().map(|w| w.as_str().unwrap().to_string()).collect::<Vec<_>>();
+    let argv = [words(&container["command"]), words(&container["args"])].concat();
+    let cli = weir::cli::Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let weir::cli::Command::Node(args) = cli.command else { panic!("not `weir node`: {argv:?}") };
+    assert!(args.manifests.is_none() && args.kubeconfig.is_none(), "in-cluster configuration: {argv:?}");
+    let node_name = container["env"].as_array().unwrap().iter().find(|e| e["name"] == "NODE_NAME").unwrap();
+    assert_eq!(node_name["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
+    let caps = words(&container["securityContext"]["capabilities"]["add"]);
+    assert!(caps.contains(&"NET_ADMIN".into()) && caps.contains(&"NET_RAW".into()), "{caps:?}");
+    let mounts: Vec<&str> = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap())
+        .collect();
+    assert_eq!(mounts, ["/run/xtables.lock", "/lib/modules"]);
+}
