@@ -246,11 +246,15 @@ fn weir_node_follows_the_api() {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let weir_node = Helper(child);
+        let mut weir_node = Helper(child);
         let started = Instant::now();
 
         // The ClusterIP reaches every endpoint.
         eventually("the ClusterIP answers", Duration::from_secs(30), &log, || {
+            if let Ok(Some(status)) = weir_node.0.try_wait() {
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                panic!("weir node exited with {status}:\n{log}");
+            }
             let t = bed.client(&web_addr, 60, "tcp")?;
             if answered(&t) == 60 && (0..3).all(|i| count(&t, &pod_name(i)) > 0) {
                 Ok(())

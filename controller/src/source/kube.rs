@@ -4,9 +4,9 @@
 //! IngressClass, Ingress, Service, `kubernetes.io/tls` Secrets, and either
 //! `discovery.k8s.io/v1` EndpointSlices or, where API discovery says they are not served, core v1
 //! Endpoints ([`Kinds::Ingress`], `weir serve`); or only Services and endpoints
-//! ([`Kinds::Services`], `weir node`, which needs no other read rights). Watch errors, expired resource versions (410) and API server restarts are retried
-//! with backoff by the watchers; the stores keep their last good content meanwhile, so the last
-//! good table keeps serving. [`KubeSource::wait_until_synced`] resolves once every store has
+//! ([`Kinds::Services`], `weir node`, which needs no other read rights). Watch errors, expired
+//! resource versions (410) and API server restarts are retried with backoff by the watchers; the
+//! stores keep their last good content meanwhile, so the last good table keeps serving. [`KubeSource::wait_until_synced`] resolves once every store has
 //! listed, and [`KubeSource::next_burst`] debounces changes (holdoff and max delay).
 
 use std::collections::{BTreeMap, BTreeSet};
