@@ -15,7 +15,7 @@ use weir_dataplane::proxy::ProxyConfig;
 
 use crate::serve::{KubeServe, Running, ServeOptions};
 use crate::source::files::ManifestDir;
-use crate::source::kube::KubeOptions;
+use crate::source::kube::{Kinds, KubeOptions};
 use crate::status::StatusOptions;
 
 use crate::translate::{self, Severity, TranslateConfig, Translation};
@@ -178,6 +178,7 @@ impl KubeArgs {
     pub fn options(&self, controller_name: &str) -> KubeServe {
         KubeServe {
             source: KubeOptions {
+                kinds: Kinds::Ingress,
                 kubeconfig: self.kubeconfig.clone(),
                 namespaces: self.watch_namespaces.clone(),
                 configmap: self.configmap.clone(),

@@ -23,7 +23,7 @@ use weir_dataplane::proxy::{Proxy, ProxyConfig};
 
 use crate::metrics::Metrics;
 use crate::source::files::{self, ManifestDir};
-use crate::source::kube::{self as kube_source, EndpointsApi, KubeOptions, KubeSource};
+use crate::source::kube::{self as kube_source, KubeOptions, KubeSource};
 use crate::status::{self, Outcome, StatusOptions};
 use crate::translate::{self, Snapshot, TranslateConfig};
 
@@ -458,23 +458,7 @@ async fn kube_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let setup = async {
-        let mut retry = Duration::from_millis(250);
-        let endpoints_api = loop {
-            match kube_source::discover_endpoints_api(&client).await {
-                Ok(api) => break api,
-                Err(error) => {
-                    tracing::warn!(%error, "cannot reach the Kubernetes API; retrying");
-                    tokio::time::sleep(retry).await;
-                    retry = (retry * 2).min(Duration::from_secs(5));
-                }
-            }
-        };
-        match endpoints_api {
-            EndpointsApi::EndpointSlices => tracing::info!("watching discovery.k8s.io/v1 EndpointSlices"),
-            EndpointsApi::Endpoints => tracing::warn!(
-                "this API server does not serve discovery.k8s.io/v1 EndpointSlices; watching core v1 Endpoints instead"
-            ),
-        }
+        let endpoints_api = kube_source::discover_endpoints_api_retrying(&client).await;
         let source = KubeSource::start(&client, &kube.source, endpoints_api);
         let started = std::time::Instant::now();
         if !source.wait_until_synced().await {

@@ -265,33 +265,12 @@ fn api_server_restart_keeps_traffic_and_resyncs() {
 #[test]
 fn rbac_is_sufficient() {
     isolated("rbac_is_sufficient", || async {
-        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-        use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
-        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+        use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 
         let api = ApiServer::start().await;
         let admin = api.client().await;
         let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kubernetes/rbac.yaml");
-        let text = std::fs::read_to_string(rbac).unwrap();
-        for doc in text.split("\n---\n") {
-            let value: serde_json::Value = serde_saphyr::from_str(doc).unwrap();
-            let ns = value["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
-            match value["kind"].as_str().unwrap() {
-                "Namespace" => {
-                    drop(support_kube::apply_with::<Namespace>(Api::all(admin.clone()), value).await)
-                }
-                "ServiceAccount" => drop(apply::<ServiceAccount>(&admin, &ns, value).await),
-                "ClusterRole" => {
-                    drop(support_kube::apply_with::<ClusterRole>(Api::all(admin.clone()), value).await)
-                }
-                "ClusterRoleBinding" => {
-                    drop(support_kube::apply_with::<ClusterRoleBinding>(Api::all(admin.clone()), value).await)
-                }
-                "Role" => drop(apply::<Role>(&admin, &ns, value).await),
-                "RoleBinding" => drop(apply::<RoleBinding>(&admin, &ns, value).await),
-                other => panic!("unexpected kind {other} in rbac.yaml"),
-            }
-        }
+        support_kube::apply_file(&admin, &rbac).await;
         let ns = "app";
         create_namespace(&admin, ns).await;
         let echo = Echo::start(&["a"]).await;
@@ -301,18 +280,7 @@ fn rbac_is_sufficient() {
         apply::<Ingress>(&admin, ns, ingress("web", "weir", "web.example", "web")).await;
         apply::<Ingress>(&admin, ns, ingress("broken", "weir", "broken.example", "missing")).await;
 
-        let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "weir-system");
-        let request = TokenRequest {
-            spec: TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() },
-            ..Default::default()
-        };
-        let token = accounts
-            .create_token_request("weir", &Default::default(), &request)
-            .await
-            .unwrap()
-            .status
-            .unwrap()
-            .token;
+        let token = support_kube::service_account_token(&admin, "weir-system", "weir").await;
         // The token really is limited.
         let limited = api.client_for(&token).await.unwrap();
         let pods: Api<Pod> = Api::all(limited);

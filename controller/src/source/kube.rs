@@ -3,9 +3,10 @@
 //! One reflector (a watch feeding an in-memory store) per kind and watched namespace:
 //! IngressClass, Ingress, Service, `kubernetes.io/tls` Secrets, and either
 //! `discovery.k8s.io/v1` EndpointSlices or, where API discovery says they are not served, core v1
-//! Endpoints. Watch errors, expired resource versions (410) and API server restarts are retried
-//! with backoff by the watchers; the stores keep their last good content meanwhile, so the last
-//! good table keeps serving. [`KubeSource::wait_until_synced`] resolves once every store has
+//! Endpoints ([`Kinds::Ingress`], `weir serve`); or only Services and endpoints
+//! ([`Kinds::Services`], `weir node`, which needs no other read rights). Watch errors, expired
+//! resource versions (410) and API server restarts are retried with backoff by the watchers; the
+//! stores keep their last good content meanwhile, so the last good table keeps serving. [`KubeSource::wait_until_synced`] resolves once every store has
 //! listed, and [`KubeSource::next_burst`] debounces changes (holdoff and max delay).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -68,9 +69,22 @@ pub enum Error {
 /// A `Result` of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Which kinds the Kubernetes source watches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Kinds {
+    /// Everything translation reads: IngressClasses, Ingresses, Services, endpoints and
+    /// `kubernetes.io/tls` Secrets (`weir serve`).
+    #[default]
+    Ingress,
+    /// Services and endpoints (EndpointSlices, or core Endpoints) only (`weir node`).
+    Services,
+}
+
 /// What the Kubernetes source watches.
 #[derive(Clone, Debug)]
 pub struct KubeOptions {
+    /// Which kinds to watch (the settings ConfigMap is watched whenever `configmap` is set).
+    pub kinds: Kinds,
     /// A kubeconfig file; `None` means in-cluster configuration (else `$KUBECONFIG`/`~/.kube/config`).
     pub kubeconfig: Option<PathBuf>,
     /// Namespaces to watch; empty means all.
@@ -86,6 +100,7 @@ pub struct KubeOptions {
 impl Default for KubeOptions {
     fn default() -> Self {
         KubeOptions {
+            kinds: Kinds::default(),
             kubeconfig: None,
             namespaces: Vec::new(),
             configmap: None,
@@ -139,6 +154,29 @@ pub async fn discover_endpoints_api(client: &Client) -> Result<EndpointsApi> {
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(EndpointsApi::Endpoints),
         Err(source) => Err(Error::Discovery { group_version: GROUP_VERSION, source }),
     }
+}
+
+/// [`discover_endpoints_api`], retried with backoff (250 ms doubling up to 5 s) until the API
+/// server answers; logs which API is watched.
+pub async fn discover_endpoints_api_retrying(client: &Client) -> EndpointsApi {
+    let mut retry = Duration::from_millis(250);
+    let api = loop {
+        match discover_endpoints_api(client).await {
+            Ok(api) => break api,
+            Err(error) => {
+                tracing::warn!(%error, "cannot reach the Kubernetes API; retrying");
+                tokio::time::sleep(retry).await;
+                retry = (retry * 2).min(Duration::from_secs(5));
+            }
+        }
+    };
+    match api {
+        EndpointsApi::EndpointSlices => tracing::info!("watching discovery.k8s.io/v1 EndpointSlices"),
+        EndpointsApi::Endpoints => tracing::warn!(
+            "this API server does not serve discovery.k8s.io/v1 EndpointSlices; watching core v1 Endpoints instead"
+        ),
+    }
+    api
 }
 
 // === impl KubeSource ===
@@ -276,11 +314,19 @@ impl KubeSource {
         } else {
             options.namespaces.iter().map(|n| Some(n.as_str())).collect()
         };
+        // Kinds left out get no reflector: an empty list of namespaces.
+        let ingress_namespaces = match options.kinds {
+            Kinds::Ingress => namespaces.as_slice(),
+            Kinds::Services => &[],
+        };
         let mut reflect = Reflect { client, changes: &changes, tasks: &mut tasks };
         let plain = watcher::Config::default;
         let stores = Stores {
-            ingress_classes: vec![reflect.cluster::<IngressClass>(plain())],
-            ingresses: reflect.each(&namespaces, plain),
+            ingress_classes: match options.kinds {
+                Kinds::Ingress => vec![reflect.cluster::<IngressClass>(plain())],
+                Kinds::Services => Vec::new(),
+            },
+            ingresses: reflect.each(ingress_namespaces, plain),
             services: reflect.each(&namespaces, plain),
             endpoint_slices: match endpoints_api {
                 EndpointsApi::EndpointSlices => reflect.each(&namespaces, plain),
@@ -291,7 +337,7 @@ impl KubeSource {
                 EndpointsApi::Endpoints => reflect.each(&namespaces, plain),
             },
             secrets: reflect
-                .each(&namespaces, || watcher::Config::default().fields("type=kubernetes.io/tls")),
+                .each(ingress_namespaces, || watcher::Config::default().fields("type=kubernetes.io/tls")),
             configmap: match &options.configmap {
                 Some(cm) => reflect.each(&[Some(cm.namespace.as_str())], || {
                     watcher::Config::default().fields(&format!("metadata.name={}", cm.name))
