@@ -390,7 +390,7 @@ fn serve_terminates_tls_redirects_and_rotates_the_secret() {
 fn serve_with_an_unreadable_kubeconfig_is_a_clear_error() {
     let out = Command::new(WEIR)
         .args(["serve", "--kubeconfig", "/nonexistent/kubeconfig", "--listen-http", "127.0.0.1:0"])
-        .args(["--listen-admin", "127.0.0.1:0"])
+        .args(["--listen-https", "127.0.0.1:0", "--listen-admin", "127.0.0.1:0"])
         .output()
         .unwrap();
     assert!(!out.status.success());
