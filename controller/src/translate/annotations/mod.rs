@@ -16,7 +16,7 @@
 
 mod auth;
 mod protocol;
-mod values;
+pub(crate) mod values;
 
 pub(crate) use protocol::*;
 
@@ -368,7 +368,7 @@ pub(crate) fn parse(
 }
 
 /// Networks covering every client, IPv4 and IPv6.
-fn deny_all() -> Vec<IpNet> {
+pub(crate) fn deny_all() -> Vec<IpNet> {
     ["0.0.0.0/0", "::/0"].iter().filter_map(|n| n.parse().ok()).collect()
 }
 
