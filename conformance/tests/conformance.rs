@@ -76,6 +76,7 @@ scenarios! {
     no_endpoints => "no-endpoints",
     bad_manifest => "bad-manifest",
     annotations => "annotations",
+    settings => "settings",
 }
 
 /// The runner itself: deliberately wrong expectations are each reported, with what answered.

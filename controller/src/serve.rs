@@ -507,7 +507,9 @@ async fn kube_loop(
             let now = source.stores.settings();
             if now != settings {
                 match &now {
-                    Some(data) => tracing::info!(configmap = %name, keys = data.len(), "settings ConfigMap read"),
+                    Some(data) => {
+                        tracing::info!(configmap = %name, keys = data.len(), "settings ConfigMap read")
+                    }
                     None => tracing::info!(configmap = %name, "settings ConfigMap not found; defaults apply"),
                 }
                 settings = now;

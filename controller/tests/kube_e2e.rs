@@ -29,7 +29,8 @@ fn declared_body(addr: std::net::SocketAddr, host: &str, len: usize, send: bool)
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "POST / HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n").ok()?;
+    write!(s, "POST / HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n")
+        .ok()?;
     if send {
         s.write_all(&vec![b'x'; len]).ok()?;
     }

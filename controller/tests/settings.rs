@@ -56,7 +56,9 @@ spec:
 
 /// A ConfigMap `namespace/name` with `data` (YAML lines, indented by the caller's `key: value`).
 fn configmap(namespace: &str, name: &str, data: &[(&str, &str)]) -> String {
-    let mut yaml = format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {namespace}}}\ndata:\n");
+    let mut yaml = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {namespace}}}\ndata:\n"
+    );
     for (key, value) in data {
         yaml.push_str(&format!("  {key}: {}\n", serde_json::to_string(value).unwrap()));
     }
@@ -81,7 +83,10 @@ impl Harness {
             manifests: dir.to_path_buf(),
             debounce: Duration::from_millis(50),
             poll_interval: Duration::from_millis(200),
-            proxy: ProxyConfig { access_log_output: Output::File(access_log.to_path_buf()), ..ProxyConfig::default() },
+            proxy: ProxyConfig {
+                access_log_output: Output::File(access_log.to_path_buf()),
+                ..ProxyConfig::default()
+            },
             ..ServeOptions::default()
         };
         if settings.is_some() {
@@ -100,7 +105,8 @@ impl Harness {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let resp = self.client.request(req.body(Full::new(Bytes::from(vec![b'x'; body]))).unwrap()).await.unwrap();
+        let resp =
+            self.client.request(req.body(Full::new(Bytes::from(vec![b'x'; body]))).unwrap()).await.unwrap();
         let status = resp.status().as_u16();
         let bytes = resp.into_body().collect().await.unwrap().to_bytes();
         (status, String::from_utf8_lossy(&bytes).into_owned())
@@ -164,7 +170,8 @@ async fn a_configmap_edit_changes_the_next_response_without_a_restart() {
 
     // A bad value keeps that key's default (no body limit); the other keys still apply.
     let v = h.weir.table_version();
-    let broken = [("use-forwarded-headers", "true"), ("proxy-real-ip-cidr", "127.0.0.1"), ("proxy-body-size", "lots")];
+    let broken =
+        [("use-forwarded-headers", "true"), ("proxy-real-ip-cidr", "127.0.0.1"), ("proxy-body-size", "lots")];
     write(dir.path(), "settings.yaml", &configmap("default", "weir-settings", &broken));
     h.next_table(v).await;
     assert_eq!(h.send("POST", &[], 4096).await.0, 200);
@@ -185,7 +192,11 @@ async fn only_the_configmap_named_by_configmap_is_read() {
     write(dir.path(), "app.yaml", &app(echo().await));
     let trust = [("use-forwarded-headers", "true"), ("proxy-real-ip-cidr", "127.0.0.0/8")];
     write(dir.path(), "default.yaml", &configmap("default", "weir-settings", &trust));
-    write(dir.path(), "named.yaml", &configmap("ingress-nginx", "controller", &[("whitelist-source-range", "192.0.2.0/24")]));
+    write(
+        dir.path(),
+        "named.yaml",
+        &configmap("ingress-nginx", "controller", &[("whitelist-source-range", "192.0.2.0/24")]),
+    );
     let named = ObjectRef::new("ingress-nginx", "controller");
     let h = Harness::start(dir.path(), Some(named), &logs.path().join("access.log")).await;
     // The named ConfigMap's allow list applies, the default-named one's trust does not.

@@ -530,7 +530,8 @@ fn write_time(to: &mut String, time: SystemTime, style: TimeStyle) -> bool {
     let secs = since.as_secs();
     let (year, month, day) = civil_from_days(secs / 86_400);
     let (h, m, s) = (secs % 86_400 / 3600, secs % 3600 / 60, secs % 60);
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    const MONTHS: [&str; 12] =
+        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
     match style {
         TimeStyle::Iso8601 => write!(to, "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}+00:00"),
         TimeStyle::Local => {
@@ -583,7 +584,8 @@ impl Writer {
     pub(crate) fn start(output: &Output) -> Writer {
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
         let output = output.clone();
-        let spawned = std::thread::Builder::new().name("weir-access-log".into()).spawn(move || run(&output, &rx));
+        let spawned =
+            std::thread::Builder::new().name("weir-access-log".into()).spawn(move || run(&output, &rx));
         let tx = match spawned {
             Ok(_) => Some(tx),
             Err(error) => {
@@ -654,7 +656,10 @@ mod tests {
         let err = "$remote_addr $bytes_sent ${nope}".parse::<Template>().unwrap_err();
         assert_eq!(err.0, ["bytes_sent", "nope"]);
         assert_eq!("$status".parse::<Template>().unwrap().as_var(), Some(&Var::Status));
-        assert_eq!(Var::parse("http_x_forwarded_for"), Some(Var::RequestHeader(HeaderName::from_static("x-forwarded-for"))));
+        assert_eq!(
+            Var::parse("http_x_forwarded_for"),
+            Some(Var::RequestHeader(HeaderName::from_static("x-forwarded-for")))
+        );
     }
 
     #[test]

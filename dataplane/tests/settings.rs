@@ -11,13 +11,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, StatusCode};
-use rustls::pki_types::pem::PemObject;
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
 use support::tls::*;
 use support::*;
 use tokio::net::TcpStream;
 use weir_dataplane::accesslog::Output;
-use weir_dataplane::model::{Forwarded, Hsts, LogField, RoutePolicy, RouteTable, Settings, SourceFilter, TlsVersion};
+use weir_dataplane::model::{
+    Forwarded, Hsts, LogField, RoutePolicy, RouteTable, Settings, SourceFilter, TlsVersion,
+};
 use weir_dataplane::proxy::ProxyConfig;
 
 fn forwarded(trusted: &[&str], full_chain: bool) -> Settings {
@@ -105,7 +107,10 @@ async fn allow_lists_and_redirects_use_what_trusted_proxies_say() {
         p.send(req.body(empty()).unwrap())
     };
     get("a.test", vec![CHAIN]).await.assert_local(403);
-    assert_eq!(get("r.test", vec![("x-forwarded-proto", "https")]).await.status, StatusCode::PERMANENT_REDIRECT);
+    assert_eq!(
+        get("r.test", vec![("x-forwarded-proto", "https")]).await.status,
+        StatusCode::PERMANENT_REDIRECT
+    );
 
     p.proxy.publish(with_settings(base, forwarded(&["127.0.0.0/8", "10.0.0.0/8"], false))).unwrap();
     assert_eq!(get("a.test", vec![CHAIN]).await.name(), "e");
@@ -120,7 +125,12 @@ async fn allow_lists_and_redirects_use_what_trusted_proxies_say() {
 async fn hsts_is_sent_on_https_as_configured() {
     let e = echo("e").await;
     let ca = Ca::new();
-    let base = with_cert(table().host("a.test").prefix("/", &to(&e)).build(), "a", &["a.test"], &ca.leaf(&["a.test"]));
+    let base = with_cert(
+        table().host("a.test").prefix("/", &to(&e)).build(),
+        "a",
+        &["a.test"],
+        &ca.leaf(&["a.test"]),
+    );
     let config = ProxyConfig { hsts: Some(http::HeaderValue::from_static("max-age=5")), ..test_config() };
     let p = tls_proxy_with(config, base.clone()).await;
     let hsts = |r: &Resp| r.headers.get("strict-transport-security").map(|v| v.to_str().unwrap().to_string());
@@ -132,7 +142,10 @@ async fn hsts_is_sent_on_https_as_configured() {
     let r = https_get(p.https, "a.test", "a.test", "/", true).await;
     assert_eq!(hsts(&r).as_deref(), Some("max-age=600; includeSubDomains; preload"));
     // Never on plain HTTP.
-    let plain = client().request(Request::get(format!("http://{}/", p.http)).header("host", "a.test").body(empty()).unwrap()).await.unwrap();
+    let plain = client()
+        .request(Request::get(format!("http://{}/", p.http)).header("host", "a.test").body(empty()).unwrap())
+        .await
+        .unwrap();
     assert!(!plain.headers().contains_key("strict-transport-security"));
 
     let off = Hsts { enabled: false, max_age: 600, include_subdomains: true, preload: false };
@@ -141,7 +154,11 @@ async fn hsts_is_sent_on_https_as_configured() {
 }
 
 /// A TLS handshake offering only `version`; the negotiated version, or the handshake error.
-async fn handshake_with(addr: std::net::SocketAddr, ca: &Ca, version: &'static rustls::SupportedProtocolVersion) -> Result<rustls::ProtocolVersion, std::io::Error> {
+async fn handshake_with(
+    addr: std::net::SocketAddr,
+    ca: &Ca,
+    version: &'static rustls::SupportedProtocolVersion,
+) -> Result<rustls::ProtocolVersion, std::io::Error> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca.pem.as_bytes()) {
         roots.add(cert.unwrap()).unwrap();
@@ -161,7 +178,12 @@ async fn handshake_with(addr: std::net::SocketAddr, ca: &Ca, version: &'static r
 async fn ssl_protocols_limit_the_versions_of_new_handshakes() {
     let e = echo("e").await;
     let ca = Ca::new();
-    let base = with_cert(table().host("a.test").prefix("/", &to(&e)).build(), "a", &["a.test"], &ca.leaf(&["a.test"]));
+    let base = with_cert(
+        table().host("a.test").prefix("/", &to(&e)).build(),
+        "a",
+        &["a.test"],
+        &ca.leaf(&["a.test"]),
+    );
     let p = tls_proxy(base.clone()).await;
     let (v12, v13) = (&rustls::version::TLS12, &rustls::version::TLS13);
     assert_eq!(handshake_with(p.https, &ca, v12).await.unwrap(), rustls::ProtocolVersion::TLSv1_2);
@@ -188,13 +210,17 @@ async fn proxy_body_size_is_the_default_limit() {
     let base = table().host("a.test").prefix("/", &to(&e)).prefix("/upload", &to(&e)).policy(big).build();
     let settings = Settings { max_body_bytes: Some(1024), ..Settings::default() };
     let p = proxy(with_settings(base.clone(), settings)).await;
-    let post = |path: &str, n: usize| p.send(p.req("a.test", path).method("POST").body(full(vec![b'x'; n])).unwrap());
+    let post = |path: &str, n: usize| {
+        p.send(p.req("a.test", path).method("POST").body(full(vec![b'x'; n])).unwrap())
+    };
     assert_eq!(post("/", 1000).await.echo().body_bytes, 1000);
     post("/", 2000).await.assert_local(413);
     // A route's own limit wins.
     assert_eq!(post("/upload", 2000).await.echo().body_bytes, 2000);
     // 0: no limit.
-    p.proxy.publish(with_settings(base, Settings { max_body_bytes: Some(0), ..Settings::default() })).unwrap();
+    p.proxy
+        .publish(with_settings(base, Settings { max_body_bytes: Some(0), ..Settings::default() }))
+        .unwrap();
     assert_eq!(post("/", 100_000).await.echo().body_bytes, 100_000);
 }
 
@@ -227,7 +253,10 @@ async fn keep_alive_requests_closes_the_connection_after_n() {
         let close = resp.headers().get("connection").is_some_and(|v| v == "close");
         assert_eq!(close, n == 3, "request {n}");
     }
-    tokio::time::timeout(Duration::from_secs(5), task).await.expect("the proxy closes the connection").unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the proxy closes the connection")
+        .unwrap();
     // Each new connection gets its own count.
     let (mut send, _task) = h1_conn(p.addr).await;
     let resp = send.send_request(get_a()).await.unwrap();
@@ -238,20 +267,25 @@ async fn keep_alive_requests_closes_the_connection_after_n() {
 async fn keep_alive_bounds_idle_client_connections() {
     let e = echo("e").await;
     let base = table().host("a.test").prefix("/", &to(&e)).build();
-    let p = proxy(with_settings(base.clone(), Settings { keepalive_secs: Some(1), ..Settings::default() })).await;
+    let p =
+        proxy(with_settings(base.clone(), Settings { keepalive_secs: Some(1), ..Settings::default() })).await;
     let (mut send, task) = h1_conn(p.addr).await;
     assert_eq!(send.send_request(get_a()).await.unwrap().status(), 200);
     tokio::time::timeout(Duration::from_secs(10), task).await.expect("an idle connection is closed").unwrap();
 
     // 0: one request per connection.
-    p.proxy.publish(with_settings(base.clone(), Settings { keepalive_secs: Some(0), ..Settings::default() })).unwrap();
+    p.proxy
+        .publish(with_settings(base.clone(), Settings { keepalive_secs: Some(0), ..Settings::default() }))
+        .unwrap();
     let (mut send, task) = h1_conn(p.addr).await;
     let resp = send.send_request(get_a()).await.unwrap();
     assert_eq!(resp.headers()["connection"], "close");
     tokio::time::timeout(Duration::from_secs(5), task).await.expect("closed after one request").unwrap();
 
     // A long keep-alive leaves the connection open across a pause.
-    p.proxy.publish(with_settings(base, Settings { keepalive_secs: Some(60), ..Settings::default() })).unwrap();
+    p.proxy
+        .publish(with_settings(base, Settings { keepalive_secs: Some(60), ..Settings::default() }))
+        .unwrap();
     let (mut send, task) = h1_conn(p.addr).await;
     assert_eq!(send.send_request(get_a()).await.unwrap().status(), 200);
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -272,7 +306,9 @@ async fn upstream_keepalive_off_opens_a_connection_per_request() {
     }
     assert_eq!(ports.len(), 1, "pooled: {ports:?}");
 
-    p.proxy.publish(with_settings(base, Settings { upstream_keepalive: Some(false), ..Settings::default() })).unwrap();
+    p.proxy
+        .publish(with_settings(base, Settings { upstream_keepalive: Some(false), ..Settings::default() }))
+        .unwrap();
     let mut ports = BTreeSet::new();
     for _ in 0..4 {
         let s = p.get("a.test", "/").await.echo();
@@ -302,7 +338,11 @@ async fn the_access_log_has_one_json_line_per_request_with_the_selected_fields()
     let e = echo("e").await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("access.log");
-    let field = |key: &str, template: &str, bare: bool| LogField { key: key.into(), value: template.parse().unwrap(), bare };
+    let field = |key: &str, template: &str, bare: bool| LogField {
+        key: key.into(),
+        value: template.parse().unwrap(),
+        bare,
+    };
     let settings = Settings {
         access_log: Some(vec![
             field("client", "$remote_addr", false),
@@ -316,8 +356,10 @@ async fn the_access_log_has_one_json_line_per_request_with_the_selected_fields()
         ..forwarded(&["127.0.0.0/8"], false)
     };
     let config = ProxyConfig { access_log_output: Output::File(path.clone()), ..test_config() };
-    let p = proxy_with(config, with_settings(table().host("a.test").prefix("/", &to(&e)).build(), settings)).await;
-    let req = p.req("a.test", "/x?y=1").header("user-agent", "probe/1").header("x-forwarded-for", "203.0.113.9");
+    let p = proxy_with(config, with_settings(table().host("a.test").prefix("/", &to(&e)).build(), settings))
+        .await;
+    let req =
+        p.req("a.test", "/x?y=1").header("user-agent", "probe/1").header("x-forwarded-for", "203.0.113.9");
     assert_eq!(p.send(req.body(empty()).unwrap()).await.status, 200);
     p.get("nowhere.test", "/").await.assert_local(404);
 
@@ -353,13 +395,18 @@ async fn use_proxy_protocol_from_the_settings_applies_to_new_connections() {
     let base = table().host("a.test").prefix("/", &to(&e)).build();
     let p = proxy(base.clone()).await;
     assert_eq!(p.get("a.test", "/").await.status, 200);
-    p.proxy.publish(with_settings(base, Settings { proxy_protocol: Some(true), ..Settings::default() })).unwrap();
+    p.proxy
+        .publish(with_settings(base, Settings { proxy_protocol: Some(true), ..Settings::default() }))
+        .unwrap();
     // A connection without the header is closed; one with it is served as the client it names.
     let (mut send, _task) = h1_conn(p.addr).await;
     assert!(send.send_request(get_a()).await.is_err());
     let mut tcp = TcpStream::connect(p.addr).await.unwrap();
-    tokio::io::AsyncWriteExt::write_all(&mut tcp, b"PROXY TCP4 198.51.100.4 127.0.0.1 4000 80\r\n").await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http1::handshake::<_, TestBody>(TokioIo::new(tcp)).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut tcp, b"PROXY TCP4 198.51.100.4 127.0.0.1 4000 80\r\n")
+        .await
+        .unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake::<_, TestBody>(TokioIo::new(tcp)).await.unwrap();
     tokio::spawn(conn);
     let resp = send.send_request(get_a()).await.unwrap();
     let body = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();

@@ -208,7 +208,13 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         let Some(ingress) = ingresses.get(object) else { return false };
         let (ssl, force) = *redirects.entry(object.clone()).or_insert_with(|| {
             (
-                annotations::flag(ingress, object, annotations::SSL_REDIRECT, settings.routes.ssl_redirect, warnings),
+                annotations::flag(
+                    ingress,
+                    object,
+                    annotations::SSL_REDIRECT,
+                    settings.routes.ssl_redirect,
+                    warnings,
+                ),
                 annotations::flag(
                     ingress,
                     object,

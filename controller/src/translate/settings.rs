@@ -361,7 +361,11 @@ pub(crate) fn read(snapshot: &Snapshot, config: &TranslateConfig, warnings: &mut
 }
 
 /// Parses a settings ConfigMap's `data`; every problem becomes a finding about the ConfigMap.
-pub(crate) fn parse(configmap: &ObjectRef, data: &BTreeMap<String, String>, warnings: &mut Warnings) -> Parsed {
+pub(crate) fn parse(
+    configmap: &ObjectRef,
+    data: &BTreeMap<String, String>,
+    warnings: &mut Warnings,
+) -> Parsed {
     let mut ctx = Ctx { configmap, data, warnings, fail_closed: false };
     ctx.classify();
     let mut parsed = Parsed::default();
@@ -375,7 +379,8 @@ pub(crate) fn parse(configmap: &ObjectRef, data: &BTreeMap<String, String>, warn
     s.keepalive_secs = ctx.value("keep-alive", whole_seconds, "the 30 s request head timeout");
     s.keepalive_requests = ctx.value("keep-alive-requests", values::rate, "no limit");
     s.upstream_keepalive = ctx.upstream_keepalive();
-    s.drain_secs = ctx.value("worker-shutdown-timeout", |v| values::timeout_ms(v).map(|ms| ms.div_ceil(1000)), "30s");
+    s.drain_secs =
+        ctx.value("worker-shutdown-timeout", |v| values::timeout_ms(v).map(|ms| ms.div_ceil(1000)), "30s");
     s.underscores_in_headers = ctx.value("enable-underscores-in-headers", values::boolean, "false");
     s.proxy_protocol = ctx.value("use-proxy-protocol", values::boolean, "--proxy-protocol");
     s.access_log = ctx.access_log();
@@ -435,7 +440,12 @@ impl<'a> Ctx<'a, '_> {
     }
 
     /// The value of `key` parsed by `parse`; an invalid one is reported and `default` stays.
-    fn value<T>(&mut self, key: &str, parse: impl FnOnce(&str) -> Result<T, String>, default: &str) -> Option<T> {
+    fn value<T>(
+        &mut self,
+        key: &str,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+        default: &str,
+    ) -> Option<T> {
         self.value_or(key, parse, &format!("the default ({default}) is kept"))
     }
 
@@ -450,7 +460,10 @@ impl<'a> Ctx<'a, '_> {
         match parse(raw) {
             Ok(v) => Some(v),
             Err(why) => {
-                self.error(Reason::InvalidSetting, format!("data[{key}]: invalid value {raw:?}: {why}; {consequence}"));
+                self.error(
+                    Reason::InvalidSetting,
+                    format!("data[{key}]: invalid value {raw:?}: {why}; {consequence}"),
+                );
                 None
             }
         }
@@ -478,7 +491,11 @@ impl<'a> Ctx<'a, '_> {
             return None;
         }
         let client_header = self
-            .value("forwarded-for-header", |v| values::header_name(v).map(|h| h.to_ascii_lowercase()), "X-Forwarded-For")
+            .value(
+                "forwarded-for-header",
+                |v| values::header_name(v).map(|h| h.to_ascii_lowercase()),
+                "X-Forwarded-For",
+            )
             .unwrap_or_else(|| "x-forwarded-for".to_string());
         // An unusable list trusts no one: falling back to 0.0.0.0/0 would let clients pick
         // their address.
@@ -506,7 +523,9 @@ impl<'a> Ctx<'a, '_> {
         Some(Hsts {
             enabled: self.value("hsts", values::boolean, "true").unwrap_or(true),
             max_age: self.value("hsts-max-age", whole, "31536000").unwrap_or(HSTS_MAX_AGE),
-            include_subdomains: self.value("hsts-include-subdomains", values::boolean, "true").unwrap_or(true),
+            include_subdomains: self
+                .value("hsts-include-subdomains", values::boolean, "true")
+                .unwrap_or(true),
             preload: self.value("hsts-preload", values::boolean, "false").unwrap_or(false),
         })
     }
@@ -538,7 +557,10 @@ impl<'a> Ctx<'a, '_> {
         if !old.is_empty() {
             self.warn(
                 Reason::InvalidSetting,
-                format!("data[ssl-protocols]: {} not offered: weir supports TLSv1.2 and TLSv1.3 only", old.join(" ")),
+                format!(
+                    "data[ssl-protocols]: {} not offered: weir supports TLSv1.2 and TLSv1.3 only",
+                    old.join(" ")
+                ),
             );
         }
         Some(versions)
@@ -604,8 +626,10 @@ impl<'a> Ctx<'a, '_> {
     /// Keys weir accepts with the one value it implements (or that change nothing in a proxy
     /// that streams); another value is reported.
     fn fixed_values(&mut self) {
-        let number = |v: &str| v.parse::<u16>().map(u64::from).map_err(|_| "expected a status code".to_string());
-        let checks: [(&str, fn(&str) -> Result<bool, String>, bool, &str); 4] = [
+        let number =
+            |v: &str| v.parse::<u16>().map(u64::from).map_err(|_| "expected a status code".to_string());
+        type Parse = fn(&str) -> Result<bool, String>;
+        let checks: [(&str, Parse, bool, &str); 4] = [
             ("generate-request-id", values::boolean, true, "weir always generates a missing X-Request-ID"),
             ("server-tokens", values::boolean, false, "weir sends no Server header of its own"),
             ("use-http2", values::boolean, true, "weir always offers HTTP/2 by ALPN"),
@@ -623,7 +647,10 @@ impl<'a> Ctx<'a, '_> {
         if let Some(code) = self.value("http-redirect-code", number, "308")
             && code != 308
         {
-            self.warn(Reason::UnsupportedSetting, "data[http-redirect-code]: ignored: weir's HTTPS redirects are 308".to_string());
+            self.warn(
+                Reason::UnsupportedSetting,
+                "data[http-redirect-code]: ignored: weir's HTTPS redirects are 308".to_string(),
+            );
         }
     }
 
@@ -669,11 +696,14 @@ fn whole_seconds(v: &str) -> Result<u64, String> {
     }
 }
 
+/// The fields of a log format, and those left out (key, why).
+type LogFormat = (Vec<LogField>, Vec<(String, String)>);
+
 /// `log-format-upstream`: a JSON object whose values are strings with `$variables` or bare
 /// variables (`{"time": "$time_iso8601", "status": $status}`, as ingress-nginx users write
 /// them), or a JSON list of variables (`["$remote_addr", "$status"]`, keyed by their names).
 /// Returns the fields, and those left out with the reason.
-fn log_format(raw: &str) -> Result<(Vec<LogField>, Vec<(String, String)>), String> {
+fn log_format(raw: &str) -> Result<LogFormat, String> {
     let mut fields = Vec::new();
     let mut dropped = Vec::new();
     let mut push = |key: String, template: &str, bare: bool| match template.parse::<Template>() {
@@ -776,7 +806,11 @@ impl<'a> Scanner<'a> {
         let rest = &self.text[self.at..];
         let len = match rest.strip_prefix("${") {
             Some(inner) => inner.find('}').map(|i| i + 3).ok_or("unterminated ${")?,
-            None => 1 + rest[1..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len() - 1),
+            None => {
+                1 + rest[1..]
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len() - 1)
+            }
         };
         self.at += len;
         Ok(&rest[..len])

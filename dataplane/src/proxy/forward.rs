@@ -698,7 +698,10 @@ impl ConnCtx {
         if !config.underscores_in_headers {
             drop_underscored(req.headers_mut());
         }
-        let log = config.access_log.as_ref().map(|format| format.capture(req, self.client(config, req.headers()).ip));
+        let log = config
+            .access_log
+            .as_ref()
+            .map(|format| format.capture(req, self.client(config, req.headers()).ip));
         Seen { http1: req.version() <= Version::HTTP_11, log }
     }
 
@@ -755,7 +758,8 @@ impl ConnCtx {
         };
         // ingress-nginx appends the connection's client to the incoming chain only with
         // `use-forwarded-headers` too.
-        let xff = match headers.get_all(X_FORWARDED_FOR).iter().filter(|v| !v.is_empty()).collect::<Vec<_>>() {
+        let xff = match headers.get_all(X_FORWARDED_FOR).iter().filter(|v| !v.is_empty()).collect::<Vec<_>>()
+        {
             incoming if real_ip.full_chain && real_ip.trust_headers && !incoming.is_empty() => {
                 let mut chain = Vec::new();
                 for value in incoming {
@@ -774,7 +778,8 @@ impl ConnCtx {
             HeaderValue::from_str(first).ok().filter(|v| !v.is_empty())
         });
         let https = proto.as_ref().map_or(self.https, |p| p.as_bytes() != b"http");
-        let forwarded = ForwardedHeaders { real_ip: real, xff, proto, host, port: trusted(&X_FORWARDED_PORT) };
+        let forwarded =
+            ForwardedHeaders { real_ip: real, xff, proto, host, port: trusted(&X_FORWARDED_PORT) };
         Client { ip, https, forwarded: Some(Box::new(forwarded)) }
     }
 }

@@ -237,12 +237,8 @@ pub(super) fn http_builder(config: &super::ProxyConfig) -> HttpBuilder {
 }
 
 /// Serves HTTP on one established connection (plain or TLS), watched for graceful shutdown.
-async fn serve_http<S>(
-    builder: Arc<HttpBuilder>,
-    stream: S,
-    ctx: Arc<ConnCtx>,
-    watcher: Watcher,
-) where
+async fn serve_http<S>(builder: Arc<HttpBuilder>, stream: S, ctx: Arc<ConnCtx>, watcher: Watcher)
+where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let peer = ctx.peer;

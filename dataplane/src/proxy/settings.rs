@@ -21,7 +21,9 @@ impl ProxyConfig {
         if let Some(forwarded) = &settings.forwarded {
             match RealIp::new(forwarded) {
                 Ok(real_ip) => config.real_ip = Some(real_ip),
-                Err(error) => tracing::warn!(header = forwarded.client_header, %error, "forwarded-for-header unusable; ignored"),
+                Err(error) => {
+                    tracing::warn!(header = forwarded.client_header, %error, "forwarded-for-header unusable; ignored")
+                }
             }
         }
         if let Some(hsts) = &settings.hsts {
@@ -102,7 +104,8 @@ mod tests {
 
     #[test]
     fn settings_override_the_flags_and_none_keeps_them() {
-        let base = ProxyConfig { hsts: Some(http::HeaderValue::from_static("max-age=5")), ..ProxyConfig::default() };
+        let base =
+            ProxyConfig { hsts: Some(http::HeaderValue::from_static("max-age=5")), ..ProxyConfig::default() };
         let same = base.with_settings(&Settings::default());
         assert_eq!(same.hsts, base.hsts);
         assert_eq!(same.max_request_body, None);

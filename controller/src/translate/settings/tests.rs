@@ -118,21 +118,33 @@ fn forwarded_headers() {
 
 #[test]
 fn forwarded_headers_rejected() {
-    assert_eq!(rejected(&[("use-forwarded-headers", "yes")], "use-forwarded-headers").settings.forwarded, None);
+    assert_eq!(
+        rejected(&[("use-forwarded-headers", "yes")], "use-forwarded-headers").settings.forwarded,
+        None
+    );
     assert_eq!(rejected(&[("enable-real-ip", "on")], "enable-real-ip").settings.forwarded, None);
-    let f = rejected(&[("use-forwarded-headers", "true"), ("forwarded-for-header", "X Real")], "forwarded-for-header")
-        .settings
-        .forwarded
-        .unwrap();
+    let f = rejected(
+        &[("use-forwarded-headers", "true"), ("forwarded-for-header", "X Real")],
+        "forwarded-for-header",
+    )
+    .settings
+    .forwarded
+    .unwrap();
     assert_eq!(f.client_header, "x-forwarded-for");
     // A broken trust list trusts no one (the default would let any client pick its address).
-    let (parsed, w) = finding(&[("use-forwarded-headers", "true"), ("proxy-real-ip-cidr", "10.0.0.1/8")], "proxy-real-ip-cidr");
+    let (parsed, w) = finding(
+        &[("use-forwarded-headers", "true"), ("proxy-real-ip-cidr", "10.0.0.1/8")],
+        "proxy-real-ip-cidr",
+    );
     assert!(w.message.contains("no peer is trusted"), "{}", w.message);
     assert!(parsed.settings.forwarded.unwrap().trusted.is_empty());
-    let f = rejected(&[("use-forwarded-headers", "true"), ("compute-full-forwarded-for", "2")], "compute-full-forwarded-for")
-        .settings
-        .forwarded
-        .unwrap();
+    let f = rejected(
+        &[("use-forwarded-headers", "true"), ("compute-full-forwarded-for", "2")],
+        "compute-full-forwarded-for",
+    )
+    .settings
+    .forwarded
+    .unwrap();
     assert!(!f.full_chain);
     // Companions alone do nothing, which is said.
     for key in ["forwarded-for-header", "proxy-real-ip-cidr", "compute-full-forwarded-for"] {
@@ -142,7 +154,10 @@ fn forwarded_headers_rejected() {
         assert!(w.message.contains("no effect without use-forwarded-headers"), "{}", w.message);
         assert_eq!(parsed.settings.forwarded, None);
     }
-    let (parsed, w) = finding(&[("enable-real-ip", "true"), ("compute-full-forwarded-for", "true")], "compute-full-forwarded-for");
+    let (parsed, w) = finding(
+        &[("enable-real-ip", "true"), ("compute-full-forwarded-for", "true")],
+        "compute-full-forwarded-for",
+    );
     assert!(w.message.contains("no effect without use-forwarded-headers"), "{}", w.message);
     assert!(!parsed.settings.forwarded.unwrap().full_chain);
 }
@@ -182,19 +197,22 @@ fn ssl_protocols() {
 
 #[test]
 fn route_defaults_for_the_dataplane() {
-    let s = clean(&[
-        ("proxy-body-size", "8m"),
-        ("proxy-read-timeout", "30"),
-        ("proxy-next-upstream-tries", "0"),
-    ])
-    .settings;
+    let s =
+        clean(&[("proxy-body-size", "8m"), ("proxy-read-timeout", "30"), ("proxy-next-upstream-tries", "0")])
+            .settings;
     assert_eq!(s.max_body_bytes, Some(8 << 20));
     assert_eq!(s.read_timeout_ms, Some(30_000));
     assert_eq!(s.connect_tries, Some(0));
     assert_eq!(clean(&[("proxy-body-size", "0")]).settings.max_body_bytes, Some(0));
     assert_eq!(rejected(&[("proxy-body-size", "8mb")], "proxy-body-size").settings.max_body_bytes, None);
-    assert_eq!(rejected(&[("proxy-read-timeout", "soon")], "proxy-read-timeout").settings.read_timeout_ms, None);
-    assert_eq!(rejected(&[("proxy-next-upstream-tries", "-1")], "proxy-next-upstream-tries").settings.connect_tries, None);
+    assert_eq!(
+        rejected(&[("proxy-read-timeout", "soon")], "proxy-read-timeout").settings.read_timeout_ms,
+        None
+    );
+    assert_eq!(
+        rejected(&[("proxy-next-upstream-tries", "-1")], "proxy-next-upstream-tries").settings.connect_tries,
+        None
+    );
 }
 
 #[test]
@@ -217,8 +235,14 @@ fn connections() {
     for bad in ["75s", "-1", "100000"] {
         assert_eq!(rejected(&[("keep-alive", bad)], "keep-alive").settings.keepalive_secs, None, "{bad}");
     }
-    assert_eq!(rejected(&[("keep-alive-requests", "0")], "keep-alive-requests").settings.keepalive_requests, None);
-    assert_eq!(rejected(&[("worker-shutdown-timeout", "later")], "worker-shutdown-timeout").settings.drain_secs, None);
+    assert_eq!(
+        rejected(&[("keep-alive-requests", "0")], "keep-alive-requests").settings.keepalive_requests,
+        None
+    );
+    assert_eq!(
+        rejected(&[("worker-shutdown-timeout", "later")], "worker-shutdown-timeout").settings.drain_secs,
+        None
+    );
     rejected(&[("enable-underscores-in-headers", "yes")], "enable-underscores-in-headers");
     rejected(&[("use-proxy-protocol", "1x")], "use-proxy-protocol");
 }
@@ -238,7 +262,9 @@ fn upstream_keepalive() {
 fn access_log_formats() {
     let fields = |raw: &str| clean(&[("log-format-upstream", raw)]).settings.access_log.unwrap();
     // What ingress-nginx users write: strings with variables, bare variables.
-    let f = fields(r#"{"time": "$time_iso8601", "status": $status, "who": "${remote_addr} via \"x\"", "ua": "$http_user_agent"}"#);
+    let f = fields(
+        r#"{"time": "$time_iso8601", "status": $status, "who": "${remote_addr} via \"x\"", "ua": "$http_user_agent"}"#,
+    );
     let keys: Vec<&str> = f.iter().map(|f| f.key.as_str()).collect();
     assert_eq!(keys, ["time", "status", "who", "ua"]);
     assert!(!f[0].bare && f[1].bare);
@@ -250,15 +276,20 @@ fn access_log_formats() {
     assert!(f.iter().all(|f| f.bare));
 
     // Unknown variables: that field is left out, with a warning naming them.
-    let (parsed, w) =
-        finding(&[("log-format-upstream", r#"{"a": "$remote_addr", "b": $bytes_sent}"#)], "log-format-upstream");
+    let (parsed, w) = finding(
+        &[("log-format-upstream", r#"{"a": "$remote_addr", "b": $bytes_sent}"#)],
+        "log-format-upstream",
+    );
     assert_eq!(w.severity, Severity::Warning);
     assert!(w.message.contains("\"b\"") && w.message.contains("$bytes_sent"), "{}", w.message);
     assert_eq!(parsed.settings.access_log.unwrap().len(), 1);
 
     // nginx's text format is not JSON: no access log, and why.
     let default_format = r#"$remote_addr - $remote_user [$time_local] "$request" $status"#;
-    assert_eq!(rejected(&[("log-format-upstream", default_format)], "log-format-upstream").settings.access_log, None);
+    assert_eq!(
+        rejected(&[("log-format-upstream", default_format)], "log-format-upstream").settings.access_log,
+        None
+    );
     for bad in [r#"{"a": 1}"#, r#"{"a": "$status""#, r#"{"a": "$status"} x"#, r#"{"a": "$nope"}"#] {
         let (parsed, warnings) = parse_pairs(&[("log-format-upstream", bad)]);
         assert_eq!(parsed.settings.access_log, None, "{bad}");
@@ -314,7 +345,13 @@ fn route_policy_defaults() {
     ]);
     assert!(!parsed.routes.ssl_redirect && parsed.routes.force_ssl_redirect);
     let limited = || RoutePolicy {
-        rate_limit: Some(RateLimit { rps: Some(1), rpm: None, burst_multiplier: 5, exempt: vec![], status: 503 }),
+        rate_limit: Some(RateLimit {
+            rps: Some(1),
+            rpm: None,
+            burst_multiplier: 5,
+            exempt: vec![],
+            status: 503,
+        }),
         ..RoutePolicy::default()
     };
     let mut policy = limited();
@@ -325,7 +362,10 @@ fn route_policy_defaults() {
     assert!(!policy.source.permits("172.16.0.1".parse().unwrap()));
     // An Ingress's own lists win; block-cidrs applies everywhere.
     let mut own = RoutePolicy {
-        source: SourceFilter { allow: vec!["192.0.2.0/23".parse().unwrap()], deny: vec!["10.0.0.0/8".parse().unwrap()] },
+        source: SourceFilter {
+            allow: vec!["192.0.2.0/23".parse().unwrap()],
+            deny: vec!["10.0.0.0/8".parse().unwrap()],
+        },
         ..RoutePolicy::default()
     };
     parsed.routes.apply(&mut own);
