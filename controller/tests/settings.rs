@@ -4,6 +4,8 @@
 //! apply.
 #![allow(clippy::unwrap_used)]
 
+mod support_app;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -17,42 +19,6 @@ use weir::serve::{Running, ServeOptions};
 use weir_dataplane::accesslog::Output;
 use weir_dataplane::model::ObjectRef;
 use weir_dataplane::proxy::ProxyConfig;
-
-/// A Service with one endpoint (`backend`) and an Ingress for `app.test`.
-fn app(backend: SocketAddr) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Service
-metadata: {{name: echo, namespace: default}}
-spec:
-  ports: [{{name: http, port: 80}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: echo-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: echo}}
-addressType: IPv4
-ports: [{{name: http, port: {port}}}]
-endpoints:
-- addresses: ["{ip}"]
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {{name: web, namespace: default}}
-spec:
-  ingressClassName: weir
-  rules:
-  - host: app.test
-    http:
-      paths:
-      - {{path: /, pathType: Prefix, backend: {{service: {{name: echo, port: {{number: 80}}}}}}}}
-"#,
-        port = backend.port(),
-        ip = backend.ip(),
-    )
-}
 
 /// A ConfigMap `namespace/name` with `data` (YAML lines, indented by the caller's `key: value`).
 fn configmap(namespace: &str, name: &str, data: &[(&str, &str)]) -> String {
@@ -138,7 +104,7 @@ async fn a_configmap_edit_changes_the_next_response_without_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("access.log");
-    write(dir.path(), "app.yaml", &app(echo().await));
+    write(dir.path(), "app.yaml", &support_app::app_yaml(echo().await, "/"));
     let h = Harness::start(dir.path(), None, &log).await;
     // No settings ConfigMap yet: the peer is the client, bodies are unlimited.
     assert_eq!(h.real_ip().await, "127.0.0.1");
@@ -189,7 +155,7 @@ async fn a_configmap_edit_changes_the_next_response_without_a_restart() {
 async fn only_the_configmap_named_by_configmap_is_read() {
     let dir = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
-    write(dir.path(), "app.yaml", &app(echo().await));
+    write(dir.path(), "app.yaml", &support_app::app_yaml(echo().await, "/"));
     let trust = [("use-forwarded-headers", "true"), ("proxy-real-ip-cidr", "127.0.0.0/8")];
     write(dir.path(), "default.yaml", &configmap("default", "weir-settings", &trust));
     write(

@@ -121,16 +121,17 @@ async fn allow_lists_and_redirects_use_what_trusted_proxies_say() {
     assert_eq!(get("r.test", vec![]).await.status, StatusCode::PERMANENT_REDIRECT);
 }
 
-#[tokio::test]
-async fn hsts_is_sent_on_https_as_configured() {
+/// A table routing a.test to an echo, with a certificate for it from a new CA.
+async fn a_test_with_tls() -> (Ca, RouteTable) {
     let e = echo("e").await;
     let ca = Ca::new();
-    let base = with_cert(
-        table().host("a.test").prefix("/", &to(&e)).build(),
-        "a",
-        &["a.test"],
-        &ca.leaf(&["a.test"]),
-    );
+    let leaf = ca.leaf(&["a.test"]);
+    (ca, with_cert(table().host("a.test").prefix("/", &to(&e)).build(), "a", &["a.test"], &leaf))
+}
+
+#[tokio::test]
+async fn hsts_is_sent_on_https_as_configured() {
+    let (_ca, base) = a_test_with_tls().await;
     let config = ProxyConfig { hsts: Some(http::HeaderValue::from_static("max-age=5")), ..test_config() };
     let p = tls_proxy_with(config, base.clone()).await;
     let hsts = |r: &Resp| r.headers.get("strict-transport-security").map(|v| v.to_str().unwrap().to_string());
@@ -176,14 +177,7 @@ async fn handshake_with(
 
 #[tokio::test]
 async fn ssl_protocols_limit_the_versions_of_new_handshakes() {
-    let e = echo("e").await;
-    let ca = Ca::new();
-    let base = with_cert(
-        table().host("a.test").prefix("/", &to(&e)).build(),
-        "a",
-        &["a.test"],
-        &ca.leaf(&["a.test"]),
-    );
+    let (ca, base) = a_test_with_tls().await;
     let p = tls_proxy(base.clone()).await;
     let (v12, v13) = (&rustls::version::TLS12, &rustls::version::TLS13);
     assert_eq!(handshake_with(p.https, &ca, v12).await.unwrap(), rustls::ProtocolVersion::TLSv1_2);
