@@ -407,3 +407,29 @@ async fn use_proxy_protocol_from_the_settings_applies_to_new_connections() {
     let seen: weir_dataplane::echo::EchoResponse = serde_json::from_slice(&body).unwrap();
     assert_eq!(seen.headers["x-real-ip"], "198.51.100.4");
 }
+
+#[tokio::test]
+async fn worker_shutdown_timeout_is_the_drain_time() {
+    let e = echo("e").await;
+    let base = table().host("a.test").prefix("/", &to(&e)).build();
+    let config = ProxyConfig {
+        drain_timeout: Duration::from_secs(60),
+        upstream_timeout: Duration::from_secs(60),
+        ..test_config()
+    };
+    let short = Settings { drain_secs: Some(1), ..Settings::default() };
+    let mut p = proxy_with(config, with_settings(base, short)).await;
+    let slow = p.req("a.test", "/").header("x-echo-delay-ms", "30000").body(empty()).unwrap();
+    let in_flight = tokio::spawn(async move { client().request(slow).await.map(|r| r.status()) });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    p.shutdown();
+    // The flag says a minute and the request takes 30 s: the table's setting ends the drain
+    // after a second.
+    let task = p.task.take().unwrap();
+    tokio::time::timeout(Duration::from_secs(15), task)
+        .await
+        .expect("drained by the setting")
+        .unwrap()
+        .unwrap();
+    in_flight.abort();
+}
