@@ -756,21 +756,12 @@ impl ConnCtx {
         let trusted = |name: &HeaderName| {
             if real_ip.trust_headers { headers.get(name).filter(|v| !v.is_empty()).cloned() } else { None }
         };
-        // ingress-nginx appends the connection's client to the incoming chain only with
-        // `use-forwarded-headers` too.
-        let xff = match headers.get_all(X_FORWARDED_FOR).iter().filter(|v| !v.is_empty()).collect::<Vec<_>>()
-        {
-            incoming if real_ip.full_chain && real_ip.trust_headers && !incoming.is_empty() => {
-                let mut chain = Vec::new();
-                for value in incoming {
-                    chain.extend_from_slice(value.as_bytes());
-                    chain.extend_from_slice(b", ");
-                }
-                chain.extend_from_slice(self.client_ip.as_bytes());
-                HeaderValue::from_bytes(&chain).unwrap_or_else(|_| real.clone())
-            }
-            _ if real_ip.full_chain && real_ip.trust_headers => self.client_ip.clone(),
-            _ => real.clone(),
+        // `compute-full-forwarded-for` (only with `use-forwarded-headers`, as in ingress-nginx):
+        // the incoming chain with the connection's client appended.
+        let xff = if real_ip.full_chain && real_ip.trust_headers {
+            full_chain(headers, &self.client_ip)
+        } else {
+            real.clone()
         };
         let proto = trusted(&X_FORWARDED_PROTO);
         let host = trusted(&X_FORWARDED_HOST).and_then(|v| {
@@ -782,6 +773,17 @@ impl ConnCtx {
             ForwardedHeaders { real_ip: real, xff, proto, host, port: trusted(&X_FORWARDED_PORT) };
         Client { ip, https, forwarded: Some(Box::new(forwarded)) }
     }
+}
+
+/// The incoming `X-Forwarded-For` lines and `client`, comma-separated.
+fn full_chain(headers: &HeaderMap, client: &HeaderValue) -> HeaderValue {
+    let mut chain = Vec::new();
+    for value in headers.get_all(X_FORWARDED_FOR).iter().filter(|v| !v.is_empty()) {
+        chain.extend_from_slice(value.as_bytes());
+        chain.extend_from_slice(b", ");
+    }
+    chain.extend_from_slice(client.as_bytes());
+    HeaderValue::from_bytes(&chain).unwrap_or_else(|_| client.clone())
 }
 
 /// Removes request headers whose names contain `_` (nginx's `underscores_in_headers off`, which
