@@ -77,6 +77,7 @@ scenarios! {
     bad_manifest => "bad-manifest",
     annotations => "annotations",
     service_upstream => "service-upstream",
+    settings => "settings",
 }
 
 /// The runner itself: deliberately wrong expectations are each reported, with what answered.

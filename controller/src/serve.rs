@@ -68,6 +68,9 @@ pub struct ServeOptions {
     pub poll_interval: Duration,
     /// Proxy settings.
     pub proxy: ProxyConfig,
+    /// The ConfigMap of global settings: watched in a cluster, read from the manifest
+    /// directory otherwise; its keys override `proxy`.
+    pub settings: Option<ObjectRef>,
 }
 
 impl Default for ServeOptions {
@@ -88,6 +91,7 @@ impl Default for ServeOptions {
             debounce: Duration::from_millis(100),
             poll_interval: Duration::from_secs(2),
             proxy: ProxyConfig::default(),
+            settings: Some(translate::settings::default_configmap()),
         }
     }
 }
@@ -99,6 +103,7 @@ impl ServeOptions {
             controller_name: self.controller_name.clone(),
             watch_ingress_without_class: self.watch_ingress_without_class,
             default_certificate: self.default_certificate.clone(),
+            settings: self.settings.clone(),
         }
     }
 }
@@ -482,11 +487,15 @@ async fn kube_loop(
         status::spawn(client, kube.status.clone(), source.stores.clone(), outcomes, shutdown.clone());
     let mut settings = None;
     loop {
-        if kube.source.configmap.is_some() {
+        if let Some(name) = &kube.source.configmap {
             let now = source.stores.settings();
             if now != settings {
-                let keys: Vec<&String> = now.iter().flat_map(|d| d.keys()).collect();
-                tracing::info!(?keys, "settings ConfigMap read; weir reads no setting from it yet");
+                match &now {
+                    Some(data) => {
+                        tracing::info!(configmap = %name, keys = data.len(), "settings ConfigMap read")
+                    }
+                    None => tracing::info!(configmap = %name, "settings ConfigMap not found; defaults apply"),
+                }
                 settings = now;
             }
         }

@@ -22,6 +22,20 @@ use support_kube::{
 };
 
 const CONTROLLER: &str = "weir.dev/ingress-controller";
+
+/// The status of a POST to `host` announcing a body of `len` bytes it never sends: a refusal
+/// comes at once; a forwarded request waits for the body (`None` after a second).
+fn declared_body(addr: std::net::SocketAddr, host: &str, len: usize) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    write!(s, "POST / HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// The promise: a change in the API is routed within 2 s.
 const REROUTE: Duration = Duration::from_secs(2);
 
@@ -76,8 +90,17 @@ fn routes_follow_the_api() {
         // Another class is ignored entirely, and so is an unwatched namespace.
         assert_eq!(weir.get("foreign.example", "/").map(|r| r.0), Some(404));
         assert_eq!(weir.get("elsewhere.example", "/").map(|r| r.0), Some(404));
-        eventually("the settings ConfigMap is read", Duration::from_secs(5), || async {
-            weir.log().contains("proxy-body-size").then_some(())
+        // The settings ConfigMap applies: a body declared over its proxy-body-size (8m) gets 413
+        // at once, and an edit of the ConfigMap (1k) changes that without a restart.
+        eventually("the settings ConfigMap's body limit", Duration::from_secs(5), || async {
+            (declared_body(weir.http, "web.example", 9 << 20) == Some(413)).then_some(())
+        })
+        .await;
+        let settings =
+            serde_json::json!({"metadata": {"name": "weir-settings"}, "data": {"proxy-body-size": "1k"}});
+        apply::<ConfigMap>(&client, ns, settings).await;
+        eventually("the edited body limit", Duration::from_secs(10), || async {
+            (declared_body(weir.http, "web.example", 4096) == Some(413)).then_some(())
         })
         .await;
 

@@ -72,8 +72,9 @@ impl ClientAuthIndex {
     /// answers 400 to every request (never served without the required check).
     pub fn compile(table: &RouteTable, resolver: &Arc<dyn ResolvesServerCert>) -> ClientAuthIndex {
         let mut index = ClientAuthIndex::default();
+        let versions = tls::versions(&table.settings);
         for auth in &table.client_auth {
-            let compiled = match compile(auth, resolver) {
+            let compiled = match compile(auth, resolver, &versions) {
                 Ok(c) => Arc::new(c),
                 Err(error) => {
                     tracing::warn!(host = %auth.host, %error, "client certificate CA unusable; the host refuses every request");
@@ -86,7 +87,7 @@ impl ClientAuthIndex {
                         error_page: None,
                         broken: true,
                         verifier: Arc::new(Permissive(tls::provider())),
-                        config: match tls::server_config(resolver.clone()) {
+                        config: match tls::server_config_with(resolver.clone(), &versions) {
                             Ok(c) => Arc::new(c),
                             Err(_) => continue,
                         },
@@ -116,7 +117,11 @@ impl ClientAuthIndex {
     }
 }
 
-fn compile(auth: &ClientAuth, resolver: &Arc<dyn ResolvesServerCert>) -> Result<HostAuth, tls::Error> {
+fn compile(
+    auth: &ClientAuth,
+    resolver: &Arc<dyn ResolvesServerCert>,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Result<HostAuth, tls::Error> {
     let mut roots = rustls::RootCertStore::empty();
     let certs = CertificateDer::pem_slice_iter(auth.ca_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
@@ -133,7 +138,7 @@ fn compile(auth: &ClientAuth, resolver: &Arc<dyn ResolvesServerCert>) -> Result<
         ClientVerify::On | ClientVerify::Optional => verifier.clone(),
     };
     let mut config = ServerConfig::builder_with_provider(tls::provider())
-        .with_protocol_versions(tls::VERSIONS)
+        .with_protocol_versions(versions)
         .map_err(tls::Error::Config)?
         .with_client_cert_verifier(handshake)
         .with_cert_resolver(resolver.clone());

@@ -220,6 +220,7 @@ impl Stores {
         add(&mut snapshot, &self.endpoint_slices, Object::EndpointSlice);
         add(&mut snapshot, &self.endpoints, Object::Endpoints);
         add(&mut snapshot, &self.secrets, Object::Secret);
+        add(&mut snapshot, &self.configmap, Object::ConfigMap);
         snapshot
     }
 

@@ -10,6 +10,7 @@ mod backend;
 mod class;
 mod rank;
 mod routes;
+pub mod settings;
 mod snapshot;
 mod tls;
 mod warnings;
@@ -47,6 +48,9 @@ pub struct TranslateConfig {
     /// dataplane's self-signed certificate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_certificate: Option<ObjectRef>,
+    /// The ConfigMap of global settings (`--configmap`); none: defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<ObjectRef>,
 }
 
 impl Default for TranslateConfig {
@@ -56,6 +60,7 @@ impl Default for TranslateConfig {
             controller_name: "weir.dev/ingress-controller".to_string(),
             watch_ingress_without_class: false,
             default_certificate: None,
+            settings: None,
         }
     }
 }
@@ -86,6 +91,8 @@ type BackendUse<'a> = (&'a Rank, UpstreamProtocol, Option<UpstreamTls>, bool);
 /// Translates a snapshot into a routing table and warnings.
 pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
     let mut warnings = Warnings::default();
+    // Global settings: the dataplane's, and the defaults of every route's policy.
+    let settings = settings::read(snapshot, config, &mut warnings);
 
     // Class selection: Ingresses of other classes are ignored entirely.
     let selector = ClassSelector::new(&snapshot.ingress_classes, config);
@@ -136,7 +143,9 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         if parsed.from_to_www {
             www_redirects.push((o.rank.clone(), o.ingress));
         }
-        policies.insert(&o.rank.object, parsed.policy);
+        let mut policy = parsed.policy;
+        settings.routes.apply(&mut policy);
+        policies.insert(&o.rank.object, policy);
     }
 
     // Routes and default backend, from the main Ingresses; canary Ingresses (ingress-nginx
@@ -236,8 +245,20 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         let Some(ingress) = ingresses.get(object) else { return false };
         let (ssl, force) = *redirects.entry(object.clone()).or_insert_with(|| {
             (
-                annotations::flag(ingress, object, annotations::SSL_REDIRECT, true, warnings),
-                annotations::flag(ingress, object, annotations::FORCE_SSL_REDIRECT, false, warnings),
+                annotations::flag(
+                    ingress,
+                    object,
+                    annotations::SSL_REDIRECT,
+                    settings.routes.ssl_redirect,
+                    warnings,
+                ),
+                annotations::flag(
+                    ingress,
+                    object,
+                    annotations::FORCE_SSL_REDIRECT,
+                    settings.routes.force_ssl_redirect,
+                    warnings,
+                ),
             )
         });
         force || (ssl && tls::covers(&tls.entries, host))
@@ -503,6 +524,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         table.default_certificate = Some(secret.clone());
     }
 
+    table.settings = settings.settings;
     Translation {
         table,
         warnings: warnings.finish(),

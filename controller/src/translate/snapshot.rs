@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Endpoints, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -28,6 +28,8 @@ pub struct Snapshot {
     pub endpoints: BTreeMap<ObjectRef, Endpoints>,
     /// Secrets by namespace/name.
     pub secrets: BTreeMap<ObjectRef, Secret>,
+    /// ConfigMaps by namespace/name (the settings ConfigMap is one of them).
+    pub config_maps: BTreeMap<ObjectRef, ConfigMap>,
 }
 
 /// The namespace/name key of a namespaced object (`default` when the namespace is unset).
@@ -60,6 +62,9 @@ impl Snapshot {
             }
             Object::Secret(o) => {
                 self.secrets.insert(key(&o.metadata), *o).map(|old| Object::Secret(Box::new(old)))
+            }
+            Object::ConfigMap(o) => {
+                self.config_maps.insert(key(&o.metadata), *o).map(|old| Object::ConfigMap(Box::new(old)))
             }
             Object::Other { .. } => None,
         }

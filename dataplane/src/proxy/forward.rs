@@ -18,8 +18,9 @@
 //! for that by [`BodySlot`]; the head (method, headers) is cloned up front, and only when the
 //! backend has another endpoint to try. Errors after sending began are never retried.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -35,7 +36,8 @@ use hyper::body::Incoming;
 
 use super::client::{BodySlot, BodyTooLarge, SendError, UpstreamBody};
 use super::error::{ProxyError, grpc_local_response, is_grpc, local_response};
-use super::{Compiled, Proxy, extauth, upgrade};
+use super::{Compiled, Proxy, ProxyConfig, extauth, upgrade};
+use crate::accesslog;
 use crate::auth;
 use crate::balance::Balancer;
 use crate::hashkey;
@@ -59,7 +61,7 @@ const SEC_WEBSOCKET_KEY: HeaderName = HeaderName::from_static("sec-websocket-key
 const SEC_WEBSOCKET_ACCEPT: HeaderName = HeaderName::from_static("sec-websocket-accept");
 
 /// Upper bound on [`super::ProxyConfig::connect_tries`] (the tried endpoints live on the stack).
-const MAX_TRIES: usize = 8;
+pub(super) const MAX_TRIES: usize = 8;
 
 /// What a connection knows once, reused by each of its requests.
 pub(super) struct ConnCtx {
@@ -73,6 +75,8 @@ pub(super) struct ConnCtx {
     pub(super) https: bool,
     /// The client certificate judged at the handshake, on connections to mTLS hosts.
     pub(super) client_cert: Option<crate::mtls::ClientCert>,
+    /// Requests served so far (counted only under `keep-alive-requests`).
+    pub(super) requests: AtomicU32,
 }
 
 const SSL_CLIENT_CERT: HeaderName = HeaderName::from_static("ssl-client-cert");
@@ -89,6 +93,7 @@ impl ConnCtx {
         let request_id = request_id(req.headers_mut());
         let grpc = is_grpc(req.headers());
         let state = self.proxy.inner.state.load_full();
+        let seen = self.before(&state.config, &mut req);
         let outcome = self.forward(&state, req, start, &request_id).await;
         let mut resp = match outcome {
             Ok(resp) => resp,
@@ -104,17 +109,18 @@ impl ConnCtx {
                     "request answered locally"
                 );
                 if grpc {
-                    grpc_local_response(status, request_id)
+                    grpc_local_response(status, request_id.clone())
                 } else {
-                    local_response(status, request_id)
+                    local_response(status, request_id.clone())
                 }
             }
         };
         if self.https
-            && let Some(hsts) = &self.proxy.inner.config.hsts
+            && let Some(hsts) = &state.config.hsts
         {
             resp.headers_mut().insert(STRICT_TRANSPORT_SECURITY, hsts.clone());
         }
+        self.after(&state, seen, &mut resp, start, &request_id);
         resp
     }
 
@@ -210,7 +216,7 @@ impl ConnCtx {
             }
         }
         headers.insert(X_REQUEST_ID, request_id.clone());
-        let timeout = self.proxy.inner.config.upstream_timeout;
+        let timeout = state.config.upstream_timeout;
         let sent = tokio::time::timeout(
             timeout,
             self.proxy.inner.clients.send(
@@ -241,15 +247,16 @@ impl ConnCtx {
         start: Instant,
         request_id: &HeaderValue,
     ) -> Result<Response<ProxyBody>, ProxyError> {
+        let config = &state.config;
+        let client = self.client(config, req.headers());
         // The HTTPS redirect comes first, as in ingress-nginx's locations.
-        if route.ssl_redirect && !self.https {
+        if route.ssl_redirect && !client.https {
             return Ok(self.https_redirect(&host, &req));
         }
         if let Some(target) = route.policy.as_deref().and_then(|p| p.host_redirect.as_deref()) {
             return Ok(self.host_redirect(target, &req, request_id));
         }
 
-        let config = &self.proxy.inner.config;
         // mTLS first: the client certificate is part of the connection, checked before any policy.
         match self.client_auth(state, &host, req.headers_mut()) {
             Ok(()) => {}
@@ -287,12 +294,12 @@ impl ConnCtx {
             return Ok(resp);
         }
         if let Some(limiter) = policy.and_then(|p| p.rate_limit.as_ref())
-            && !limiter.allow(self.peer.ip(), Instant::now())
+            && !limiter.allow(client.ip, Instant::now())
         {
             return Err(ProxyError::RateLimited(limiter.status));
         }
         if let Some(policy) = policy {
-            match policy.check(self.peer.ip(), req.uri().path()) {
+            match policy.check(client.ip, req.uri().path()) {
                 Some(Verdict::Redirect(code, location)) => {
                     let mut resp = local_response(code, request_id.clone());
                     resp.headers_mut().insert(LOCATION, location);
@@ -316,7 +323,7 @@ impl ConnCtx {
                     host: host.to_str().unwrap_or_default(),
                     method: req.method(),
                     request_uri: &request_uri,
-                    client: self.peer.ip(),
+                    client: client.ip,
                     headers: req.headers(),
                 };
                 let clients = &self.proxy.inner.clients;
@@ -365,7 +372,7 @@ impl ConnCtx {
             CompiledBalance::RoundRobin => Pick::RoundRobin,
             CompiledBalance::Ewma => Pick::Ewma,
             CompiledBalance::Hash(key) => Pick::Hash(key.hash(&hashkey::Request {
-                client: self.peer.ip(),
+                client: client.ip,
                 host: host.to_str().unwrap_or_default(),
                 request_uri: req.uri().path_and_query().map_or("/", |pq| pq.as_str()),
                 headers: req.headers(),
@@ -410,6 +417,12 @@ impl ConnCtx {
             .insert(X_FORWARDED_PROTO, HeaderValue::from_static(if self.https { "https" } else { "http" }));
         headers.insert(X_FORWARDED_HOST, host.clone());
         headers.insert(X_FORWARDED_PORT, self.listener_port.clone());
+        if let Some(forwarded) = &client.forwarded {
+            forwarded.apply(headers);
+        }
+        if !config.upstream_keepalive && !h2 && !is_upgrade {
+            headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        }
         if let Some(prefix) = policy.and_then(|p| p.forwarded_prefix.clone()) {
             headers.insert(X_FORWARDED_PREFIX, prefix);
         }
@@ -504,6 +517,15 @@ impl ConnCtx {
                         "proxied"
                     );
                     let mut resp = self.response(resp, downstream_upgrade, h2_websocket)?;
+                    if config.access_log.is_some() {
+                        resp.extensions_mut().insert(accesslog::Upstream {
+                            addr: endpoint.key().to_string(),
+                            status: status.as_u16(),
+                            elapsed: started.elapsed(),
+                            backend: state.router.backend_ids().get(backend.0 as usize).cloned(),
+                            origin: route.origin.clone(),
+                        });
+                    }
                     if let Some((cors, origin)) = cors {
                         cors.add_headers(resp.headers_mut(), origin, false);
                     }
@@ -677,6 +699,154 @@ impl ConnCtx {
             resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("upgrade"));
         }
         Ok(resp.map(Either::Left))
+    }
+}
+
+// === global settings ===
+
+/// What [`ConnCtx::before`] noted about a request for [`ConnCtx::after`].
+struct Seen {
+    http1: bool,
+    log: Option<accesslog::Captured>,
+}
+
+/// The client of one request, as far as the proxy believes.
+struct Client {
+    /// Its address: the connection's, or the one trusted proxies name.
+    ip: IpAddr,
+    /// Whether it reached the edge over HTTPS (a trusted `X-Forwarded-Proto` decides).
+    https: bool,
+    /// The `X-Forwarded-*` headers to send instead of the proxy's own.
+    forwarded: Option<Box<ForwardedHeaders>>,
+}
+
+/// `X-Forwarded-*` and `X-Real-IP` values under `use-forwarded-headers` / real-ip settings.
+struct ForwardedHeaders {
+    real_ip: HeaderValue,
+    xff: HeaderValue,
+    proto: Option<HeaderValue>,
+    host: Option<HeaderValue>,
+    port: Option<HeaderValue>,
+}
+
+impl ForwardedHeaders {
+    fn apply(&self, headers: &mut HeaderMap) {
+        headers.insert(X_FORWARDED_FOR, self.xff.clone());
+        headers.insert(X_REAL_IP, self.real_ip.clone());
+        for (name, value) in
+            [(X_FORWARDED_PROTO, &self.proto), (X_FORWARDED_HOST, &self.host), (X_FORWARDED_PORT, &self.port)]
+        {
+            if let Some(value) = value {
+                headers.insert(name, value.clone());
+            }
+        }
+    }
+}
+
+impl ConnCtx {
+    /// Settings applied before routing: headers with `_` dropped (nginx's default), what the
+    /// access log needs taken.
+    fn before(&self, config: &ProxyConfig, req: &mut Request<Incoming>) -> Seen {
+        if !config.underscores_in_headers {
+            drop_underscored(req.headers_mut());
+        }
+        let log = config
+            .access_log
+            .as_ref()
+            .map(|format| format.capture(req, self.client(config, req.headers()).ip));
+        Seen { http1: req.version() <= Version::HTTP_11, log }
+    }
+
+    /// Settings applied to the answer: `keep-alive-requests`, the access-log line.
+    fn after(
+        &self,
+        state: &Compiled,
+        seen: Seen,
+        resp: &mut Response<ProxyBody>,
+        start: Instant,
+        request_id: &HeaderValue,
+    ) {
+        if seen.http1
+            && let Some(max) = state.config.keepalive_requests
+            && resp.status() != StatusCode::SWITCHING_PROTOCOLS
+            && self.requests.fetch_add(1, Ordering::Relaxed).saturating_add(1) >= max
+        {
+            resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        if let (Some(format), Some(captured)) = (&state.config.access_log, seen.log) {
+            let upstream = resp.extensions_mut().remove::<accesslog::Upstream>();
+            let line = format.line(
+                &captured,
+                &accesslog::Outcome {
+                    peer: self.peer,
+                    https: self.https,
+                    listener_port: &self.listener_port,
+                    request_id,
+                    status: resp.status(),
+                    response_headers: resp.headers(),
+                    elapsed: start.elapsed(),
+                    upstream: upstream.as_ref(),
+                },
+            );
+            self.proxy.access_log().write(line);
+        }
+    }
+
+    /// The client: the connection's peer, unless trusted proxies name another
+    /// (`use-forwarded-headers`, `enable-real-ip`; with the PROXY protocol its address).
+    fn client(&self, config: &ProxyConfig, headers: &HeaderMap) -> Client {
+        let Some(real_ip) = &config.real_ip else {
+            return Client { ip: self.peer.ip(), https: self.https, forwarded: None };
+        };
+        let peer = self.peer.ip().to_canonical();
+        let ip = if config.proxy_protocol { peer } else { real_ip.client(peer, headers) };
+        let real = if ip == peer {
+            self.client_ip.clone()
+        } else {
+            HeaderValue::from_str(&ip.to_string()).unwrap_or_else(|_| self.client_ip.clone())
+        };
+        let trusted = |name: &HeaderName| {
+            if real_ip.trust_headers { headers.get(name).filter(|v| !v.is_empty()).cloned() } else { None }
+        };
+        // `compute-full-forwarded-for` (only with `use-forwarded-headers`, as in ingress-nginx):
+        // the incoming chain with the connection's client appended.
+        let xff = if real_ip.full_chain && real_ip.trust_headers {
+            full_chain(headers, &self.client_ip)
+        } else {
+            real.clone()
+        };
+        let proto = trusted(&X_FORWARDED_PROTO);
+        let host = trusted(&X_FORWARDED_HOST).and_then(|v| {
+            let first = v.to_str().ok()?.split(',').next()?.trim();
+            HeaderValue::from_str(first).ok().filter(|v| !v.is_empty())
+        });
+        let https = proto.as_ref().map_or(self.https, |p| p.as_bytes() != b"http");
+        let forwarded =
+            ForwardedHeaders { real_ip: real, xff, proto, host, port: trusted(&X_FORWARDED_PORT) };
+        Client { ip, https, forwarded: Some(Box::new(forwarded)) }
+    }
+}
+
+/// The incoming `X-Forwarded-For` lines and `client`, comma-separated.
+fn full_chain(headers: &HeaderMap, client: &HeaderValue) -> HeaderValue {
+    let mut chain = Vec::new();
+    for value in headers.get_all(X_FORWARDED_FOR).iter().filter(|v| !v.is_empty()) {
+        chain.extend_from_slice(value.as_bytes());
+        chain.extend_from_slice(b", ");
+    }
+    chain.extend_from_slice(client.as_bytes());
+    HeaderValue::from_bytes(&chain).unwrap_or_else(|_| client.clone())
+}
+
+/// Removes request headers whose names contain `_` (nginx's `underscores_in_headers off`, which
+/// ingress-nginx keeps by default: such names collide with `-` ones in CGI-style backends).
+fn drop_underscored(headers: &mut HeaderMap) {
+    if !headers.keys().any(|name| name.as_str().contains('_')) {
+        return;
+    }
+    let names: Vec<HeaderName> = headers.keys().filter(|n| n.as_str().contains('_')).cloned().collect();
+    for name in names {
+        headers.remove(name);
     }
 }
 

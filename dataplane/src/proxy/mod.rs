@@ -33,6 +33,7 @@ mod extauth;
 mod forward;
 pub mod proxy_protocol;
 mod server;
+mod settings;
 mod upgrade;
 
 pub use error::{ErrorSource, ProxyError};
@@ -69,6 +70,22 @@ pub struct ProxyConfig {
     pub https_redirect_port: u16,
     /// `Strict-Transport-Security` value added to every HTTPS response; `None`: no header.
     pub hsts: Option<http::HeaderValue>,
+    /// Where the client address comes from behind trusted proxies (`use-forwarded-headers`,
+    /// `enable-real-ip`); `None`: the connection's peer.
+    pub real_ip: Option<crate::realip::RealIp>,
+    /// How long a client connection may wait for its next request; `None`: the
+    /// `header_read_timeout` bounds it; zero: no keep-alive (one request per connection).
+    pub keepalive: Option<Duration>,
+    /// Requests served on one HTTP/1 client connection before it is closed; `None`: no limit.
+    pub keepalive_requests: Option<u32>,
+    /// Reuse upstream connections; when false every upstream request says `Connection: close`.
+    pub upstream_keepalive: bool,
+    /// Pass request headers with `_` in their names; nginx (and so weir) drops them by default.
+    pub underscores_in_headers: bool,
+    /// The access-log format (`log-format-upstream`); `None`: no access log.
+    pub access_log: Option<Arc<crate::accesslog::Format>>,
+    /// Where access-log lines go.
+    pub access_log_output: crate::accesslog::Output,
 }
 
 impl Default for ProxyConfig {
@@ -90,6 +107,13 @@ impl Default for ProxyConfig {
             proxy_protocol: false,
             https_redirect_port: 443,
             hsts: None,
+            real_ip: None,
+            keepalive: None,
+            keepalive_requests: None,
+            upstream_keepalive: true,
+            underscores_in_headers: false,
+            access_log: None,
+            access_log_output: crate::accesslog::Output::Stdout,
         }
     }
 }
@@ -110,6 +134,8 @@ struct Inner {
     /// The self-signed certificate served when the table names no default one; generated when
     /// the first TLS listener starts.
     fallback_cert: OnceLock<Arc<rustls::sign::CertifiedKey>>,
+    /// The access-log writer, started with the first line.
+    access_log: OnceLock<crate::accesslog::Writer>,
 }
 
 /// Only touched by `publish`, serialized by its mutex.
@@ -118,6 +144,8 @@ struct Publisher {
     registry: Registry,
     certs: CertCache,
     last_version: u64,
+    /// The TLS config of the last `ssl-protocols`, kept (with its session cache) while they stay.
+    tls: Option<(Vec<crate::model::TlsVersion>, Arc<rustls::ServerConfig>)>,
 }
 
 /// Everything a request needs, built together and swapped together.
@@ -132,6 +160,12 @@ struct Compiled {
     passthrough: PassIndex,
     /// Host → client certificate policy.
     client_auth: ClientAuthIndex,
+    /// The proxy's configuration with the table's settings applied.
+    config: ProxyConfig,
+    /// How client connections speak HTTP (keep-alive per `config`).
+    http: Arc<server::HttpBuilder>,
+    /// The TLS config offering the table's `ssl-protocols`; `None`: the listener's own.
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Picks the certificate of each handshake from the live table (so a publish rotates it), else
@@ -203,6 +237,9 @@ impl Proxy {
             certs: CertIndex::default(),
             passthrough: PassIndex::default(),
             client_auth: ClientAuthIndex::default(),
+            http: Arc::new(server::http_builder(&config)),
+            config: config.clone(),
+            tls: None,
         };
         Proxy {
             inner: Arc::new(Inner {
@@ -212,6 +249,7 @@ impl Proxy {
                 clients,
                 limiters: LimiterCache::default(),
                 fallback_cert: OnceLock::new(),
+                access_log: OnceLock::new(),
             }),
         }
     }
@@ -221,6 +259,8 @@ impl Proxy {
     /// with; balancer state of backends that still exist is carried over.
     pub fn publish(&self, mut table: RouteTable) -> Result<u64, CompileError> {
         let router = Router::compile_with(&table, &self.inner.limiters)?;
+        let config = self.inner.config.with_settings(&table.settings);
+        let http = Arc::new(server::http_builder(&config));
         // Serializes publishers (versions stay monotonic, registry updates don't interleave);
         // requests never take this lock.
         let mut publisher = self.inner.publisher.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -236,6 +276,7 @@ impl Proxy {
         } else {
             ClientAuthIndex::compile(&table, &self.resolver())
         };
+        let tls = self.tls_config(&table.settings, &mut publisher);
         self.inner.state.store(Arc::new(Compiled {
             version,
             router,
@@ -243,6 +284,9 @@ impl Proxy {
             certs,
             passthrough,
             client_auth,
+            config,
+            http,
+            tls,
         }));
         self.inner.clients.h2c.prune();
         self.inner.clients.prune_https();

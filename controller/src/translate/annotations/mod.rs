@@ -16,7 +16,7 @@
 
 mod auth;
 mod protocol;
-mod values;
+pub(crate) mod values;
 
 pub(crate) use protocol::*;
 
@@ -42,9 +42,12 @@ pub enum Support {
     Supported,
     /// Refused on principle; the text says why and what to use instead.
     Refused(&'static str),
-    /// Not supported yet: ignored with a warning. (Nothing that protects routes is left in
-    /// this state: authentication annotations weir cannot set up fail closed instead.)
+    /// Not supported yet: ignored with a warning.
     Unsupported,
+    /// Not supported yet, and ignoring it would expose what it protects: what it applies to
+    /// denies every client until it is removed. (No annotation is left in this state; global
+    /// settings such as `global-auth-url` are.)
+    UnsupportedFailClosed,
 }
 
 const SNIPPET: &str = "raw nginx configuration is an injection surface (CVE-2021-25742; the injections behind CVE-2025-1974 are of the same kind); use the typed annotations instead";
@@ -310,6 +313,16 @@ pub(crate) fn parse(
                 Reason::UnsupportedAnnotation,
                 format!("{at}: not supported by weir yet; ignored"),
             ),
+            Some(Support::UnsupportedFailClosed) => {
+                fail_closed.push(*key);
+                warnings.error(
+                    ingress,
+                    Reason::UnsupportedAnnotation,
+                    format!(
+                        "{at}: not supported by weir yet; its routes deny every client (403) rather than serve unprotected"
+                    ),
+                );
+            }
             None => warnings.warn(
                 ingress,
                 Reason::UnknownAnnotation,
@@ -360,7 +373,7 @@ pub(crate) fn parse(
 }
 
 /// Networks covering every client, IPv4 and IPv6.
-fn deny_all() -> Vec<IpNet> {
+pub(crate) fn deny_all() -> Vec<IpNet> {
     ["0.0.0.0/0", "::/0"].iter().filter_map(|n| n.parse().ok()).collect()
 }
 
