@@ -79,7 +79,8 @@ fn netlink_and_nft_write_the_same_table() {
     };
     let cases = fixtures();
     assert!(cases.len() >= 12);
-    for (family, word, cidr) in [(IpFamily::IPv4, "ip", "10.244.0.0/16"), (IpFamily::IPv6, "ip6", "fd00:10:244::/56")]
+    for (family, word, cidr) in
+        [(IpFamily::IPv4, "ip", "10.244.0.0/16"), (IpFamily::IPv6, "ip6", "fd00:10:244::/56")]
     {
         let config = nftables::Config {
             family: Some(family),

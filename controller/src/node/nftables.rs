@@ -37,9 +37,7 @@ use std::sync::Arc;
 use super::conntrack;
 use super::exec::{self, Runner};
 use super::nftnl::{self, CmpOp, Element, ElementData, Expr, Hook, SetSpec, Verdict, reg_at};
-use super::plan::{
-    Cidr, Endpoint, IpFamily, Protocol, Ruleset, ServicePort, ServicePortKey, TrafficPolicy,
-};
+use super::plan::{Cidr, Endpoint, IpFamily, Protocol, Ruleset, ServicePort, ServicePortKey, TrafficPolicy};
 
 /// The table's name (in family `ip` or `ip6`).
 pub const TABLE: &str = "weir";
@@ -175,7 +173,13 @@ fn vmap_spec(w: Words, with_ip: bool) -> SetSpec {
     } else {
         (concat_type(&[TYPE_INET_PROTO, TYPE_INET_SERVICE]), 8)
     };
-    SetSpec { flags: 0x8, key: (key, len), data: Some((TYPE_VERDICT, 0)), timeout_ms: None, udata: UDATA_CONCAT_MAP.into() }
+    SetSpec {
+        flags: 0x8,
+        key: (key, len),
+        data: Some((TYPE_VERDICT, 0)),
+        timeout_ms: None,
+        udata: UDATA_CONCAT_MAP.into(),
+    }
 }
 
 fn hairpin_spec(w: Words) -> SetSpec {
@@ -1036,7 +1040,8 @@ impl Transaction {
                     let _ = writeln!(s, "add rule {f} {t} {c} {}", r.text);
                 }
                 Op::AddSet(name, _, decl) => {
-                    let _ = writeln!(s, "add {decl}", decl = decl.replace("{NAME}", &format!("{f} {t} {name}")));
+                    let _ =
+                        writeln!(s, "add {decl}", decl = decl.replace("{NAME}", &format!("{f} {t} {name}")));
                 }
                 Op::DeleteSet(name) => {
                     let _ = writeln!(s, "delete set {f} {t} {name}");
@@ -1095,11 +1100,19 @@ fn add_set(tx: &mut Transaction, name: &str, spec: SetSpec, decl: String) {
 }
 
 /// Creates the endpoint maps `after` has and `before` has not.
-fn add_endpoint_maps(tx: &mut Transaction, w: Words, before: &BTreeMap<Protocol, u32>, after: &BTreeMap<Protocol, u32>) {
+fn add_endpoint_maps(
+    tx: &mut Transaction,
+    w: Words,
+    before: &BTreeMap<Protocol, u32>,
+    after: &BTreeMap<Protocol, u32>,
+) {
     for (proto, n) in after {
         for i in before.get(proto).copied().unwrap_or(0)..*n {
             let p = proto.as_str();
-            let decl = format!("map {{NAME}} {{ typeof numgen random mod 1 : {} daddr . {p} dport; flags interval; }}", w.ip);
+            let decl = format!(
+                "map {{NAME}} {{ typeof numgen random mod 1 : {} daddr . {p} dport; flags interval; }}",
+                w.ip
+            );
             add_set(tx, &endpoint_map(*proto, i), endpoints_spec(w, *proto), decl);
         }
     }
@@ -1442,5 +1455,124 @@ impl Nftables {
         self.applied = None;
         self.applied_ruleset = None;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::node::plan::test_ruleset as ruleset;
+
+    const WEB: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- addresses: [10.244.0.1]
+- addresses: [10.244.0.2]
+- addresses: [10.244.0.3]
+"#;
+
+    /// An endpoint change writes map elements only: no rule, no chain (rules with a jump or a
+    /// NAT statement make the kernel re-validate the whole table).
+    #[test]
+    fn one_endpoint_change_writes_elements_only() {
+        let config = Config::default();
+        let a = render(&ruleset(WEB), &config);
+        assert!(transaction(IpFamily::IPv4, Some(&a), &a).is_none());
+        let b = render(&ruleset(&WEB.replace("- addresses: [10.244.0.3]\n", "")), &config);
+        let text = transaction(IpFamily::IPv4, Some(&a), &b).unwrap();
+        let expected = "\
+            delete element ip weir endpoints-tcp-0 { 0-333332 }\n\
+            delete element ip weir endpoints-tcp-0 { 333333-666665 }\n\
+            delete element ip weir endpoints-tcp-0 { 666666-999999 }\n\
+            add element ip weir endpoints-tcp-0 { 0-499999 : 10.244.0.1 . 8080, 500000-999999 : 10.244.0.2 . 8080 }\n\
+            delete element ip weir hairpin { 10.244.0.3 . 10.244.0.3 }\n";
+        assert_eq!(text, expected);
+    }
+
+    /// Ranges split the modulus uniformly (within 1e-6) and cover it without gaps.
+    #[test]
+    fn ranges_are_uniform_and_cover_the_slot() {
+        for n in 1..=40usize {
+            let eps: Vec<Endpoint> = (0..n)
+                .map(|i| Endpoint {
+                    ip: format!("10.0.0.{}", i + 1).parse().unwrap(),
+                    port: 80,
+                    node: None,
+                    terminating: false,
+                })
+                .collect();
+            let offset = 5 * MODULUS;
+            let r: Vec<Range> = ranges(offset, &eps).into_iter().collect();
+            let mut next = offset;
+            let mut sorted = r.clone();
+            sorted.sort_by_key(|r| r.lo);
+            for range in &sorted {
+                assert_eq!(range.lo, next, "gap or overlap for n={n}: {sorted:?}");
+                next = range.hi + 1;
+                let share = f64::from(range.hi - range.lo + 1) / f64::from(MODULUS);
+                assert!((share - 1.0 / n as f64).abs() <= 1e-6, "n={n}: share {share}");
+            }
+            assert_eq!(next, offset + MODULUS);
+        }
+    }
+
+    /// Slots are stable: a port keeps its slot while it has endpoints; a freed slot is reused;
+    /// each protocol has its own maps, 64 slots each.
+    #[test]
+    fn slots_are_kept_and_reused() {
+        let key = |name: &str, protocol| ServicePortKey {
+            service: weir_dataplane::model::ObjectRef::new("default", name),
+            port_name: String::new(),
+            protocol,
+            family: IpFamily::IPv4,
+        };
+        let mut slots = Slots::default();
+        let owners: Vec<Owner> =
+            (0..65).map(|i| (key(&format!("s{i}"), Protocol::Tcp), TrafficPolicy::Cluster)).collect();
+        let got: Vec<Slot> = owners.iter().map(|o| slots.get(o)).collect();
+        assert_eq!(got[0], Slot { proto: Protocol::Tcp, id: 0 });
+        assert_eq!(got[64].map(), "endpoints-tcp-1");
+        assert_eq!(got[64].offset(), 0);
+        assert_eq!(got[63].offset(), 63 * MODULUS);
+        assert_eq!(slots.get(&owners[3]), got[3]);
+        let udp = slots.get(&(key("dns", Protocol::Udp), TrafficPolicy::Cluster));
+        assert_eq!(udp.map(), "endpoints-udp-0");
+        slots.release(&BTreeSet::from([got[3]]));
+        assert_eq!(slots.get(&(key("new", Protocol::Tcp), TrafficPolicy::Local)), got[3]);
+        assert_eq!(slots.maps(), BTreeMap::from([(Protocol::Tcp, 2), (Protocol::Udp, 1)]));
+    }
+
+    /// The netlink form of a batch: begin, messages with consecutive sequence numbers and the
+    /// acknowledgement asked on the last, end.
+    #[test]
+    fn batch_wire_form() {
+        let tx = diff(IpFamily::IPv4, None, &render(&ruleset(WEB), &Config::default()));
+        let batch = tx.batch();
+        let bytes = batch.encode(100);
+        let frames = crate::node::netlink::decode(&bytes, &|_, _| crate::node::netlink::Kind::Bytes).unwrap();
+        assert_eq!(frames.len(), batch.len() + 2);
+        let seqs: Vec<u32> = frames
+            .iter()
+            .map(|f| match f {
+                crate::node::netlink::Frame::Message(d) => d.seq,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(seqs, (100..100 + seqs.len() as u32).collect::<Vec<_>>());
+        // BATCH_BEGIN for subsystem nf_tables (res_id 10, big endian), then NEWTABLE in family ip.
+        assert_eq!(&bytes[4..6], &0x10u16.to_ne_bytes());
+        assert_eq!(&bytes[16..20], &[0, 0, 0, 10]);
+        assert_eq!(&bytes[24..26], &(10u16 << 8).to_ne_bytes());
+        assert_eq!(bytes[36], 2);
     }
 }

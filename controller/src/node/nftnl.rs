@@ -219,12 +219,8 @@ impl Expr {
                 ("byteorder", vec![be32(1, *reg), be32(2, *reg), be32(3, 1), be32(4, 4), be32(5, 4)])
             }
             Expr::Dnat { family, addr, proto, flags } => {
-                let mut v = vec![
-                    be32(1, 1),
-                    be32(2, u32::from(family.nfproto())),
-                    be32(3, *addr),
-                    be32(5, *proto),
-                ];
+                let mut v =
+                    vec![be32(1, 1), be32(2, u32::from(family.nfproto())), be32(3, *addr), be32(5, *proto)];
                 if let Some(f) = flags {
                     v.push(be32(7, *f));
                 }
@@ -383,10 +379,7 @@ impl Batch {
     pub fn add_chain(&mut self, name: &str, hook: Option<Hook>) {
         let mut attrs = vec![self.table_attr(1), Attr::new(3, Value::Str(name.into()))];
         if let Some(h) = hook {
-            attrs.push(Attr::new(
-                4,
-                Value::Nested(vec![be32(1, h.hooknum), be32(2, h.priority as u32)]),
-            ));
+            attrs.push(Attr::new(4, Value::Nested(vec![be32(1, h.hooknum), be32(2, h.priority as u32)])));
             attrs.push(be32(5, 1));
             attrs.push(Attr::new(7, Value::Str(h.kind.into())));
         }
