@@ -388,10 +388,10 @@ impl Socket {
     /// (as root, past `net.core.wmem_max`: a batch must reach the kernel whole).
     pub fn send_raw(&mut self, bytes: &[u8]) -> Result<()> {
         let want = bytes.len() + 4096;
-        if self.socket.send_buffer_size()? < want {
-            if rustix::net::sockopt::set_socket_send_buffer_size_force(&self.socket, want).is_err() {
-                self.socket.set_send_buffer_size(want)?;
-            }
+        if self.socket.send_buffer_size()? < want
+            && rustix::net::sockopt::set_socket_send_buffer_size_force(&self.socket, want).is_err()
+        {
+            self.socket.set_send_buffer_size(want)?;
         }
         let sent = self.socket.send(bytes)?;
         if sent != bytes.len() {
