@@ -14,6 +14,7 @@ pub mod iptables;
 pub mod ipvs;
 pub mod netlink;
 pub mod nftables;
+pub mod nftnl;
 pub mod plan;
 pub mod sync;
 
