@@ -14,9 +14,9 @@
 //! - `X-Request-ID` is kept if present, else generated (32 hex characters).
 //!
 //! Retries (ingress-nginx `proxy-next-upstream: error timeout`, 3 tries): only connect errors and
-//! connect timeouts, where nothing was sent, go to another endpoint. The request body is kept
-//! for that by [`BodySlot`]; the head (method, headers) is cloned up front, and only when the
-//! backend has another endpoint to try. Errors after sending began are never retried.
+//! connect timeouts, where nothing was sent, go to another endpoint: the client connects before
+//! it takes the request, and hands it back (body unread) when connecting fails. Errors after
+//! sending began are never retried.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,7 +33,7 @@ use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
-use super::client::{BodySlot, BodyTooLarge, SendError, UpstreamBody};
+use super::client::{BodyTooLarge, ResponseBody, SendError, UpstreamBody};
 use super::error::{ProxyError, grpc_local_response, is_grpc, local_response};
 use super::{Compiled, Proxy, extauth, upgrade};
 use crate::auth;
@@ -43,7 +43,7 @@ use crate::model::ClientVerify;
 use crate::policy::{CompiledBalance, Verdict};
 
 /// The body of every response the proxy returns: the upstream's, streamed, or a small local one.
-pub(crate) type ProxyBody = Either<Incoming, Full<Bytes>>;
+pub(crate) type ProxyBody = Either<ResponseBody, Full<Bytes>>;
 
 /// `x-request-id`.
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -155,8 +155,9 @@ impl ConnCtx {
             Ok(resp) => resp.status(),
             Err(err) => err.status(),
         };
+        // Boxed, like every rare path: the request's future stays small.
         if codes.contains(&status.as_u16())
-            && let Some(page) = self.error_page(state, *pages, status, &original, request_id).await
+            && let Some(page) = Box::pin(self.error_page(state, *pages, status, &original, request_id)).await
         {
             return Ok(page);
         }
@@ -308,7 +309,8 @@ impl ConnCtx {
                     headers: req.headers(),
                 };
                 let clients = &self.proxy.inner.clients;
-                match extauth::decide(clients, config.upstream_timeout, ext, &original, request_id).await {
+                let decision = extauth::decide(clients, config.upstream_timeout, ext, &original, request_id);
+                match Box::pin(decision).await {
                     extauth::Decision::Allow(copy) => {
                         for (name, value) in copy {
                             req.headers_mut().insert(name, value);
@@ -403,6 +405,18 @@ impl ConnCtx {
             Some(target) => PathAndQuery::try_from(target).map_err(|_| ProxyError::BadRewrite)?,
             None => parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
         };
+        // Origin-form for HTTP/1.1; for h2 the scheme and the host as `:authority`. The client
+        // connects to the endpoint, so the URI is the same whichever endpoint is tried.
+        parts.uri = match h2_authority {
+            Some(authority) => {
+                let mut uri = http::uri::Parts::default();
+                uri.scheme = Some(if protocol.is_tls() { Scheme::HTTPS } else { Scheme::HTTP });
+                uri.authority = Some(authority);
+                uri.path_and_query = Some(path_and_query);
+                Uri::from_parts(uri).map_err(|_| ProxyError::BadUpstreamAddress)?
+            }
+            None => Uri::from(path_and_query),
+        };
         let clients = &self.proxy.inner.clients;
         let tries_wanted = match policy.and_then(|p| p.connect_tries) {
             Some(0) => MAX_TRIES,
@@ -411,10 +425,8 @@ impl ConnCtx {
         };
         let max_tries = tries_wanted.clamp(1, balancer.endpoints().len().min(MAX_TRIES));
         let head_timeout = policy.and_then(|p| p.read_timeout).unwrap_or(config.upstream_timeout);
-        // The head is kept for a retry only when another endpoint could be tried.
-        let retry_head = (max_tries > 1).then(|| (parts.method.clone(), parts.headers.clone()));
-        let (mut slot, body) = BodySlot::new(body, body_limit);
-        let mut next = Some((parts, body));
+        // A connect error hands the request back, unsent, for the next endpoint.
+        let mut attempt = Request::from_parts(parts, UpstreamBody::new(body, body_limit));
         let (mut tried, mut tries) = ([usize::MAX; MAX_TRIES], 0);
 
         loop {
@@ -432,19 +444,6 @@ impl ConnCtx {
             tried[tries] = idx;
             tries += 1;
             let endpoint = &balancer.endpoints()[idx];
-            let Some((mut parts, body)) = next.take() else {
-                return Err(ProxyError::NoEndpoints);
-            };
-            let authority = match &h2_authority {
-                Some(host) => host.clone(),
-                None => endpoint.authority().ok_or(ProxyError::BadUpstreamAddress)?.clone(),
-            };
-            let mut uri = http::uri::Parts::default();
-            uri.scheme = Some(if protocol.is_tls() { Scheme::HTTPS } else { Scheme::HTTP });
-            uri.authority = Some(authority);
-            uri.path_and_query = Some(path_and_query.clone());
-            parts.uri = Uri::from_parts(uri).map_err(|_| ProxyError::BadUpstreamAddress)?;
-            let attempt = Request::from_parts(parts, body);
             let started = Instant::now();
 
             // Latency is only measured where a route balances by it.
@@ -485,7 +484,10 @@ impl ConnCtx {
                     }
                     return Ok(resp);
                 }
-                Ok(Err(SendError::Connect { timed_out, error })) => (timed_out, error),
+                Ok(Err(SendError::Connect { timed_out, error, request })) => {
+                    attempt = *request;
+                    (timed_out, error)
+                }
                 Ok(Err(SendError::Request(error))) if is_body_too_large(&*error) => {
                     return Err(ProxyError::PayloadTooLarge);
                 }
@@ -494,27 +496,9 @@ impl ConnCtx {
             };
             endpoint.record_failure();
             tracing::debug!(upstream = %endpoint.key(), %error, timed_out, "upstream connect failed");
-            // Retry only if nothing was sent: connect failed and the body was never polled.
-            let reclaimed = match slot.take() {
-                Some(s) => s.reclaim(),
-                None => Some((None, UpstreamBody::empty())),
-            };
-            match (reclaimed, &retry_head) {
-                (Some((s, body)), Some((method, headers))) if tries < max_tries => {
-                    slot = s;
-                    let mut req = Request::new(body);
-                    *req.method_mut() = method.clone();
-                    *req.headers_mut() = headers.clone();
-                    *req.version_mut() = if h2 { Version::HTTP_2 } else { Version::HTTP_11 };
-                    next = Some(req.into_parts());
-                }
-                _ => {
-                    return Err(if timed_out {
-                        ProxyError::ConnectTimeout
-                    } else {
-                        ProxyError::Connect(error)
-                    });
-                }
+            // Nothing was sent: the request goes to the next endpoint, if there is one to try.
+            if tries >= max_tries {
+                return Err(if timed_out { ProxyError::ConnectTimeout } else { ProxyError::Connect(error) });
             }
         }
     }
@@ -605,7 +589,7 @@ impl ConnCtx {
     /// Prepares the upstream response for the client; on `101` splices the two connections.
     fn response(
         &self,
-        mut resp: Response<Incoming>,
+        mut resp: Response<ResponseBody>,
         downstream_upgrade: Option<hyper::upgrade::OnUpgrade>,
         h2_websocket: bool,
     ) -> Result<Response<ProxyBody>, ProxyError> {

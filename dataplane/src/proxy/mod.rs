@@ -35,6 +35,7 @@ pub mod proxy_protocol;
 mod server;
 mod upgrade;
 
+pub(crate) use client::Http1Pool;
 pub use error::{ErrorSource, ProxyError};
 
 /// Tunables of a [`Proxy`]. `Default` gives ingress-nginx-like values.
@@ -110,6 +111,8 @@ struct Inner {
     /// The self-signed certificate served when the table names no default one; generated when
     /// the first TLS listener starts.
     fallback_cert: OnceLock<Arc<rustls::sign::CertifiedKey>>,
+    /// Set once the task closing idle upstream connections runs (with the first listener).
+    sweeping: std::sync::atomic::AtomicBool,
 }
 
 /// Only touched by `publish`, serialized by its mutex.
@@ -212,6 +215,7 @@ impl Proxy {
                 clients,
                 limiters: LimiterCache::default(),
                 fallback_cert: OnceLock::new(),
+                sweeping: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -244,8 +248,7 @@ impl Proxy {
             passthrough,
             client_auth,
         }));
-        self.inner.clients.h2c.prune();
-        self.inner.clients.prune_https();
+        self.inner.clients.prune();
         publisher.last_version = version;
         tracing::debug!(
             version,
@@ -254,6 +257,27 @@ impl Proxy {
             "published route table"
         );
         Ok(version)
+    }
+
+    /// Starts the task that closes upstream connections idle for longer than
+    /// [`ProxyConfig::pool_idle_timeout`] (once per proxy; it ends with the proxy).
+    fn start_pool_sweeper(&self) {
+        if self.inner.sweeping.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        // Idle connections close between the timeout and the timeout plus half of it.
+        let every = (self.inner.config.pool_idle_timeout / 2)
+            .clamp(Duration::from_millis(10), Duration::from_secs(10));
+        let inner = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = inner.upgrade() else { return };
+                inner.clients.sweep(&inner.state.load().balancers);
+            }
+        });
     }
 
     /// The live certificate resolver.

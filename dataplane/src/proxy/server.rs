@@ -159,6 +159,7 @@ impl Proxy {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
         let local = listener.local_addr()?;
+        self.start_pool_sweeper();
         let listener_port = HeaderValue::from(local.port());
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder.http1().timer(TokioTimer::new()).header_read_timeout(self.inner.config.header_read_timeout);
