@@ -152,9 +152,10 @@ impl Clients {
             UpstreamProtocol::Http1 => {
                 self.http1(PoolRef::Endpoint(endpoint.clone()), endpoint.key(), None, req).await
             }
-            UpstreamProtocol::H2c => self.h2c.send(endpoint, None, req).await,
+            // Boxed: HTTP/1.1's future is the one every request carries, keep it small.
+            UpstreamProtocol::H2c => Box::pin(self.h2c.send(endpoint, None, req)).await,
             UpstreamProtocol::H2 => match tls_target(tls, host) {
-                Ok(tls) => self.h2c.send(endpoint, Some(tls), req).await,
+                Ok(tls) => Box::pin(self.h2c.send(endpoint, Some(tls), req)).await,
                 Err(e) => Err(e.with(req)),
             },
             UpstreamProtocol::Https => {

@@ -368,6 +368,8 @@ impl ConnCtx {
             *req.method_mut() = http::Method::GET;
         }
         let headers = req.headers_mut();
+        // Room for the headers set below, so the map grows (and rehashes) at most once.
+        headers.reserve(8);
         strip_hop_by_hop(headers, is_upgrade, h2);
         if is_upgrade {
             headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
@@ -444,7 +446,8 @@ impl ConnCtx {
             tried[tries] = idx;
             tries += 1;
             let endpoint = &balancer.endpoints()[idx];
-            let started = Instant::now();
+            // For the debug log only: no clock read per request otherwise.
+            let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
 
             // Latency is only measured where a route balances by it.
             let flight = matches!(pick, Pick::Ewma).then(|| endpoint.start());
@@ -468,7 +471,7 @@ impl ConnCtx {
                         upstream = %endpoint.key(),
                         tries,
                         status = status.as_u16(),
-                        upstream_ms = started.elapsed().as_millis() as u64,
+                        upstream_ms = started.map(|t| t.elapsed().as_millis() as u64),
                         elapsed_ms = start.elapsed().as_millis() as u64,
                         "proxied"
                     );
@@ -517,8 +520,11 @@ impl ConnCtx {
         host: &HeaderValue,
         headers: &mut HeaderMap,
     ) -> Result<(), ProxyError> {
-        for name in [SSL_CLIENT_CERT, SSL_CLIENT_VERIFY, SSL_CLIENT_SUBJECT_DN, SSL_CLIENT_ISSUER_DN] {
-            headers.remove(name);
+        // One pass over the names; removing four absent names would hash each of them.
+        if headers.keys().any(|name| name.as_str().starts_with("ssl-client-")) {
+            for name in [SSL_CLIENT_CERT, SSL_CLIENT_VERIFY, SSL_CLIENT_SUBJECT_DN, SSL_CLIENT_ISSUER_DN] {
+                headers.remove(name);
+            }
         }
         if !self.https || state.client_auth.is_empty() {
             return Ok(());
@@ -677,10 +683,16 @@ fn request_id(headers: &mut HeaderMap) -> HeaderValue {
     id
 }
 
-/// 32 lower-case hex characters from 128 random bits.
+/// 32 lower-case hex characters from 128 random bits, from a fast generator per thread (seeded
+/// from the OS): request IDs must not repeat, they need not be unguessable.
 fn new_request_id() -> HeaderValue {
+    use rand::{Rng, SeedableRng};
+    thread_local! {
+        static IDS: std::cell::RefCell<rand::rngs::SmallRng> =
+            std::cell::RefCell::new(rand::rngs::SmallRng::from_rng(&mut rand::rng()));
+    }
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bits: u128 = rand::random();
+    let bits: u128 = IDS.with(|rng| rng.borrow_mut().random());
     let mut buf = [0u8; 32];
     for (i, b) in buf.iter_mut().enumerate() {
         *b = HEX[((bits >> (124 - 4 * i)) & 0xf) as usize];
@@ -751,6 +763,10 @@ pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
 /// Removes hop-by-hop headers; `keep_upgrade` keeps `Upgrade`, `keep_te_trailers` keeps
 /// `te: trailers` (gRPC over h2).
 fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_trailers: bool) {
+    // Usually there is none: one pass over the names instead of a lookup per header.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     // Headers named by Connection, other than the ones removed below anyway. Rare, so the Vec
     // only allocates when a client actually lists something.
     let listed: Vec<HeaderName> = connection_tokens(headers)
