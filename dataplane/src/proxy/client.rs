@@ -97,7 +97,7 @@ pub(super) struct Clients {
     pub(super) h2c: H2Pool,
     /// HTTP/1.1 over TLS, by endpoint and verified name. The endpoint is held weakly, as in
     /// [`H2Pool`]: publish prunes endpoints gone from every table.
-    https: Mutex<HashMap<H2Key, (Weak<EndpointState>, Arc<Http1Pool>)>>,
+    https: Mutex<HashMap<H2Key, HttpsPool>>,
     /// HTTP/1.1 to services named by URL (external authentication), by host and port.
     by_name: Mutex<HashMap<EndpointKey, Arc<Http1Pool>>>,
     /// Idle connections kept per pool.
@@ -263,6 +263,10 @@ impl Clients {
 fn in_use(pool: &Arc<Http1Pool>, expiry: Option<Instant>) -> bool {
     pool.sweep(expiry) > 0 || Arc::strong_count(pool) > 1
 }
+
+/// The pool of HTTPS connections to one endpoint for one verified name (the endpoint held
+/// weakly).
+type HttpsPool = (Weak<EndpointState>, Arc<Http1Pool>);
 
 /// Locks `m`, ignoring poisoning (the data stays consistent: every critical section is a push,
 /// pop or retain).

@@ -11,8 +11,9 @@
 //! - [`proxy_protocol`]: PROXY protocol v1/v2 headers on either listener.
 //! - `forward`: routing, header policy, retries, upstream errors.
 //! - `upgrade`: HTTP/1.1 `Upgrade` (WebSocket and others) splicing.
-//! - `client`: the upstream clients (HTTP/1.1 pool, h2c/h2-over-TLS multiplexed, HTTPS) and the
-//!   request body that survives connect errors.
+//! - `client`: the upstream clients (HTTP/1.1 and HTTPS with our own idle pools, h2c/h2-over-TLS
+//!   multiplexed), the request body handed back on connect errors and the response body that
+//!   returns its connection to the pool.
 //! - [`error`]: errors classified by where they came from, and the responses they become.
 
 use std::sync::{Arc, Mutex, OnceLock};
