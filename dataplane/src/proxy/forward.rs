@@ -139,25 +139,28 @@ impl ConnCtx {
             .router
             .lookup(host.to_str().unwrap_or_default(), req.uri().path())
             .ok_or(ProxyError::NoRoute)?;
-        let Some((codes, pages)) = route.policy.as_deref().and_then(|p| p.custom_errors.as_ref()) else {
-            return self.forward_route(state, route, host, req, start, request_id).await;
-        };
-        // `custom-http-errors`: what the error page backend is told about the request.
-        let header = |name: HeaderName| req.headers().get(name).cloned();
-        let original = ErrorContext {
-            uri: req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned(),
-            format: header(http::header::ACCEPT),
-            origin: route.origin.clone(),
-            service: state.router.backend_ids().get(route.backend.0 as usize).cloned(),
-        };
+        // `custom-http-errors`: what the error page backend is told about the request (boxed:
+        // it waits across the exchange, and most routes have none).
+        let custom = route.policy.as_deref().and_then(|p| p.custom_errors.as_ref()).map(|(codes, pages)| {
+            let header = |name: HeaderName| req.headers().get(name).cloned();
+            let original = Box::new(ErrorContext {
+                uri: req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned(),
+                format: header(http::header::ACCEPT),
+                origin: route.origin.clone(),
+                service: state.router.backend_ids().get(route.backend.0 as usize).cloned(),
+            });
+            (codes, *pages, original)
+        });
+        // One call site: its future has one place in this one.
         let result = self.forward_route(state, route, host, req, start, request_id).await;
+        let Some((codes, pages, original)) = custom else { return result };
         let status = match &result {
             Ok(resp) => resp.status(),
             Err(err) => err.status(),
         };
         // Boxed, like every rare path: the request's future stays small.
         if codes.contains(&status.as_u16())
-            && let Some(page) = Box::pin(self.error_page(state, *pages, status, &original, request_id)).await
+            && let Some(page) = Box::pin(self.error_page(state, pages, status, &original, request_id)).await
         {
             return Ok(page);
         }
