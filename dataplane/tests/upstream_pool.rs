@@ -153,3 +153,19 @@ async fn a_response_not_read_to_its_end_does_not_return_its_connection() {
     until(&up.open, 0, "upstream connections still open").await;
     assert_eq!(p.get("a.test", "/").await.text(), "conn 2");
 }
+
+#[tokio::test]
+async fn idle_connections_outlive_a_table_swap_and_close_with_their_endpoint() {
+    let (up, other) = (upstream(None).await, upstream(None).await);
+    let p = proxy(route(&up)).await;
+    assert_eq!(p.get("a.test", "/").await.text(), "conn 1");
+    // A new table with the same endpoint keeps its connections...
+    p.proxy.publish(route(&up)).unwrap();
+    assert_eq!(p.get("a.test", "/").await.text(), "conn 1");
+    assert_eq!(up.accepted.load(SeqCst), 1);
+    // ...and one without it closes them.
+    p.proxy.publish(route(&other)).unwrap();
+    until(&up.open, 0, "connections to the removed endpoint still open").await;
+    assert_eq!(p.get("a.test", "/").await.text(), "conn 1");
+    assert_eq!(other.accepted.load(SeqCst), 1);
+}
