@@ -14,9 +14,9 @@
 //! - `X-Request-ID` is kept if present, else generated (32 hex characters).
 //!
 //! Retries (ingress-nginx `proxy-next-upstream: error timeout`, 3 tries): only connect errors and
-//! connect timeouts, where nothing was sent, go to another endpoint. The request body is kept
-//! for that by [`BodySlot`]; the head (method, headers) is cloned up front, and only when the
-//! backend has another endpoint to try. Errors after sending began are never retried.
+//! connect timeouts, where nothing was sent, go to another endpoint: the client connects before
+//! it takes the request, and hands it back (body unread) when connecting fails. Errors after
+//! sending began are never retried.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -34,7 +34,7 @@ use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
-use super::client::{BodySlot, BodyTooLarge, SendError, UpstreamBody};
+use super::client::{BodyTooLarge, ResponseBody, SendError, UpstreamBody};
 use super::error::{ProxyError, grpc_local_response, is_grpc, local_response};
 use super::{Compiled, Proxy, ProxyConfig, extauth, upgrade};
 use crate::accesslog;
@@ -45,7 +45,7 @@ use crate::model::ClientVerify;
 use crate::policy::{CompiledBalance, Verdict};
 
 /// The body of every response the proxy returns: the upstream's, streamed, or a small local one.
-pub(crate) type ProxyBody = Either<Incoming, Full<Bytes>>;
+pub(crate) type ProxyBody = Either<ResponseBody, Full<Bytes>>;
 
 /// `x-request-id`.
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -145,24 +145,28 @@ impl ConnCtx {
             .router
             .lookup(host.to_str().unwrap_or_default(), req.uri().path())
             .ok_or(ProxyError::NoRoute)?;
-        let Some((codes, pages)) = route.policy.as_deref().and_then(|p| p.custom_errors.as_ref()) else {
-            return self.forward_route(state, route, host, req, start, request_id).await;
-        };
-        // `custom-http-errors`: what the error page backend is told about the request.
-        let header = |name: HeaderName| req.headers().get(name).cloned();
-        let original = ErrorContext {
-            uri: req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned(),
-            format: header(http::header::ACCEPT),
-            origin: route.origin.clone(),
-            service: state.router.backend_ids().get(route.backend.0 as usize).cloned(),
-        };
+        // `custom-http-errors`: what the error page backend is told about the request (boxed:
+        // it waits across the exchange, and most routes have none).
+        let custom = route.policy.as_deref().and_then(|p| p.custom_errors.as_ref()).map(|(codes, pages)| {
+            let header = |name: HeaderName| req.headers().get(name).cloned();
+            let original = Box::new(ErrorContext {
+                uri: req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned(),
+                format: header(http::header::ACCEPT),
+                origin: route.origin.clone(),
+                service: state.router.backend_ids().get(route.backend.0 as usize).cloned(),
+            });
+            (codes, *pages, original)
+        });
+        // One call site: its future has one place in this one.
         let result = self.forward_route(state, route, host, req, start, request_id).await;
+        let Some((codes, pages, original)) = custom else { return result };
         let status = match &result {
             Ok(resp) => resp.status(),
             Err(err) => err.status(),
         };
+        // Boxed, like every rare path: the request's future stays small.
         if codes.contains(&status.as_u16())
-            && let Some(page) = self.error_page(state, *pages, status, &original, request_id).await
+            && let Some(page) = Box::pin(self.error_page(state, pages, status, &original, request_id)).await
         {
             return Ok(page);
         }
@@ -327,7 +331,8 @@ impl ConnCtx {
                     headers: req.headers(),
                 };
                 let clients = &self.proxy.inner.clients;
-                match extauth::decide(clients, config.upstream_timeout, ext, &original, request_id).await {
+                let decision = extauth::decide(clients, config.upstream_timeout, ext, &original, request_id);
+                match Box::pin(decision).await {
                     extauth::Decision::Allow(copy) => {
                         for (name, value) in copy {
                             req.headers_mut().insert(name, value);
@@ -403,6 +408,8 @@ impl ConnCtx {
             *req.method_mut() = http::Method::GET;
         }
         let headers = req.headers_mut();
+        // Room for the headers set below, so the map grows (and rehashes) at most once.
+        headers.reserve(8);
         strip_hop_by_hop(headers, is_upgrade, h2);
         if is_upgrade {
             headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
@@ -446,6 +453,18 @@ impl ConnCtx {
             Some(target) => PathAndQuery::try_from(target).map_err(|_| ProxyError::BadRewrite)?,
             None => parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
         };
+        // Origin-form for HTTP/1.1; for h2 the scheme and the host as `:authority`. The client
+        // connects to the endpoint, so the URI is the same whichever endpoint is tried.
+        parts.uri = match h2_authority {
+            Some(authority) => {
+                let mut uri = http::uri::Parts::default();
+                uri.scheme = Some(if protocol.is_tls() { Scheme::HTTPS } else { Scheme::HTTP });
+                uri.authority = Some(authority);
+                uri.path_and_query = Some(path_and_query);
+                Uri::from_parts(uri).map_err(|_| ProxyError::BadUpstreamAddress)?
+            }
+            None => Uri::from(path_and_query),
+        };
         let clients = &self.proxy.inner.clients;
         let tries_wanted = match policy.and_then(|p| p.connect_tries) {
             Some(0) => MAX_TRIES,
@@ -454,10 +473,8 @@ impl ConnCtx {
         };
         let max_tries = tries_wanted.clamp(1, balancer.endpoints().len().min(MAX_TRIES));
         let head_timeout = policy.and_then(|p| p.read_timeout).unwrap_or(config.upstream_timeout);
-        // The head is kept for a retry only when another endpoint could be tried.
-        let retry_head = (max_tries > 1).then(|| (parts.method.clone(), parts.headers.clone()));
-        let (mut slot, body) = BodySlot::new(body, body_limit);
-        let mut next = Some((parts, body));
+        // A connect error hands the request back, unsent, for the next endpoint.
+        let mut attempt = Request::from_parts(parts, UpstreamBody::new(body, body_limit));
         let (mut tried, mut tries) = ([usize::MAX; MAX_TRIES], 0);
 
         loop {
@@ -475,20 +492,9 @@ impl ConnCtx {
             tried[tries] = idx;
             tries += 1;
             let endpoint = &balancer.endpoints()[idx];
-            let Some((mut parts, body)) = next.take() else {
-                return Err(ProxyError::NoEndpoints);
-            };
-            let authority = match &h2_authority {
-                Some(host) => host.clone(),
-                None => endpoint.authority().ok_or(ProxyError::BadUpstreamAddress)?.clone(),
-            };
-            let mut uri = http::uri::Parts::default();
-            uri.scheme = Some(if protocol.is_tls() { Scheme::HTTPS } else { Scheme::HTTP });
-            uri.authority = Some(authority);
-            uri.path_and_query = Some(path_and_query.clone());
-            parts.uri = Uri::from_parts(uri).map_err(|_| ProxyError::BadUpstreamAddress)?;
-            let attempt = Request::from_parts(parts, body);
-            let started = Instant::now();
+            // For the debug log and the access log only: no clock read per request otherwise.
+            let started =
+                (config.access_log.is_some() || tracing::enabled!(tracing::Level::DEBUG)).then(Instant::now);
 
             // Latency is only measured where a route balances by it.
             let flight = matches!(pick, Pick::Ewma).then(|| endpoint.start());
@@ -512,7 +518,7 @@ impl ConnCtx {
                         upstream = %endpoint.key(),
                         tries,
                         status = status.as_u16(),
-                        upstream_ms = started.elapsed().as_millis() as u64,
+                        upstream_ms = started.map(|t| t.elapsed().as_millis() as u64),
                         elapsed_ms = start.elapsed().as_millis() as u64,
                         "proxied"
                     );
@@ -521,7 +527,7 @@ impl ConnCtx {
                         resp.extensions_mut().insert(accesslog::Upstream {
                             addr: endpoint.key().to_string(),
                             status: status.as_u16(),
-                            elapsed: started.elapsed(),
+                            elapsed: started.map(|t| t.elapsed()).unwrap_or_default(),
                             backend: state.router.backend_ids().get(backend.0 as usize).cloned(),
                             origin: route.origin.clone(),
                         });
@@ -537,7 +543,10 @@ impl ConnCtx {
                     }
                     return Ok(resp);
                 }
-                Ok(Err(SendError::Connect { timed_out, error })) => (timed_out, error),
+                Ok(Err(SendError::Connect { timed_out, error, request })) => {
+                    attempt = *request;
+                    (timed_out, error)
+                }
                 Ok(Err(SendError::Request(error))) if is_body_too_large(&*error) => {
                     return Err(ProxyError::PayloadTooLarge);
                 }
@@ -546,27 +555,9 @@ impl ConnCtx {
             };
             endpoint.record_failure();
             tracing::debug!(upstream = %endpoint.key(), %error, timed_out, "upstream connect failed");
-            // Retry only if nothing was sent: connect failed and the body was never polled.
-            let reclaimed = match slot.take() {
-                Some(s) => s.reclaim(),
-                None => Some((None, UpstreamBody::empty())),
-            };
-            match (reclaimed, &retry_head) {
-                (Some((s, body)), Some((method, headers))) if tries < max_tries => {
-                    slot = s;
-                    let mut req = Request::new(body);
-                    *req.method_mut() = method.clone();
-                    *req.headers_mut() = headers.clone();
-                    *req.version_mut() = if h2 { Version::HTTP_2 } else { Version::HTTP_11 };
-                    next = Some(req.into_parts());
-                }
-                _ => {
-                    return Err(if timed_out {
-                        ProxyError::ConnectTimeout
-                    } else {
-                        ProxyError::Connect(error)
-                    });
-                }
+            // Nothing was sent: the request goes to the next endpoint, if there is one to try.
+            if tries >= max_tries {
+                return Err(if timed_out { ProxyError::ConnectTimeout } else { ProxyError::Connect(error) });
             }
         }
     }
@@ -585,8 +576,11 @@ impl ConnCtx {
         host: &HeaderValue,
         headers: &mut HeaderMap,
     ) -> Result<(), (ProxyError, Option<HeaderValue>)> {
-        for name in [SSL_CLIENT_CERT, SSL_CLIENT_VERIFY, SSL_CLIENT_SUBJECT_DN, SSL_CLIENT_ISSUER_DN] {
-            headers.remove(name);
+        // One pass over the names; removing four absent names would hash each of them.
+        if headers.keys().any(|name| name.as_str().starts_with("ssl-client-")) {
+            for name in [SSL_CLIENT_CERT, SSL_CLIENT_VERIFY, SSL_CLIENT_SUBJECT_DN, SSL_CLIENT_ISSUER_DN] {
+                headers.remove(name);
+            }
         }
         if !self.https || state.client_auth.is_empty() {
             return Ok(());
@@ -679,7 +673,7 @@ impl ConnCtx {
     /// Prepares the upstream response for the client; on `101` splices the two connections.
     fn response(
         &self,
-        mut resp: Response<Incoming>,
+        mut resp: Response<ResponseBody>,
         downstream_upgrade: Option<hyper::upgrade::OnUpgrade>,
         h2_websocket: bool,
     ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -915,10 +909,16 @@ fn request_id(headers: &mut HeaderMap) -> HeaderValue {
     id
 }
 
-/// 32 lower-case hex characters from 128 random bits.
+/// 32 lower-case hex characters from 128 random bits, from a fast generator per thread (seeded
+/// from the OS): request IDs must not repeat, they need not be unguessable.
 fn new_request_id() -> HeaderValue {
+    use rand::{Rng, SeedableRng};
+    thread_local! {
+        static IDS: std::cell::RefCell<rand::rngs::SmallRng> =
+            std::cell::RefCell::new(rand::rngs::SmallRng::from_rng(&mut rand::rng()));
+    }
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bits: u128 = rand::random();
+    let bits: u128 = IDS.with(|rng| rng.borrow_mut().random());
     let mut buf = [0u8; 32];
     for (i, b) in buf.iter_mut().enumerate() {
         *b = HEX[((bits >> (124 - 4 * i)) & 0xf) as usize];
@@ -989,6 +989,10 @@ pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
 /// Removes hop-by-hop headers; `keep_upgrade` keeps `Upgrade`, `keep_te_trailers` keeps
 /// `te: trailers` (gRPC over h2).
 fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_trailers: bool) {
+    // Usually there is none: one pass over the names instead of a lookup per header.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     // Headers named by Connection, other than the ones removed below anyway. Rare, so the Vec
     // only allocates when a client actually lists something.
     let listed: Vec<HeaderName> = connection_tokens(headers)

@@ -11,8 +11,9 @@
 //! - [`proxy_protocol`]: PROXY protocol v1/v2 headers on either listener.
 //! - `forward`: routing, header policy, retries, upstream errors.
 //! - `upgrade`: HTTP/1.1 `Upgrade` (WebSocket and others) splicing.
-//! - `client`: the upstream clients (HTTP/1.1 pool, h2c/h2-over-TLS multiplexed, HTTPS) and the
-//!   request body that survives connect errors.
+//! - `client`: the upstream clients (HTTP/1.1 and HTTPS with our own idle pools, h2c/h2-over-TLS
+//!   multiplexed), the request body handed back on connect errors and the response body that
+//!   returns its connection to the pool.
 //! - [`error`]: errors classified by where they came from, and the responses they become.
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -36,6 +37,7 @@ mod server;
 mod settings;
 mod upgrade;
 
+pub(crate) use client::Http1Pool;
 pub use error::{ErrorSource, ProxyError};
 
 /// Tunables of a [`Proxy`]. `Default` gives ingress-nginx-like values.
@@ -136,6 +138,8 @@ struct Inner {
     fallback_cert: OnceLock<Arc<rustls::sign::CertifiedKey>>,
     /// The access-log writer, started with the first line.
     access_log: OnceLock<crate::accesslog::Writer>,
+    /// Set once the task closing idle upstream connections runs (with the first listener).
+    sweeping: std::sync::atomic::AtomicBool,
 }
 
 /// Only touched by `publish`, serialized by its mutex.
@@ -250,6 +254,7 @@ impl Proxy {
                 limiters: LimiterCache::default(),
                 fallback_cert: OnceLock::new(),
                 access_log: OnceLock::new(),
+                sweeping: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -288,8 +293,7 @@ impl Proxy {
             http,
             tls,
         }));
-        self.inner.clients.h2c.prune();
-        self.inner.clients.prune_https();
+        self.inner.clients.prune();
         publisher.last_version = version;
         tracing::debug!(
             version,
@@ -298,6 +302,27 @@ impl Proxy {
             "published route table"
         );
         Ok(version)
+    }
+
+    /// Starts the task that closes upstream connections idle for longer than
+    /// [`ProxyConfig::pool_idle_timeout`] (once per proxy; it ends with the proxy).
+    fn start_pool_sweeper(&self) {
+        if self.inner.sweeping.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        // Idle connections close between the timeout and the timeout plus half of it.
+        let every = (self.inner.config.pool_idle_timeout / 2)
+            .clamp(Duration::from_millis(10), Duration::from_secs(10));
+        let inner = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = inner.upgrade() else { return };
+                inner.clients.sweep(&inner.state.load().balancers);
+            }
+        });
     }
 
     /// The live certificate resolver.

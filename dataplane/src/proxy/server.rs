@@ -160,6 +160,7 @@ impl Proxy {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
         let local = listener.local_addr()?;
+        self.start_pool_sweeper();
         let listener_port = HeaderValue::from(local.port());
         let graceful = GracefulShutdown::new();
         let kind = if tls.is_some() { "https" } else { "http" };
