@@ -113,6 +113,13 @@ pub struct Settings {
     /// `None`: no access log.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_log: Option<Vec<LogField>>,
+    /// Headers set on every response, replacing the upstream's of the same name (`add-headers`);
+    /// a route's own (`custom-headers`) win. Names in lower case.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub response_headers: BTreeMap<String, String>,
+    /// Headers set on every request sent upstream (`proxy-set-headers`); names in lower case.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub upstream_headers: BTreeMap<String, String>,
 }
 
 impl Settings {
@@ -413,6 +420,10 @@ pub struct RoutePolicy {
     /// (`from-to-www-redirect`: `www.` added or removed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_redirect: Option<String>,
+    /// Headers set on every response of the route, replacing the upstream's of the same name
+    /// (`custom-headers`, nginx's `more_set_headers`); names in lower case.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub response_headers: BTreeMap<String, String>,
 }
 
 /// Error pages from another backend: when the upstream answers (or the proxy would answer) one

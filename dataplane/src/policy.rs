@@ -10,7 +10,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use http::{HeaderValue, StatusCode};
+use http::{HeaderName, HeaderValue, StatusCode};
 
 use crate::cors::{CompiledCors, InvalidCors};
 use crate::hashkey::HashKey;
@@ -78,6 +78,35 @@ pub struct CompiledPolicy {
     pub custom_errors: Option<(Vec<u16>, crate::router::BackendIdx)>,
     /// `from-to-www-redirect`: the host every request is sent to (308).
     pub host_redirect: Option<String>,
+    /// `custom-headers`: set on the route's responses.
+    pub response_headers: HeaderList,
+}
+
+/// Headers set as they are: name and value parsed once per table.
+pub type HeaderList = Vec<(HeaderName, HeaderValue)>;
+
+/// Parses `headers` (a [`RoutePolicy::response_headers`] or a settings list); `field` names the
+/// list in the error. Translation validates first; this guards hand-made tables.
+pub fn compile_headers(
+    field: &'static str,
+    headers: &std::collections::BTreeMap<String, String>,
+) -> Result<HeaderList, PolicyError> {
+    headers
+        .iter()
+        .map(|(name, value)| {
+            let invalid = || PolicyError::HeaderValue { field, value: format!("{name}: {value}") };
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
+            let value = HeaderValue::from_str(value).map_err(|_| invalid())?;
+            Ok((name, value))
+        })
+        .collect()
+}
+
+/// Sets each of `headers` on `map`, replacing what was there.
+pub fn set_headers(map: &mut http::HeaderMap, headers: &[(HeaderName, HeaderValue)]) {
+    for (name, value) in headers {
+        map.insert(name.clone(), value.clone());
+    }
 }
 
 /// [`Balance`] ready for the request path.
@@ -237,6 +266,7 @@ impl CompiledPolicy {
                 }
                 other => other.clone(),
             },
+            response_headers: compile_headers("custom-headers", &policy.response_headers)?,
         }))
     }
 

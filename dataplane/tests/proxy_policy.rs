@@ -1,5 +1,6 @@
 //! Route policies (ingress-nginx annotations, typed) seen through a real proxy and echo backend:
-//! redirects, app-root, source ranges, body size limits, upstream vhost and forwarded prefix.
+//! redirects, app-root, source ranges, body size limits, upstream vhost and forwarded prefix,
+//! response and upstream headers.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -793,4 +794,58 @@ async fn custom_http_errors_come_from_the_error_backend() {
     let r = p.send(p.req("a.test", "/x").header("x-echo-status", "500").body(empty()).unwrap()).await;
     assert_eq!(r.status.as_u16(), 500);
     assert!(r.text().contains("\"name\":\"app\""), "{}", r.text());
+}
+
+#[tokio::test]
+async fn response_and_upstream_headers() {
+    let e = echo("e").await;
+    let map = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    // `custom-headers` on /custom (one replaces the echo's own Content-Type), nothing of its
+    // own on /plain.
+    let custom = RoutePolicy {
+        response_headers: map(&[("x-frame-options", "DENY"), ("content-type", "text/x-custom")]),
+        ..RoutePolicy::default()
+    };
+    let mut t =
+        table().host("a.test").prefix("/custom", &to(&e)).policy(custom).prefix("/plain", &to(&e)).build();
+    // `add-headers` and `proxy-set-headers`.
+    t.settings.response_headers = map(&[("x-frame-options", "SAMEORIGIN"), ("x-served-by", "weir")]);
+    t.settings.upstream_headers = map(&[("x-team", "ops"), ("x-forwarded-proto", "https")]);
+    let p = proxy(t).await;
+
+    let r = p.get("a.test", "/custom/x").await;
+    assert_eq!(r.headers["x-frame-options"], "DENY", "the route's header wins over add-headers");
+    assert_eq!(r.headers["content-type"], "text/x-custom", "the upstream's header is replaced");
+    assert_eq!(r.headers.get_all("content-type").iter().count(), 1);
+    assert_eq!(r.headers["x-served-by"], "weir");
+    let seen = r.echo();
+    assert_eq!(seen.headers["x-team"], "ops");
+    assert_eq!(seen.headers["x-forwarded-proto"], "https", "proxy-set-headers come after X-Forwarded-*");
+
+    let r = p.get("a.test", "/plain").await;
+    assert_eq!(r.headers["x-frame-options"], "SAMEORIGIN");
+    assert_eq!(r.headers["content-type"], "application/json");
+    assert_eq!(r.echo().headers["x-team"], "ops");
+
+    // The proxy's own errors carry add-headers.
+    let r = p.send(p.req("a.test", "/").body(empty()).unwrap()).await;
+    r.assert_local(404);
+    assert_eq!(r.headers["x-served-by"], "weir");
+    assert_eq!(r.headers["x-frame-options"], "SAMEORIGIN");
+}
+
+#[tokio::test]
+async fn app_root_redirect_carries_custom_headers() {
+    let e = echo("e").await;
+    let policy = RoutePolicy {
+        response_headers: [("x-frame-options".to_string(), "DENY".to_string())].into(),
+        app_root: Some("/app".into()),
+        ..RoutePolicy::default()
+    };
+    let p = proxy(table().host("a.test").prefix("/", &to(&e)).policy(policy).build()).await;
+    let r = p.get("a.test", "/").await;
+    r.assert_local(302);
+    assert_eq!(r.headers["x-frame-options"], "DENY");
 }

@@ -269,6 +269,48 @@ pub struct KubeSource {
     client: Client,
     /// Secrets of any type named by an Ingress annotation, each watched by name.
     referenced: BTreeMap<ObjectRef, (Store<Secret>, JoinHandle<()>)>,
+    /// ConfigMaps named by an Ingress annotation or a settings key, each watched by name.
+    referenced_config_maps: BTreeMap<ObjectRef, (Store<ConfigMap>, JoinHandle<()>)>,
+}
+
+/// Annotations whose value names a ConfigMap (`NAME` in the Ingress's namespace, or
+/// `NAMESPACE/NAME`).
+pub const CONFIGMAP_ANNOTATIONS: &[&str] =
+    &["nginx.ingress.kubernetes.io/custom-headers", "weir.dev/custom-headers"];
+
+/// Settings keys whose value names a ConfigMap (`NAME` in the settings ConfigMap's namespace,
+/// or `NAMESPACE/NAME`).
+pub const CONFIGMAP_SETTINGS: &[&str] = &["add-headers", "proxy-set-headers"];
+
+/// The ConfigMaps the annotations of `ingresses` and the `settings` ConfigMap name.
+pub fn referenced_config_maps<'a>(
+    ingresses: impl IntoIterator<Item = &'a Ingress>,
+    settings: Option<&ConfigMap>,
+) -> BTreeSet<ObjectRef> {
+    let mut out = BTreeSet::new();
+    for ingress in ingresses {
+        let Some(annotations) = ingress.metadata.annotations.as_ref() else { continue };
+        let namespace = ingress.metadata.namespace.as_deref().unwrap_or("default");
+        out.extend(CONFIGMAP_ANNOTATIONS.iter().filter_map(|k| named(annotations.get(*k)?, namespace)));
+    }
+    if let Some(cm) = settings
+        && let Some(data) = &cm.data
+    {
+        let namespace = cm.metadata.namespace.as_deref().unwrap_or("default");
+        out.extend(CONFIGMAP_SETTINGS.iter().filter_map(|k| named(data.get(*k)?, namespace)));
+    }
+    out
+}
+
+/// `NAME` (in `namespace`) or `NAMESPACE/NAME`; `None` when empty or malformed.
+fn named(value: &str, namespace: &str) -> Option<ObjectRef> {
+    let value = value.trim();
+    match value.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() => Some(ObjectRef::new(ns, name)),
+        Some(_) => None,
+        None if value.is_empty() => None,
+        None => Some(ObjectRef::new(namespace, value)),
+    }
 }
 
 /// Annotations whose value names a Secret (`NAME` in the Ingress's namespace, or
@@ -355,10 +397,12 @@ impl KubeSource {
             max_delay: options.max_delay,
             client: client.clone(),
             referenced: BTreeMap::new(),
+            referenced_config_maps: BTreeMap::new(),
         }
     }
 
-    /// A snapshot of every store, with the Secrets annotations reference.
+    /// A snapshot of every store, with the Secrets and ConfigMaps annotations (and settings)
+    /// reference.
     pub fn snapshot(&self) -> Snapshot {
         let mut snapshot = self.stores.snapshot();
         for (store, _) in self.referenced.values() {
@@ -366,45 +410,37 @@ impl KubeSource {
                 snapshot.insert(Object::Secret(Box::new((*secret).clone())));
             }
         }
+        for (store, _) in self.referenced_config_maps.values() {
+            for cm in store.state() {
+                snapshot.insert(Object::ConfigMap(Box::new((*cm).clone())));
+            }
+        }
         snapshot
     }
 
-    /// Watches the Secrets the Ingresses' annotations name now, and stops watching those no
-    /// longer named. Newly named Secrets are listed before this returns (at most `wait`), so the
-    /// next snapshot has them if they exist.
+    /// Watches the Secrets and ConfigMaps the Ingresses' annotations (and the settings
+    /// ConfigMap's header keys) name now, and stops watching those no longer named. Newly named
+    /// objects are listed before this returns (at most `wait`), so the next snapshot has them if
+    /// they exist.
     pub async fn track_referenced_secrets(&mut self, wait: Duration) {
         let ingresses: Vec<Arc<Ingress>> = self.stores.ingresses.iter().flat_map(|s| s.state()).collect();
         let wanted = referenced_secrets(ingresses.iter().map(|i| i.as_ref()));
-        self.referenced.retain(|secret, (_, task)| {
-            let keep = wanted.contains(secret);
-            if !keep {
-                task.abort();
-            }
-            keep
-        });
-        let mut new = Vec::new();
-        for secret in wanted {
-            if self.referenced.contains_key(&secret) {
-                continue;
-            }
-            let mut tasks = Vec::new();
-            let mut reflect = Reflect { client: &self.client, changes: &self.changes, tasks: &mut tasks };
-            let name = secret.name.clone();
-            let store = reflect.each::<Secret>(&[Some(secret.namespace.as_str())], || {
-                watcher::Config::default().fields(&format!("metadata.name={name}"))
-            });
-            let (Some(store), Some(task)) = (store.into_iter().next(), tasks.pop()) else { continue };
-            new.push(store.clone());
-            self.referenced.insert(secret, (store, task));
-        }
+        let mut reflect = Reflect { client: &self.client, changes: &self.changes, tasks: &mut Vec::new() };
+        let secrets = reflect.by_name(&mut self.referenced, wanted);
+        let settings = self.stores.configmap.iter().flat_map(|s| s.state()).next();
+        let wanted = referenced_config_maps(ingresses.iter().map(|i| i.as_ref()), settings.as_deref());
+        let config_maps = reflect.by_name(&mut self.referenced_config_maps, wanted);
         let listed = async {
-            for store in &new {
+            for store in &secrets {
+                let _ = store.wait_until_ready().await;
+            }
+            for store in &config_maps {
                 let _ = store.wait_until_ready().await;
             }
         };
         if tokio::time::timeout(wait, listed).await.is_err() {
             tracing::warn!(
-                "Secrets named by annotations not listed within {wait:?}; they follow when they are"
+                "Secrets or ConfigMaps named by annotations not listed within {wait:?}; they follow when they are"
             );
         }
     }
@@ -455,6 +491,46 @@ struct Reflect<'a> {
 }
 
 impl Reflect<'_> {
+    /// Watches each of `wanted` by name (those in `watched` already stay), stops watching the
+    /// others; returns the new stores.
+    fn by_name<K>(
+        &mut self,
+        watched: &mut BTreeMap<ObjectRef, (Store<K>, JoinHandle<()>)>,
+        wanted: BTreeSet<ObjectRef>,
+    ) -> Vec<Store<K>>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Resource<DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        watched.retain(|object, (_, task)| {
+            let keep = wanted.contains(object);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        let mut new = Vec::new();
+        for object in wanted {
+            if watched.contains_key(&object) {
+                continue;
+            }
+            let name = object.name.clone();
+            let store = self.each::<K>(&[Some(object.namespace.as_str())], || {
+                watcher::Config::default().fields(&format!("metadata.name={name}"))
+            });
+            let (Some(store), Some(task)) = (store.into_iter().next(), self.tasks.pop()) else { continue };
+            new.push(store.clone());
+            watched.insert(object, (store, task));
+        }
+        new
+    }
+
     fn each<K>(&mut self, namespaces: &[Option<&str>], config: impl Fn() -> watcher::Config) -> Vec<Store<K>>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
@@ -577,6 +653,26 @@ mod tests {
         .unwrap();
         let refs: Vec<String> = referenced_secrets([&ingress]).iter().map(|r| r.to_string()).collect();
         assert_eq!(refs, ["certs/ca", "shop/basic"]);
+    }
+
+    #[test]
+    fn referenced_config_maps_come_from_annotations_and_settings() {
+        let ingress: Ingress = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "shop", "annotations": {
+                "nginx.ingress.kubernetes.io/custom-headers": "hdrs",
+                "weir.dev/custom-headers": "other/hdrs",
+                "nginx.ingress.kubernetes.io/auth-secret": "not-a-configmap"
+            }}
+        }))
+        .unwrap();
+        let settings: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "settings", "namespace": "weir-system"},
+            "data": {"add-headers": "resp", "proxy-set-headers": "ops/up", "hsts": "true"}
+        }))
+        .unwrap();
+        let refs: Vec<String> =
+            referenced_config_maps([&ingress], Some(&settings)).iter().map(|r| r.to_string()).collect();
+        assert_eq!(refs, ["ops/up", "other/hdrs", "shop/hdrs", "weir-system/resp"]);
     }
 
     #[tokio::test]

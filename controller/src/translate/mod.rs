@@ -8,6 +8,7 @@
 pub mod annotations;
 mod backend;
 mod class;
+mod headers;
 mod rank;
 mod routes;
 pub mod settings;
@@ -123,7 +124,11 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         let parsed = annotations::parse(
             &o.rank.object,
             o.ingress.metadata.annotations.as_ref(),
-            &snapshot.secrets,
+            &annotations::Refs {
+                secrets: &snapshot.secrets,
+                config_maps: &snapshot.config_maps,
+                allowed_response_headers: settings.allowed_response_headers.as_ref(),
+            },
             &mut warnings,
         );
         if parsed.regex_paths {

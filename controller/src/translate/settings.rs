@@ -14,7 +14,9 @@
 //! against it by a test. Precedence: an annotation beats the ConfigMap, which beats weir's
 //! command-line flags, which beat the built-in defaults.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::ConfigMap;
 
 use weir_dataplane::accesslog::Template;
 use weir_dataplane::model::{
@@ -22,6 +24,7 @@ use weir_dataplane::model::{
 };
 
 use super::annotations::{Support, deny_all, values};
+use super::headers::{self, Direction};
 use super::warnings::{ObjectKind, Reason, Warnings};
 use super::{Snapshot, TranslateConfig};
 
@@ -101,8 +104,9 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("proxy-cookie-path", Unsupported),
         ("proxy-redirect-from", Unsupported),
         ("proxy-redirect-to", Unsupported),
-        ("proxy-set-headers", Unsupported),
-        ("add-headers", Unsupported),
+        ("proxy-set-headers", Supported),
+        ("add-headers", Supported),
+        ("global-allowed-response-headers", Supported),
         ("hide-headers", Unsupported),
         ("allow-backend-server-header", Unsupported),
         ("upstream-keepalive-connections", Supported),
@@ -289,6 +293,9 @@ pub(crate) struct Parsed {
     pub(crate) settings: Settings,
     /// Defaults of the route policies.
     pub(crate) routes: RouteDefaults,
+    /// `global-allowed-response-headers` (lower case): when set, the only header names
+    /// `custom-headers` may set.
+    pub(crate) allowed_response_headers: Option<BTreeSet<String>>,
 }
 
 /// Route policy defaults from the ConfigMap; an Ingress's annotations beat them.
@@ -355,15 +362,19 @@ impl RouteDefaults {
 pub(crate) fn read(snapshot: &Snapshot, config: &TranslateConfig, warnings: &mut Warnings) -> Parsed {
     let Some(name) = &config.settings else { return Parsed::default() };
     match snapshot.config_maps.get(name) {
-        Some(cm) => parse(name, cm.data.as_ref().unwrap_or(&BTreeMap::new()), warnings),
+        Some(cm) => {
+            parse(name, cm.data.as_ref().unwrap_or(&BTreeMap::new()), &snapshot.config_maps, warnings)
+        }
         None => Parsed::default(),
     }
 }
 
-/// Parses a settings ConfigMap's `data`; every problem becomes a finding about the ConfigMap.
+/// Parses a settings ConfigMap's `data` (`config_maps`: those `add-headers` and
+/// `proxy-set-headers` may name); every problem becomes a finding about the ConfigMap.
 pub(crate) fn parse(
     configmap: &ObjectRef,
     data: &BTreeMap<String, String>,
+    config_maps: &BTreeMap<ObjectRef, ConfigMap>,
     warnings: &mut Warnings,
 ) -> Parsed {
     let mut ctx = Ctx { configmap, data, warnings, fail_closed: false };
@@ -384,6 +395,11 @@ pub(crate) fn parse(
     s.underscores_in_headers = ctx.value("enable-underscores-in-headers", values::boolean, "false");
     s.proxy_protocol = ctx.value("use-proxy-protocol", values::boolean, "--proxy-protocol");
     s.access_log = ctx.access_log();
+    s.response_headers = ctx.headers("add-headers", Direction::Response, config_maps);
+    s.upstream_headers = ctx.headers("proxy-set-headers", Direction::Upstream, config_maps);
+    parsed.allowed_response_headers = ctx.raw("global-allowed-response-headers").map(|list| {
+        list.split(',').map(|h| h.trim().to_ascii_lowercase()).filter(|h| !h.is_empty()).collect()
+    });
     ctx.fixed_values();
     parsed.routes = ctx.route_defaults();
     parsed
@@ -476,6 +492,37 @@ impl<'a> Ctx<'a, '_> {
                 self.warn(Reason::InvalidSetting, format!("data[{key}]: has no effect without {without}"));
             }
         }
+    }
+
+    /// `add-headers` or `proxy-set-headers`: the headers of the ConfigMap `key` names. A missing
+    /// ConfigMap is an error and adds nothing; each unusable header is an error and is skipped.
+    fn headers(
+        &mut self,
+        key: &str,
+        direction: Direction,
+        config_maps: &BTreeMap<ObjectRef, ConfigMap>,
+    ) -> BTreeMap<String, String> {
+        let configmap = self.configmap;
+        let Some(name) =
+            self.value_or(key, |v| headers::configmap_ref(v, &configmap.namespace), "no header is set")
+        else {
+            return BTreeMap::new();
+        };
+        let Some(cm) = config_maps.get(&name) else {
+            self.error(
+                Reason::InvalidSetting,
+                format!("data[{key}]: ConfigMap {name} not found; no header is set until it exists"),
+            );
+            return BTreeMap::new();
+        };
+        let (found, refused) = headers::read(cm.data.as_ref().unwrap_or(&BTreeMap::new()), direction, None);
+        for (header, why) in refused {
+            self.error(
+                Reason::InvalidSetting,
+                format!("data[{key}]: ConfigMap {name}, header {header:?}: {why}; the header is skipped"),
+            );
+        }
+        found
     }
 
     /// `use-forwarded-headers` / `enable-real-ip` with `forwarded-for-header`,

@@ -42,7 +42,7 @@ use crate::auth;
 use crate::balance::Balancer;
 use crate::hashkey;
 use crate::model::ClientVerify;
-use crate::policy::{CompiledBalance, Verdict};
+use crate::policy::{CompiledBalance, Verdict, set_headers};
 
 /// The body of every response the proxy returns: the upstream's, streamed, or a small local one.
 pub(crate) type ProxyBody = Either<ResponseBody, Full<Bytes>>;
@@ -108,11 +108,13 @@ impl ConnCtx {
                     elapsed_ms = start.elapsed().as_millis() as u64,
                     "request answered locally"
                 );
-                if grpc {
+                let mut resp = if grpc {
                     grpc_local_response(status, request_id.clone())
                 } else {
                     local_response(status, request_id.clone())
-                }
+                };
+                set_headers(resp.headers_mut(), &state.config.response_headers);
+                resp
             }
         };
         if self.https
@@ -159,7 +161,9 @@ impl ConnCtx {
         });
         // One call site: its future has one place in this one.
         let result = self.forward_route(state, route, host, req, start, request_id).await;
-        let Some((codes, pages, original)) = custom else { return result };
+        let Some((codes, pages, original)) = custom else {
+            return with_response_headers(&state.config, route, result);
+        };
         let status = match &result {
             Ok(resp) => resp.status(),
             Err(err) => err.status(),
@@ -168,9 +172,9 @@ impl ConnCtx {
         if codes.contains(&status.as_u16())
             && let Some(page) = Box::pin(self.error_page(state, pages, status, &original, request_id)).await
         {
-            return Ok(page);
+            return with_response_headers(&state.config, route, Ok(page));
         }
-        result
+        with_response_headers(&state.config, route, result)
     }
 
     /// Asks the error page backend for `GET /` about a request answered `status`; `None` when it
@@ -433,6 +437,8 @@ impl ConnCtx {
         if let Some(prefix) = policy.and_then(|p| p.forwarded_prefix.clone()) {
             headers.insert(X_FORWARDED_PREFIX, prefix);
         }
+        // `proxy-set-headers` (translation refuses Host and the framing headers).
+        set_headers(headers, &config.upstream_headers);
         // `upstream-vhost` replaces the host the upstream sees (not `X-Forwarded-Host`).
         let host = policy.and_then(|p| p.upstream_host.clone()).unwrap_or(host);
         // The host we routed on is what the upstream sees: for HTTP/1.1 the Host header (the same
@@ -694,6 +700,22 @@ impl ConnCtx {
         }
         Ok(resp.map(Either::Left))
     }
+}
+
+/// `add-headers`, then the route's `custom-headers` (which win over them), set on an answer
+/// for `route`, replacing the upstream's headers of the same names (nginx's `more_set_headers`).
+fn with_response_headers(
+    config: &super::ProxyConfig,
+    route: &crate::router::CompiledRoute,
+    mut result: Result<Response<ProxyBody>, ProxyError>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    if let Ok(resp) = &mut result {
+        set_headers(resp.headers_mut(), &config.response_headers);
+        if let Some(policy) = route.policy.as_deref() {
+            set_headers(resp.headers_mut(), &policy.response_headers);
+        }
+    }
+    result
 }
 
 // === global settings ===

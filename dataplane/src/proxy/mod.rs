@@ -88,6 +88,10 @@ pub struct ProxyConfig {
     pub access_log: Option<Arc<crate::accesslog::Format>>,
     /// Where access-log lines go.
     pub access_log_output: crate::accesslog::Output,
+    /// Headers set on every response (`add-headers`); a route's `custom-headers` win.
+    pub response_headers: crate::policy::HeaderList,
+    /// Headers set on every request sent upstream (`proxy-set-headers`).
+    pub upstream_headers: crate::policy::HeaderList,
 }
 
 impl Default for ProxyConfig {
@@ -116,6 +120,8 @@ impl Default for ProxyConfig {
             underscores_in_headers: false,
             access_log: None,
             access_log_output: crate::accesslog::Output::Stdout,
+            response_headers: Vec::new(),
+            upstream_headers: Vec::new(),
         }
     }
 }

@@ -59,6 +59,18 @@ impl ProxyConfig {
         if let Some(fields) = &settings.access_log {
             config.access_log = Some(Arc::new(Format::new(fields)));
         }
+        for (list, field, headers) in [
+            (&mut config.response_headers, "add-headers", &settings.response_headers),
+            (&mut config.upstream_headers, "proxy-set-headers", &settings.upstream_headers),
+        ] {
+            for (name, value) in headers {
+                let one = std::collections::BTreeMap::from([(name.clone(), value.clone())]);
+                match crate::policy::compile_headers(field, &one) {
+                    Ok(parsed) => list.extend(parsed),
+                    Err(error) => tracing::warn!(%error, "header unusable; ignored"),
+                }
+            }
+        }
         config
     }
 }

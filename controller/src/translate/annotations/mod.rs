@@ -22,7 +22,7 @@ pub(crate) use protocol::*;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use weir_dataplane::model::{
     Balance, BasicAuth, CookieAffinity, Cors, ExternalAuth, IpNet, ObjectRef, RateLimit, Redirect,
     RoutePolicy, SourceFilter,
@@ -180,7 +180,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         // Responses.
         ("custom-http-errors", Supported),
         ("default-backend", Supported),
-        ("custom-headers", Unsupported),
+        ("custom-headers", Supported),
         ("disable-proxy-intercept-errors", Unsupported),
         ("http2-push-preload", Unsupported),
         // Observability.
@@ -288,11 +288,21 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The objects annotations may name, and the settings that limit them.
+pub(crate) struct Refs<'a> {
+    /// Secrets (`auth-secret`).
+    pub(crate) secrets: &'a BTreeMap<ObjectRef, Secret>,
+    /// ConfigMaps (`custom-headers`).
+    pub(crate) config_maps: &'a BTreeMap<ObjectRef, ConfigMap>,
+    /// `global-allowed-response-headers`, when set (lower case).
+    pub(crate) allowed_response_headers: Option<&'a std::collections::BTreeSet<String>>,
+}
+
 /// Parses `ingress`'s annotations; every problem becomes a warning about it.
 pub(crate) fn parse(
     ingress: &ObjectRef,
     annotations: Option<&BTreeMap<String, String>>,
-    secrets: &BTreeMap<ObjectRef, Secret>,
+    refs: &Refs<'_>,
     warnings: &mut Warnings,
 ) -> Parsed {
     let mut parsed = Parsed::default();
@@ -331,7 +341,7 @@ pub(crate) fn parse(
         }
     }
 
-    let mut ctx = Ctx { ingress, reader: &reader, secrets, warnings };
+    let mut ctx = Ctx { ingress, reader: &reader, secrets: refs.secrets, warnings };
     parsed.policy.redirect = ctx.redirect();
     parsed.policy.app_root = ctx.value("app-root", values::app_root);
     parsed.policy.forwarded_prefix = ctx.value("x-forwarded-prefix", values::header_text);
@@ -354,6 +364,7 @@ pub(crate) fn parse(
     parsed.policy.balance = ctx.balance();
     parsed.server_aliases = ctx.value("server-alias", values::host_list).unwrap_or_default();
     parsed.from_to_www = ctx.value("from-to-www-redirect", values::boolean).unwrap_or(false);
+    parsed.policy.response_headers = ctx.custom_headers(refs);
     // weir streams bodies both ways and never spools them to disk: buffering settings are
     // validated and have nothing to change.
     let _ = ctx.value("proxy-buffering", values::on_off);
@@ -417,6 +428,49 @@ impl Ctx<'_, '_> {
             Reason::InvalidAnnotation,
             format!("metadata.annotations[{key}]: invalid value {raw:?}: {why}; {consequence}"),
         );
+    }
+
+    /// `custom-headers`: the headers of a ConfigMap in the Ingress's namespace, set on the
+    /// responses of its routes. A missing ConfigMap sets nothing; each unusable header (not
+    /// valid HTTP, a variable, a framing header, not in `global-allowed-response-headers` when
+    /// that is set) is reported and skipped.
+    fn custom_headers(&mut self, refs: &Refs<'_>) -> BTreeMap<String, String> {
+        let ingress = self.ingress;
+        let Some(name) = self.value("custom-headers", |v| {
+            let name = super::headers::configmap_ref(v, &ingress.namespace)?;
+            if name.namespace != ingress.namespace {
+                return Err(format!(
+                    "the ConfigMap must be in the Ingress's namespace {:?}, not {:?}",
+                    ingress.namespace, name.namespace
+                ));
+            }
+            Ok(name)
+        }) else {
+            return BTreeMap::new();
+        };
+        let Some((key, raw)) = self.reader.get("custom-headers") else { return BTreeMap::new() };
+        let Some(cm) = refs.config_maps.get(&name) else {
+            self.invalid(
+                key,
+                raw,
+                &format!("ConfigMap {name} not found"),
+                "no header is set until it exists",
+            );
+            return BTreeMap::new();
+        };
+        let (found, refused) = super::headers::read(
+            cm.data.as_ref().unwrap_or(&BTreeMap::new()),
+            super::headers::Direction::Response,
+            refs.allowed_response_headers,
+        );
+        for (header, why) in refused {
+            self.warnings.error(
+                self.ingress,
+                Reason::InvalidAnnotation,
+                format!("metadata.annotations[{key}]: ConfigMap {name}, header {header:?}: {why}; the header is skipped"),
+            );
+        }
+        found
     }
 
     /// `temporal-redirect` (302 unless `temporal-redirect-code`) wins over `permanent-redirect`

@@ -5,7 +5,8 @@ use weir_dataplane::model::RateLimit;
 fn parse_pairs(pairs: &[(&str, &str)]) -> (Parsed, Vec<Warning>) {
     let data: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let mut warnings = Warnings::default();
-    let parsed = parse(&ObjectRef::new("ingress-nginx", "controller"), &data, &mut warnings);
+    let parsed =
+        parse(&ObjectRef::new("ingress-nginx", "controller"), &data, &BTreeMap::new(), &mut warnings);
     (parsed, warnings.finish())
 }
 
@@ -385,4 +386,59 @@ fn route_policy_defaults() {
         parsed.routes.apply(&mut policy);
         assert!(!policy.source.permits("10.1.1.1".parse().unwrap()), "{key}");
     }
+}
+
+#[test]
+fn header_configmaps() {
+    let cm = |pairs: &[(&str, &str)]| ConfigMap {
+        data: Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        ..Default::default()
+    };
+    let config_maps = BTreeMap::from([
+        (ObjectRef::new("ingress-nginx", "resp"), cm(&[("X-Served-By", "weir"), ("Transfer-Encoding", "x")])),
+        (ObjectRef::new("ops", "up"), cm(&[("X-Team", "ops"), ("Host", "h"), ("X-Uri", "$request_uri")])),
+    ]);
+    let data: BTreeMap<String, String> = [
+        ("add-headers", "resp"),
+        ("proxy-set-headers", "ops/up"),
+        ("global-allowed-response-headers", "X-Frame-Options, x-served-by"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let mut warnings = Warnings::default();
+    let parsed = parse(&ObjectRef::new("ingress-nginx", "controller"), &data, &config_maps, &mut warnings);
+    assert_eq!(parsed.settings.response_headers, BTreeMap::from([("x-served-by".into(), "weir".into())]));
+    assert_eq!(parsed.settings.upstream_headers, BTreeMap::from([("x-team".into(), "ops".into())]));
+    assert_eq!(
+        parsed.allowed_response_headers,
+        Some(["x-frame-options".to_string(), "x-served-by".to_string()].into())
+    );
+    let w = warnings.finish();
+    let messages: Vec<&str> = w.iter().map(|w| w.message.as_str()).collect();
+    assert_eq!(messages.len(), 3, "{messages:?}");
+    assert!(w.iter().all(|w| w.severity == Severity::Error && w.reason == Reason::InvalidSetting));
+    assert!(messages.contains(&"data[add-headers]: ConfigMap ingress-nginx/resp, header \"Transfer-Encoding\": a connection or framing header, which weir sets itself; the header is skipped"), "{messages:?}");
+    assert!(
+        messages.iter().any(|m| m.starts_with("data[proxy-set-headers]: ConfigMap ops/up, header \"Host\""))
+    );
+    assert!(messages.iter().any(|m| {
+        m.starts_with("data[proxy-set-headers]: ConfigMap ops/up, header \"X-Uri\": nginx variables")
+    }));
+
+    // A missing ConfigMap is an error; the other keys still apply.
+    let data = BTreeMap::from([
+        ("add-headers".to_string(), "gone".to_string()),
+        ("hsts".to_string(), "true".to_string()),
+    ]);
+    let mut warnings = Warnings::default();
+    let parsed = parse(&ObjectRef::new("ingress-nginx", "controller"), &data, &config_maps, &mut warnings);
+    assert!(parsed.settings.response_headers.is_empty());
+    assert!(parsed.settings.hsts.is_some());
+    let w = warnings.finish();
+    assert_eq!(w.len(), 1);
+    assert_eq!(
+        w[0].message,
+        "data[add-headers]: ConfigMap ingress-nginx/gone not found; no header is set until it exists"
+    );
 }
