@@ -504,11 +504,10 @@ impl ConnCtx {
 
             // Latency is only measured where a route balances by it.
             let flight = matches!(pick, Pick::Ewma).then(|| endpoint.start());
-            let sent = tokio::time::timeout(
-                head_timeout,
-                clients.send(protocol, endpoint, balancer.tls(), host_str, attempt),
-            )
-            .await;
+            // Boxed: this future would otherwise be part of every enclosing one, each moved
+            // (copied whole) as the request's future is built and handed to hyper.
+            let exchange = Box::pin(clients.send(protocol, endpoint, balancer.tls(), host_str, attempt));
+            let sent = tokio::time::timeout(head_timeout, exchange).await;
             let (timed_out, error) = match sent {
                 Ok(Ok(resp)) => {
                     if let Some(flight) = flight {
