@@ -84,6 +84,10 @@ pub struct Settings {
     /// route sets none (`proxy-read-timeout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_timeout_ms: Option<u64>,
+    /// Time allowed to connect to an upstream (TCP, and TLS where used), in milliseconds, where
+    /// a route sets none (`proxy-connect-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout_ms: Option<u64>,
     /// Endpoints tried in all when connecting fails, where a route sets none
     /// (`proxy-next-upstream-tries`; `0` means every endpoint, at most 8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -392,6 +396,10 @@ pub struct RoutePolicy {
     /// (`proxy-read-timeout`); `None` keeps the proxy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_timeout_ms: Option<u64>,
+    /// Time allowed to connect to an upstream, in milliseconds (`proxy-connect-timeout`); `None`
+    /// keeps the proxy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout_ms: Option<u64>,
     /// Endpoints tried in all when connecting fails (`proxy-next-upstream-tries`; `0` means
     /// every endpoint, at most 8); `None` keeps the proxy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -62,6 +62,8 @@ pub struct CompiledPolicy {
     pub cors: Option<CompiledCors>,
     /// The response-head timeout, when the route sets one.
     pub read_timeout: Option<std::time::Duration>,
+    /// The upstream connect timeout, when the route sets one.
+    pub connect_timeout: Option<std::time::Duration>,
     /// Endpoints tried in all, when the route sets it (`0`: all).
     pub connect_tries: Option<u32>,
     /// The rate limiter shared by the routes of this route's Ingress.
@@ -246,6 +248,7 @@ impl CompiledPolicy {
             },
             cors: policy.cors.as_ref().map(CompiledCors::compile).transpose()?,
             read_timeout: policy.read_timeout_ms.map(std::time::Duration::from_millis),
+            connect_timeout: policy.connect_timeout_ms.map(std::time::Duration::from_millis),
             connect_tries: policy.connect_tries,
             rate_limit: policy.rate_limit.as_ref().and_then(|l| limiters.get(origin, l)),
             basic_auth: match &policy.basic_auth {

@@ -849,3 +849,53 @@ async fn app_root_redirect_carries_custom_headers() {
     r.assert_local(302);
     assert_eq!(r.headers["x-frame-options"], "DENY");
 }
+
+/// An upstream that never completes a TCP handshake: a listener with a full accept queue (the
+/// kernel drops further SYNs). Returns its address and what must stay alive.
+async fn unreachable_upstream() -> (std::net::SocketAddr, Vec<tokio::net::TcpStream>, tokio::net::TcpListener)
+{
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut queued = Vec::new();
+    for _ in 0..16 {
+        match tokio::time::timeout(
+            std::time::Duration::from_millis(300),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await
+        {
+            Ok(Ok(stream)) => queued.push(stream),
+            _ => return (addr, queued, listener),
+        }
+    }
+    panic!("the accept queue never filled");
+}
+
+/// `proxy-connect-timeout`: a route's own connect timeout answers 504 when the upstream does not
+/// accept in time, where the proxy's (here 30 s) would still be waiting.
+#[tokio::test]
+async fn route_connect_timeout() {
+    let (addr, _queued, _listener) = unreachable_upstream().await;
+    let config = ProxyConfig { connect_timeout: std::time::Duration::from_secs(30), ..test_config() };
+    let p = proxy_with(
+        config,
+        table()
+            .host("short.test")
+            .prefix("/", &backend("web", &[addr]))
+            .policy(RoutePolicy { connect_timeout_ms: Some(300), ..RoutePolicy::default() })
+            .host("default.test")
+            .prefix("/", &backend("web", &[addr]))
+            .build(),
+    )
+    .await;
+    let r = tokio::time::timeout(std::time::Duration::from_secs(10), p.get("short.test", "/"))
+        .await
+        .expect("the route's 300 ms connect timeout answers well within 10 s");
+    r.assert_local(504);
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_secs(2), p.get("default.test", "/")).await.is_err(),
+        "without it the proxy's 30 s connect timeout is still waiting"
+    );
+}

@@ -89,7 +89,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("proxy-body-size", Supported),
         ("proxy-read-timeout", Supported),
         ("proxy-next-upstream-tries", Supported),
-        ("proxy-connect-timeout", Unsupported),
+        ("proxy-connect-timeout", Supported),
         ("proxy-send-timeout", Unsupported),
         ("proxy-next-upstream", Unsupported),
         ("proxy-next-upstream-timeout", Unsupported),
@@ -386,6 +386,7 @@ pub(crate) fn parse(
     s.tls_versions = ctx.tls_versions();
     s.max_body_bytes = ctx.value("proxy-body-size", values::size, "no limit");
     s.read_timeout_ms = ctx.value("proxy-read-timeout", values::timeout_ms, "60s");
+    s.connect_timeout_ms = ctx.value("proxy-connect-timeout", values::timeout_ms, "5s");
     s.connect_tries = ctx.value("proxy-next-upstream-tries", values::tries, "3");
     s.keepalive_secs = ctx.value("keep-alive", whole_seconds, "the 30 s request head timeout");
     s.keepalive_requests = ctx.value("keep-alive-requests", values::rate, "no limit");

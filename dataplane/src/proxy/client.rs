@@ -110,7 +110,7 @@ pub(super) struct Clients {
 impl Clients {
     pub(super) fn new(config: &ProxyConfig) -> Self {
         Clients {
-            h2c: H2Pool { conns: Mutex::default(), connect_timeout: config.connect_timeout },
+            h2c: H2Pool { conns: Mutex::default() },
             https: Mutex::default(),
             by_name: Mutex::default(),
             max_idle: config.pool_max_idle_per_host,
@@ -134,12 +134,14 @@ impl Clients {
             let mut pools = lock(&self.by_name);
             pools.entry(key.clone()).or_default().clone()
         };
-        self.http1(PoolRef::Keyed(pool), &key, None, req).await
+        self.http1(PoolRef::Keyed(pool), &key, None, req, self.connect_timeout).await
     }
 
     /// Sends `req` to `endpoint`: its URI is origin-form for HTTP/1.1, absolute with the request
     /// host as authority for h2. `tls` is the backend's TLS client config for the TLS protocols;
-    /// `host` the request's host (the name verified when the backend configures none).
+    /// `host` the request's host (the name verified when the backend configures none). A new
+    /// connection (TCP, and TLS where used) must be up within `connect_timeout`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn send(
         &self,
         protocol: UpstreamProtocol,
@@ -147,15 +149,17 @@ impl Clients {
         tls: Option<&Arc<UpstreamTlsConfig>>,
         host: &str,
         req: Request<UpstreamBody>,
+        connect_timeout: Duration,
     ) -> Result<Response<ResponseBody>, SendError> {
         match protocol {
             UpstreamProtocol::Http1 => {
-                self.http1(PoolRef::Endpoint(endpoint.clone()), endpoint.key(), None, req).await
+                self.http1(PoolRef::Endpoint(endpoint.clone()), endpoint.key(), None, req, connect_timeout)
+                    .await
             }
             // Boxed: HTTP/1.1's future is the one every request carries, keep it small.
-            UpstreamProtocol::H2c => Box::pin(self.h2c.send(endpoint, None, req)).await,
+            UpstreamProtocol::H2c => Box::pin(self.h2c.send(endpoint, None, req, connect_timeout)).await,
             UpstreamProtocol::H2 => match tls_target(tls, host) {
-                Ok(tls) => Box::pin(self.h2c.send(endpoint, Some(tls), req)).await,
+                Ok(tls) => Box::pin(self.h2c.send(endpoint, Some(tls), req, connect_timeout)).await,
                 Err(e) => Err(e.with(req)),
             },
             UpstreamProtocol::Https => {
@@ -170,7 +174,8 @@ impl Clients {
                         pools.entry(key).or_insert_with(|| (Arc::downgrade(endpoint), Arc::default()));
                     pool.clone()
                 };
-                self.http1(PoolRef::Keyed(pool), endpoint.key(), Some((config, name)), req).await
+                self.http1(PoolRef::Keyed(pool), endpoint.key(), Some((config, name)), req, connect_timeout)
+                    .await
             }
         }
     }
@@ -182,12 +187,13 @@ impl Clients {
         key: &EndpointKey,
         tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
         mut req: Request<UpstreamBody>,
+        connect_timeout: Duration,
     ) -> Result<Response<ResponseBody>, SendError> {
         loop {
             let (mut sender, fresh) = match pool.get().checkout() {
                 Some(sender) => (sender, false),
                 // Boxed: connecting (TLS above all) is a large future, and rare.
-                None => match Box::pin(self.connect_http1(key, tls.clone())).await {
+                None => match Box::pin(self.connect_http1(key, tls.clone(), connect_timeout)).await {
                     Ok(sender) => (sender, true),
                     Err(e) => return Err(e.with(req)),
                 },
@@ -209,8 +215,9 @@ impl Clients {
         &self,
         key: &EndpointKey,
         tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+        connect_timeout: Duration,
     ) -> Result<http1::SendRequest<UpstreamBody>, ConnectFailed> {
-        let tcp = connect_tcp(key, self.connect_timeout).await?;
+        let tcp = connect_tcp(key, connect_timeout).await?;
         let upstream = key.clone();
         let handshake_error = |e: hyper::Error| ConnectFailed::new(e);
         let sender = match tls {
@@ -224,7 +231,7 @@ impl Clients {
                 sender
             }
             Some((config, name)) => {
-                let stream = tls_handshake(config, name, tcp, self.connect_timeout).await?;
+                let stream = tls_handshake(config, name, tcp, connect_timeout).await?;
                 let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.map_err(handshake_error)?;
                 tokio::spawn(async move {
                     if let Err(error) = conn.with_upgrades().await {
@@ -519,7 +526,6 @@ pub(super) struct H2Pool {
     /// The endpoint's state is held weakly: entries of endpoints gone from every table are
     /// pruned on publish, closing their connections.
     conns: Mutex<HashMap<H2Key, H2Conn>>,
-    connect_timeout: Duration,
 }
 
 impl H2Pool {
@@ -528,6 +534,7 @@ impl H2Pool {
         endpoint: &Arc<EndpointState>,
         tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
         mut req: Request<UpstreamBody>,
+        connect_timeout: Duration,
     ) -> Result<Response<ResponseBody>, SendError> {
         let key: H2Key = (endpoint.key().clone(), tls.as_ref().map(|(_, name)| name.clone()));
         // A cached connection may have been closed (GOAWAY, idle close) since; hyper hands the
@@ -536,7 +543,7 @@ impl H2Pool {
             let (mut sender, fresh) = match self.cached(&key) {
                 Some(s) => (s, false),
                 // Boxed: connecting is a large future, and rare.
-                None => match Box::pin(self.connect(endpoint, &key, tls.clone())).await {
+                None => match Box::pin(self.connect(endpoint, &key, tls.clone(), connect_timeout)).await {
                     Ok(s) => (s, true),
                     Err(e) => return Err(e.with(req)),
                 },
@@ -580,8 +587,9 @@ impl H2Pool {
         endpoint: &Arc<EndpointState>,
         key: &H2Key,
         tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+        connect_timeout: Duration,
     ) -> Result<http2::SendRequest<UpstreamBody>, ConnectFailed> {
-        let stream = connect_tcp(endpoint.key(), self.connect_timeout).await?;
+        let stream = connect_tcp(endpoint.key(), connect_timeout).await?;
         let builder = {
             let mut b = http2::Builder::new(TokioExecutor::new());
             b.timer(TokioTimer::new());
@@ -601,7 +609,7 @@ impl H2Pool {
                 sender
             }
             Some((config, name)) => {
-                let stream = tls_handshake(config, name, stream, self.connect_timeout).await?;
+                let stream = tls_handshake(config, name, stream, connect_timeout).await?;
                 if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
                     return Err(ConnectFailed::new("the upstream did not negotiate h2 (ALPN)"));
                 }

@@ -233,6 +233,7 @@ impl ConnCtx {
                 balancer.tls(),
                 authority.host(),
                 req,
+                state.config.connect_timeout,
             ),
         );
         match sent.await {
@@ -479,6 +480,7 @@ impl ConnCtx {
         };
         let max_tries = tries_wanted.clamp(1, balancer.endpoints().len().min(MAX_TRIES));
         let head_timeout = policy.and_then(|p| p.read_timeout).unwrap_or(config.upstream_timeout);
+        let connect_timeout = policy.and_then(|p| p.connect_timeout).unwrap_or(config.connect_timeout);
         // A connect error hands the request back, unsent, for the next endpoint.
         let mut attempt = Request::from_parts(parts, UpstreamBody::new(body, body_limit));
         let (mut tried, mut tries) = ([usize::MAX; MAX_TRIES], 0);
@@ -506,7 +508,14 @@ impl ConnCtx {
             let flight = matches!(pick, Pick::Ewma).then(|| endpoint.start());
             // Boxed: this future would otherwise be part of every enclosing one, each moved
             // (copied whole) as the request's future is built and handed to hyper.
-            let exchange = Box::pin(clients.send(protocol, endpoint, balancer.tls(), host_str, attempt));
+            let exchange = Box::pin(clients.send(
+                protocol,
+                endpoint,
+                balancer.tls(),
+                host_str,
+                attempt,
+                connect_timeout,
+            ));
             let sent = tokio::time::timeout(head_timeout, exchange).await;
             let (timed_out, error) = match sent {
                 Ok(Ok(resp)) => {

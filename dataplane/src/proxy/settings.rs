@@ -35,6 +35,9 @@ impl ProxyConfig {
         if let Some(ms) = settings.read_timeout_ms {
             config.upstream_timeout = Duration::from_millis(ms);
         }
+        if let Some(ms) = settings.connect_timeout_ms {
+            config.connect_timeout = Duration::from_millis(ms);
+        }
         if let Some(tries) = settings.connect_tries {
             config.connect_tries = if tries == 0 { MAX_TRIES } else { (tries as usize).min(MAX_TRIES) };
         }

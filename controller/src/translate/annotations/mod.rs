@@ -97,7 +97,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         // Limits and timeouts.
         ("proxy-body-size", Supported),
         ("client-body-buffer-size", Unsupported),
-        ("proxy-connect-timeout", Unsupported),
+        ("proxy-connect-timeout", Supported),
         ("proxy-read-timeout", Supported),
         ("proxy-send-timeout", Unsupported),
         ("proxy-next-upstream", Unsupported),
@@ -351,6 +351,7 @@ pub(crate) fn parse(
     parsed.policy.rewrite_target = ctx.value("rewrite-target", values::rewrite_target);
     parsed.policy.cors = ctx.cors();
     parsed.policy.read_timeout_ms = ctx.value("proxy-read-timeout", values::timeout_ms);
+    parsed.policy.connect_timeout_ms = ctx.value("proxy-connect-timeout", values::timeout_ms);
     parsed.policy.connect_tries = ctx.value("proxy-next-upstream-tries", values::tries);
     parsed.policy.rate_limit = ctx.rate_limit();
     let (basic_auth, auth_failed) = ctx.basic_auth();

@@ -264,6 +264,13 @@ fn timeouts_and_tries() {
     let (p, w) = one("proxy-read-timeout", "forever");
     assert_eq!(p.read_timeout_ms, None);
     assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+    let (p, w) = one("proxy-connect-timeout", "500ms");
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(p.connect_timeout_ms, Some(500));
+    assert_eq!(one("proxy-connect-timeout", "15").0.connect_timeout_ms, Some(15_000));
+    let (p, w) = one("proxy-connect-timeout", "0");
+    assert_eq!(p.connect_timeout_ms, None);
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
 }
 
 #[test]

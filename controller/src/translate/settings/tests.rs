@@ -210,6 +210,11 @@ fn route_defaults_for_the_dataplane() {
         rejected(&[("proxy-read-timeout", "soon")], "proxy-read-timeout").settings.read_timeout_ms,
         None
     );
+    assert_eq!(clean(&[("proxy-connect-timeout", "2s")]).settings.connect_timeout_ms, Some(2_000));
+    assert_eq!(
+        rejected(&[("proxy-connect-timeout", "2 s")], "proxy-connect-timeout").settings.connect_timeout_ms,
+        None
+    );
     assert_eq!(
         rejected(&[("proxy-next-upstream-tries", "-1")], "proxy-next-upstream-tries").settings.connect_tries,
         None
