@@ -504,6 +504,20 @@ async fn canary_by_header_cookie_and_weight() {
     assert!((235..=365).contains(&to_canary), "{to_canary} of 1000 went to the canary");
 }
 
+/// Cookie affinity with a `route` cookie on `/`, no other attributes.
+fn route_cookie() -> weir_dataplane::model::CookieAffinity {
+    weir_dataplane::model::CookieAffinity {
+        name: "route".into(),
+        path: "/".into(),
+        max_age: None,
+        expires: None,
+        domain: None,
+        same_site: None,
+        secure: false,
+        legacy_canary: false,
+    }
+}
+
 /// `affinity-canary-behavior`: with `sticky` (the default) a session pinned by the affinity cookie
 /// stays on the main backend or the canary, whatever the weight draws; with `legacy` the weight
 /// decides each request and the cookie only picks within the chosen backend.
@@ -522,16 +536,7 @@ async fn affinity_sticks_across_the_canary_unless_legacy() {
             header_pattern: None,
             cookie: None,
         }),
-        balance: Balance::Cookie(CookieAffinity {
-            name: "route".into(),
-            path: "/".into(),
-            max_age: None,
-            expires: None,
-            domain: None,
-            same_site: None,
-            secure: false,
-            legacy_canary,
-        }),
+        balance: Balance::Cookie(CookieAffinity { legacy_canary, ..route_cookie() }),
         ..RoutePolicy::default()
     };
     let p = proxy(
@@ -629,22 +634,10 @@ async fn cookie_affinity_sticks_and_moves_when_the_endpoint_goes() {
 /// that refuses connections is served by another, and the answer re-pins it there.
 #[tokio::test]
 async fn cookie_affinity_moves_when_the_endpoint_fails() {
-    use weir_dataplane::model::{Balance, CookieAffinity};
+    use weir_dataplane::model::Balance;
     let live = echo("live").await;
     let dead = dead_addr().await;
-    let policy = RoutePolicy {
-        balance: Balance::Cookie(CookieAffinity {
-            name: "route".into(),
-            path: "/".into(),
-            max_age: None,
-            expires: None,
-            domain: None,
-            same_site: None,
-            secure: false,
-            legacy_canary: false,
-        }),
-        ..RoutePolicy::default()
-    };
+    let policy = RoutePolicy { balance: Balance::Cookie(route_cookie()), ..RoutePolicy::default() };
     let p =
         proxy(table().host("a.test").prefix("/", &backend("web", &[live.addr, dead])).policy(policy).build())
             .await;

@@ -352,21 +352,24 @@ impl ConnCtx {
             }
         }
 
+        let balance = policy.map_or(&CompiledBalance::RoundRobin, |p| &p.balance);
+        // The endpoint id the affinity cookie names, read once for the canary and the pick.
+        let session = match balance {
+            CompiledBalance::Cookie { name, .. } => {
+                hashkey::cookie(req.headers(), name).and_then(|v| u64::from_str_radix(v, 16).ok())
+            }
+            _ => None,
+        };
         // A canary may take the request instead of the route's own backend; a session pinned by
         // the affinity cookie to an endpoint of either stays there (`affinity-canary-behavior:
         // sticky`, ingress-nginx's default).
         let backend = match policy.and_then(|p| p.canary.as_ref()) {
             Some(canary) => {
-                let pinned = match policy.map(|p| &p.balance) {
-                    Some(CompiledBalance::Cookie { name, sticky_canary: true, .. }) => {
-                        hashkey::cookie(req.headers(), name).and_then(|v| u64::from_str_radix(v, 16).ok())
-                    }
-                    _ => None,
-                };
+                let sticky = matches!(balance, CompiledBalance::Cookie { sticky_canary: true, .. });
                 let holds = |b: crate::router::BackendIdx, id: u64| {
                     state.balancers.get(b.0 as usize).is_some_and(|bal| bal.by_id(id).is_some())
                 };
-                match pinned {
+                match session.filter(|_| sticky) {
                     Some(id) if holds(route.backend, id) => route.backend,
                     Some(id) if holds(canary.backend, id) => canary.backend,
                     _ if canary.selects(req.headers(), rand::random()) => canary.backend,
@@ -377,7 +380,6 @@ impl ConnCtx {
         };
         let balancer: &Balancer = state.balancers.get(backend.0 as usize).ok_or(ProxyError::NoRoute)?;
         // How to pick the endpoint, decided from the request as the client sent it.
-        let balance = policy.map_or(&CompiledBalance::RoundRobin, |p| &p.balance);
         let pick = match balance {
             CompiledBalance::RoundRobin => Pick::RoundRobin,
             CompiledBalance::Ewma => Pick::Ewma,
@@ -387,11 +389,7 @@ impl ConnCtx {
                 request_uri: req.uri().path_and_query().map_or("/", |pq| pq.as_str()),
                 headers: req.headers(),
             })),
-            CompiledBalance::Cookie { name, .. } => Pick::Sticky(
-                hashkey::cookie(req.headers(), name)
-                    .and_then(|v| u64::from_str_radix(v, 16).ok())
-                    .and_then(|id| balancer.by_id(id)),
-            ),
+            CompiledBalance::Cookie { .. } => Pick::Sticky(session.and_then(|id| balancer.by_id(id))),
         };
         if balancer.is_empty() {
             return Err(ProxyError::NoEndpoints);

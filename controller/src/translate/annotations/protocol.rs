@@ -159,25 +159,15 @@ pub(crate) fn upstream_tls(
                 return None;
             }
         };
-        let ca = snapshot
-            .secrets
-            .get(&secret_ref)
-            .and_then(|s| s.data.as_ref())
-            .and_then(|d| d.get("ca.crt"))
-            .and_then(|b| String::from_utf8(b.0.clone()).ok())
-            .filter(|pem| pem.contains("-----BEGIN CERTIFICATE-----"));
-        if ca.is_none() {
-            let (reason, why) = match snapshot.secrets.get(&secret_ref) {
-                None => (Reason::SecretNotFound, "not found"),
-                Some(_) => (Reason::InvalidSecret, "has no PEM ca.crt"),
-            };
-            warnings.error(
-                object,
-                reason,
-                format!("metadata.annotations[{PROXY_SSL_SECRET}]: Secret {secret_ref} {why}; the system roots verify backends"),
-            );
-        }
-        ca
+        secret_ca(snapshot, &secret_ref)
+            .map_err(|(reason, why)| {
+                warnings.error(
+                    object,
+                    reason,
+                    format!("metadata.annotations[{PROXY_SSL_SECRET}]: Secret {secret_ref} {why}; the system roots verify backends"),
+                );
+            })
+            .ok()
     });
     UpstreamTls { ca_pem, server_name, insecure_skip_verify: !verify, no_sni: !sni }
 }
@@ -242,20 +232,9 @@ pub(crate) fn client_auth(
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() => ObjectRef::new(ns, name),
         _ => ObjectRef::new(object.namespace.clone(), value),
     };
-    let ca = snapshot
-        .secrets
-        .get(&secret_ref)
-        .and_then(|s| s.data.as_ref())
-        .and_then(|d| d.get("ca.crt"))
-        .and_then(|b| String::from_utf8(b.0.clone()).ok())
-        .filter(|pem| pem.contains("-----BEGIN CERTIFICATE-----"));
-    let ca = match ca {
-        Some(ca) => ca,
-        None => {
-            let (reason, why) = match snapshot.secrets.get(&secret_ref) {
-                None => (Reason::SecretNotFound, "not found"),
-                Some(_) => (Reason::InvalidSecret, "has no PEM ca.crt"),
-            };
+    let ca = match secret_ca(snapshot, &secret_ref) {
+        Ok(ca) => ca,
+        Err((reason, why)) => {
             warnings.error(
                 object,
                 reason,
@@ -306,6 +285,18 @@ pub(crate) fn client_auth(
         match_cn,
         error_page,
     })
+}
+
+/// The PEM `ca.crt` of a Secret, or why there is none (the warning's reason and wording).
+fn secret_ca(snapshot: &Snapshot, secret: &ObjectRef) -> Result<String, (Reason, &'static str)> {
+    let Some(found) = snapshot.secrets.get(secret) else { return Err((Reason::SecretNotFound, "not found")) };
+    found
+        .data
+        .as_ref()
+        .and_then(|d| d.get("ca.crt"))
+        .and_then(|b| String::from_utf8(b.0.clone()).ok())
+        .filter(|pem| pem.contains("-----BEGIN CERTIFICATE-----"))
+        .ok_or((Reason::InvalidSecret, "has no PEM ca.crt"))
 }
 
 /// A regex no string matches.
