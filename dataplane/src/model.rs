@@ -432,6 +432,26 @@ pub struct RoutePolicy {
     /// (`custom-headers`, nginx's `more_set_headers`); names in lower case.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub response_headers: BTreeMap<String, String>,
+    /// A copy of every request goes to another URL too; its answer is dropped and never delays
+    /// or changes the client's (`mirror-target`, `mirror-host`, `mirror-request-body`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<Mirror>,
+}
+
+/// Request mirroring (ingress-nginx `mirror-*`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mirror {
+    /// An absolute `http://` or `https://` URL template: `$request_uri`, `$uri`, `$host`,
+    /// `$scheme`, `$remote_addr` (and the other names of [`ExternalAuth::url`]) are expanded per
+    /// request. An `https://` target's certificate is verified against the system's roots.
+    pub target: String,
+    /// The `Host` the copy carries; `None`: the target URL's authority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Whether the copy carries the request's body (streamed beside it, dropped if the mirror
+    /// falls behind); ingress-nginx's default is on.
+    pub request_body: bool,
 }
 
 /// Error pages from another backend: when the upstream answers (or the proxy would answer) one

@@ -35,6 +35,9 @@ pub enum PolicyError {
     /// `rewrite_target` on a route whose path is not a regex.
     #[error("rewrite_target needs a regex path")]
     RewriteWithoutRegex,
+    /// A mirror target that cannot be used.
+    #[error("mirror: {0}")]
+    Mirror(String),
     /// A value that cannot be sent as a header.
     #[error("{field} {value:?} cannot be sent as an HTTP header value")]
     HeaderValue {
@@ -82,6 +85,8 @@ pub struct CompiledPolicy {
     pub host_redirect: Option<String>,
     /// `custom-headers`: set on the route's responses.
     pub response_headers: HeaderList,
+    /// `mirror-*`: where copies of the requests go.
+    pub mirror: Option<Box<crate::proxy::mirror::CompiledMirror>>,
 }
 
 /// Headers set as they are: name and value parsed once per table.
@@ -270,6 +275,10 @@ impl CompiledPolicy {
                 other => other.clone(),
             },
             response_headers: compile_headers("custom-headers", &policy.response_headers)?,
+            mirror: match &policy.mirror {
+                Some(m) => Some(Box::new(crate::proxy::mirror::CompiledMirror::compile(m)?)),
+                None => None,
+            },
         }))
     }
 

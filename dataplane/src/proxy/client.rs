@@ -100,6 +100,9 @@ pub(super) struct Clients {
     https: Mutex<HashMap<H2Key, HttpsPool>>,
     /// HTTP/1.1 to services named by URL (external authentication), by host and port.
     by_name: Mutex<HashMap<EndpointKey, Arc<Http1Pool>>>,
+    /// The same over TLS (`https://` URLs), apart so that a name's plain and TLS connections
+    /// never mix.
+    by_name_tls: Mutex<HashMap<EndpointKey, Arc<Http1Pool>>>,
     /// Idle connections kept per pool.
     max_idle: usize,
     /// How long a connection may stay idle in its pool.
@@ -113,6 +116,7 @@ impl Clients {
             h2c: H2Pool { conns: Mutex::default() },
             https: Mutex::default(),
             by_name: Mutex::default(),
+            by_name_tls: Mutex::default(),
             max_idle: config.pool_max_idle_per_host,
             idle_timeout: config.pool_idle_timeout,
             connect_timeout: config.connect_timeout,
@@ -123,18 +127,39 @@ impl Clients {
     /// `Host` header must be set. For services named by URL, not endpoints.
     pub(super) async fn send_http1(
         &self,
-        mut req: Request<UpstreamBody>,
+        req: Request<UpstreamBody>,
     ) -> Result<Response<ResponseBody>, SendError> {
-        let Some(key) = req.uri().authority().and_then(|a| authority_key(a.host(), a.port_u16())) else {
+        self.send_url(req, None).await
+    }
+
+    /// [`Clients::send_http1`], over TLS with `tls` when given (the URI's host is the name
+    /// verified and sent as SNI; the port defaults to 443).
+    pub(super) async fn send_url(
+        &self,
+        mut req: Request<UpstreamBody>,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+    ) -> Result<Response<ResponseBody>, SendError> {
+        let default_port = if tls.is_some() { 443 } else { 80 };
+        let Some((key, host)) = req.uri().authority().and_then(|a| {
+            let key = authority_key(a.host(), Some(a.port_u16().unwrap_or(default_port)))?;
+            Some((key, a.host().trim_start_matches('[').trim_end_matches(']').to_string()))
+        }) else {
             return Err(ConnectFailed::new("the URL names no host to connect to").with(req));
+        };
+        let tls = match tls {
+            Some(config) => match ServerName::try_from(host) {
+                Ok(name) => Some((config.clone(), name)),
+                Err(e) => return Err(ConnectFailed::new(e).with(req)),
+            },
+            None => None,
         };
         let pq = req.uri().path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
         *req.uri_mut() = Uri::from(pq);
         let pool = {
-            let mut pools = lock(&self.by_name);
+            let mut pools = lock(if tls.is_some() { &self.by_name_tls } else { &self.by_name });
             pools.entry(key.clone()).or_default().clone()
         };
-        self.http1(PoolRef::Keyed(pool), &key, None, req, self.connect_timeout).await
+        self.http1(PoolRef::Keyed(pool), &key, tls, req, self.connect_timeout).await
     }
 
     /// Sends `req` to `endpoint`: its URI is origin-form for HTTP/1.1, absolute with the request
@@ -262,6 +287,7 @@ impl Clients {
         }
         lock(&self.https).retain(|_, (endpoint, pool)| endpoint.strong_count() > 0 && in_use(pool, expiry));
         lock(&self.by_name).retain(|_, pool| in_use(pool, expiry));
+        lock(&self.by_name_tls).retain(|_, pool| in_use(pool, expiry));
     }
 }
 
@@ -646,6 +672,9 @@ pub(crate) struct UpstreamBody {
     body: Option<Incoming>,
     limit: Option<u64>,
     seen: u64,
+    /// `mirror-*`: on a request's body, the copy its frames go to; on a copy's body (no
+    /// `body`), where its frames come from. Boxed: rare, and every request carries this type.
+    mirror: Option<Box<super::mirror::Side>>,
 }
 
 impl UpstreamBody {
@@ -655,12 +684,42 @@ impl UpstreamBody {
         if body.is_end_stream() {
             return UpstreamBody::empty();
         }
-        UpstreamBody { body: Some(body), limit, seen: 0 }
+        UpstreamBody { body: Some(body), limit, seen: 0, mirror: None }
     }
 
     /// An empty body.
     pub(super) fn empty() -> Self {
-        UpstreamBody { body: None, limit: None, seen: 0 }
+        UpstreamBody { body: None, limit: None, seen: 0, mirror: None }
+    }
+
+    /// From now on this body's data frames also go to the body returned, which may lag `lag`
+    /// frames behind before it is cut off (with an error, as when this body fails or is dropped
+    /// before its end).
+    pub(super) fn tee(&mut self, lag: usize) -> UpstreamBody {
+        let (tee, feed) = super::mirror::channel(lag, self.size_hint());
+        self.mirror = Some(Box::new(super::mirror::Side::Tee(tee)));
+        UpstreamBody {
+            body: None,
+            limit: None,
+            seen: 0,
+            mirror: Some(Box::new(super::mirror::Side::Feed(feed))),
+        }
+    }
+
+    /// The copy's share of a frame that passed: a copy that cannot keep up is cut off; at the
+    /// body's end it ends too.
+    fn tee_frame(&mut self, data: Option<&Bytes>, at_end: bool) {
+        use super::mirror::Side;
+        let Some(side) = self.mirror.as_deref() else { return };
+        let Side::Tee(tee) = side else { return };
+        if data.is_some_and(|d| !tee.offer(d)) {
+            self.mirror = None;
+        } else if at_end
+            && let Some(side) = self.mirror.take()
+            && let Side::Tee(tee) = *side
+        {
+            tee.finish();
+        }
     }
 }
 
@@ -679,27 +738,51 @@ impl Body for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        let Some(body) = &mut this.body else { return Poll::Ready(None) };
-        let frame = match ready!(Pin::new(body).poll_frame(cx)) {
+        let Some(body) = &mut this.body else {
+            return match this.mirror.as_deref_mut() {
+                Some(super::mirror::Side::Feed(feed)) => feed.poll_frame(cx),
+                _ => Poll::Ready(None),
+            };
+        };
+        let frame = match ready!(Pin::new(&mut *body).poll_frame(cx)) {
             Some(Ok(frame)) => frame,
-            Some(Err(e)) => return Poll::Ready(Some(Err(Box::new(e)))),
-            None => return Poll::Ready(None),
+            Some(Err(e)) => {
+                this.mirror = None;
+                return Poll::Ready(Some(Err(Box::new(e))));
+            }
+            None => {
+                this.tee_frame(None, true);
+                return Poll::Ready(None);
+            }
         };
         if let (Some(limit), Some(data)) = (this.limit, frame.data_ref()) {
             this.seen = this.seen.saturating_add(data.len() as u64);
             if this.seen > limit {
+                this.mirror = None;
                 return Poll::Ready(Some(Err(Box::new(BodyTooLarge(limit)))));
             }
+        }
+        if this.mirror.is_some() {
+            // A body of known length is not polled past its last frame.
+            let at_end = body.is_end_stream();
+            this.tee_frame(frame.data_ref(), at_end);
         }
         Poll::Ready(Some(Ok(frame)))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.as_ref().is_none_or(Body::is_end_stream)
+        match &self.body {
+            Some(body) => body.is_end_stream(),
+            None => !matches!(self.mirror.as_deref(), Some(super::mirror::Side::Feed(_))),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.as_ref().map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+        match (&self.body, self.mirror.as_deref()) {
+            (Some(body), _) => body.size_hint(),
+            (None, Some(super::mirror::Side::Feed(feed))) => feed.size_hint(),
+            (None, _) => SizeHint::with_exact(0),
+        }
     }
 }
 

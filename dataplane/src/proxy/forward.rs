@@ -36,7 +36,7 @@ use hyper::body::Incoming;
 
 use super::client::{BodyTooLarge, ResponseBody, SendError, UpstreamBody};
 use super::error::{ProxyError, grpc_local_response, is_grpc, local_response};
-use super::{Compiled, Proxy, ProxyConfig, extauth, upgrade};
+use super::{Compiled, Proxy, ProxyConfig, extauth, mirror, upgrade};
 use crate::accesslog;
 use crate::auth;
 use crate::balance::Balancer;
@@ -400,6 +400,10 @@ impl ConnCtx {
         let tls_host =
             if protocol.is_tls() { host.to_str().unwrap_or_default().to_string() } else { String::new() };
         let host_str = tls_host.as_str();
+        // `mirror-*`: the copy's URL is filled in from the request as the client sent it.
+        let mirrored = policy
+            .and_then(|p| p.mirror.as_deref())
+            .map(|m| (m, host.clone(), req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned()));
 
         // --- request head ---
         // A WebSocket over HTTP/2 (RFC 8441 extended CONNECT) goes to an HTTP/1.1 upstream as
@@ -480,7 +484,21 @@ impl ConnCtx {
         let head_timeout = policy.and_then(|p| p.read_timeout).unwrap_or(config.upstream_timeout);
         let connect_timeout = policy.and_then(|p| p.connect_timeout).unwrap_or(config.connect_timeout);
         // A connect error hands the request back, unsent, for the next endpoint.
-        let mut attempt = Request::from_parts(parts, UpstreamBody::new(body, body_limit));
+        let mut body = UpstreamBody::new(body, body_limit);
+        if let Some((target, client_host, request_uri)) = &mirrored
+            && !is_upgrade
+        {
+            let original = extauth::Original {
+                scheme: self.scheme(),
+                host: client_host.to_str().unwrap_or_default(),
+                method: &parts.method,
+                request_uri,
+                client: client.ip,
+                headers: &parts.headers,
+            };
+            mirror::start(&self.proxy, target, &original, &mut body, connect_timeout + head_timeout);
+        }
+        let mut attempt = Request::from_parts(parts, body);
         let (mut tried, mut tries) = ([usize::MAX; MAX_TRIES], 0);
 
         loop {

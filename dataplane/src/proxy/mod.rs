@@ -32,6 +32,7 @@ mod client;
 pub mod error;
 mod extauth;
 mod forward;
+pub(crate) mod mirror;
 pub mod proxy_protocol;
 mod server;
 mod settings;

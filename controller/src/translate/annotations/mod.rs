@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use weir_dataplane::model::{
-    Balance, BasicAuth, CookieAffinity, Cors, ExternalAuth, IpNet, ObjectRef, RateLimit, Redirect,
+    Balance, BasicAuth, CookieAffinity, Cors, ExternalAuth, IpNet, Mirror, ObjectRef, RateLimit, Redirect,
     RoutePolicy, SourceFilter,
 };
 
@@ -174,9 +174,9 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("upstream-hash-by-subset", Unsupported),
         ("upstream-hash-by-subset-size", Unsupported),
         ("service-upstream", Supported),
-        ("mirror-target", Unsupported),
-        ("mirror-host", Unsupported),
-        ("mirror-request-body", Unsupported),
+        ("mirror-target", Supported),
+        ("mirror-host", Supported),
+        ("mirror-request-body", Supported),
         // Responses.
         ("custom-http-errors", Supported),
         ("default-backend", Supported),
@@ -366,6 +366,7 @@ pub(crate) fn parse(
     parsed.server_aliases = ctx.value("server-alias", values::host_list).unwrap_or_default();
     parsed.from_to_www = ctx.value("from-to-www-redirect", values::boolean).unwrap_or(false);
     parsed.policy.response_headers = ctx.custom_headers(refs);
+    parsed.policy.mirror = ctx.mirror();
     // weir streams bodies both ways and never spools them to disk: buffering settings are
     // validated and have nothing to change.
     let _ = ctx.value("proxy-buffering", values::on_off);
@@ -472,6 +473,22 @@ impl Ctx<'_, '_> {
             );
         }
         found
+    }
+
+    /// `mirror-target` with `mirror-host` (the target's host by default) and
+    /// `mirror-request-body` (`on` by default).
+    fn mirror(&mut self) -> Option<Mirror> {
+        let Some(target) = self.value("mirror-target", values::mirror_target) else {
+            if self.reader.get("mirror-target").is_none() {
+                self.unused_without(&["mirror-host", "mirror-request-body"], "mirror-target");
+            }
+            return None;
+        };
+        Some(Mirror {
+            target,
+            host: self.value("mirror-host", values::host_and_port),
+            request_body: self.value("mirror-request-body", values::on_off).unwrap_or(true),
+        })
     }
 
     /// `temporal-redirect` (302 unless `temporal-redirect-code`) wins over `permanent-redirect`

@@ -501,3 +501,56 @@ fn custom_headers_limited_by_global_allowed_response_headers() {
         "{w:?}"
     );
 }
+
+#[test]
+fn mirror_accepted_and_rejected() {
+    let (p, w) = one("mirror-target", "https://test.env.com$request_uri");
+    assert_eq!(
+        p.mirror,
+        Some(Mirror { target: "https://test.env.com$request_uri".into(), host: None, request_body: true })
+    );
+    assert!(w.is_empty(), "{w:?}");
+
+    let (p, w) = parse_all(&[
+        (&nginx("mirror-target"), "http://copy.ns.svc:8080/shadow$uri"),
+        (&nginx("mirror-host"), "shadow.example.com"),
+        (&nginx("mirror-request-body"), "off"),
+    ]);
+    assert_eq!(
+        p.mirror,
+        Some(Mirror {
+            target: "http://copy.ns.svc:8080/shadow$uri".into(),
+            host: Some("shadow.example.com".into()),
+            request_body: false,
+        })
+    );
+    assert!(w.is_empty(), "{w:?}");
+
+    // A bad target: no mirror, and the route keeps its other settings.
+    let (p, w) = parse_all(&[
+        (&nginx("mirror-target"), "$scheme://copy.svc$request_uri"),
+        (&nginx("proxy-body-size"), "1m"),
+    ]);
+    assert_eq!(p.mirror, None);
+    assert_eq!(p.max_body_bytes, Some(1 << 20));
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+    assert!(w[0].message.contains("nginx.ingress.kubernetes.io/mirror-target"), "{}", w[0].message);
+
+    // Bad settings of a good target are reported; the mirror keeps its defaults.
+    let (p, w) = parse_all(&[
+        (&nginx("mirror-target"), "http://copy.svc$request_uri"),
+        (&nginx("mirror-host"), "$host"),
+        (&nginx("mirror-request-body"), "maybe"),
+    ]);
+    assert_eq!(
+        p.mirror,
+        Some(Mirror { target: "http://copy.svc$request_uri".into(), host: None, request_body: true })
+    );
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation); 2]);
+
+    // Settings without a target do nothing, which is said.
+    let (p, w) = one("mirror-request-body", "off");
+    assert_eq!(p.mirror, None);
+    assert_eq!(reasons(&w), [(Severity::Warning, Reason::InvalidAnnotation)]);
+    assert!(w[0].message.contains("without mirror-target"), "{}", w[0].message);
+}

@@ -184,6 +184,16 @@ pub(super) fn auth_url(s: &str, https_ok: bool) -> Result<String, String> {
     header_text(s)
 }
 
+/// `mirror-target`: an absolute `http://` or `https://` URL (the scheme written out), whose
+/// `$variables` are among [`AUTH_VARIABLES`].
+pub(super) fn mirror_target(s: &str) -> Result<String, String> {
+    let lower = s.get(..8).unwrap_or(s).to_ascii_lowercase();
+    if !lower.starts_with("http://") && !lower.starts_with("https://") {
+        return Err("expected an absolute http:// or https:// URL".into());
+    }
+    auth_url(s, true)
+}
+
 /// An HTTP method name.
 pub(super) fn method(s: &str) -> Result<String, String> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_uppercase()) {
@@ -458,6 +468,17 @@ mod tests {
         assert!(auth_url("/relative", false).is_err());
         assert_eq!(method("POST"), Ok("POST".into()));
         assert!(method("get it").is_err());
+    }
+
+    #[test]
+    fn mirror_targets() {
+        assert!(mirror_target("https://test.env.com$request_uri").is_ok());
+        assert!(mirror_target("http://10.0.0.1:8080/copy?u=$escaped_request_uri&h=$host").is_ok());
+        assert!(mirror_target("$scheme://copy.svc$request_uri").unwrap_err().contains("http://"));
+        assert!(mirror_target("ftp://copy.svc/").is_err());
+        assert!(mirror_target("/relative").is_err());
+        assert!(mirror_target("http://copy.svc/$cookie_x").unwrap_err().contains("$cookie_x"));
+        assert!(mirror_target("http:///no-host").is_err());
     }
 
     #[test]
