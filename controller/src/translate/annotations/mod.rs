@@ -182,7 +182,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("default-backend", Supported),
         ("custom-headers", Supported),
         ("disable-proxy-intercept-errors", Unsupported),
-        ("http2-push-preload", Unsupported),
+        ("http2-push-preload", Refused("HTTP/2 server push is gone from browsers (Chrome 106, Firefox 132) and from nginx 1.25.1; send `Link: rel=preload` headers (custom-headers) and let clients fetch, or use 103 Early Hints from the application")),
         // Observability.
         ("enable-access-log", Unsupported),
         ("enable-rewrite-log", Unsupported),
