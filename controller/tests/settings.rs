@@ -169,3 +169,82 @@ async fn only_the_configmap_named_by_configmap_is_read() {
     assert_eq!(h.send("GET", &[("x-forwarded-for", "192.0.2.7")], 0).await.0, 403);
     h.weir.shutdown().await;
 }
+
+/// An authentication service: 200 with `X-Auth-Request-User: alice` for `Authorization: Bearer
+/// ok`, else 401.
+async fn auth_service() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let service =
+                    hyper::service::service_fn(|req: http::Request<hyper::body::Incoming>| async move {
+                        let ok = req.headers().get("authorization").is_some_and(|v| v == "Bearer ok");
+                        let mut resp = http::Response::new(Full::new(Bytes::new()));
+                        if ok {
+                            resp.headers_mut()
+                                .insert("x-auth-request-user", http::HeaderValue::from_static("alice"));
+                        } else {
+                            *resp.status_mut() = http::StatusCode::UNAUTHORIZED;
+                        }
+                        Ok::<_, std::convert::Infallible>(resp)
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn global_auth_guards_every_ingress_but_those_that_opt_out_and_acme_challenges() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    write(dir.path(), "app.yaml", &support_app::app_yaml(echo().await, "/"));
+    let ingress = |name: &str, host: &str, path: &str, annotations: &str| {
+        format!(
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n  namespace: default\n  annotations: {{{annotations}}}\nspec:\n  ingressClassName: weir\n  rules:\n  - host: {host}\n    http:\n      paths:\n      - {{path: {path}, pathType: Prefix, backend: {{service: {{name: echo, port: {{number: 80}}}}}}}}\n"
+        )
+    };
+    let more = [
+        ingress("acme", "app.test", "/.well-known/acme-challenge", ""),
+        ingress("open", "open.test", "/", "nginx.ingress.kubernetes.io/enable-global-auth: \"false\""),
+    ]
+    .join("---\n");
+    write(dir.path(), "more.yaml", &more);
+    let auth = auth_service().await;
+    let settings = [
+        ("global-auth-url", format!("http://{auth}/check")),
+        ("global-auth-response-headers", "X-Auth-Request-User".to_string()),
+    ];
+    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    write(dir.path(), "settings.yaml", &configmap("default", "weir-settings", &settings));
+    let h = Harness::start(dir.path(), None, &logs.path().join("access.log")).await;
+    let get = |host: &'static str, path: &'static str, token: Option<&'static str>| {
+        let mut req = http::Request::get(format!("http://{}{path}", h.weir.http_addr)).header("host", host);
+        if let Some(token) = token {
+            req = req.header("authorization", token);
+        }
+        let client = h.client.clone();
+        async move {
+            let resp = client.request(req.body(Full::new(Bytes::new())).unwrap()).await.unwrap();
+            let status = resp.status().as_u16();
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    assert_eq!(get("app.test", "/", None).await.0, 401);
+    assert_eq!(get("app.test", "/", Some("Bearer wrong")).await.0, 401);
+    let (status, body) = get("app.test", "/page", Some("Bearer ok")).await;
+    assert_eq!(status, 200, "{body}");
+    let seen: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(seen["headers"]["x-auth-request-user"], "alice");
+    // `enable-global-auth: "false"` and the default `no-auth-locations`.
+    assert_eq!(get("open.test", "/", None).await.0, 200);
+    assert_eq!(get("app.test", "/.well-known/acme-challenge/token", None).await.0, 200);
+    h.weir.shutdown().await;
+}

@@ -149,7 +149,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
             www_redirects.push((o.rank.clone(), o.ingress));
         }
         let mut policy = parsed.policy;
-        settings.routes.apply(&mut policy);
+        settings.routes.apply(&mut policy, parsed.global_auth);
         policies.insert(&o.rank.object, policy);
     }
 
@@ -345,7 +345,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
                     canary,
                     custom_errors,
                     host_redirect: host_redirects.get(host).cloned(),
-                    ..route_policy(&policies, claim, path)
+                    ..route_policy(&policies, claim, path, &settings.routes)
                 },
                 origin: claim.rank.object.clone(),
             });
@@ -543,8 +543,13 @@ fn route_policy(
     policies: &BTreeMap<&ObjectRef, RoutePolicy>,
     claim: &routes::Claim,
     path: &PathMatch,
+    defaults: &settings::RouteDefaults,
 ) -> RoutePolicy {
     let mut policy = policies.get(&claim.rank.object).cloned().unwrap_or_default();
+    // `no-auth-locations`: paths exempt from the global authentication.
+    if defaults.exempt(&policy, path) {
+        policy.external_auth = None;
+    }
     if !matches!(path, PathMatch::Regex(_)) {
         policy.rewrite_target = None;
     }

@@ -20,7 +20,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use weir_dataplane::accesslog::Template;
 use weir_dataplane::model::{
-    Forwarded, Hsts, IpNet, LogField, ObjectRef, RoutePolicy, Settings, SourceFilter, TlsVersion,
+    ExternalAuth, Forwarded, Hsts, IpNet, LogField, ObjectRef, RoutePolicy, Settings, SourceFilter,
+    TlsVersion,
 };
 
 use super::annotations::{Support, deny_all, values};
@@ -134,16 +135,16 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("limit-conn-zone-variable", Unsupported),
         ("limit-rate", Unsupported),
         ("limit-rate-after", Unsupported),
-        ("global-auth-url", UnsupportedFailClosed),
-        ("global-auth-method", Unsupported),
-        ("global-auth-signin", Unsupported),
+        ("global-auth-url", Supported),
+        ("global-auth-method", Supported),
+        ("global-auth-signin", Supported),
         ("global-auth-signin-redirect-param", Unsupported),
-        ("global-auth-response-headers", Unsupported),
-        ("global-auth-request-redirect", Unsupported),
+        ("global-auth-response-headers", Supported),
+        ("global-auth-request-redirect", Supported),
         ("global-auth-cache-key", Unsupported),
         ("global-auth-cache-duration", Unsupported),
         ("global-auth-always-set-cookie", Unsupported),
-        ("no-auth-locations", Unsupported),
+        ("no-auth-locations", Supported),
         ("global-rate-limit-memcached-host", Unsupported),
         ("global-rate-limit-memcached-port", Unsupported),
         ("global-rate-limit-memcached-connect-timeout", Unsupported),
@@ -315,6 +316,11 @@ pub(crate) struct RouteDefaults {
     fail_closed: bool,
     /// `limit-req-status-code`.
     limit_status: Option<u16>,
+    /// `global-auth-url` and its `global-auth-*` settings: the external authentication of every
+    /// route whose Ingress has none of its own and does not say `enable-global-auth: "false"`.
+    pub(crate) global_auth: Option<ExternalAuth>,
+    /// `no-auth-locations`: path prefixes exempt from the global authentication.
+    no_auth_locations: Vec<String>,
 }
 
 impl Default for RouteDefaults {
@@ -327,13 +333,19 @@ impl Default for RouteDefaults {
             block: Vec::new(),
             fail_closed: false,
             limit_status: None,
+            global_auth: None,
+            no_auth_locations: vec!["/.well-known/acme-challenge".to_string()],
         }
     }
 }
 
 impl RouteDefaults {
-    /// Fills in what `policy` (an Ingress's annotations) leaves unset.
-    pub(crate) fn apply(&self, policy: &mut RoutePolicy) {
+    /// Fills in what `policy` (an Ingress's annotations) leaves unset; `global_auth`: whether
+    /// the Ingress takes the global authentication (`enable-global-auth`, true by default).
+    pub(crate) fn apply(&self, policy: &mut RoutePolicy, global_auth: bool) {
+        if global_auth && policy.external_auth.is_none() {
+            policy.external_auth.clone_from(&self.global_auth);
+        }
         if let Some(status) = self.limit_status
             && let Some(limit) = &mut policy.rate_limit
         {
@@ -355,6 +367,19 @@ impl RouteDefaults {
             source.deny.sort();
             source.deny.dedup();
         }
+    }
+}
+
+impl RouteDefaults {
+    /// Whether the route on `path` is exempt from the global authentication it was given
+    /// (`no-auth-locations`: prefixes of the route's path, as ingress-nginx compares them).
+    pub(crate) fn exempt(&self, policy: &RoutePolicy, path: &weir_dataplane::model::PathMatch) -> bool {
+        use weir_dataplane::model::PathMatch;
+        let (Some(global), Some(auth)) = (&self.global_auth, &policy.external_auth) else { return false };
+        let path = match path {
+            PathMatch::Exact(p) | PathMatch::Prefix(p) | PathMatch::Regex(p) => p,
+        };
+        global == auth && self.no_auth_locations.iter().any(|l| path.starts_with(l.as_str()))
     }
 }
 
@@ -731,8 +756,47 @@ impl<'a> Ctx<'a, '_> {
                 None => self.fail_closed = true,
             }
         }
+        if let Some(locations) = self.raw("no-auth-locations") {
+            routes.no_auth_locations =
+                locations.split(',').map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect();
+        }
+        routes.global_auth = self.global_auth();
         routes.fail_closed = self.fail_closed;
         routes
+    }
+
+    /// `global-auth-url` with `global-auth-method`, `-signin`, `-response-headers` and
+    /// `-request-redirect`, read as the `auth-*` annotations are. An invalid URL fails closed.
+    fn global_auth(&mut self) -> Option<ExternalAuth> {
+        const SETTINGS: [&str; 4] = [
+            "global-auth-method",
+            "global-auth-signin",
+            "global-auth-response-headers",
+            "global-auth-request-redirect",
+        ];
+        if self.raw("global-auth-url").is_none() {
+            self.unused_without(&SETTINGS, "global-auth-url");
+            return None;
+        }
+        let closed = "every route denies every client (403) until it is fixed";
+        let Some(url) = self.value_or("global-auth-url", |v| values::auth_url(v, false), closed) else {
+            self.fail_closed = true;
+            return None;
+        };
+        Some(ExternalAuth {
+            url,
+            method: self.value("global-auth-method", values::method, "GET").unwrap_or_else(|| "GET".into()),
+            signin: self.value("global-auth-signin", |v| values::auth_url(v, true), "none"),
+            response_headers: self
+                .value("global-auth-response-headers", values::cors_headers, "none")
+                .map(|list| list.split(',').map(|h| h.trim().to_string()).filter(|h| h != "*").collect())
+                .unwrap_or_default(),
+            request_redirect: self.value(
+                "global-auth-request-redirect",
+                values::header_text,
+                "the request URI",
+            ),
+        })
     }
 }
 

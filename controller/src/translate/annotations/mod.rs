@@ -46,7 +46,7 @@ pub enum Support {
     Unsupported,
     /// Not supported yet, and ignoring it would expose what it protects: what it applies to
     /// denies every client until it is removed. (No annotation is left in this state; global
-    /// settings such as `global-auth-url` are.)
+    /// settings such as `block-user-agents` are.)
     UnsupportedFailClosed,
 }
 
@@ -140,7 +140,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("auth-keepalive-share-vars", Unsupported),
         ("auth-keepalive-requests", Unsupported),
         ("auth-keepalive-timeout", Unsupported),
-        ("enable-global-auth", Unsupported),
+        ("enable-global-auth", Supported),
         ("satisfy", Unsupported),
         ("enable-cors", Supported),
         ("cors-allow-origin", Supported),
@@ -182,7 +182,12 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("default-backend", Supported),
         ("custom-headers", Supported),
         ("disable-proxy-intercept-errors", Unsupported),
-        ("http2-push-preload", Refused("HTTP/2 server push is gone from browsers (Chrome 106, Firefox 132) and from nginx 1.25.1; send `Link: rel=preload` headers (custom-headers) and let clients fetch, or use 103 Early Hints from the application")),
+        (
+            "http2-push-preload",
+            Refused(
+                "HTTP/2 server push is gone from browsers (Chrome 106, Firefox 132) and from nginx 1.25.1; send `Link: rel=preload` headers (custom-headers) and let clients fetch, or use 103 Early Hints from the application",
+            ),
+        ),
         // Observability.
         ("enable-access-log", Unsupported),
         ("enable-rewrite-log", Unsupported),
@@ -216,7 +221,7 @@ pub fn support(name: &str) -> Option<Support> {
 }
 
 /// What an Ingress's annotations ask for, typed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Parsed {
     /// The policy of every route of the Ingress.
     pub(crate) policy: RoutePolicy,
@@ -233,6 +238,23 @@ pub(crate) struct Parsed {
     /// `use-regex` or `rewrite-target`: every path of the Ingress's hosts is a case-insensitive
     /// regex, whatever Ingress it comes from (ingress-nginx's rule).
     pub(crate) regex_paths: bool,
+    /// `enable-global-auth` (true unless `"false"`): the Ingress's routes take the ConfigMap's
+    /// `global-auth-url` when they have no `auth-url` of their own.
+    pub(crate) global_auth: bool,
+}
+
+impl Default for Parsed {
+    fn default() -> Self {
+        Parsed {
+            policy: RoutePolicy::default(),
+            custom_errors: None,
+            server_aliases: Vec::new(),
+            from_to_www: false,
+            canary: None,
+            regex_paths: false,
+            global_auth: true,
+        }
+    }
 }
 
 /// A canary Ingress's selection rules (`canary-*`), waiting for the backend of each path.
@@ -367,6 +389,7 @@ pub(crate) fn parse(
     parsed.from_to_www = ctx.value("from-to-www-redirect", values::boolean).unwrap_or(false);
     parsed.policy.response_headers = ctx.custom_headers(refs);
     parsed.policy.mirror = ctx.mirror();
+    parsed.global_auth = ctx.value("enable-global-auth", values::boolean).unwrap_or(true);
     // weir streams bodies both ways and never spools them to disk: buffering settings are
     // validated and have nothing to change.
     let _ = ctx.value("proxy-buffering", values::on_off);

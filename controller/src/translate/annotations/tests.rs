@@ -554,3 +554,24 @@ fn mirror_accepted_and_rejected() {
     assert_eq!(reasons(&w), [(Severity::Warning, Reason::InvalidAnnotation)]);
     assert!(w[0].message.contains("without mirror-target"), "{}", w[0].message);
 }
+
+#[test]
+fn enable_global_auth() {
+    let parse_one = |value: &str| {
+        let map = BTreeMap::from([(nginx("enable-global-auth"), value.to_string())]);
+        let mut warnings = Warnings::default();
+        let refs = refs(&EMPTY_SECRETS);
+        let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &refs, &mut warnings);
+        (parsed.global_auth, warnings.finish())
+    };
+    assert!(Parsed::default().global_auth, "global authentication applies unless an Ingress opts out");
+    let (global, w) = parse_one("false");
+    assert!(!global && w.is_empty(), "{w:?}");
+    let (global, w) = parse_one("true");
+    assert!(global && w.is_empty(), "{w:?}");
+    let (global, w) = parse_one("nope");
+    assert!(global, "an invalid value keeps the default");
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+}
+
+static EMPTY_SECRETS: BTreeMap<ObjectRef, k8s_openapi::api::core::v1::Secret> = BTreeMap::new();

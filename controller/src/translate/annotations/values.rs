@@ -87,7 +87,7 @@ pub(super) fn cors_methods(s: &str) -> Result<String, String> {
 }
 
 /// A comma-separated list of header names (`Content-Type, X-Custom`), or `*`.
-pub(super) fn cors_headers(s: &str) -> Result<String, String> {
+pub(crate) fn cors_headers(s: &str) -> Result<String, String> {
     if s == "*" {
         return Ok(s.to_string());
     }
@@ -154,7 +154,7 @@ const AUTH_VARIABLES: [&str; 8] = [
 
 /// An `auth-url` (`http://` only for now) or, with `https_ok`, an `auth-signin`: an absolute
 /// URL template whose `$variables` are among [`AUTH_VARIABLES`].
-pub(super) fn auth_url(s: &str, https_ok: bool) -> Result<String, String> {
+pub(crate) fn auth_url(s: &str, https_ok: bool) -> Result<String, String> {
     for (i, _) in s.match_indices('$') {
         let name: String =
             s[i + 1..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
@@ -195,7 +195,7 @@ pub(super) fn mirror_target(s: &str) -> Result<String, String> {
 }
 
 /// An HTTP method name.
-pub(super) fn method(s: &str) -> Result<String, String> {
+pub(crate) fn method(s: &str) -> Result<String, String> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_uppercase()) {
         return Err("expected a method name such as GET or POST".into());
     }
@@ -301,7 +301,7 @@ pub(super) fn app_root(s: &str) -> Result<String, String> {
 }
 
 /// Text sendable as a header value: visible ASCII and spaces, not empty.
-pub(super) fn header_text(s: &str) -> Result<String, String> {
+pub(crate) fn header_text(s: &str) -> Result<String, String> {
     if s.is_empty() {
         return Err("empty".into());
     }

@@ -79,11 +79,11 @@ fn unsupported_unknown_and_refused_keys_are_reported() {
 
 #[test]
 fn unsupported_access_controls_fail_closed() {
-    for key in ["global-auth-url", "block-user-agents", "block-referers"] {
+    for key in ["block-user-agents", "block-referers"] {
         let (parsed, w) = finding(&[(key, "x")], key);
         assert_eq!((w.severity, w.reason), (Severity::Error, Reason::UnsupportedSetting));
         let mut policy = RoutePolicy::default();
-        parsed.routes.apply(&mut policy);
+        parsed.routes.apply(&mut policy, true);
         assert!(!policy.source.permits("192.0.2.1".parse().unwrap()), "{key}");
     }
     // Empty: nothing to protect.
@@ -361,7 +361,7 @@ fn route_policy_defaults() {
         ..RoutePolicy::default()
     };
     let mut policy = limited();
-    parsed.routes.apply(&mut policy);
+    parsed.routes.apply(&mut policy, true);
     assert_eq!(policy.rate_limit.unwrap().status, 429);
     assert!(policy.source.permits("10.1.1.1".parse().unwrap()));
     assert!(!policy.source.permits("10.9.1.1".parse().unwrap()));
@@ -374,7 +374,7 @@ fn route_policy_defaults() {
         },
         ..RoutePolicy::default()
     };
-    parsed.routes.apply(&mut own);
+    parsed.routes.apply(&mut own, true);
     assert!(own.source.permits("192.0.3.1".parse().unwrap()));
     assert!(!own.source.permits("192.0.2.1".parse().unwrap()));
     assert_eq!(own.source.deny.len(), 2);
@@ -382,13 +382,13 @@ fn route_policy_defaults() {
     assert!(rejected(&[("ssl-redirect", "sure")], "ssl-redirect").routes.ssl_redirect);
     assert!(!rejected(&[("force-ssl-redirect", "sure")], "force-ssl-redirect").routes.force_ssl_redirect);
     let mut policy = limited();
-    rejected(&[("limit-req-status-code", "200")], "limit-req-status-code").routes.apply(&mut policy);
+    rejected(&[("limit-req-status-code", "200")], "limit-req-status-code").routes.apply(&mut policy, true);
     assert_eq!(policy.rate_limit.unwrap().status, 503);
     // A broken access list fails closed.
     for key in ["whitelist-source-range", "denylist-source-range", "block-cidrs"] {
         let parsed = rejected(&[(key, "10.0.0.0/33")], key);
         let mut policy = RoutePolicy::default();
-        parsed.routes.apply(&mut policy);
+        parsed.routes.apply(&mut policy, true);
         assert!(!policy.source.permits("10.1.1.1".parse().unwrap()), "{key}");
     }
 }
@@ -446,4 +446,63 @@ fn header_configmaps() {
         w[0].message,
         "data[add-headers]: ConfigMap ingress-nginx/gone not found; no header is set until it exists"
     );
+}
+
+#[test]
+fn global_auth() {
+    use weir_dataplane::model::{ExternalAuth, PathMatch};
+    let parsed = clean(&[
+        ("global-auth-url", "http://oauth2-proxy.auth.svc:4180/oauth2/auth"),
+        ("global-auth-method", "POST"),
+        ("global-auth-signin", "https://auth.example.com/oauth2/start?rd=$escaped_request_uri"),
+        ("global-auth-response-headers", "X-Auth-Request-User, X-Auth-Request-Email"),
+        ("global-auth-request-redirect", "/after"),
+    ]);
+    let global = ExternalAuth {
+        url: "http://oauth2-proxy.auth.svc:4180/oauth2/auth".into(),
+        method: "POST".into(),
+        signin: Some("https://auth.example.com/oauth2/start?rd=$escaped_request_uri".into()),
+        response_headers: vec!["X-Auth-Request-User".into(), "X-Auth-Request-Email".into()],
+        request_redirect: Some("/after".into()),
+    };
+    assert_eq!(parsed.routes.global_auth, Some(global.clone()));
+    // Routes without authentication of their own take it, unless their Ingress opts out.
+    let mut policy = RoutePolicy::default();
+    parsed.routes.apply(&mut policy, true);
+    assert_eq!(policy.external_auth, Some(global.clone()));
+    let mut opted_out = RoutePolicy::default();
+    parsed.routes.apply(&mut opted_out, false);
+    assert_eq!(opted_out.external_auth, None);
+    let own = ExternalAuth { url: "http://own.svc/check".into(), ..global.clone() };
+    let mut policy = RoutePolicy { external_auth: Some(own.clone()), ..RoutePolicy::default() };
+    parsed.routes.apply(&mut policy, true);
+    assert_eq!(policy.external_auth, Some(own.clone()));
+    // `no-auth-locations`: ingress-nginx's default exempts ACME challenges, by prefix.
+    let global_policy = RoutePolicy { external_auth: Some(global.clone()), ..RoutePolicy::default() };
+    let acme = PathMatch::Prefix("/.well-known/acme-challenge/".into());
+    assert!(parsed.routes.exempt(&global_policy, &acme));
+    assert!(!parsed.routes.exempt(&global_policy, &PathMatch::Prefix("/".into())));
+    let own_policy = RoutePolicy { external_auth: Some(own), ..RoutePolicy::default() };
+    assert!(!parsed.routes.exempt(&own_policy, &acme), "an Ingress's own auth-url is never exempted");
+    let parsed = clean(&[("global-auth-url", "http://auth.svc/"), ("no-auth-locations", "/public, /health")]);
+    let global_policy =
+        RoutePolicy { external_auth: parsed.routes.global_auth.clone(), ..RoutePolicy::default() };
+    assert!(parsed.routes.exempt(&global_policy, &PathMatch::Exact("/health".into())));
+    assert!(parsed.routes.exempt(&global_policy, &PathMatch::Prefix("/public/docs".into())));
+    assert!(!parsed.routes.exempt(&global_policy, &acme), "the list replaces the default");
+
+    // A bad URL fails closed; bad settings of a good URL keep their defaults.
+    let parsed = rejected(&[("global-auth-url", "https://auth.example.com/check")], "global-auth-url");
+    let mut policy = RoutePolicy::default();
+    parsed.routes.apply(&mut policy, true);
+    assert!(!policy.source.permits("192.0.2.1".parse().unwrap()));
+    let parsed = rejected(
+        &[("global-auth-url", "http://auth.svc/"), ("global-auth-method", "get")],
+        "global-auth-method",
+    );
+    assert_eq!(parsed.routes.global_auth.unwrap().method, "GET");
+    assert!(!parsed.routes.fail_closed);
+    // Settings without the URL do nothing, which is said.
+    let (_, w) = finding(&[("global-auth-signin", "https://auth.example.com/")], "global-auth-signin");
+    assert!(w.message.contains("without global-auth-url"), "{}", w.message);
 }
