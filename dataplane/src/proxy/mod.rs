@@ -33,12 +33,14 @@ pub mod error;
 mod extauth;
 mod forward;
 pub mod proxy_protocol;
+mod retry;
 mod server;
 mod settings;
 mod upgrade;
 
 pub(crate) use client::Http1Pool;
 pub use error::{ErrorSource, ProxyError};
+pub use retry::Retry;
 
 /// Tunables of a [`Proxy`]. `Default` gives ingress-nginx-like values.
 #[derive(Clone, Debug)]
@@ -92,6 +94,23 @@ pub struct ProxyConfig {
     pub response_headers: crate::policy::HeaderList,
     /// Headers set on every request sent upstream (`proxy-set-headers`).
     pub upstream_headers: crate::policy::HeaderList,
+    /// When a request goes to the next endpoint (`proxy-next-upstream`, with
+    /// `retry-non-idempotent` folded in).
+    pub next_upstream: Retry,
+    /// Non-idempotent requests are retried on every route (`retry-non-idempotent`).
+    pub retry_non_idempotent: bool,
+    /// Time from the first try during which further tries may start
+    /// (`proxy-next-upstream-timeout`); `None`: no limit.
+    pub next_upstream_timeout: Option<Duration>,
+    /// Longest wait for one write towards an upstream (HTTP/1.1) to make progress
+    /// (`proxy-send-timeout`); past it the exchange fails (504 before a response).
+    pub send_timeout: Duration,
+    /// Requests sent on one upstream HTTP/1.1 connection before it is closed
+    /// (`upstream-keepalive-requests`); `None`: no limit.
+    pub pool_max_requests: Option<u32>,
+    /// Longest life of an upstream HTTP/1.1 connection: not reused past it
+    /// (`upstream-keepalive-time`); `None`: no limit.
+    pub pool_max_lifetime: Option<Duration>,
 }
 
 impl Default for ProxyConfig {
@@ -122,6 +141,13 @@ impl Default for ProxyConfig {
             access_log_output: crate::accesslog::Output::Stdout,
             response_headers: Vec::new(),
             upstream_headers: Vec::new(),
+            next_upstream: Retry::DEFAULT,
+            retry_non_idempotent: false,
+            next_upstream_timeout: None,
+            // ingress-nginx's defaults: 60 s, 10000 requests, 1 hour.
+            send_timeout: Duration::from_secs(60),
+            pool_max_requests: Some(10_000),
+            pool_max_lifetime: Some(Duration::from_secs(3600)),
         }
     }
 }
@@ -316,17 +342,20 @@ impl Proxy {
         if self.inner.sweeping.swap(true, std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        // Idle connections close between the timeout and the timeout plus half of it.
-        let every = (self.inner.config.pool_idle_timeout / 2)
-            .clamp(Duration::from_millis(10), Duration::from_secs(10));
+        // Idle connections close between the timeout and the timeout plus half of it; the
+        // timeout is the live table's (`upstream-keepalive-timeout`).
         let inner = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tick.tick().await;
+                let every = match inner.upgrade() {
+                    Some(inner) => (inner.state.load().config.pool_idle_timeout / 2)
+                        .clamp(Duration::from_millis(10), Duration::from_secs(10)),
+                    None => return,
+                };
+                tokio::time::sleep(every).await;
                 let Some(inner) = inner.upgrade() else { return };
-                inner.clients.sweep(&inner.state.load().balancers);
+                let state = inner.state.load();
+                inner.clients.sweep(&state.balancers, state.config.pool_idle_timeout);
             }
         });
     }
