@@ -88,7 +88,7 @@ pub struct Settings {
     /// a route sets none (`proxy-connect-timeout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_timeout_ms: Option<u64>,
-    /// Endpoints tried in all when connecting fails, where a route sets none
+    /// Endpoints tried in all under `proxy-next-upstream`, where a route sets none
     /// (`proxy-next-upstream-tries`; `0` means every endpoint, at most 8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_tries: Option<u32>,
@@ -432,8 +432,8 @@ pub struct RoutePolicy {
     /// keeps the proxy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_timeout_ms: Option<u64>,
-    /// Endpoints tried in all when connecting fails (`proxy-next-upstream-tries`; `0` means
-    /// every endpoint, at most 8); `None` keeps the proxy's.
+    /// Endpoints tried in all under `proxy-next-upstream` (`proxy-next-upstream-tries`; `0`
+    /// means every endpoint, at most 8); `None` keeps the proxy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_tries: Option<u32>,
     /// Request rate limits per client address (`limit-rps`, `limit-rpm`).

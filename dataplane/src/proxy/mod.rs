@@ -10,6 +10,7 @@
 //!   HTTP/1.1 or h2 by ALPN), handshake limits, graceful drain.
 //! - [`proxy_protocol`]: PROXY protocol v1/v2 headers on either listener.
 //! - `forward`: routing, header policy, retries, upstream errors.
+//! - `retry`: the `proxy-next-upstream` conditions, compiled.
 //! - `upgrade`: HTTP/1.1 `Upgrade` (WebSocket and others) splicing.
 //! - `client`: the upstream clients (HTTP/1.1 and HTTPS with our own idle pools, h2c/h2-over-TLS
 //!   multiplexed), the request body handed back on connect errors and the response body that
@@ -56,7 +57,8 @@ pub struct ProxyConfig {
     pub pool_max_idle_per_host: usize,
     /// On shutdown, how long in-flight requests may take to finish before connections are cut.
     pub drain_timeout: Duration,
-    /// Endpoints tried in all when connecting fails (`proxy-next-upstream-tries`; at most 8).
+    /// Endpoints tried in all under [`ProxyConfig::next_upstream`] (`proxy-next-upstream-tries`;
+    /// at most 8).
     pub connect_tries: usize,
     /// Time allowed for a client to send a request head (slowloris guard).
     pub header_read_timeout: Duration,
