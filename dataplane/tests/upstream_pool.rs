@@ -203,7 +203,7 @@ async fn the_tables_keepalive_connections_cap_idle_connections() {
 #[tokio::test]
 async fn the_tables_keepalive_timeout_closes_idle_connections() {
     let up = upstream(None).await;
-    let settings = Settings { upstream_idle_timeout_ms: Some(200), ..Settings::default() };
+    let settings = Settings { upstream_idle_timeout_ms: Some(500), ..Settings::default() };
     let p = proxy(route_with(&up, settings)).await;
     assert_eq!(p.get("a.test", "/").await.text(), "conn 1");
     assert_eq!(p.get("a.test", "/").await.text(), "conn 1");
@@ -229,11 +229,11 @@ async fn keepalive_requests_retire_a_connection() {
 #[tokio::test]
 async fn keepalive_time_retires_an_old_connection() {
     let up = upstream(None).await;
-    let settings = Settings { upstream_conn_lifetime_ms: Some(300), ..Settings::default() };
+    let settings = Settings { upstream_conn_lifetime_ms: Some(1_000), ..Settings::default() };
     let p = proxy(route_with(&up, settings)).await;
     assert_eq!(p.get("a.test", "/").await.text(), "conn 1");
     assert_eq!(p.get("a.test", "/").await.text(), "conn 1");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
     assert_eq!(p.get("a.test", "/").await.text(), "conn 2");
     assert_eq!(p.get("a.test", "/").await.text(), "conn 2");
 }
