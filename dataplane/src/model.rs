@@ -88,7 +88,7 @@ pub struct Settings {
     /// a route sets none (`proxy-connect-timeout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_timeout_ms: Option<u64>,
-    /// Endpoints tried in all when connecting fails, where a route sets none
+    /// Endpoints tried in all under `proxy-next-upstream`, where a route sets none
     /// (`proxy-next-upstream-tries`; `0` means every endpoint, at most 8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_tries: Option<u32>,
@@ -124,6 +124,38 @@ pub struct Settings {
     /// Headers set on every request sent upstream (`proxy-set-headers`); names in lower case.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub upstream_headers: BTreeMap<String, String>,
+    /// When a request goes to the next endpoint, where a route sets none
+    /// (`proxy-next-upstream`); an empty list is `off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_upstream: Option<Vec<RetryOn>>,
+    /// Time from the first try during which further tries may start, in milliseconds, where a
+    /// route sets none (`proxy-next-upstream-timeout`); `0`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_upstream_timeout_ms: Option<u64>,
+    /// Requests with non-idempotent methods (POST, PATCH, ...) are retried too, on every route
+    /// (`retry-non-idempotent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_non_idempotent: Option<bool>,
+    /// Longest wait for one write towards an upstream to make progress, in milliseconds, where
+    /// a route sets none (`proxy-send-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_timeout_ms: Option<u64>,
+    /// Idle connections kept per upstream endpoint (`upstream-keepalive-connections`, when not
+    /// `0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_idle_max: Option<u32>,
+    /// How long an idle upstream connection is kept, in milliseconds
+    /// (`upstream-keepalive-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_idle_timeout_ms: Option<u64>,
+    /// Requests sent on one upstream connection before it is closed
+    /// (`upstream-keepalive-requests`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_conn_requests: Option<u32>,
+    /// Longest life of an upstream connection, in milliseconds; it is not reused past it
+    /// (`upstream-keepalive-time`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_conn_lifetime_ms: Option<u64>,
 }
 
 impl Settings {
@@ -400,8 +432,8 @@ pub struct RoutePolicy {
     /// keeps the proxy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_timeout_ms: Option<u64>,
-    /// Endpoints tried in all when connecting fails (`proxy-next-upstream-tries`; `0` means
-    /// every endpoint, at most 8); `None` keeps the proxy's.
+    /// Endpoints tried in all under `proxy-next-upstream` (`proxy-next-upstream-tries`; `0`
+    /// means every endpoint, at most 8); `None` keeps the proxy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_tries: Option<u32>,
     /// Request rate limits per client address (`limit-rps`, `limit-rpm`).
@@ -436,6 +468,18 @@ pub struct RoutePolicy {
     /// or changes the client's (`mirror-target`, `mirror-host`, `mirror-request-body`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror: Option<Mirror>,
+    /// When a request goes to the next endpoint (`proxy-next-upstream`); an empty list is
+    /// `off`; `None` keeps the proxy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_upstream: Option<Vec<RetryOn>>,
+    /// Time from the first try during which further tries may start, in milliseconds
+    /// (`proxy-next-upstream-timeout`; `0`: no limit); `None` keeps the proxy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_upstream_timeout_ms: Option<u64>,
+    /// Longest wait for one write towards the upstream to make progress, in milliseconds
+    /// (`proxy-send-timeout`); `None` keeps the proxy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_timeout_ms: Option<u64>,
 }
 
 /// Request mirroring (ingress-nginx `mirror-*`).
@@ -452,6 +496,43 @@ pub struct Mirror {
     /// Whether the copy carries the request's body (streamed beside it, dropped if the mirror
     /// falls behind); ingress-nginx's default is on.
     pub request_body: bool,
+}
+
+/// A condition under which a request goes to the next endpoint (`proxy-next-upstream`, with
+/// nginx's names). `non_idempotent` is not a condition: it lets POST, PATCH and other
+/// non-idempotent requests be sent again once they were sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryOn {
+    /// Connecting failed, or the connection broke while sending or before the response head.
+    Error,
+    /// Connecting, sending (`proxy-send-timeout`) or waiting for the response head timed out.
+    Timeout,
+    /// The upstream's response head was not valid HTTP.
+    InvalidHeader,
+    /// The upstream answered 500.
+    #[serde(rename = "http_500")]
+    Http500,
+    /// The upstream answered 502.
+    #[serde(rename = "http_502")]
+    Http502,
+    /// The upstream answered 503.
+    #[serde(rename = "http_503")]
+    Http503,
+    /// The upstream answered 504.
+    #[serde(rename = "http_504")]
+    Http504,
+    /// The upstream answered 403.
+    #[serde(rename = "http_403")]
+    Http403,
+    /// The upstream answered 404.
+    #[serde(rename = "http_404")]
+    Http404,
+    /// The upstream answered 429.
+    #[serde(rename = "http_429")]
+    Http429,
+    /// Non-idempotent requests may be sent again.
+    NonIdempotent,
 }
 
 /// Error pages from another backend: when the upstream answers (or the proxy would answer) one

@@ -69,6 +69,13 @@ pub struct CompiledPolicy {
     pub connect_timeout: Option<std::time::Duration>,
     /// Endpoints tried in all, when the route sets it (`0`: all).
     pub connect_tries: Option<u32>,
+    /// When a request goes to the next endpoint, when the route sets it.
+    pub next_upstream: Option<crate::proxy::Retry>,
+    /// How long after the first try further tries may start, when the route sets it (`Some(None)`:
+    /// no limit).
+    pub next_upstream_timeout: Option<Option<std::time::Duration>>,
+    /// The upstream send timeout, when the route sets one.
+    pub send_timeout: Option<std::time::Duration>,
     /// The rate limiter shared by the routes of this route's Ingress.
     pub rate_limit: Option<Arc<Limiter>>,
     /// HTTP Basic authentication and its ready-made challenge.
@@ -255,6 +262,11 @@ impl CompiledPolicy {
             read_timeout: policy.read_timeout_ms.map(std::time::Duration::from_millis),
             connect_timeout: policy.connect_timeout_ms.map(std::time::Duration::from_millis),
             connect_tries: policy.connect_tries,
+            next_upstream: policy.next_upstream.as_deref().map(crate::proxy::Retry::new),
+            next_upstream_timeout: policy
+                .next_upstream_timeout_ms
+                .map(|ms| (ms > 0).then(|| std::time::Duration::from_millis(ms))),
+            send_timeout: policy.send_timeout_ms.map(std::time::Duration::from_millis),
             rate_limit: policy.rate_limit.as_ref().and_then(|l| limiters.get(origin, l)),
             basic_auth: match &policy.basic_auth {
                 Some(auth) => {

@@ -15,6 +15,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use support::*;
 use tokio::net::TcpListener;
+use weir_dataplane::model::Settings;
 use weir_dataplane::proxy::ProxyConfig;
 
 /// An HTTP/1.1 upstream that counts the connections it accepted and those still open. Each
@@ -168,4 +169,71 @@ async fn idle_connections_outlive_a_table_swap_and_close_with_their_endpoint() {
     until(&up.open, 0, "connections to the removed endpoint still open").await;
     assert_eq!(p.get("a.test", "/").await.text(), "conn 1");
     assert_eq!(other.accepted.load(SeqCst), 1);
+}
+
+/// `route(up)` with the table's `settings` (the controller ConfigMap's keys).
+fn route_with(up: &Upstream, settings: Settings) -> weir_dataplane::model::RouteTable {
+    let mut t = route(up);
+    t.settings = settings;
+    t
+}
+
+/// `upstream-keepalive-connections` from the table caps the idle connections per endpoint (the
+/// proxy's own cap here is 320).
+#[tokio::test]
+async fn the_tables_keepalive_connections_cap_idle_connections() {
+    let up = upstream(None).await;
+    let settings = Settings { upstream_idle_max: Some(2), ..Settings::default() };
+    let p = proxy(route_with(&up, settings)).await;
+    let burst = || futures_util::future::join_all((0..6).map(|_| p.get("a.test", "/?delay=200")));
+    for r in burst().await {
+        assert_eq!(r.status, 200);
+    }
+    assert_eq!(up.accepted.load(SeqCst), 6);
+    until(&up.open, 2, "upstream connections still open").await;
+    // The next burst reuses the two kept and opens four.
+    for r in burst().await {
+        assert_eq!(r.status, 200);
+    }
+    assert_eq!(up.accepted.load(SeqCst), 10);
+}
+
+/// `upstream-keepalive-timeout` from the table closes idle connections (the proxy's own idle
+/// timeout here is 60 s).
+#[tokio::test]
+async fn the_tables_keepalive_timeout_closes_idle_connections() {
+    let up = upstream(None).await;
+    let settings = Settings { upstream_idle_timeout_ms: Some(500), ..Settings::default() };
+    let p = proxy(route_with(&up, settings)).await;
+    assert_eq!(p.get("a.test", "/").await.text(), "conn 1");
+    assert_eq!(p.get("a.test", "/").await.text(), "conn 1");
+    until(&up.open, 0, "upstream connections still open").await;
+    assert_eq!(p.get("a.test", "/").await.text(), "conn 2");
+}
+
+/// `upstream-keepalive-requests`: a connection carries that many requests, then is closed.
+#[tokio::test]
+async fn keepalive_requests_retire_a_connection() {
+    let up = upstream(None).await;
+    let settings = Settings { upstream_conn_requests: Some(3), ..Settings::default() };
+    let p = proxy(route_with(&up, settings)).await;
+    let mut conns = Vec::new();
+    for _ in 0..7 {
+        conns.push(p.get("a.test", "/").await.text());
+    }
+    assert_eq!(conns, ["conn 1", "conn 1", "conn 1", "conn 2", "conn 2", "conn 2", "conn 3"]);
+    until(&up.open, 1, "retired connections still open").await;
+}
+
+/// `upstream-keepalive-time`: a connection older than that is not reused.
+#[tokio::test]
+async fn keepalive_time_retires_an_old_connection() {
+    let up = upstream(None).await;
+    let settings = Settings { upstream_conn_lifetime_ms: Some(1_000), ..Settings::default() };
+    let p = proxy(route_with(&up, settings)).await;
+    assert_eq!(p.get("a.test", "/").await.text(), "conn 1");
+    assert_eq!(p.get("a.test", "/").await.text(), "conn 1");
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(p.get("a.test", "/").await.text(), "conn 2");
+    assert_eq!(p.get("a.test", "/").await.text(), "conn 2");
 }

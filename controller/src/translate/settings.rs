@@ -91,10 +91,10 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("proxy-read-timeout", Supported),
         ("proxy-next-upstream-tries", Supported),
         ("proxy-connect-timeout", Supported),
-        ("proxy-send-timeout", Unsupported),
-        ("proxy-next-upstream", Unsupported),
-        ("proxy-next-upstream-timeout", Unsupported),
-        ("retry-non-idempotent", Unsupported),
+        ("proxy-send-timeout", Supported),
+        ("proxy-next-upstream", Supported),
+        ("proxy-next-upstream-timeout", Supported),
+        ("retry-non-idempotent", Supported),
         ("proxy-buffering", Supported),
         ("proxy-request-buffering", Supported),
         ("proxy-buffer-size", Unsupported),
@@ -111,9 +111,9 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("hide-headers", Unsupported),
         ("allow-backend-server-header", Unsupported),
         ("upstream-keepalive-connections", Supported),
-        ("upstream-keepalive-time", Unsupported),
-        ("upstream-keepalive-timeout", Unsupported),
-        ("upstream-keepalive-requests", Unsupported),
+        ("upstream-keepalive-time", Supported),
+        ("upstream-keepalive-timeout", Supported),
+        ("upstream-keepalive-requests", Supported),
         ("load-balance", Unsupported),
         ("upstream-hash-by", Unsupported),
         ("upstream-hash-by-subset", Unsupported),
@@ -284,8 +284,6 @@ pub fn support(key: &str) -> Option<Support> {
 
 /// ingress-nginx's `hsts-max-age` default: a year.
 const HSTS_MAX_AGE: u64 = 31_536_000;
-/// ingress-nginx's `upstream-keepalive-connections` default, which weir's pool keeps.
-const UPSTREAM_IDLE: u64 = 320;
 
 /// What the settings ConfigMap says, typed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -413,9 +411,17 @@ pub(crate) fn parse(
     s.read_timeout_ms = ctx.value("proxy-read-timeout", values::timeout_ms, "60s");
     s.connect_timeout_ms = ctx.value("proxy-connect-timeout", values::timeout_ms, "5s");
     s.connect_tries = ctx.value("proxy-next-upstream-tries", values::tries, "3");
+    s.next_upstream = ctx.value("proxy-next-upstream", values::next_upstream, "error timeout");
+    s.next_upstream_timeout_ms =
+        ctx.value("proxy-next-upstream-timeout", values::timeout_ms_or_zero, "0, no limit");
+    s.retry_non_idempotent = ctx.value("retry-non-idempotent", values::boolean, "false");
+    s.send_timeout_ms = ctx.value("proxy-send-timeout", values::timeout_ms, "60s");
+    s.upstream_idle_timeout_ms = ctx.value("upstream-keepalive-timeout", values::timeout_ms, "60s");
+    s.upstream_conn_requests = ctx.value("upstream-keepalive-requests", values::rate, "10000");
+    s.upstream_conn_lifetime_ms = ctx.value("upstream-keepalive-time", values::timeout_ms, "1h");
     s.keepalive_secs = ctx.value("keep-alive", whole_seconds, "the 30 s request head timeout");
     s.keepalive_requests = ctx.value("keep-alive-requests", values::rate, "no limit");
-    s.upstream_keepalive = ctx.upstream_keepalive();
+    (s.upstream_keepalive, s.upstream_idle_max) = ctx.upstream_keepalive();
     s.drain_secs =
         ctx.value("worker-shutdown-timeout", |v| values::timeout_ms(v).map(|ms| ms.div_ceil(1000)), "30s");
     s.underscores_in_headers = ctx.value("enable-underscores-in-headers", values::boolean, "false");
@@ -639,21 +645,23 @@ impl<'a> Ctx<'a, '_> {
         Some(versions)
     }
 
-    /// `upstream-keepalive-connections`: `0` turns upstream keep-alive off; the pool size itself
-    /// stays ingress-nginx's default.
-    fn upstream_keepalive(&mut self) -> Option<bool> {
+    /// `upstream-keepalive-connections`: `0` turns upstream keep-alive off; any other value is
+    /// the number of idle connections kept per endpoint.
+    fn upstream_keepalive(&mut self) -> (Option<bool>, Option<u32>) {
         let idle = self.value(
             "upstream-keepalive-connections",
-            |v| v.parse::<u64>().map_err(|_| "expected a whole number (0 turns keep-alive off)".to_string()),
+            |v| {
+                v.parse::<u32>().map_err(|_| {
+                    "expected a whole number of connections (0 turns keep-alive off)".to_string()
+                })
+            },
             "320",
-        )?;
-        if idle != 0 && idle != UPSTREAM_IDLE {
-            self.warn(
-                Reason::UnsupportedSetting,
-                format!("data[upstream-keepalive-connections]: only 0 (no upstream keep-alive) is applied; weir keeps up to {UPSTREAM_IDLE} idle connections per endpoint"),
-            );
+        );
+        match idle {
+            None => (None, None),
+            Some(0) => (Some(false), None),
+            Some(n) => (Some(true), Some(n)),
         }
-        Some(idle != 0)
     }
 
     /// `log-format-upstream` as a JSON field selection, unless `disable-access-log`.

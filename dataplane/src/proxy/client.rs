@@ -5,7 +5,10 @@
 //! idle pool ([`Http1Pool`]): a stack per upstream of connections whose last response was read to
 //! its end, most recently used on top, at most [`super::ProxyConfig::pool_max_idle_per_host`] of
 //! them; [`Clients::sweep`] closes those idle longer than
-//! [`super::ProxyConfig::pool_idle_timeout`]. A plain endpoint's pool lives in its
+//! [`super::ProxyConfig::pool_idle_timeout`]. A connection is retired after
+//! [`super::ProxyConfig::pool_max_requests`] requests or past
+//! [`super::ProxyConfig::pool_max_lifetime`]; the table's values apply ([`Exchange`]). Writes
+//! to an upstream wait at most [`super::ProxyConfig::send_timeout`] for progress ([`SendTimed`]). A plain endpoint's pool lives in its
 //! [`EndpointState`], so a request finds it without a lookup. A connection goes back to its pool
 //! when the client has read the response body to its end ([`ResponseBody`]); a response body
 //! dropped before its end closes the connection.
@@ -23,6 +26,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
@@ -34,6 +38,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::ProxyConfig;
@@ -91,6 +96,34 @@ impl ConnectFailed {
     }
 }
 
+/// How one exchange uses upstream connections, from the table's settings and the route's policy.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Exchange {
+    /// A new connection (TCP, and TLS where used) must be up within it.
+    pub(super) connect_timeout: Duration,
+    /// Longest wait for one write to the upstream to make progress (HTTP/1.1 connections).
+    pub(super) send_timeout: Duration,
+    /// Idle connections kept per endpoint.
+    pub(super) max_idle: usize,
+    /// Requests per connection before it is closed.
+    pub(super) max_requests: Option<u32>,
+    /// A connection older than this is not reused.
+    pub(super) max_lifetime: Option<Duration>,
+}
+
+impl Exchange {
+    /// The proxy's (or table's) values.
+    pub(super) fn of(config: &ProxyConfig) -> Self {
+        Exchange {
+            connect_timeout: config.connect_timeout,
+            send_timeout: config.send_timeout,
+            max_idle: config.pool_max_idle_per_host,
+            max_requests: config.pool_max_requests,
+            max_lifetime: config.pool_max_lifetime,
+        }
+    }
+}
+
 /// The upstream clients of a proxy.
 pub(super) struct Clients {
     /// h2c prior knowledge and h2 over TLS, one multiplexed connection per endpoint.
@@ -103,11 +136,8 @@ pub(super) struct Clients {
     /// The same over TLS (`https://` URLs), apart so that a name's plain and TLS connections
     /// never mix.
     by_name_tls: Mutex<HashMap<EndpointKey, Arc<Http1Pool>>>,
-    /// Idle connections kept per pool.
-    max_idle: usize,
-    /// How long a connection may stay idle in its pool.
-    idle_timeout: Duration,
-    connect_timeout: Duration,
+    /// The proxy's own values, for services named by URL.
+    exchange: Exchange,
 }
 
 impl Clients {
@@ -117,9 +147,7 @@ impl Clients {
             https: Mutex::default(),
             by_name: Mutex::default(),
             by_name_tls: Mutex::default(),
-            max_idle: config.pool_max_idle_per_host,
-            idle_timeout: config.pool_idle_timeout,
-            connect_timeout: config.connect_timeout,
+            exchange: Exchange::of(config),
         }
     }
 
@@ -159,13 +187,13 @@ impl Clients {
             let mut pools = lock(if tls.is_some() { &self.by_name_tls } else { &self.by_name });
             pools.entry(key.clone()).or_default().clone()
         };
-        self.http1(PoolRef::Keyed(pool), &key, tls, req, self.connect_timeout).await
+        self.http1(PoolRef::Keyed(pool), &key, tls, req, self.exchange).await
     }
 
     /// Sends `req` to `endpoint`: its URI is origin-form for HTTP/1.1, absolute with the request
     /// host as authority for h2. `tls` is the backend's TLS client config for the TLS protocols;
-    /// `host` the request's host (the name verified when the backend configures none). A new
-    /// connection (TCP, and TLS where used) must be up within `connect_timeout`.
+    /// `host` the request's host (the name verified when the backend configures none). `opts`
+    /// bound connecting, sending, and the connection's reuse.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn send(
         &self,
@@ -174,12 +202,12 @@ impl Clients {
         tls: Option<&Arc<UpstreamTlsConfig>>,
         host: &str,
         req: Request<UpstreamBody>,
-        connect_timeout: Duration,
+        opts: Exchange,
     ) -> Result<Response<ResponseBody>, SendError> {
+        let connect_timeout = opts.connect_timeout;
         match protocol {
             UpstreamProtocol::Http1 => {
-                self.http1(PoolRef::Endpoint(endpoint.clone()), endpoint.key(), None, req, connect_timeout)
-                    .await
+                self.http1(PoolRef::Endpoint(endpoint.clone()), endpoint.key(), None, req, opts).await
             }
             // Boxed: HTTP/1.1's future is the one every request carries, keep it small.
             UpstreamProtocol::H2c => Box::pin(self.h2c.send(endpoint, None, req, connect_timeout)).await,
@@ -199,8 +227,7 @@ impl Clients {
                         pools.entry(key).or_insert_with(|| (Arc::downgrade(endpoint), Arc::default()));
                     pool.clone()
                 };
-                self.http1(PoolRef::Keyed(pool), endpoint.key(), Some((config, name)), req, connect_timeout)
-                    .await
+                self.http1(PoolRef::Keyed(pool), endpoint.key(), Some((config, name)), req, opts).await
             }
         }
     }
@@ -212,19 +239,21 @@ impl Clients {
         key: &EndpointKey,
         tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
         mut req: Request<UpstreamBody>,
-        connect_timeout: Duration,
+        opts: Exchange,
     ) -> Result<Response<ResponseBody>, SendError> {
         loop {
-            let (mut sender, fresh) = match pool.get().checkout() {
-                Some(sender) => (sender, false),
+            let (mut conn, fresh) = match pool.get().checkout(opts.max_lifetime) {
+                Some(conn) => (conn, false),
                 // Boxed: connecting (TLS above all) is a large future, and rare.
-                None => match Box::pin(self.connect_http1(key, tls.clone(), connect_timeout)).await {
-                    Ok(sender) => (sender, true),
+                None => match Box::pin(self.connect_http1(key, tls.clone(), opts.connect_timeout)).await {
+                    Ok(conn) => (conn, true),
                     Err(e) => return Err(e.with(req)),
                 },
             };
-            match sender.try_send_request(req).await {
-                Ok(resp) => return Ok(ResponseBody::pooled(resp, sender, pool, self.max_idle)),
+            conn.meta.send_timeout_ms.store(opts.send_timeout.as_millis() as u64, Relaxed);
+            conn.meta.requests.fetch_add(1, Relaxed);
+            match conn.sender.try_send_request(req).await {
+                Ok(resp) => return Ok(ResponseBody::pooled(resp, conn, pool, opts)),
                 Err(mut err) => match err.take_message() {
                     // The upstream closed the pooled connection since it was put back; the
                     // request did not go out: the next connection takes it.
@@ -241,13 +270,15 @@ impl Clients {
         key: &EndpointKey,
         tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
         connect_timeout: Duration,
-    ) -> Result<http1::SendRequest<UpstreamBody>, ConnectFailed> {
+    ) -> Result<Conn, ConnectFailed> {
         let tcp = connect_tcp(key, connect_timeout).await?;
         let upstream = key.clone();
         let handshake_error = |e: hyper::Error| ConnectFailed::new(e);
+        let meta = Arc::new(ConnMeta::new());
         let sender = match tls {
             None => {
-                let (sender, conn) = http1::handshake(TokioIo::new(tcp)).await.map_err(handshake_error)?;
+                let io = SendTimed::new(tcp, meta.clone());
+                let (sender, conn) = http1::handshake(TokioIo::new(io)).await.map_err(handshake_error)?;
                 tokio::spawn(async move {
                     if let Err(error) = conn.with_upgrades().await {
                         tracing::debug!(%upstream, %error, "upstream connection closed");
@@ -257,7 +288,8 @@ impl Clients {
             }
             Some((config, name)) => {
                 let stream = tls_handshake(config, name, tcp, connect_timeout).await?;
-                let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.map_err(handshake_error)?;
+                let io = SendTimed::new(stream, meta.clone());
+                let (sender, conn) = http1::handshake(TokioIo::new(io)).await.map_err(handshake_error)?;
                 tokio::spawn(async move {
                     if let Err(error) = conn.with_upgrades().await {
                         tracing::debug!(%upstream, %error, "https upstream connection closed");
@@ -266,7 +298,7 @@ impl Clients {
                 sender
             }
         };
-        Ok(sender)
+        Ok(Conn { sender, meta })
     }
 
     /// Drops pooled connections of endpoints no longer in use and closed ones.
@@ -275,10 +307,10 @@ impl Clients {
         lock(&self.https).retain(|_, (endpoint, pool)| endpoint.strong_count() > 0 && in_use(pool, None));
     }
 
-    /// Closes HTTP/1.1 connections idle for longer than the idle timeout (and those the upstream
+    /// Closes HTTP/1.1 connections idle for longer than `idle_timeout` (and those the upstream
     /// closed) in the pools of `balancers`' endpoints and the keyed pools.
-    pub(super) fn sweep(&self, balancers: &[Balancer]) {
-        let expiry = Instant::now().checked_sub(self.idle_timeout);
+    pub(super) fn sweep(&self, balancers: &[Balancer], idle_timeout: Duration) {
+        let expiry = Instant::now().checked_sub(idle_timeout);
         let expiry = Some(expiry.unwrap_or_else(Instant::now));
         for balancer in balancers.iter().filter(|b| b.protocol() == UpstreamProtocol::Http1) {
             for endpoint in balancer.endpoints() {
@@ -381,7 +413,37 @@ pub(crate) struct Http1Pool(Mutex<VecDeque<Idle>>);
 /// A connection ready for its next request, and since when.
 struct Idle {
     since: Instant,
+    conn: Conn,
+}
+
+/// An HTTP/1.1 connection: its request sender and what the pool knows of it.
+struct Conn {
     sender: http1::SendRequest<UpstreamBody>,
+    meta: Arc<ConnMeta>,
+}
+
+/// What the pool knows of one upstream HTTP/1.1 connection, shared with its I/O ([`SendTimed`]).
+struct ConnMeta {
+    created: Instant,
+    /// Requests sent on it so far.
+    requests: AtomicU32,
+    /// The send timeout of the request it carries, in milliseconds (0: none).
+    send_timeout_ms: AtomicU64,
+}
+
+impl ConnMeta {
+    fn new() -> Self {
+        ConnMeta { created: Instant::now(), requests: AtomicU32::new(0), send_timeout_ms: AtomicU64::new(0) }
+    }
+
+    /// Whether the connection may carry another request.
+    fn reusable(&self, opts: &Exchange) -> bool {
+        opts.max_requests.is_none_or(|max| self.requests.load(Relaxed) < max) && self.young(opts.max_lifetime)
+    }
+
+    fn young(&self, max_lifetime: Option<Duration>) -> bool {
+        max_lifetime.is_none_or(|max| self.created.elapsed() < max)
+    }
 }
 
 impl std::fmt::Debug for Http1Pool {
@@ -391,25 +453,26 @@ impl std::fmt::Debug for Http1Pool {
 }
 
 impl Http1Pool {
-    /// The most recently returned connection that is still open.
-    fn checkout(&self) -> Option<http1::SendRequest<UpstreamBody>> {
+    /// The most recently returned connection that is still open (and younger than
+    /// `max_lifetime`).
+    fn checkout(&self, max_lifetime: Option<Duration>) -> Option<Conn> {
         let mut idle = lock(&self.0);
-        while let Some(conn) = idle.pop_back() {
+        while let Some(Idle { conn, .. }) = idle.pop_back() {
             // Ready means open and idle (it was ready when it came back): one the upstream has
-            // closed since is dropped here.
-            if conn.sender.is_ready() {
-                return Some(conn.sender);
+            // closed since is dropped here, as is one past its lifetime.
+            if conn.sender.is_ready() && conn.meta.young(max_lifetime) {
+                return Some(conn);
             }
         }
         None
     }
 
     /// Keeps an idle connection, unless `max` are kept already (then it is closed).
-    fn checkin(&self, sender: http1::SendRequest<UpstreamBody>, max: usize) {
+    fn checkin(&self, conn: Conn, max: usize) {
         let since = Instant::now();
         let mut idle = lock(&self.0);
         if idle.len() < max {
-            idle.push_back(Idle { since, sender });
+            idle.push_back(Idle { since, conn });
         }
     }
 
@@ -417,7 +480,7 @@ impl Http1Pool {
     /// returns how many stay.
     fn sweep(&self, expiry: Option<Instant>) -> usize {
         let mut idle = lock(&self.0);
-        idle.retain(|c| c.sender.is_ready() && expiry.is_none_or(|t| c.since > t));
+        idle.retain(|c| c.conn.sender.is_ready() && expiry.is_none_or(|t| c.since > t));
         idle.len()
     }
 }
@@ -442,26 +505,26 @@ impl PoolRef {
 
 /// A connection to return to its pool once its response has been read.
 struct Reuse {
-    sender: http1::SendRequest<UpstreamBody>,
+    conn: Conn,
     pool: PoolRef,
     max: usize,
 }
 
 impl Reuse {
     fn release(self) {
-        if self.sender.is_ready() {
-            return self.pool.get().checkin(self.sender, self.max);
+        if self.conn.sender.is_ready() {
+            return self.pool.get().checkin(self.conn, self.max);
         }
-        if self.sender.is_closed() {
+        if self.conn.sender.is_closed() {
             return;
         }
         // Its connection task has not caught up yet (another worker runs it), or the request
         // body is still being sent after an early response: back to the pool once it is idle.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        let Reuse { mut sender, pool, max } = self;
+        let Reuse { mut conn, pool, max } = self;
         runtime.spawn(async move {
-            if sender.ready().await.is_ok() {
-                pool.get().checkin(sender, max);
+            if conn.sender.ready().await.is_ok() {
+                pool.get().checkin(conn, max);
             }
         });
     }
@@ -482,17 +545,14 @@ impl ResponseBody {
         ResponseBody { inner, reuse: None }
     }
 
-    /// Wraps `resp` so that `sender` returns to `pool` once its body ends. An upgraded
-    /// connection (101) never returns.
-    fn pooled(
-        resp: Response<Incoming>,
-        sender: http1::SendRequest<UpstreamBody>,
-        pool: PoolRef,
-        max: usize,
-    ) -> Response<ResponseBody> {
-        let reusable = max > 0 && resp.status() != StatusCode::SWITCHING_PROTOCOLS;
+    /// Wraps `resp` so that `conn` returns to `pool` once its body ends. An upgraded
+    /// connection (101) never returns, nor one at the end of its requests or lifetime.
+    fn pooled(resp: Response<Incoming>, conn: Conn, pool: PoolRef, opts: Exchange) -> Response<ResponseBody> {
+        let max = opts.max_idle;
+        let reusable =
+            max > 0 && resp.status() != StatusCode::SWITCHING_PROTOCOLS && conn.meta.reusable(&opts);
         resp.map(|inner| {
-            let reuse = Reuse { sender, pool, max };
+            let reuse = Reuse { conn, pool, max };
             if !reusable {
                 return ResponseBody::plain(inner);
             }
@@ -660,6 +720,106 @@ impl H2Pool {
     }
 }
 
+// === impl SendTimed ===
+
+/// No write to the upstream made progress within the send timeout (`proxy-send-timeout`).
+#[derive(Debug, thiserror::Error)]
+#[error("upstream send timed out")]
+pub(super) struct SendTimedOut;
+
+/// Whether `error` (or one of its causes) is a [`SendTimedOut`].
+pub(super) fn is_send_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.is::<SendTimedOut>()
+            || e.downcast_ref::<io::Error>()
+                .and_then(io::Error::get_ref)
+                .is_some_and(|i| i.is::<SendTimedOut>())
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// An upstream connection's I/O whose writes fail with [`SendTimedOut`] when one waits longer
+/// than the send timeout of the request it carries (nginx's `proxy_send_timeout`: the time
+/// between two successive writes, not the whole transfer). Reads are untouched.
+struct SendTimed<T> {
+    io: T,
+    meta: Arc<ConnMeta>,
+    /// Armed when a write is first refused, cleared when one makes progress.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> SendTimed<T> {
+    fn new(io: T, meta: Arc<ConnMeta>) -> Self {
+        SendTimed { io, meta, stalled: None }
+    }
+
+    /// Passes a write's outcome on; a write still waiting past the timeout fails.
+    fn watch<R>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<R>>) -> Poll<io::Result<R>> {
+        if poll.is_ready() {
+            self.stalled = None;
+            return poll;
+        }
+        let ms = self.meta.send_timeout_ms.load(Relaxed);
+        if ms == 0 {
+            return Poll::Pending;
+        }
+        let stalled =
+            self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::from_millis(ms))));
+        if stalled.as_mut().poll(cx).is_ready() {
+            self.stalled = None;
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, SendTimedOut)));
+        }
+        Poll::Pending
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for SendTimed<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for SendTimed<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let poll = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.watch(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let poll = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.watch(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let poll = Pin::new(&mut this.io).poll_flush(cx);
+        this.watch(cx, poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
 // === impl UpstreamBody ===
 
 /// The client's request body passed the route's size limit (`proxy-body-size`): 413.
@@ -667,11 +827,14 @@ impl H2Pool {
 #[error("request body larger than {0} bytes")]
 pub(super) struct BodyTooLarge(u64);
 
-/// The request body sent upstream: the client's body, streamed frame by frame, never buffered.
+/// The request body sent upstream: the client's body, streamed frame by frame, or a small body
+/// read whole beforehand so that a retry can send it again ([`UpstreamBody::buffered`]).
 pub(crate) struct UpstreamBody {
     body: Option<Incoming>,
     limit: Option<u64>,
     seen: u64,
+    /// A whole body, sent as one frame.
+    buffered: Option<Bytes>,
     /// `mirror-*`: on a request's body, the copy its frames go to; on a copy's body (no
     /// `body`), where its frames come from. Boxed: rare, and every request carries this type.
     mirror: Option<Box<super::mirror::Side>>,
@@ -684,24 +847,41 @@ impl UpstreamBody {
         if body.is_end_stream() {
             return UpstreamBody::empty();
         }
-        UpstreamBody { body: Some(body), limit, seen: 0, mirror: None }
+        UpstreamBody { body: Some(body), limit, seen: 0, buffered: None, mirror: None }
     }
 
     /// An empty body.
     pub(super) fn empty() -> Self {
-        UpstreamBody { body: None, limit: None, seen: 0, mirror: None }
+        UpstreamBody { body: None, limit: None, seen: 0, buffered: None, mirror: None }
+    }
+
+    /// A body read whole beforehand.
+    pub(super) fn buffered(bytes: Bytes) -> Self {
+        UpstreamBody {
+            body: None,
+            limit: None,
+            seen: 0,
+            buffered: (!bytes.is_empty()).then_some(bytes),
+            mirror: None,
+        }
     }
 
     /// From now on this body's data frames also go to the body returned, which may lag `lag`
     /// frames behind before it is cut off (with an error, as when this body fails or is dropped
-    /// before its end).
+    /// before its end). A body read whole beforehand is simply shared.
     pub(super) fn tee(&mut self, lag: usize) -> UpstreamBody {
+        if self.body.is_none()
+            && let Some(bytes) = &self.buffered
+        {
+            return UpstreamBody::buffered(bytes.clone());
+        }
         let (tee, feed) = super::mirror::channel(lag, self.size_hint());
         self.mirror = Some(Box::new(super::mirror::Side::Tee(tee)));
         UpstreamBody {
             body: None,
             limit: None,
             seen: 0,
+            buffered: None,
             mirror: Some(Box::new(super::mirror::Side::Feed(feed))),
         }
     }
@@ -738,6 +918,9 @@ impl Body for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
+        if let Some(bytes) = this.buffered.take() {
+            return Poll::Ready(Some(Ok(Frame::data(bytes))));
+        }
         let Some(body) = &mut this.body else {
             return match this.mirror.as_deref_mut() {
                 Some(super::mirror::Side::Feed(feed)) => feed.poll_frame(cx),
@@ -771,6 +954,9 @@ impl Body for UpstreamBody {
     }
 
     fn is_end_stream(&self) -> bool {
+        if self.buffered.is_some() {
+            return false;
+        }
         match &self.body {
             Some(body) => body.is_end_stream(),
             None => !matches!(self.mirror.as_deref(), Some(super::mirror::Side::Feed(_))),
@@ -778,6 +964,9 @@ impl Body for UpstreamBody {
     }
 
     fn size_hint(&self) -> SizeHint {
+        if let Some(bytes) = &self.buffered {
+            return SizeHint::with_exact(bytes.len() as u64);
+        }
         match (&self.body, self.mirror.as_deref()) {
             (Some(body), _) => body.size_hint(),
             (None, Some(super::mirror::Side::Feed(feed))) => feed.size_hint(),

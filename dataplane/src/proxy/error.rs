@@ -46,6 +46,15 @@ pub enum ProxyError {
     /// The upstream response head took longer than `upstream_timeout`.
     #[error("upstream response timed out")]
     ResponseTimeout,
+    /// No write to the upstream made progress within `proxy-send-timeout`.
+    #[error("upstream send timed out")]
+    SendTimeout,
+    /// Reading the client's body (read whole so a retry can send it again) failed.
+    #[error("reading the request body failed: {0}")]
+    ClientBody(#[source] BoxError),
+    /// The client did not send its body (read whole so a retry can send it again) in time.
+    #[error("the request body did not arrive in time")]
+    ClientBodyTimeout,
     /// The upstream answered `101 Switching Protocols` to a request that asked for no upgrade.
     #[error("upstream switched protocols unasked")]
     UnexpectedSwitch,
@@ -89,7 +98,9 @@ impl ProxyError {
             | ProxyError::ClientCertRequired
             | ProxyError::ClientCertInvalid
             | ProxyError::ClientCertUnauthorized
-            | ProxyError::Misdirected => ErrorSource::Downstream,
+            | ProxyError::Misdirected
+            | ProxyError::ClientBody(_)
+            | ProxyError::ClientBodyTimeout => ErrorSource::Downstream,
             ProxyError::NoRoute | ProxyError::BadUpstreamAddress | ProxyError::BadRewrite => {
                 ErrorSource::Internal
             }
@@ -97,6 +108,7 @@ impl ProxyError {
             | ProxyError::Connect(_)
             | ProxyError::ConnectTimeout
             | ProxyError::ResponseTimeout
+            | ProxyError::SendTimeout
             | ProxyError::UnexpectedSwitch
             | ProxyError::Upstream(_) => ErrorSource::Upstream,
         }
@@ -105,9 +117,10 @@ impl ProxyError {
     /// The status the client gets.
     pub fn status(&self) -> StatusCode {
         match self {
-            ProxyError::NoHost | ProxyError::ClientCertRequired | ProxyError::ClientCertInvalid => {
-                StatusCode::BAD_REQUEST
-            }
+            ProxyError::NoHost
+            | ProxyError::ClientCertRequired
+            | ProxyError::ClientCertInvalid
+            | ProxyError::ClientBody(_) => StatusCode::BAD_REQUEST,
             ProxyError::Misdirected => StatusCode::MISDIRECTED_REQUEST,
             ProxyError::Forbidden | ProxyError::ClientCertUnauthorized => StatusCode::FORBIDDEN,
             ProxyError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -119,7 +132,10 @@ impl ProxyError {
             | ProxyError::Connect(_)
             | ProxyError::UnexpectedSwitch
             | ProxyError::Upstream(_) => StatusCode::BAD_GATEWAY,
-            ProxyError::ConnectTimeout | ProxyError::ResponseTimeout => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::ConnectTimeout | ProxyError::ResponseTimeout | ProxyError::SendTimeout => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
+            ProxyError::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
         }
     }
 }
@@ -136,6 +152,7 @@ pub(super) fn local_response(status: StatusCode, request_id: HeaderValue) -> Res
         StatusCode::BAD_REQUEST => "400 Bad Request\n",
         StatusCode::UNAUTHORIZED => "401 Unauthorized\n",
         StatusCode::FORBIDDEN => "403 Forbidden\n",
+        StatusCode::REQUEST_TIMEOUT => "408 Request Timeout\n",
         StatusCode::PAYLOAD_TOO_LARGE => "413 Payload Too Large\n",
         StatusCode::TOO_MANY_REQUESTS => "429 Too Many Requests\n",
         StatusCode::NOT_FOUND => "404 Not Found\n",

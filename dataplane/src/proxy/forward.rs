@@ -13,10 +13,15 @@
 //!   it cannot spoof them; `X-Forwarded-Proto`, `-Host`, `-Port` describe this listener;
 //! - `X-Request-ID` is kept if present, else generated (32 hex characters).
 //!
-//! Retries (ingress-nginx `proxy-next-upstream: error timeout`, 3 tries): only connect errors and
-//! connect timeouts, where nothing was sent, go to another endpoint: the client connects before
-//! it takes the request, and hands it back (body unread) when connecting fails. Errors after
-//! sending began are never retried.
+//! Retries (`proxy-next-upstream`, ingress-nginx's `error timeout` by default; 3 tries): a
+//! request goes to another endpoint, never one already tried, when a listed condition happens
+//! ([`super::Retry`]). Connect errors and connect timeouts, where nothing was sent, retry any
+//! request: the client connects before it takes the request, and hands it back (body unread).
+//! Once sent, a request goes again only when its method is idempotent (or `non_idempotent` is
+//! listed) and its body is empty or small enough to have been read whole first
+//! ([`RESEND_BODY_MAX`]); a listed status's answer is dropped, and the last try's answer stands.
+//! A response whose head reached the client is never retried. `$upstream_addr` lists every
+//! endpoint tried.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -34,14 +39,14 @@ use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
-use super::client::{BodyTooLarge, ResponseBody, SendError, UpstreamBody};
+use super::client::{BodyTooLarge, Exchange, ResponseBody, SendError, UpstreamBody, is_send_timeout};
 use super::error::{ProxyError, grpc_local_response, is_grpc, local_response};
 use super::{Compiled, Proxy, ProxyConfig, extauth, mirror, upgrade};
 use crate::accesslog;
 use crate::auth;
 use crate::balance::Balancer;
 use crate::hashkey;
-use crate::model::ClientVerify;
+use crate::model::{ClientVerify, RetryOn};
 use crate::policy::{CompiledBalance, Verdict, set_headers};
 
 /// The body of every response the proxy returns: the upstream's, streamed, or a small local one.
@@ -62,6 +67,11 @@ const SEC_WEBSOCKET_ACCEPT: HeaderName = HeaderName::from_static("sec-websocket-
 
 /// Upper bound on [`super::ProxyConfig::connect_tries`] (the tried endpoints live on the stack).
 pub(super) const MAX_TRIES: usize = 8;
+
+/// Largest request body read whole before the first try so that a retry can send it again
+/// (declared by `Content-Length`); larger bodies are streamed, and retried only when nothing
+/// was sent.
+pub(super) const RESEND_BODY_MAX: u64 = 64 * 1024;
 
 /// What a connection knows once, reused by each of its requests.
 pub(super) struct ConnCtx {
@@ -233,7 +243,7 @@ impl ConnCtx {
                 balancer.tls(),
                 authority.host(),
                 req,
-                state.config.connect_timeout,
+                Exchange::of(&state.config),
             ),
         );
         match sent.await {
@@ -475,6 +485,11 @@ impl ConnCtx {
             None => Uri::from(path_and_query),
         };
         let clients = &self.proxy.inner.clients;
+        // `proxy-next-upstream`: the route's conditions (with `retry-non-idempotent`), else the
+        // table's.
+        let retry = policy
+            .and_then(|p| p.next_upstream)
+            .map_or(config.next_upstream, |r| r.with_non_idempotent(config.retry_non_idempotent));
         let tries_wanted = match policy.and_then(|p| p.connect_tries) {
             Some(0) => MAX_TRIES,
             Some(n) => n as usize,
@@ -482,9 +497,35 @@ impl ConnCtx {
         };
         let max_tries = tries_wanted.clamp(1, balancer.endpoints().len().min(MAX_TRIES));
         let head_timeout = policy.and_then(|p| p.read_timeout).unwrap_or(config.upstream_timeout);
-        let connect_timeout = policy.and_then(|p| p.connect_timeout).unwrap_or(config.connect_timeout);
+        let mut opts = Exchange::of(config);
+        if let Some(timeout) = policy.and_then(|p| p.connect_timeout) {
+            opts.connect_timeout = timeout;
+        }
+        if let Some(timeout) = policy.and_then(|p| p.send_timeout) {
+            opts.send_timeout = timeout;
+        }
+        // `proxy-next-upstream-timeout`: no try starts past it (the clock is read only with one).
+        let retry_until = policy
+            .and_then(|p| p.next_upstream_timeout)
+            .unwrap_or(config.next_upstream_timeout)
+            .filter(|_| max_tries > 1)
+            .map(|limit| Instant::now() + limit);
+        // A request that went out goes again only if its method allows it and its body can be
+        // sent again: none, or a small one (declared length) read whole first.
+        let resend = max_tries > 1 && !is_upgrade && retry.after_send() && retry.may_resend(&parts.method);
+        let (body, replay) = if !resend {
+            (UpstreamBody::new(body, body_limit), None)
+        } else if http_body::Body::is_end_stream(&body) {
+            (UpstreamBody::empty(), Some(Bytes::new()))
+        } else if http_body::Body::size_hint(&body).exact().is_some_and(|n| n <= RESEND_BODY_MAX) {
+            let bytes = Box::pin(read_whole(body, head_timeout)).await?;
+            (UpstreamBody::buffered(bytes.clone()), Some(bytes))
+        } else {
+            (UpstreamBody::new(body, body_limit), None)
+        };
+        let head = replay.as_ref().map(|_| Head::of(&parts));
         // A connect error hands the request back, unsent, for the next endpoint.
-        let mut body = UpstreamBody::new(body, body_limit);
+        let mut body = body;
         if let Some((target, client_host, request_uri)) = &mirrored
             && !is_upgrade
         {
@@ -496,10 +537,19 @@ impl ConnCtx {
                 client: client.ip,
                 headers: &parts.headers,
             };
-            mirror::start(&self.proxy, target, &original, &mut body, connect_timeout + head_timeout);
+            mirror::start(&self.proxy, target, &original, &mut body, opts.connect_timeout + head_timeout);
         }
         let mut attempt = Request::from_parts(parts, body);
         let (mut tried, mut tries) = ([usize::MAX; MAX_TRIES], 0);
+        // `$upstream_addr`: every endpoint tried before the one that answers, nginx's way.
+        let mut earlier = String::new();
+        // Whether another endpoint may take the request after `on` happened.
+        let more = |tries: usize, sent: bool| {
+            tries < max_tries
+                && (!sent || replay.is_some())
+                && retry_until.is_none_or(|until| Instant::now() < until)
+        };
+        let again = |on: RetryOn, tries: usize, sent: bool| retry.on(on) && more(tries, sent);
 
         loop {
             let untried = &tried[..tries];
@@ -524,21 +574,27 @@ impl ConnCtx {
             let flight = matches!(pick, Pick::Ewma).then(|| endpoint.start());
             // Boxed: this future would otherwise be part of every enclosing one, each moved
             // (copied whole) as the request's future is built and handed to hyper.
-            let exchange = Box::pin(clients.send(
-                protocol,
-                endpoint,
-                balancer.tls(),
-                host_str,
-                attempt,
-                connect_timeout,
-            ));
+            let exchange =
+                Box::pin(clients.send(protocol, endpoint, balancer.tls(), host_str, attempt, opts));
             let sent = tokio::time::timeout(head_timeout, exchange).await;
-            let (timed_out, error) = match sent {
+            let (on, failure) = match sent {
                 Ok(Ok(resp)) => {
                     if let Some(flight) = flight {
                         flight.answered();
                     }
                     let status = resp.status();
+                    // `http_5xx` and friends: the answer is dropped (its connection closed unless
+                    // it was complete) and the next endpoint asked; the last one's stands.
+                    if retry.on_status(status)
+                        && more(tries, true)
+                        && let Some((head, bytes)) = head.as_ref().zip(replay.as_ref())
+                    {
+                        drop(resp);
+                        tracing::debug!(upstream = %endpoint.key(), status = status.as_u16(), "retrying on the next endpoint");
+                        note_tried(&mut earlier, config, endpoint);
+                        attempt = head.request(bytes.clone());
+                        continue;
+                    }
                     tracing::debug!(
                         peer = %self.peer,
                         version = state.version,
@@ -554,8 +610,13 @@ impl ConnCtx {
                     );
                     let mut resp = self.response(resp, downstream_upgrade, h2_websocket)?;
                     if config.access_log.is_some() {
+                        let addr = if earlier.is_empty() {
+                            endpoint.key().to_string()
+                        } else {
+                            format!("{earlier}, {}", endpoint.key())
+                        };
                         resp.extensions_mut().insert(accesslog::Upstream {
-                            addr: endpoint.key().to_string(),
+                            addr,
                             status: status.as_u16(),
                             elapsed: started.map(|t| t.elapsed()).unwrap_or_default(),
                             backend: state.router.backend_ids().get(backend.0 as usize).cloned(),
@@ -574,20 +635,41 @@ impl ConnCtx {
                     return Ok(resp);
                 }
                 Ok(Err(SendError::Connect { timed_out, error, request })) => {
-                    attempt = *request;
-                    (timed_out, error)
+                    endpoint.record_failure();
+                    tracing::debug!(upstream = %endpoint.key(), %error, timed_out, "upstream connect failed");
+                    let on = if timed_out { RetryOn::Timeout } else { RetryOn::Error };
+                    // Nothing was sent: the request goes to the next endpoint, if there is one.
+                    if again(on, tries, false) {
+                        note_tried(&mut earlier, config, endpoint);
+                        attempt = *request;
+                        continue;
+                    }
+                    return Err(if timed_out {
+                        ProxyError::ConnectTimeout
+                    } else {
+                        ProxyError::Connect(error)
+                    });
                 }
                 Ok(Err(SendError::Request(error))) if is_body_too_large(&*error) => {
                     return Err(ProxyError::PayloadTooLarge);
                 }
-                Ok(Err(SendError::Request(error))) => return Err(ProxyError::Upstream(error)),
-                Err(_elapsed) => return Err(ProxyError::ResponseTimeout),
+                Ok(Err(SendError::Request(error))) if is_send_timeout(&*error) => {
+                    (RetryOn::Timeout, ProxyError::SendTimeout)
+                }
+                Ok(Err(SendError::Request(error))) => {
+                    let parse = error.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse);
+                    (if parse { RetryOn::InvalidHeader } else { RetryOn::Error }, ProxyError::Upstream(error))
+                }
+                Err(_elapsed) => (RetryOn::Timeout, ProxyError::ResponseTimeout),
             };
-            endpoint.record_failure();
-            tracing::debug!(upstream = %endpoint.key(), %error, timed_out, "upstream connect failed");
-            // Nothing was sent: the request goes to the next endpoint, if there is one to try.
-            if tries >= max_tries {
-                return Err(if timed_out { ProxyError::ConnectTimeout } else { ProxyError::Connect(error) });
+            // Sent (at least in part): again only with the whole request at hand.
+            match head.as_ref().zip(replay.as_ref()) {
+                Some((head, bytes)) if again(on, tries, true) => {
+                    tracing::debug!(upstream = %endpoint.key(), error = %failure, "retrying on the next endpoint");
+                    note_tried(&mut earlier, config, endpoint);
+                    attempt = head.request(bytes.clone());
+                }
+                _ => return Err(failure),
             }
         }
     }
@@ -929,6 +1011,54 @@ enum Pick {
 /// The body length the client declared (`Content-Length`), if any and valid.
 fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers.get(CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// What a request to send again is made of (its body aside).
+struct Head {
+    method: http::Method,
+    uri: Uri,
+    version: Version,
+    headers: HeaderMap,
+}
+
+impl Head {
+    fn of(parts: &http::request::Parts) -> Head {
+        Head {
+            method: parts.method.clone(),
+            uri: parts.uri.clone(),
+            version: parts.version,
+            headers: parts.headers.clone(),
+        }
+    }
+
+    /// The request again, with `body`.
+    fn request(&self, body: Bytes) -> Request<UpstreamBody> {
+        let mut req = Request::new(UpstreamBody::buffered(body));
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = self.uri.clone();
+        *req.version_mut() = self.version;
+        *req.headers_mut() = self.headers.clone();
+        req
+    }
+}
+
+/// Reads a (small, length-declared) request body whole, within `timeout`.
+async fn read_whole(body: Incoming, timeout: std::time::Duration) -> Result<Bytes, ProxyError> {
+    use http_body_util::BodyExt;
+    match tokio::time::timeout(timeout, body.collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(error)) => Err(ProxyError::ClientBody(Box::new(error))),
+        Err(_) => Err(ProxyError::ClientBodyTimeout),
+    }
+}
+
+/// Adds `endpoint` to the tried endpoints of `$upstream_addr` (only with an access log).
+fn note_tried(earlier: &mut String, config: &ProxyConfig, endpoint: &crate::balance::EndpointState) {
+    use std::fmt::Write;
+    if config.access_log.is_some() {
+        let sep = if earlier.is_empty() { "" } else { ", " };
+        let _ = write!(earlier, "{sep}{}", endpoint.key());
+    }
 }
 
 /// Whether a failed upstream request failed because the client's body passed the route's limit.

@@ -10,6 +10,7 @@
 //!   HTTP/1.1 or h2 by ALPN), handshake limits, graceful drain.
 //! - [`proxy_protocol`]: PROXY protocol v1/v2 headers on either listener.
 //! - `forward`: routing, header policy, retries, upstream errors.
+//! - `retry`: the `proxy-next-upstream` conditions, compiled.
 //! - `upgrade`: HTTP/1.1 `Upgrade` (WebSocket and others) splicing.
 //! - `client`: the upstream clients (HTTP/1.1 and HTTPS with our own idle pools, h2c/h2-over-TLS
 //!   multiplexed), the request body handed back on connect errors and the response body that
@@ -34,12 +35,14 @@ mod extauth;
 mod forward;
 pub(crate) mod mirror;
 pub mod proxy_protocol;
+mod retry;
 mod server;
 mod settings;
 mod upgrade;
 
 pub(crate) use client::Http1Pool;
 pub use error::{ErrorSource, ProxyError};
+pub use retry::Retry;
 
 /// Tunables of a [`Proxy`]. `Default` gives ingress-nginx-like values.
 #[derive(Clone, Debug)]
@@ -55,7 +58,8 @@ pub struct ProxyConfig {
     pub pool_max_idle_per_host: usize,
     /// On shutdown, how long in-flight requests may take to finish before connections are cut.
     pub drain_timeout: Duration,
-    /// Endpoints tried in all when connecting fails (`proxy-next-upstream-tries`; at most 8).
+    /// Endpoints tried in all under [`ProxyConfig::next_upstream`] (`proxy-next-upstream-tries`;
+    /// at most 8).
     pub connect_tries: usize,
     /// Time allowed for a client to send a request head (slowloris guard).
     pub header_read_timeout: Duration,
@@ -93,6 +97,23 @@ pub struct ProxyConfig {
     pub response_headers: crate::policy::HeaderList,
     /// Headers set on every request sent upstream (`proxy-set-headers`).
     pub upstream_headers: crate::policy::HeaderList,
+    /// When a request goes to the next endpoint (`proxy-next-upstream`, with
+    /// `retry-non-idempotent` folded in).
+    pub next_upstream: Retry,
+    /// Non-idempotent requests are retried on every route (`retry-non-idempotent`).
+    pub retry_non_idempotent: bool,
+    /// Time from the first try during which further tries may start
+    /// (`proxy-next-upstream-timeout`); `None`: no limit.
+    pub next_upstream_timeout: Option<Duration>,
+    /// Longest wait for one write towards an upstream (HTTP/1.1) to make progress
+    /// (`proxy-send-timeout`); past it the exchange fails (504 before a response).
+    pub send_timeout: Duration,
+    /// Requests sent on one upstream HTTP/1.1 connection before it is closed
+    /// (`upstream-keepalive-requests`); `None`: no limit.
+    pub pool_max_requests: Option<u32>,
+    /// Longest life of an upstream HTTP/1.1 connection: not reused past it
+    /// (`upstream-keepalive-time`); `None`: no limit.
+    pub pool_max_lifetime: Option<Duration>,
 }
 
 impl Default for ProxyConfig {
@@ -123,6 +144,13 @@ impl Default for ProxyConfig {
             access_log_output: crate::accesslog::Output::Stdout,
             response_headers: Vec::new(),
             upstream_headers: Vec::new(),
+            next_upstream: Retry::DEFAULT,
+            retry_non_idempotent: false,
+            next_upstream_timeout: None,
+            // ingress-nginx's defaults: 60 s, 10000 requests, 1 hour.
+            send_timeout: Duration::from_secs(60),
+            pool_max_requests: Some(10_000),
+            pool_max_lifetime: Some(Duration::from_secs(3600)),
         }
     }
 }
@@ -317,17 +345,20 @@ impl Proxy {
         if self.inner.sweeping.swap(true, std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        // Idle connections close between the timeout and the timeout plus half of it.
-        let every = (self.inner.config.pool_idle_timeout / 2)
-            .clamp(Duration::from_millis(10), Duration::from_secs(10));
+        // Idle connections close between the timeout and the timeout plus half of it; the
+        // timeout is the live table's (`upstream-keepalive-timeout`).
         let inner = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tick.tick().await;
+                let every = match inner.upgrade() {
+                    Some(inner) => (inner.state.load().config.pool_idle_timeout / 2)
+                        .clamp(Duration::from_millis(10), Duration::from_secs(10)),
+                    None => return,
+                };
+                tokio::time::sleep(every).await;
                 let Some(inner) = inner.upgrade() else { return };
-                inner.clients.sweep(&inner.state.load().balancers);
+                let state = inner.state.load();
+                inner.clients.sweep(&state.balancers, state.config.pool_idle_timeout);
             }
         });
     }

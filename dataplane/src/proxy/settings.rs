@@ -41,6 +41,31 @@ impl ProxyConfig {
         if let Some(tries) = settings.connect_tries {
             config.connect_tries = if tries == 0 { MAX_TRIES } else { (tries as usize).min(MAX_TRIES) };
         }
+        if let Some(yes) = settings.retry_non_idempotent {
+            config.retry_non_idempotent = yes;
+        }
+        if let Some(on) = &settings.next_upstream {
+            config.next_upstream = super::Retry::new(on);
+        }
+        config.next_upstream = config.next_upstream.with_non_idempotent(config.retry_non_idempotent);
+        if let Some(ms) = settings.next_upstream_timeout_ms {
+            config.next_upstream_timeout = (ms > 0).then(|| Duration::from_millis(ms));
+        }
+        if let Some(ms) = settings.send_timeout_ms {
+            config.send_timeout = Duration::from_millis(ms);
+        }
+        if let Some(max) = settings.upstream_idle_max {
+            config.pool_max_idle_per_host = max as usize;
+        }
+        if let Some(ms) = settings.upstream_idle_timeout_ms {
+            config.pool_idle_timeout = Duration::from_millis(ms);
+        }
+        if let Some(n) = settings.upstream_conn_requests {
+            config.pool_max_requests = (n > 0).then_some(n);
+        }
+        if let Some(ms) = settings.upstream_conn_lifetime_ms {
+            config.pool_max_lifetime = (ms > 0).then(|| Duration::from_millis(ms));
+        }
         if let Some(secs) = settings.keepalive_secs {
             config.keepalive = Some(Duration::from_secs(secs));
         }
@@ -158,5 +183,35 @@ mod tests {
         let c = base.with_settings(&off);
         assert_eq!(c.hsts, None);
         assert_eq!(c.max_request_body, None);
+    }
+
+    #[test]
+    fn retries_and_upstream_connections() {
+        use crate::model::RetryOn;
+        let base = ProxyConfig::default();
+        assert_eq!(base.with_settings(&Settings::default()).next_upstream, super::super::Retry::DEFAULT);
+        let settings = Settings {
+            next_upstream: Some(vec![RetryOn::Http502]),
+            retry_non_idempotent: Some(true),
+            next_upstream_timeout_ms: Some(0),
+            send_timeout_ms: Some(1_500),
+            upstream_idle_max: Some(16),
+            upstream_idle_timeout_ms: Some(5_000),
+            upstream_conn_requests: Some(100),
+            upstream_conn_lifetime_ms: Some(60_000),
+            ..Settings::default()
+        };
+        let c = base.with_settings(&settings);
+        assert!(c.next_upstream.on_status(http::StatusCode::BAD_GATEWAY));
+        assert!(!c.next_upstream.on(RetryOn::Error));
+        assert!(c.next_upstream.may_resend(&http::Method::POST));
+        assert_eq!(c.next_upstream_timeout, None);
+        assert_eq!(c.send_timeout, Duration::from_millis(1_500));
+        assert_eq!(c.pool_max_idle_per_host, 16);
+        assert_eq!(c.pool_idle_timeout, Duration::from_secs(5));
+        assert_eq!(c.pool_max_requests, Some(100));
+        assert_eq!(c.pool_max_lifetime, Some(Duration::from_secs(60)));
+        let limited = Settings { next_upstream_timeout_ms: Some(250), ..Settings::default() };
+        assert_eq!(base.with_settings(&limited).next_upstream_timeout, Some(Duration::from_millis(250)));
     }
 }

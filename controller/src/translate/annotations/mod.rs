@@ -99,10 +99,10 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("client-body-buffer-size", Unsupported),
         ("proxy-connect-timeout", Supported),
         ("proxy-read-timeout", Supported),
-        ("proxy-send-timeout", Unsupported),
-        ("proxy-next-upstream", Unsupported),
+        ("proxy-send-timeout", Supported),
+        ("proxy-next-upstream", Supported),
         ("proxy-next-upstream-tries", Supported),
-        ("proxy-next-upstream-timeout", Unsupported),
+        ("proxy-next-upstream-timeout", Supported),
         ("proxy-buffering", Supported),
         ("proxy-buffers-number", Unsupported),
         ("proxy-buffer-size", Unsupported),
@@ -375,6 +375,10 @@ pub(crate) fn parse(
     parsed.policy.read_timeout_ms = ctx.value("proxy-read-timeout", values::timeout_ms);
     parsed.policy.connect_timeout_ms = ctx.value("proxy-connect-timeout", values::timeout_ms);
     parsed.policy.connect_tries = ctx.value("proxy-next-upstream-tries", values::tries);
+    parsed.policy.next_upstream = ctx.value("proxy-next-upstream", values::next_upstream);
+    parsed.policy.next_upstream_timeout_ms =
+        ctx.value("proxy-next-upstream-timeout", values::timeout_ms_or_zero);
+    parsed.policy.send_timeout_ms = ctx.value("proxy-send-timeout", values::timeout_ms);
     parsed.policy.rate_limit = ctx.rate_limit();
     let (basic_auth, auth_failed) = ctx.basic_auth();
     parsed.policy.basic_auth = basic_auth;

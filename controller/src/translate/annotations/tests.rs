@@ -274,6 +274,51 @@ fn timeouts_and_tries() {
 }
 
 #[test]
+fn next_upstream_and_send_timeout() {
+    use weir_dataplane::model::RetryOn;
+    let (p, w) = parse_all(&[
+        (&nginx("proxy-next-upstream"), "http_502  error timeout http_502 non_idempotent"),
+        (&nginx("proxy-next-upstream-timeout"), "0"),
+        (&nginx("proxy-send-timeout"), "5"),
+    ]);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(
+        p.next_upstream,
+        Some(vec![RetryOn::Error, RetryOn::Timeout, RetryOn::Http502, RetryOn::NonIdempotent])
+    );
+    assert_eq!(p.next_upstream_timeout_ms, Some(0));
+    assert_eq!(p.send_timeout_ms, Some(5_000));
+    // `off` wins over the rest, as in nginx.
+    assert_eq!(one("proxy-next-upstream", "off").0.next_upstream, Some(vec![]));
+    assert_eq!(one("proxy-next-upstream", "error off").0.next_upstream, Some(vec![]));
+    assert_eq!(one("proxy-next-upstream-timeout", "1500ms").0.next_upstream_timeout_ms, Some(1_500));
+    // weir's own prefix wins.
+    let (p, w) =
+        parse_all(&[(&nginx("proxy-next-upstream"), "error"), ("weir.dev/proxy-next-upstream", "http_503")]);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(p.next_upstream, Some(vec![RetryOn::Http503]));
+    for (name, bad) in [
+        ("proxy-next-upstream", "http_501"),
+        ("proxy-next-upstream", "error;timeout"),
+        ("proxy-next-upstream", ""),
+        ("proxy-next-upstream-timeout", "-1"),
+        ("proxy-send-timeout", "0"),
+        ("proxy-send-timeout", "1 minute"),
+    ] {
+        let (p, w) = one(name, bad);
+        assert_eq!(
+            (p.next_upstream, p.next_upstream_timeout_ms, p.send_timeout_ms),
+            (None, None, None),
+            "{name}: {bad:?}"
+        );
+        assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)], "{name}: {bad:?}");
+        assert!(w[0].message.contains(name), "{}", w[0].message);
+    }
+    let (_, w) = one("proxy-next-upstream", "http_501");
+    assert!(w[0].message.contains("unknown condition \"http_501\""), "{}", w[0].message);
+}
+
+#[test]
 fn rate_limits() {
     let (p, w) = parse_all(&[
         (&nginx("limit-rps"), "10"),

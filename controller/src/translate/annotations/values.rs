@@ -135,6 +135,54 @@ pub(crate) fn timeout_ms(s: &str) -> Result<u64, String> {
     Ok(ms)
 }
 
+/// An nginx timeout as [`timeout_ms`], or `0` for no limit (`proxy-next-upstream-timeout`).
+pub(crate) fn timeout_ms_or_zero(s: &str) -> Result<u64, String> {
+    if s.bytes().all(|b| b == b'0') && !s.is_empty() {
+        return Ok(0);
+    }
+    timeout_ms(s).map_err(|why| format!("{why} (or 0 for no limit)"))
+}
+
+/// `proxy-next-upstream`: conditions separated by spaces, nginx's names; `off` (which wins, as in
+/// nginx) is the empty list.
+pub(crate) fn next_upstream(s: &str) -> Result<Vec<weir_dataplane::model::RetryOn>, String> {
+    use weir_dataplane::model::RetryOn::*;
+    let (mut on, mut off) = (Vec::new(), false);
+    for word in s.split_ascii_whitespace() {
+        on.push(match word {
+            "off" => {
+                off = true;
+                continue;
+            }
+            "error" => Error,
+            "timeout" => Timeout,
+            "invalid_header" => InvalidHeader,
+            "http_500" => Http500,
+            "http_502" => Http502,
+            "http_503" => Http503,
+            "http_504" => Http504,
+            "http_403" => Http403,
+            "http_404" => Http404,
+            "http_429" => Http429,
+            "non_idempotent" => NonIdempotent,
+            other => {
+                return Err(format!(
+                    "unknown condition {other:?} (expected error, timeout, invalid_header, http_500, http_502, http_503, http_504, http_403, http_404, http_429, non_idempotent or off)"
+                ));
+            }
+        });
+    }
+    if off {
+        return Ok(Vec::new());
+    }
+    if on.is_empty() {
+        return Err("expected conditions such as \"error timeout\", or off".into());
+    }
+    on.sort_unstable();
+    on.dedup();
+    Ok(on)
+}
+
 /// `proxy-next-upstream-tries`: a whole number, `0` for every endpoint.
 pub(crate) fn tries(s: &str) -> Result<u32, String> {
     s.parse().map_err(|_| "expected a whole number (0 for every endpoint)".to_string())

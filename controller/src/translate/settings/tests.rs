@@ -257,11 +257,52 @@ fn connections() {
 fn upstream_keepalive() {
     assert_eq!(clean(&[("upstream-keepalive-connections", "0")]).settings.upstream_keepalive, Some(false));
     assert_eq!(clean(&[("upstream-keepalive-connections", "320")]).settings.upstream_keepalive, Some(true));
-    let (parsed, w) = finding(&[("upstream-keepalive-connections", "64")], "upstream-keepalive-connections");
-    assert_eq!((w.severity, w.reason), (Severity::Warning, Reason::UnsupportedSetting));
-    assert_eq!(parsed.settings.upstream_keepalive, Some(true));
+    assert_eq!(clean(&[("upstream-keepalive-connections", "0")]).settings.upstream_idle_max, None);
+    let s = clean(&[("upstream-keepalive-connections", "64")]).settings;
+    assert_eq!((s.upstream_keepalive, s.upstream_idle_max), (Some(true), Some(64)));
     let parsed = rejected(&[("upstream-keepalive-connections", "many")], "upstream-keepalive-connections");
-    assert_eq!(parsed.settings.upstream_keepalive, None);
+    assert_eq!((parsed.settings.upstream_keepalive, parsed.settings.upstream_idle_max), (None, None));
+    rejected(&[("upstream-keepalive-connections", "-1")], "upstream-keepalive-connections");
+
+    let s = clean(&[
+        ("upstream-keepalive-timeout", "30"),
+        ("upstream-keepalive-requests", "500"),
+        ("upstream-keepalive-time", "10m"),
+    ])
+    .settings;
+    assert_eq!(s.upstream_idle_timeout_ms, Some(30_000));
+    assert_eq!(s.upstream_conn_requests, Some(500));
+    assert_eq!(s.upstream_conn_lifetime_ms, Some(600_000));
+    let bad = |key: &str, value: &str| rejected(&[(key, value)], key).settings;
+    assert_eq!(bad("upstream-keepalive-timeout", "a while").upstream_idle_timeout_ms, None);
+    assert_eq!(bad("upstream-keepalive-requests", "0").upstream_conn_requests, None);
+    assert_eq!(bad("upstream-keepalive-time", "1d").upstream_conn_lifetime_ms, None);
+}
+
+#[test]
+fn next_upstream_and_send_timeout() {
+    use weir_dataplane::model::RetryOn;
+    let s = clean(&[
+        ("proxy-next-upstream", "error timeout http_502 http_503"),
+        ("proxy-next-upstream-timeout", "10"),
+        ("retry-non-idempotent", "true"),
+        ("proxy-send-timeout", "30s"),
+    ])
+    .settings;
+    assert_eq!(
+        s.next_upstream,
+        Some(vec![RetryOn::Error, RetryOn::Timeout, RetryOn::Http502, RetryOn::Http503])
+    );
+    assert_eq!(s.next_upstream_timeout_ms, Some(10_000));
+    assert_eq!(s.retry_non_idempotent, Some(true));
+    assert_eq!(s.send_timeout_ms, Some(30_000));
+    assert_eq!(clean(&[("proxy-next-upstream", "off")]).settings.next_upstream, Some(vec![]));
+    assert_eq!(clean(&[("proxy-next-upstream-timeout", "0")]).settings.next_upstream_timeout_ms, Some(0));
+    let bad = |key: &str, value: &str| rejected(&[(key, value)], key).settings;
+    assert_eq!(bad("proxy-next-upstream", "error http_501").next_upstream, None);
+    assert_eq!(bad("proxy-next-upstream-timeout", "soon").next_upstream_timeout_ms, None);
+    assert_eq!(bad("retry-non-idempotent", "sometimes").retry_non_idempotent, None);
+    assert_eq!(bad("proxy-send-timeout", "0").send_timeout_ms, None);
 }
 
 #[test]
