@@ -100,10 +100,10 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("proxy-buffers-number", Unsupported),
         ("proxy-max-temp-file-size", Unsupported),
         ("proxy-http-version", Unsupported),
-        ("proxy-cookie-domain", Unsupported),
-        ("proxy-cookie-path", Unsupported),
-        ("proxy-redirect-from", Unsupported),
-        ("proxy-redirect-to", Unsupported),
+        ("proxy-cookie-domain", Supported),
+        ("proxy-cookie-path", Supported),
+        ("proxy-redirect-from", Supported),
+        ("proxy-redirect-to", Supported),
         ("proxy-set-headers", Supported),
         ("add-headers", Supported),
         ("global-allowed-response-headers", Supported),
@@ -118,7 +118,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("upstream-hash-by-subset", Unsupported),
         ("upstream-hash-by-subset-size", Unsupported),
         ("service-upstream", Unsupported),
-        ("preserve-trailing-slash", Unsupported),
+        ("preserve-trailing-slash", Supported),
         ("use-port-in-redirects", Unsupported),
         ("custom-http-errors", Unsupported),
         ("disable-proxy-intercept-errors", Unsupported),
@@ -130,10 +130,10 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("block-user-agents", UnsupportedFailClosed),
         ("block-referers", UnsupportedFailClosed),
         ("limit-req-status-code", Supported),
-        ("limit-conn-status-code", Unsupported),
+        ("limit-conn-status-code", Supported),
         ("limit-conn-zone-variable", Unsupported),
-        ("limit-rate", Unsupported),
-        ("limit-rate-after", Unsupported),
+        ("limit-rate", Supported),
+        ("limit-rate-after", Supported),
         ("global-auth-url", UnsupportedFailClosed),
         ("global-auth-method", Unsupported),
         ("global-auth-signin", Unsupported),
@@ -315,6 +315,11 @@ pub(crate) struct RouteDefaults {
     fail_closed: bool,
     /// `limit-req-status-code`.
     limit_status: Option<u16>,
+    /// `limit-conn-status-code`.
+    conn_status: Option<u16>,
+    /// `limit-rate`, `limit-rate-after`, `proxy-redirect-*`, `proxy-cookie-*`,
+    /// `preserve-trailing-slash`: for the keys an Ingress's annotations leave unset.
+    pub(crate) response: super::annotations::limits::ResponseSettings,
 }
 
 impl Default for RouteDefaults {
@@ -327,6 +332,8 @@ impl Default for RouteDefaults {
             block: Vec::new(),
             fail_closed: false,
             limit_status: None,
+            conn_status: None,
+            response: Default::default(),
         }
     }
 }
@@ -336,6 +343,11 @@ impl RouteDefaults {
     pub(crate) fn apply(&self, policy: &mut RoutePolicy) {
         if let Some(status) = self.limit_status
             && let Some(limit) = &mut policy.rate_limit
+        {
+            limit.status = status;
+        }
+        if let Some(status) = self.conn_status
+            && let Some(limit) = &mut policy.conn_limit
         {
             limit.status = status;
         }
@@ -715,6 +727,8 @@ impl<'a> Ctx<'a, '_> {
                 },
                 "503",
             ),
+            conn_status: self.value("limit-conn-status-code", limits::status_code, "503"),
+            response: self.response_settings(),
             ..RouteDefaults::default()
         };
         let closed = "every route denies every client (403) until it is fixed";
@@ -864,6 +878,8 @@ impl<'a> Scanner<'a> {
         Ok(&rest[..len])
     }
 }
+
+mod limits;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
