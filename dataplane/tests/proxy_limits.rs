@@ -263,3 +263,51 @@ async fn https_redirect_drops_a_trailing_slash_unless_preserved() {
     assert_eq!(location(&p.get("keep.test", "/dir/").await), "https://keep.test/dir/");
     assert_eq!(location(&p.get("keep.test", "/").await), "https://keep.test/");
 }
+
+#[tokio::test]
+async fn limit_connections_counts_each_h2_stream_and_frees_a_reset_one() {
+    let e = echo("e").await;
+    // Any host: over h2 the authority is the proxy's address.
+    let p = proxy(table().prefix("/", &to(&e)).policy(conn_limited(2)).build()).await;
+    // One h2c connection carries every request: each stream counts.
+    let h2: Client<HttpConnector, TestBody> =
+        Client::builder(TokioExecutor::new()).http2_only(true).build_http();
+    let uri = |path: &str| format!("http://{}{path}", p.addr);
+    let req =
+        |path: &str, delay: &str| Request::get(uri(path)).header(DELAY_HEADER, delay).body(empty()).unwrap();
+    // Two streams whose upstream answers only in a minute: both in flight.
+    let held = tokio::spawn({
+        let (h2, r) = (h2.clone(), req("/held", "60000"));
+        async move { status(&h2, r).await }
+    });
+    // A stream the client gives up on before the head (dropping it resets the stream).
+    let abandoned = tokio::spawn({
+        let (h2, r) = (h2.clone(), req("/abandoned", "60000"));
+        async move { status(&h2, r).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let refused = h2.request(req("/", "0")).await.unwrap();
+    assert_eq!(refused.version(), http::Version::HTTP_2);
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    abandoned.abort();
+    assert!(abandoned.await.unwrap_err().is_cancelled());
+    // The reset stream's place frees although its upstream would answer only in a minute
+    // (the other is still held: one place left).
+    assert_eq!(passes_soon(&h2, || req("/", "0")).await, StatusCode::OK);
+    held.abort();
+}
+
+#[tokio::test]
+async fn limit_connections_frees_the_slot_of_a_client_that_leaves_before_the_head() {
+    use tokio::io::AsyncWriteExt;
+    let e = echo("e").await;
+    let p = proxy(table().host("a.test").prefix("/", &to(&e)).policy(conn_limited(1)).build()).await;
+    let mut raw = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    raw.write_all(b"GET /x HTTP/1.1\r\nHost: a.test\r\nx-echo-delay-ms: 60000\r\n\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let one = client_from("127.0.0.1");
+    assert_eq!(status(&one, get(&p, "a.test", "/", &[])).await, StatusCode::SERVICE_UNAVAILABLE);
+    // The client closes its connection while the upstream still waits: the request ends.
+    drop(raw);
+    assert_eq!(passes_soon(&one, || get(&p, "a.test", "/", &[])).await, StatusCode::OK);
+}
