@@ -26,6 +26,10 @@ pub struct ConnLimiter {
     pub status: http::StatusCode,
 }
 
+/// A request refused: its client has as many in flight as the limit allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtLimit;
+
 /// One request in flight; dropping it frees its place.
 #[derive(Debug)]
 pub struct Slot {
@@ -44,10 +48,9 @@ impl ConnLimiter {
         }
     }
 
-    /// A place for one more request from `ip`: `Ok(None)` for an exempt client, `Err(())` when
-    /// `ip` already has the maximum in flight.
-    #[allow(clippy::result_unit_err)]
-    pub fn acquire(self: &Arc<Self>, ip: IpAddr) -> Result<Option<Slot>, ()> {
+    /// A place for one more request from `ip`: `Ok(None)` for an exempt client, [`AtLimit`]
+    /// when `ip` already has the maximum in flight.
+    pub fn acquire(self: &Arc<Self>, ip: IpAddr) -> Result<Option<Slot>, AtLimit> {
         let ip = canonical_ip(ip);
         if self.exempt.iter().any(|n| n.contains(ip)) {
             return Ok(None);
@@ -59,7 +62,7 @@ impl ConnLimiter {
                 // `max` is 0: nothing may pass, and nothing is kept.
                 clients.remove(&ip);
             }
-            return Err(());
+            return Err(AtLimit);
         }
         *count += 1;
         Ok(Some(Slot { limiter: Arc::clone(self), ip }))

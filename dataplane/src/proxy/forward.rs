@@ -45,7 +45,9 @@ use crate::model::ClientVerify;
 use crate::policy::{CompiledBalance, Verdict, set_headers};
 use crate::throttle::Shaped;
 
-/// The body of every response the proxy returns: the upstream's, streamed, or a small local one.
+/// The body of every response the proxy returns: the upstream's, streamed (paced by
+/// `limit-rate` and holding its `limit-connections` place where the route says so), or a small
+/// local one.
 pub(crate) type ProxyBody = Either<Shaped<ResponseBody>, Full<Bytes>>;
 
 /// `x-request-id`.
@@ -312,7 +314,7 @@ impl ConnCtx {
         // `limit-connections`: a place held until the response has gone out (or is dropped).
         let mut slot = match policy.and_then(|p| p.conn_limit.as_ref()) {
             Some(limiter) => {
-                limiter.acquire(client.ip).map_err(|()| ProxyError::ConnLimited(limiter.status))?
+                limiter.acquire(client.ip).map_err(|_| ProxyError::ConnLimited(limiter.status))?
             }
             None => None,
         };
@@ -670,6 +672,7 @@ impl ConnCtx {
 
     /// `308 Permanent Redirect` to the same host and path over HTTPS (the method and body are
     /// kept by the client, unlike with 301).
+    ///
     /// A trailing `/` of the request URI is dropped unless `preserve_slash`
     /// (`preserve-trailing-slash`), as ingress-nginx does.
     fn https_redirect(
