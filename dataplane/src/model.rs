@@ -480,6 +480,29 @@ pub struct RoutePolicy {
     /// (`proxy-send-timeout`); `None` keeps the proxy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub send_timeout_ms: Option<u64>,
+    /// Requests in flight at once per client address, over all routes of the Ingress
+    /// (`limit-connections`); past it, `status` at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conn_limit: Option<ConnLimit>,
+    /// Response bandwidth per request (`limit-rate`, `limit-rate-after`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_rate: Option<ResponseRate>,
+    /// `Location` and `Refresh` response headers starting with `from` get `to` instead
+    /// (`proxy-redirect-from`, `proxy-redirect-to`; nginx's `proxy_redirect`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect_rewrite: Option<Replace>,
+    /// `Set-Cookie` `Domain` attributes equal to `from` (case-insensitive, a leading dot
+    /// ignored) become `to` (`proxy-cookie-domain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie_domain: Option<Replace>,
+    /// `Set-Cookie` `Path` attributes starting with `from` get `to` instead
+    /// (`proxy-cookie-path`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie_path: Option<Replace>,
+    /// The HTTPS redirect keeps a trailing `/` of the request URI (`preserve-trailing-slash`);
+    /// by default it is dropped, as ingress-nginx does.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub preserve_trailing_slash: bool,
 }
 
 /// Request mirroring (ingress-nginx `mirror-*`).
@@ -533,6 +556,40 @@ pub enum RetryOn {
     Http429,
     /// Non-idempotent requests may be sent again.
     NonIdempotent,
+}
+
+/// A limit on a client's requests in flight at once (`limit-connections`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnLimit {
+    /// Requests in flight allowed per client address.
+    pub max: u32,
+    /// Clients never limited (`limit-allowlist`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exempt: Vec<IpNet>,
+    /// The status of refused requests (`limit-conn-status-code`, 503 by default).
+    pub status: u16,
+}
+
+/// Response bandwidth per request, as nginx's `limit_rate` and `limit_rate_after`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseRate {
+    /// Bytes per second once `after_bytes` have been sent; `0`: unlimited.
+    pub bytes_per_sec: u64,
+    /// Bytes sent at full speed first.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub after_bytes: u64,
+}
+
+/// A text replaced by another in a response header.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Replace {
+    /// What is looked for.
+    pub from: String,
+    /// What it becomes.
+    pub to: String,
 }
 
 /// Error pages from another backend: when the upstream answers (or the proxy would answer) one

@@ -94,6 +94,14 @@ pub struct CompiledPolicy {
     pub response_headers: HeaderList,
     /// `mirror-*`: where copies of the requests go.
     pub mirror: Option<Box<crate::proxy::mirror::CompiledMirror>>,
+    /// `limit-connections`: the requests in flight of this route's Ingress, per client.
+    pub conn_limit: Option<Arc<crate::connlimit::ConnLimiter>>,
+    /// `limit-rate`, `limit-rate-after`: the pace of each response body.
+    pub response_rate: Option<crate::model::ResponseRate>,
+    /// `proxy-redirect-*`, `proxy-cookie-*`: upstream response headers rewritten.
+    pub response_rewrite: Option<crate::rewrite_response::ResponseRewrite>,
+    /// `preserve-trailing-slash`: the HTTPS redirect keeps a trailing `/`.
+    pub preserve_trailing_slash: bool,
 }
 
 /// Headers set as they are: name and value parsed once per table.
@@ -291,6 +299,10 @@ impl CompiledPolicy {
                 Some(m) => Some(Box::new(crate::proxy::mirror::CompiledMirror::compile(m)?)),
                 None => None,
             },
+            conn_limit: policy.conn_limit.as_ref().map(|l| limiters.connections(origin, l)),
+            response_rate: policy.response_rate.clone().filter(|r| r.bytes_per_sec > 0),
+            response_rewrite: crate::rewrite_response::ResponseRewrite::new(policy),
+            preserve_trailing_slash: policy.preserve_trailing_slash,
         }))
     }
 

@@ -112,9 +112,13 @@ fn refilled(specs: &[Spec], c: &Client, now: Instant) -> bool {
     c.tokens.iter().zip(specs).all(|(t, s)| t + elapsed * s.rate >= s.capacity)
 }
 
-/// The live limiters by Ingress and limits, so that a new table reuses the old state.
+/// The live limiters by Ingress and limits, so that a new table reuses the old state; with the
+/// connection limiters (`limit-connections`), kept likewise.
 #[derive(Debug, Default)]
-pub struct LimiterCache(Mutex<HashMap<(ObjectRef, RateLimit), Weak<Limiter>>>);
+pub struct LimiterCache(
+    Mutex<HashMap<(ObjectRef, RateLimit), Weak<Limiter>>>,
+    crate::connlimit::ConnLimiterCache,
+);
 
 impl LimiterCache {
     /// The limiter for `origin`'s routes with `limit`: the live one, or a new one.
@@ -128,6 +132,15 @@ impl LimiterCache {
         let limiter = Arc::new(Limiter::new(limit)?);
         map.insert(key, Arc::downgrade(&limiter));
         Some(limiter)
+    }
+
+    /// The connection limiter for `origin`'s routes with `limit`: the live one, or a new one.
+    pub fn connections(
+        &self,
+        origin: &ObjectRef,
+        limit: &crate::model::ConnLimit,
+    ) -> Arc<crate::connlimit::ConnLimiter> {
+        self.1.get(origin, limit)
     }
 }
 

@@ -150,6 +150,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         }
         let mut policy = parsed.policy;
         settings.routes.apply(&mut policy, parsed.global_auth);
+        parsed.response.or(&settings.routes.response).apply(&mut policy);
         policies.insert(&o.rank.object, policy);
     }
 

@@ -101,10 +101,10 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("proxy-buffers-number", Unsupported),
         ("proxy-max-temp-file-size", Unsupported),
         ("proxy-http-version", Unsupported),
-        ("proxy-cookie-domain", Unsupported),
-        ("proxy-cookie-path", Unsupported),
-        ("proxy-redirect-from", Unsupported),
-        ("proxy-redirect-to", Unsupported),
+        ("proxy-cookie-domain", Supported),
+        ("proxy-cookie-path", Supported),
+        ("proxy-redirect-from", Supported),
+        ("proxy-redirect-to", Supported),
         ("proxy-set-headers", Supported),
         ("add-headers", Supported),
         ("global-allowed-response-headers", Supported),
@@ -119,7 +119,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("upstream-hash-by-subset", Unsupported),
         ("upstream-hash-by-subset-size", Unsupported),
         ("service-upstream", Unsupported),
-        ("preserve-trailing-slash", Unsupported),
+        ("preserve-trailing-slash", Supported),
         ("use-port-in-redirects", Unsupported),
         ("custom-http-errors", Unsupported),
         ("disable-proxy-intercept-errors", Unsupported),
@@ -131,10 +131,10 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("block-user-agents", UnsupportedFailClosed),
         ("block-referers", UnsupportedFailClosed),
         ("limit-req-status-code", Supported),
-        ("limit-conn-status-code", Unsupported),
+        ("limit-conn-status-code", Supported),
         ("limit-conn-zone-variable", Unsupported),
-        ("limit-rate", Unsupported),
-        ("limit-rate-after", Unsupported),
+        ("limit-rate", Supported),
+        ("limit-rate-after", Supported),
         ("global-auth-url", Supported),
         ("global-auth-method", Supported),
         ("global-auth-signin", Supported),
@@ -319,6 +319,11 @@ pub(crate) struct RouteDefaults {
     pub(crate) global_auth: Option<ExternalAuth>,
     /// `no-auth-locations`: path prefixes exempt from the global authentication.
     no_auth_locations: Vec<String>,
+    /// `limit-conn-status-code`.
+    conn_status: Option<u16>,
+    /// `limit-rate`, `limit-rate-after`, `proxy-redirect-*`, `proxy-cookie-*`,
+    /// `preserve-trailing-slash`: for the keys an Ingress's annotations leave unset.
+    pub(crate) response: super::annotations::limits::ResponseSettings,
 }
 
 impl Default for RouteDefaults {
@@ -333,6 +338,8 @@ impl Default for RouteDefaults {
             limit_status: None,
             global_auth: None,
             no_auth_locations: vec!["/.well-known/acme-challenge".to_string()],
+            conn_status: None,
+            response: Default::default(),
         }
     }
 }
@@ -346,6 +353,11 @@ impl RouteDefaults {
         }
         if let Some(status) = self.limit_status
             && let Some(limit) = &mut policy.rate_limit
+        {
+            limit.status = status;
+        }
+        if let Some(status) = self.conn_status
+            && let Some(limit) = &mut policy.conn_limit
         {
             limit.status = status;
         }
@@ -748,6 +760,8 @@ impl<'a> Ctx<'a, '_> {
                 },
                 "503",
             ),
+            conn_status: self.value("limit-conn-status-code", limits::status_code, "503"),
+            response: self.response_settings(),
             ..RouteDefaults::default()
         };
         let closed = "every route denies every client (403) until it is fixed";
@@ -936,6 +950,8 @@ impl<'a> Scanner<'a> {
         Ok(&rest[..len])
     }
 }
+
+mod limits;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

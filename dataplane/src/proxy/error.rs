@@ -70,6 +70,9 @@ pub enum ProxyError {
     /// The client passed the route's rate limit; the status is 503 or 429.
     #[error("rate limited")]
     RateLimited(StatusCode),
+    /// The client has as many requests in flight as `limit-connections` allows.
+    #[error("too many requests in flight from this client")]
+    ConnLimited(StatusCode),
     /// The route's rewrite produced a path that is not a valid request target.
     #[error("rewrite produced an invalid path")]
     BadRewrite,
@@ -95,6 +98,7 @@ impl ProxyError {
             | ProxyError::Forbidden
             | ProxyError::PayloadTooLarge
             | ProxyError::RateLimited(_)
+            | ProxyError::ConnLimited(_)
             | ProxyError::ClientCertRequired
             | ProxyError::ClientCertInvalid
             | ProxyError::ClientCertUnauthorized
@@ -127,7 +131,7 @@ impl ProxyError {
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::BadRewrite => StatusCode::INTERNAL_SERVER_ERROR,
-            ProxyError::RateLimited(status) => *status,
+            ProxyError::RateLimited(status) | ProxyError::ConnLimited(status) => *status,
             ProxyError::BadUpstreamAddress
             | ProxyError::Connect(_)
             | ProxyError::UnexpectedSwitch

@@ -48,9 +48,12 @@ use crate::balance::Balancer;
 use crate::hashkey;
 use crate::model::{ClientVerify, RetryOn};
 use crate::policy::{CompiledBalance, Verdict, set_headers};
+use crate::throttle::Shaped;
 
-/// The body of every response the proxy returns: the upstream's, streamed, or a small local one.
-pub(crate) type ProxyBody = Either<ResponseBody, Full<Bytes>>;
+/// The body of every response the proxy returns: the upstream's, streamed (paced by
+/// `limit-rate` and holding its `limit-connections` place where the route says so), or a small
+/// local one.
+pub(crate) type ProxyBody = Either<Shaped<ResponseBody>, Full<Bytes>>;
 
 /// `x-request-id`.
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -270,7 +273,8 @@ impl ConnCtx {
         let client = self.client(config, req.headers());
         // The HTTPS redirect comes first, as in ingress-nginx's locations.
         if route.ssl_redirect && !client.https {
-            return Ok(self.https_redirect(&host, &req));
+            let preserve = route.policy.as_deref().is_some_and(|p| p.preserve_trailing_slash);
+            return Ok(self.https_redirect(&host, &req, preserve));
         }
         if let Some(target) = route.policy.as_deref().and_then(|p| p.host_redirect.as_deref()) {
             return Ok(self.host_redirect(target, &req, request_id));
@@ -317,6 +321,13 @@ impl ConnCtx {
         {
             return Err(ProxyError::RateLimited(limiter.status));
         }
+        // `limit-connections`: a place held until the response has gone out (or is dropped).
+        let mut slot = match policy.and_then(|p| p.conn_limit.as_ref()) {
+            Some(limiter) => {
+                limiter.acquire(client.ip).map_err(|_| ProxyError::ConnLimited(limiter.status))?
+            }
+            None => None,
+        };
         if let Some(policy) = policy {
             match policy.check(client.ip, req.uri().path()) {
                 Some(Verdict::Redirect(code, location)) => {
@@ -609,6 +620,14 @@ impl ConnCtx {
                         "proxied"
                     );
                     let mut resp = self.response(resp, downstream_upgrade, h2_websocket)?;
+                    if let Some(policy) = policy {
+                        if let Some(rewrite) = &policy.response_rewrite {
+                            rewrite.apply(resp.headers_mut());
+                        }
+                        if let Either::Left(body) = resp.body_mut() {
+                            body.limit(slot.take(), policy.response_rate.as_ref());
+                        }
+                    }
                     if config.access_log.is_some() {
                         let addr = if earlier.is_empty() {
                             endpoint.key().to_string()
@@ -753,7 +772,15 @@ impl ConnCtx {
 
     /// `308 Permanent Redirect` to the same host and path over HTTPS (the method and body are
     /// kept by the client, unlike with 301).
-    fn https_redirect(&self, host: &HeaderValue, req: &Request<Incoming>) -> Response<ProxyBody> {
+    ///
+    /// A trailing `/` of the request URI is dropped unless `preserve_slash`
+    /// (`preserve-trailing-slash`), as ingress-nginx does.
+    fn https_redirect(
+        &self,
+        host: &HeaderValue,
+        req: &Request<Incoming>,
+        preserve_slash: bool,
+    ) -> Response<ProxyBody> {
         let host = host.to_str().unwrap_or_default();
         // Drop a port from the host (IPv6 literals keep their brackets).
         let name = match host.rsplit_once(':') {
@@ -765,7 +792,10 @@ impl ConnCtx {
             _ => host,
         };
         let port = self.proxy.inner.config.https_redirect_port;
-        let path = req.uri().path_and_query().map_or("/", PathAndQuery::as_str);
+        let mut path = req.uri().path_and_query().map_or("/", PathAndQuery::as_str);
+        if !preserve_slash {
+            path = path.strip_suffix('/').unwrap_or(path);
+        }
         let location = if port == 443 {
             format!("https://{name}{path}")
         } else {
@@ -804,7 +834,7 @@ impl ConnCtx {
         } else if switching {
             resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("upgrade"));
         }
-        Ok(resp.map(Either::Left))
+        Ok(resp.map(|body| Either::Left(Shaped::plain(body))))
     }
 }
 

@@ -15,6 +15,7 @@
 //! against it by a test.
 
 mod auth;
+pub(crate) mod limits;
 mod protocol;
 pub(crate) mod values;
 
@@ -69,11 +70,11 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("x-forwarded-prefix", Supported),
         ("upstream-vhost", Supported),
         ("server-alias", Supported),
-        ("preserve-trailing-slash", Unsupported),
-        ("proxy-redirect-from", Unsupported),
-        ("proxy-redirect-to", Unsupported),
-        ("proxy-cookie-domain", Unsupported),
-        ("proxy-cookie-path", Unsupported),
+        ("preserve-trailing-slash", Supported),
+        ("proxy-redirect-from", Supported),
+        ("proxy-redirect-to", Supported),
+        ("proxy-cookie-domain", Supported),
+        ("proxy-cookie-path", Supported),
         // TLS.
         ("ssl-redirect", Supported),
         ("force-ssl-redirect", Supported),
@@ -112,12 +113,12 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("connection-proxy-header", Unsupported),
         ("limit-rps", Supported),
         ("limit-rpm", Supported),
-        ("limit-connections", Unsupported),
+        ("limit-connections", Supported),
         ("limit-burst-multiplier", Supported),
         ("limit-whitelist", Supported),
         ("limit-allowlist", Supported),
-        ("limit-rate", Unsupported),
-        ("limit-rate-after", Unsupported),
+        ("limit-rate", Supported),
+        ("limit-rate-after", Supported),
         // Access.
         ("whitelist-source-range", Supported),
         ("allowlist-source-range", Supported),
@@ -241,6 +242,9 @@ pub(crate) struct Parsed {
     /// `enable-global-auth` (true unless `"false"`): the Ingress's routes take the ConfigMap's
     /// `global-auth-url` when they have no `auth-url` of their own.
     pub(crate) global_auth: bool,
+    /// The response settings the annotations give (already applied to `policy`); the
+    /// ConfigMap's fill in the keys they leave unset.
+    pub(crate) response: limits::ResponseSettings,
 }
 
 impl Default for Parsed {
@@ -253,6 +257,7 @@ impl Default for Parsed {
             canary: None,
             regex_paths: false,
             global_auth: true,
+            response: limits::ResponseSettings::default(),
         }
     }
 }
@@ -380,6 +385,9 @@ pub(crate) fn parse(
         ctx.value("proxy-next-upstream-timeout", values::timeout_ms_or_zero);
     parsed.policy.send_timeout_ms = ctx.value("proxy-send-timeout", values::timeout_ms);
     parsed.policy.rate_limit = ctx.rate_limit();
+    parsed.policy.conn_limit = ctx.conn_limit();
+    parsed.response = ctx.response_settings();
+    parsed.response.apply(&mut parsed.policy);
     let (basic_auth, auth_failed) = ctx.basic_auth();
     parsed.policy.basic_auth = basic_auth;
     if auth_failed {
@@ -783,10 +791,14 @@ impl Ctx<'_, '_> {
             .or_else(|| self.value("limit-whitelist", values::cidr_list))
             .unwrap_or_default();
         if rps.is_none() && rpm.is_none() {
-            self.unused_without(
-                &["limit-burst-multiplier", "limit-allowlist", "limit-whitelist"],
-                "limit-rps or limit-rpm",
-            );
+            // The allowlist exempts clients from limit-connections too.
+            let connections = self.reader.get("limit-connections").is_some();
+            let unused: &[&str] = if connections {
+                &["limit-burst-multiplier"]
+            } else {
+                &["limit-burst-multiplier", "limit-allowlist", "limit-whitelist"]
+            };
+            self.unused_without(unused, "limit-rps or limit-rpm");
             return None;
         }
         Some(RateLimit { rps, rpm, burst_multiplier, exempt, status: 503 })
