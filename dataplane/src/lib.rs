@@ -5,6 +5,7 @@
 
 pub mod accesslog;
 pub mod auth;
+pub mod authcache;
 pub mod balance;
 pub mod canary;
 pub mod cors;

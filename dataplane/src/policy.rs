@@ -82,6 +82,8 @@ pub struct CompiledPolicy {
     pub host_redirect: Option<String>,
     /// `custom-headers`: set on the route's responses.
     pub response_headers: HeaderList,
+    /// External authentication's answer cache (`auth-cache-key`), set by the router.
+    pub auth_cache: Option<Arc<crate::authcache::AuthCache>>,
 }
 
 /// Headers set as they are: name and value parsed once per table.
@@ -270,6 +272,7 @@ impl CompiledPolicy {
                 other => other.clone(),
             },
             response_headers: compile_headers("custom-headers", &policy.response_headers)?,
+            auth_cache: None,
         }))
     }
 

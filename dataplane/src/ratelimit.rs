@@ -112,11 +112,17 @@ fn refilled(specs: &[Spec], c: &Client, now: Instant) -> bool {
     c.tokens.iter().zip(specs).all(|(t, s)| t + elapsed * s.rate >= s.capacity)
 }
 
-/// The live limiters by Ingress and limits, so that a new table reuses the old state.
+/// The live limiters by Ingress and limits, so that a new table reuses the old state; also the
+/// live external-authentication answer caches, kept across tables the same way.
 #[derive(Debug, Default)]
-pub struct LimiterCache(Mutex<HashMap<(ObjectRef, RateLimit), Weak<Limiter>>>);
+pub struct LimiterCache(Mutex<HashMap<(ObjectRef, RateLimit), Weak<Limiter>>>, crate::authcache::AuthCaches);
 
 impl LimiterCache {
+    /// The live external-authentication answer caches.
+    pub fn auth_caches(&self) -> &crate::authcache::AuthCaches {
+        &self.1
+    }
+
     /// The limiter for `origin`'s routes with `limit`: the live one, or a new one.
     pub fn get(&self, origin: &ObjectRef, limit: &RateLimit) -> Option<Arc<Limiter>> {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
