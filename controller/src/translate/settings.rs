@@ -81,7 +81,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("http2-max-requests", Unsupported),
         ("client-header-buffer-size", Unsupported),
         ("client-header-timeout", Unsupported),
-        ("client-body-buffer-size", Unsupported),
+        ("client-body-buffer-size", Supported),
         ("client-body-timeout", Unsupported),
         ("large-client-header-buffers", Unsupported),
         ("server-tokens", Supported),
@@ -96,9 +96,9 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("retry-non-idempotent", Unsupported),
         ("proxy-buffering", Supported),
         ("proxy-request-buffering", Supported),
-        ("proxy-buffer-size", Unsupported),
-        ("proxy-buffers-number", Unsupported),
-        ("proxy-max-temp-file-size", Unsupported),
+        ("proxy-buffer-size", Supported),
+        ("proxy-buffers-number", Supported),
+        ("proxy-max-temp-file-size", Supported),
         ("proxy-http-version", Unsupported),
         ("proxy-cookie-domain", Unsupported),
         ("proxy-cookie-path", Unsupported),
@@ -692,6 +692,12 @@ impl<'a> Ctx<'a, '_> {
         }
         // weir streams request bodies either way.
         let _ = self.value("proxy-request-buffering", values::on_off, "on");
+        // nginx's buffers: weir streams bodies both ways, never spools to disk, and reads
+        // upstream response heads up to hyper's limits. Validated; nothing to change.
+        let _ = self.value("client-body-buffer-size", values::buffer_size, "8k");
+        let _ = self.value("proxy-buffer-size", values::buffer_size, "4k");
+        let _ = self.value("proxy-buffers-number", values::buffers_number, "4");
+        let _ = self.value("proxy-max-temp-file-size", values::size, "1024m");
         if let Some(code) = self.value("http-redirect-code", number, "308")
             && code != 308
         {

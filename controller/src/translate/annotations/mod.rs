@@ -96,7 +96,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("proxy-ssl-protocols", Unsupported),
         // Limits and timeouts.
         ("proxy-body-size", Supported),
-        ("client-body-buffer-size", Unsupported),
+        ("client-body-buffer-size", Supported),
         ("proxy-connect-timeout", Supported),
         ("proxy-read-timeout", Supported),
         ("proxy-send-timeout", Unsupported),
@@ -104,9 +104,9 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("proxy-next-upstream-tries", Supported),
         ("proxy-next-upstream-timeout", Unsupported),
         ("proxy-buffering", Supported),
-        ("proxy-buffers-number", Unsupported),
-        ("proxy-buffer-size", Unsupported),
-        ("proxy-max-temp-file-size", Unsupported),
+        ("proxy-buffers-number", Supported),
+        ("proxy-buffer-size", Supported),
+        ("proxy-max-temp-file-size", Supported),
         ("proxy-request-buffering", Supported),
         ("proxy-http-version", Unsupported),
         ("connection-proxy-header", Unsupported),
@@ -370,6 +370,11 @@ pub(crate) fn parse(
     // validated and have nothing to change.
     let _ = ctx.value("proxy-buffering", values::on_off);
     let _ = ctx.value("proxy-request-buffering", values::on_off);
+    // So are nginx's buffer sizes (weir reads upstream response heads up to hyper's limits).
+    let _ = ctx.value("client-body-buffer-size", values::buffer_size);
+    let _ = ctx.value("proxy-buffer-size", values::buffer_size);
+    let _ = ctx.value("proxy-buffers-number", values::buffers_number);
+    let _ = ctx.value("proxy-max-temp-file-size", values::size);
     let error_backend = ctx.value("default-backend", values::header_name);
     parsed.custom_errors =
         ctx.value("custom-http-errors", values::status_codes).map(|codes| (codes, error_backend));

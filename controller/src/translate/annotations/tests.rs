@@ -627,3 +627,28 @@ fn auth_keepalive_accepted_and_rejected() {
         assert!(w[0].message.contains(&format!("{name}]: invalid value")), "{}", w[0].message);
     }
 }
+
+#[test]
+fn buffer_annotations_accepted_and_rejected() {
+    let pairs = [
+        (nginx("client-body-buffer-size"), "1m"),
+        (nginx("proxy-buffer-size"), "16k"),
+        (nginx("proxy-buffers-number"), "4"),
+        (nginx("proxy-max-temp-file-size"), "0"),
+    ];
+    let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    let (p, w) = parse_all(&pairs);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(p, RoutePolicy::default(), "weir streams: nothing to apply");
+    for (name, bad) in [
+        ("client-body-buffer-size", "1.5m"),
+        ("proxy-buffer-size", "0"),
+        ("proxy-buffers-number", "many"),
+        ("proxy-max-temp-file-size", "-1"),
+    ] {
+        let (p, w) = parse_all(&[(&nginx(name), bad), (&nginx("proxy-body-size"), "1k")]);
+        assert_eq!(p.max_body_bytes, Some(1024), "the other annotations still apply");
+        assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)], "{name}");
+        assert!(w[0].message.contains(&format!("{name}]: invalid value {bad:?}")), "{}", w[0].message);
+    }
+}

@@ -439,6 +439,22 @@ pub(crate) fn at_least(min: u64) -> impl Fn(&str) -> Result<u64, String> {
     }
 }
 
+/// A buffer size (`client-body-buffer-size`, `proxy-buffer-size`): an nginx size above 0.
+pub(crate) fn buffer_size(s: &str) -> Result<u64, String> {
+    match size(s)? {
+        0 => Err("a buffer cannot be empty (expected a size like 8k or 16k)".into()),
+        n => Ok(n),
+    }
+}
+
+/// `proxy-buffers-number`: how many buffers, from 1.
+pub(crate) fn buffers_number(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n @ 1..=1024) => Ok(n),
+        _ => Err("expected a whole number from 1 to 1024".into()),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

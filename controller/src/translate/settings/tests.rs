@@ -340,6 +340,25 @@ fn keys_with_the_one_value_weir_implements() {
 }
 
 #[test]
+fn buffer_sizes_are_validated_and_change_nothing() {
+    let parsed = clean(&[
+        ("client-body-buffer-size", "16k"),
+        ("proxy-buffer-size", "8k"),
+        ("proxy-buffers-number", "8"),
+        ("proxy-max-temp-file-size", "0"),
+    ]);
+    assert_eq!(parsed, Parsed::default(), "weir streams: nothing to apply");
+    for (key, bad) in [
+        ("client-body-buffer-size", "16kb"),
+        ("proxy-buffer-size", "0"),
+        ("proxy-buffers-number", "0"),
+        ("proxy-max-temp-file-size", "lots"),
+    ] {
+        rejected(&[(key, bad)], key);
+    }
+}
+
+#[test]
 fn route_policy_defaults() {
     let parsed = clean(&[
         ("ssl-redirect", "false"),
