@@ -8,6 +8,7 @@ pub mod auth;
 pub mod authcache;
 pub mod balance;
 pub mod canary;
+pub mod ciphers;
 pub mod cors;
 pub mod echo;
 pub mod hashkey;

@@ -76,6 +76,10 @@ pub struct Settings {
     /// TLS versions offered to clients (`ssl-protocols`), for new handshakes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_versions: Option<Vec<TlsVersion>>,
+    /// The TLS 1.2 cipher suites offered to clients, rustls names in preference order
+    /// (`ssl-ciphers`); TLS 1.3 suites are always offered. `None`: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ciphers: Option<Vec<String>>,
     /// Largest request body, in bytes, where a route sets none (`proxy-body-size`); `0`: no
     /// limit. Larger bodies get 413.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -928,6 +932,17 @@ pub struct UpstreamTls {
     /// Do not send SNI (`proxy-ssl-server-name: "off"`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub no_sni: bool,
+    /// The TLS 1.2 cipher suites offered to upstreams, rustls names in preference order
+    /// (`proxy-ssl-ciphers`); TLS 1.3 suites are always offered. `None`: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ciphers: Option<Vec<String>>,
+    /// TLS versions offered to upstreams (`proxy-ssl-protocols`); `None`: 1.2 and 1.3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versions: Option<Vec<TlsVersion>>,
+    /// Longest upstream chain accepted: the certificate plus the intermediates the upstream
+    /// sends (`proxy-ssl-verify-depth`); `None`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_depth: Option<u32>,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {

@@ -55,7 +55,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("force-ssl-redirect", Supported),
         ("http-redirect-code", Supported),
         ("no-tls-redirect-locations", Unsupported),
-        ("ssl-ciphers", Unsupported),
+        ("ssl-ciphers", Supported),
         ("ssl-ecdh-curve", Unsupported),
         ("ssl-dh-param", Unsupported),
         ("ssl-early-data", Unsupported),
@@ -384,6 +384,7 @@ pub(crate) fn parse(
     s.forwarded = ctx.forwarded();
     s.hsts = ctx.hsts();
     s.tls_versions = ctx.tls_versions();
+    s.tls_ciphers = ctx.tls_ciphers();
     s.max_body_bytes = ctx.value("proxy-body-size", values::size, "no limit");
     s.read_timeout_ms = ctx.value("proxy-read-timeout", values::timeout_ms, "60s");
     s.connect_timeout_ms = ctx.value("proxy-connect-timeout", values::timeout_ms, "5s");
@@ -612,6 +613,26 @@ impl<'a> Ctx<'a, '_> {
             );
         }
         Some(versions)
+    }
+
+    /// `ssl-ciphers`: an OpenSSL cipher string choosing the TLS 1.2 suites (TLS 1.3 ones stay
+    /// on, as with nginx); entries selecting nothing weir offers are reported.
+    fn tls_ciphers(&mut self) -> Option<Vec<String>> {
+        let selection = self.value_or(
+            "ssl-ciphers",
+            weir_dataplane::ciphers::parse,
+            "every cipher suite weir has stays offered",
+        )?;
+        if !selection.unmatched.is_empty() {
+            self.warn(
+                Reason::InvalidSetting,
+                format!(
+                    "data[ssl-ciphers]: {} selects no cipher suite weir offers; left out",
+                    selection.unmatched.join(":")
+                ),
+            );
+        }
+        Some(selection.tls12)
     }
 
     /// `upstream-keepalive-connections`: `0` turns upstream keep-alive off; the pool size itself

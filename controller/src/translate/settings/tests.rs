@@ -340,6 +340,33 @@ fn keys_with_the_one_value_weir_implements() {
 }
 
 #[test]
+fn ssl_ciphers_accepted_and_rejected() {
+    let parsed = clean(&[("ssl-ciphers", "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256")]);
+    assert_eq!(
+        parsed.settings.tls_ciphers,
+        Some(vec![
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256".to_string(),
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".to_string()
+        ])
+    );
+    // ingress-nginx's default names two DHE suites weir does not have: a warning, the rest apply.
+    let (parsed, w) =
+        finding(&[("ssl-ciphers", "ECDHE-RSA-AES256-GCM-SHA384:DHE-RSA-AES256-GCM-SHA384")], "ssl-ciphers");
+    assert_eq!((w.severity, w.reason), (Severity::Warning, Reason::InvalidSetting));
+    assert!(
+        w.message.contains("DHE-RSA-AES256-GCM-SHA384 selects no cipher suite weir offers"),
+        "{}",
+        w.message
+    );
+    assert_eq!(parsed.settings.tls_ciphers.unwrap().len(), 1);
+    // Nothing weir offers, or not a cipher string: rejected, every suite stays offered.
+    for bad in ["AES128-SHA:DES-CBC3-SHA", "HIGH;x"] {
+        let parsed = rejected(&[("ssl-ciphers", bad)], "ssl-ciphers");
+        assert_eq!(parsed.settings.tls_ciphers, None);
+    }
+}
+
+#[test]
 fn buffer_sizes_are_validated_and_change_nothing() {
     let parsed = clean(&[
         ("client-body-buffer-size", "16k"),
