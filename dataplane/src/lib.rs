@@ -5,8 +5,10 @@
 
 pub mod accesslog;
 pub mod auth;
+pub mod authcache;
 pub mod balance;
 pub mod canary;
+pub mod ciphers;
 pub mod connlimit;
 pub mod cors;
 pub mod echo;

@@ -76,6 +76,10 @@ pub struct Settings {
     /// TLS versions offered to clients (`ssl-protocols`), for new handshakes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_versions: Option<Vec<TlsVersion>>,
+    /// The TLS 1.2 cipher suites offered to clients, rustls names in preference order
+    /// (`ssl-ciphers`); TLS 1.3 suites are always offered. `None`: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ciphers: Option<Vec<String>>,
     /// Largest request body, in bytes, where a route sets none (`proxy-body-size`); `0`: no
     /// limit. Larger bodies get 413.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -690,7 +694,7 @@ pub struct Canary {
 /// `url` and `signin` may use these variables, expanded per request: `$scheme`, `$host`
 /// (also `$http_host`, `$best_http_host`), `$request_uri`, `$escaped_request_uri`, `$uri`,
 /// `$remote_addr`. Translation rejects any other.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExternalAuth {
     /// The authentication service (`auth-url`), an `http://` URL template.
@@ -709,6 +713,46 @@ pub struct ExternalAuth {
     /// the original request URI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_redirect: Option<String>,
+    /// Headers set on the subrequest, replacing the client's of the same name
+    /// (`auth-proxy-set-headers`); names in lower case.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub proxy_set_headers: BTreeMap<String, String>,
+    /// The query parameter of the `signin` redirect carrying the original URL
+    /// (`auth-signin-redirect-param`); `None`: `rd`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signin_redirect_param: Option<String>,
+    /// The service's `Set-Cookie` reaches the client whatever the final status
+    /// (`auth-always-set-cookie`); otherwise only with 200, 201, 204, 206, 301, 302, 303, 304,
+    /// 307 and 308 (nginx's `add_header` without `always`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub always_set_cookie: bool,
+    /// Answers of the service kept and reused (`auth-cache-key`, `auth-cache-duration`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<AuthCacheSpec>,
+}
+
+/// How external authentication answers are cached: per route, by `key` (a template over
+/// request variables, see [`crate::authcache::AuthKey`]), for the time the first rule of
+/// `valid` naming the answer's status gives.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthCacheSpec {
+    /// The key template (`auth-cache-key`).
+    pub key: String,
+    /// How long answers stay valid, by status (`auth-cache-duration`).
+    pub valid: Vec<CacheValid>,
+}
+
+/// One `proxy_cache_valid` rule: answers with one of `codes` (any status when empty) are kept
+/// `seconds`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheValid {
+    /// Statuses the rule covers; empty: every status (nginx's `any`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub codes: Vec<u16>,
+    /// How long such answers are reused.
+    pub seconds: u64,
 }
 
 /// Users allowed in by HTTP Basic authentication.
@@ -1046,6 +1090,17 @@ pub struct UpstreamTls {
     /// Do not send SNI (`proxy-ssl-server-name: "off"`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub no_sni: bool,
+    /// The TLS 1.2 cipher suites offered to upstreams, rustls names in preference order
+    /// (`proxy-ssl-ciphers`); TLS 1.3 suites are always offered. `None`: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ciphers: Option<Vec<String>>,
+    /// TLS versions offered to upstreams (`proxy-ssl-protocols`); `None`: 1.2 and 1.3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versions: Option<Vec<TlsVersion>>,
+    /// Longest upstream chain accepted: the certificate plus the intermediates the upstream
+    /// sends (`proxy-ssl-verify-depth`); `None`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_depth: Option<u32>,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {

@@ -73,8 +73,9 @@ impl ClientAuthIndex {
     pub fn compile(table: &RouteTable, resolver: &Arc<dyn ResolvesServerCert>) -> ClientAuthIndex {
         let mut index = ClientAuthIndex::default();
         let versions = tls::versions(&table.settings);
+        let provider = tls::server_provider(&table.settings);
         for auth in &table.client_auth {
-            let compiled = match compile(auth, resolver, &versions) {
+            let compiled = match compile(auth, resolver, &versions, &provider) {
                 Ok(c) => Arc::new(c),
                 Err(error) => {
                     tracing::warn!(host = %auth.host, %error, "client certificate CA unusable; the host refuses every request");
@@ -87,7 +88,7 @@ impl ClientAuthIndex {
                         error_page: None,
                         broken: true,
                         verifier: Arc::new(Permissive(tls::provider())),
-                        config: match tls::server_config_with(resolver.clone(), &versions) {
+                        config: match tls::server_config_for(resolver.clone(), &table.settings) {
                             Ok(c) => Arc::new(c),
                             Err(_) => continue,
                         },
@@ -121,6 +122,7 @@ fn compile(
     auth: &ClientAuth,
     resolver: &Arc<dyn ResolvesServerCert>,
     versions: &[&'static rustls::SupportedProtocolVersion],
+    provider: &Arc<rustls::crypto::CryptoProvider>,
 ) -> Result<HostAuth, tls::Error> {
     let mut roots = rustls::RootCertStore::empty();
     let certs = CertificateDer::pem_slice_iter(auth.ca_pem.as_bytes())
@@ -137,7 +139,7 @@ fn compile(
         ClientVerify::OptionalNoCa => Arc::new(Permissive(tls::provider())),
         ClientVerify::On | ClientVerify::Optional => verifier.clone(),
     };
-    let mut config = ServerConfig::builder_with_provider(tls::provider())
+    let mut config = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
         .map_err(tls::Error::Config)?
         .with_client_cert_verifier(handshake)

@@ -102,6 +102,8 @@ pub struct CompiledPolicy {
     pub response_rewrite: Option<crate::rewrite_response::ResponseRewrite>,
     /// `preserve-trailing-slash`: the HTTPS redirect keeps a trailing `/`.
     pub preserve_trailing_slash: bool,
+    /// External authentication's answer cache (`auth-cache-key`), set by the router.
+    pub auth_cache: Option<Arc<crate::authcache::AuthCache>>,
 }
 
 /// Headers set as they are: name and value parsed once per table.
@@ -303,6 +305,7 @@ impl CompiledPolicy {
             response_rate: policy.response_rate.clone().filter(|r| r.bytes_per_sec > 0),
             response_rewrite: crate::rewrite_response::ResponseRewrite::new(policy),
             preserve_trailing_slash: policy.preserve_trailing_slash,
+            auth_cache: None,
         }))
     }
 

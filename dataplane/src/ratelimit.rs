@@ -113,14 +113,21 @@ fn refilled(specs: &[Spec], c: &Client, now: Instant) -> bool {
 }
 
 /// The live limiters by Ingress and limits, so that a new table reuses the old state; with the
-/// connection limiters (`limit-connections`), kept likewise.
+/// connection limiters (`limit-connections`) and the external-authentication answer caches,
+/// kept across tables the same way.
 #[derive(Debug, Default)]
 pub struct LimiterCache(
     Mutex<HashMap<(ObjectRef, RateLimit), Weak<Limiter>>>,
     crate::connlimit::ConnLimiterCache,
+    crate::authcache::AuthCaches,
 );
 
 impl LimiterCache {
+    /// The live external-authentication answer caches.
+    pub fn auth_caches(&self) -> &crate::authcache::AuthCaches {
+        &self.2
+    }
+
     /// The limiter for `origin`'s routes with `limit`: the live one, or a new one.
     pub fn get(&self, origin: &ObjectRef, limit: &RateLimit) -> Option<Arc<Limiter>> {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());

@@ -183,6 +183,10 @@ impl Router {
                             source,
                         },
                     )?;
+                if let (Some(policy), Some(auth)) = (policy.as_mut(), &route.policy.external_auth) {
+                    policy.auth_cache =
+                        limiters.auth_caches().get(&route.origin, &vh.host, &route.path, auth);
+                }
                 if let (Some(policy), Some(errors)) = (policy.as_mut(), &route.policy.custom_errors) {
                     let idx = resolve(&errors.backend, &|| {
                         format!("the custom error backend of host {} path {:?}", vh.host, route.path)

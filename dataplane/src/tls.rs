@@ -89,6 +89,15 @@ pub fn versions(settings: &Settings) -> Vec<&'static SupportedProtocolVersion> {
     }
 }
 
+/// The crypto provider of handshakes with clients: every suite, or, of TLS 1.2, those
+/// `ssl-ciphers` chose.
+pub fn server_provider(settings: &Settings) -> Arc<CryptoProvider> {
+    match settings.tls_ciphers.as_deref() {
+        Some(chosen) if !chosen.is_empty() => crate::ciphers::provider(chosen),
+        _ => provider(),
+    }
+}
+
 /// Parses and checks a certificate: a PEM chain (leaf first) and a PEM private key that
 /// matches the leaf. Pure; the controller uses it to warn about bad Secrets.
 pub fn certified_key(cert: &Certificate) -> Result<CertifiedKey, Error> {
@@ -222,7 +231,24 @@ pub fn server_config_with(
     resolver: Arc<dyn ResolvesServerCert>,
     versions: &[&'static SupportedProtocolVersion],
 ) -> Result<ServerConfig, Error> {
-    let mut config = ServerConfig::builder_with_provider(provider())
+    server_config_from(provider(), resolver, versions)
+}
+
+/// [`server_config`] with the versions (`ssl-protocols`) and cipher suites (`ssl-ciphers`) of
+/// `settings`.
+pub fn server_config_for(
+    resolver: Arc<dyn ResolvesServerCert>,
+    settings: &Settings,
+) -> Result<ServerConfig, Error> {
+    server_config_from(server_provider(settings), resolver, &versions(settings))
+}
+
+fn server_config_from(
+    provider: Arc<CryptoProvider>,
+    resolver: Arc<dyn ResolvesServerCert>,
+    versions: &[&'static SupportedProtocolVersion],
+) -> Result<ServerConfig, Error> {
+    let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(versions)
         .map_err(Error::Config)?
         .with_no_client_auth()
@@ -262,14 +288,16 @@ fn system_roots() -> Arc<rustls::RootCertStore> {
 /// Builds the client config for a TLS backend: verification against `tls.ca_pem` or the system
 /// roots (or none when explicitly asked), ALPN `h2` for [`UpstreamProtocol::H2`].
 pub fn upstream_config(tls: &UpstreamTls, protocol: UpstreamProtocol) -> Result<UpstreamTlsConfig, Error> {
-    let builder = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(VERSIONS)
+    let crypto = match tls.ciphers.as_deref() {
+        Some(chosen) if !chosen.is_empty() => crate::ciphers::provider(chosen),
+        _ => provider(),
+    };
+    let versions = versions(&Settings { tls_versions: tls.versions.clone(), ..Settings::default() });
+    let builder = rustls::ClientConfig::builder_with_provider(crypto.clone())
+        .with_protocol_versions(&versions)
         .map_err(Error::Config)?;
     let mut config = if tls.insecure_skip_verify {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify(provider())))
-            .with_no_client_auth()
+        builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerify(crypto))).with_no_client_auth()
     } else {
         let roots = match &tls.ca_pem {
             Some(pem) => {
@@ -285,7 +313,18 @@ pub fn upstream_config(tls: &UpstreamTls, protocol: UpstreamProtocol) -> Result<
             }
             None => system_roots(),
         };
-        builder.with_root_certificates(roots).with_no_client_auth()
+        match tls.verify_depth {
+            Some(depth) => {
+                let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(roots, crypto)
+                    .build()
+                    .map_err(|e| Error::Config(rustls::Error::General(e.to_string())))?;
+                builder
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(DepthLimited { inner: webpki, depth }))
+                    .with_no_client_auth()
+            }
+            None => builder.with_root_certificates(roots).with_no_client_auth(),
+        }
     };
     config.enable_sni = !tls.no_sni;
     if protocol == UpstreamProtocol::H2 {
@@ -329,5 +368,53 @@ impl rustls::client::danger::ServerCertVerifier for NoVerify {
     }
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// Verifies as webpki does, then refuses a chain longer than `depth`: the certificate plus the
+/// intermediates the upstream sends (`proxy-ssl-verify-depth`).
+#[derive(Debug)]
+struct DepthLimited {
+    inner: Arc<rustls::client::WebPkiServerVerifier>,
+    depth: u32,
+}
+
+impl rustls::client::danger::ServerCertVerifier for DepthLimited {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &rustls_pki_types::ServerName<'_>,
+        ocsp: &[u8],
+        now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        let verified = self.inner.verify_server_cert(end_entity, intermediates, server_name, ocsp, now)?;
+        if intermediates.len() + 1 > self.depth as usize {
+            return Err(rustls::Error::General(format!(
+                "the upstream's chain has {} certificates, more than proxy-ssl-verify-depth {}",
+                intermediates.len() + 1,
+                self.depth
+            )));
+        }
+        Ok(verified)
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
     }
 }

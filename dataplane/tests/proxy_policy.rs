@@ -397,6 +397,7 @@ async fn external_auth_subrequest() {
             signin: signin.map(str::to_string),
             response_headers: vec!["X-Auth-User".into()],
             request_redirect: None,
+            ..ExternalAuth::default()
         }),
         ..RoutePolicy::default()
     };
@@ -446,6 +447,7 @@ async fn external_auth_subrequest() {
                     signin: None,
                     response_headers: vec![],
                     request_redirect: None,
+                    ..ExternalAuth::default()
                 }),
                 ..RoutePolicy::default()
             })

@@ -275,8 +275,12 @@ pub struct KubeSource {
 
 /// Annotations whose value names a ConfigMap (`NAME` in the Ingress's namespace, or
 /// `NAMESPACE/NAME`).
-pub const CONFIGMAP_ANNOTATIONS: &[&str] =
-    &["nginx.ingress.kubernetes.io/custom-headers", "weir.dev/custom-headers"];
+pub const CONFIGMAP_ANNOTATIONS: &[&str] = &[
+    "nginx.ingress.kubernetes.io/custom-headers",
+    "weir.dev/custom-headers",
+    "nginx.ingress.kubernetes.io/auth-proxy-set-headers",
+    "weir.dev/auth-proxy-set-headers",
+];
 
 /// Settings keys whose value names a ConfigMap (`NAME` in the settings ConfigMap's namespace,
 /// or `NAMESPACE/NAME`).

@@ -56,7 +56,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("force-ssl-redirect", Supported),
         ("http-redirect-code", Supported),
         ("no-tls-redirect-locations", Unsupported),
-        ("ssl-ciphers", Unsupported),
+        ("ssl-ciphers", Supported),
         ("ssl-ecdh-curve", Unsupported),
         ("ssl-dh-param", Unsupported),
         ("ssl-early-data", Unsupported),
@@ -82,7 +82,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("http2-max-requests", Unsupported),
         ("client-header-buffer-size", Unsupported),
         ("client-header-timeout", Unsupported),
-        ("client-body-buffer-size", Unsupported),
+        ("client-body-buffer-size", Supported),
         ("client-body-timeout", Unsupported),
         ("large-client-header-buffers", Unsupported),
         ("server-tokens", Supported),
@@ -97,9 +97,9 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("retry-non-idempotent", Supported),
         ("proxy-buffering", Supported),
         ("proxy-request-buffering", Supported),
-        ("proxy-buffer-size", Unsupported),
-        ("proxy-buffers-number", Unsupported),
-        ("proxy-max-temp-file-size", Unsupported),
+        ("proxy-buffer-size", Supported),
+        ("proxy-buffers-number", Supported),
+        ("proxy-max-temp-file-size", Supported),
         ("proxy-http-version", Unsupported),
         ("proxy-cookie-domain", Supported),
         ("proxy-cookie-path", Supported),
@@ -138,12 +138,12 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("global-auth-url", Supported),
         ("global-auth-method", Supported),
         ("global-auth-signin", Supported),
-        ("global-auth-signin-redirect-param", Unsupported),
+        ("global-auth-signin-redirect-param", Supported),
         ("global-auth-response-headers", Supported),
         ("global-auth-request-redirect", Supported),
-        ("global-auth-cache-key", Unsupported),
-        ("global-auth-cache-duration", Unsupported),
-        ("global-auth-always-set-cookie", Unsupported),
+        ("global-auth-cache-key", Supported),
+        ("global-auth-cache-duration", Supported),
+        ("global-auth-always-set-cookie", Supported),
         ("no-auth-locations", Supported),
         ("global-rate-limit-memcached-host", Unsupported),
         ("global-rate-limit-memcached-port", Unsupported),
@@ -419,6 +419,7 @@ pub(crate) fn parse(
     s.forwarded = ctx.forwarded();
     s.hsts = ctx.hsts();
     s.tls_versions = ctx.tls_versions();
+    s.tls_ciphers = ctx.tls_ciphers();
     s.max_body_bytes = ctx.value("proxy-body-size", values::size, "no limit");
     s.read_timeout_ms = ctx.value("proxy-read-timeout", values::timeout_ms, "60s");
     s.connect_timeout_ms = ctx.value("proxy-connect-timeout", values::timeout_ms, "5s");
@@ -657,6 +658,26 @@ impl<'a> Ctx<'a, '_> {
         Some(versions)
     }
 
+    /// `ssl-ciphers`: an OpenSSL cipher string choosing the TLS 1.2 suites (TLS 1.3 ones stay
+    /// on, as with nginx); entries selecting nothing weir offers are reported.
+    fn tls_ciphers(&mut self) -> Option<Vec<String>> {
+        let selection = self.value_or(
+            "ssl-ciphers",
+            weir_dataplane::ciphers::parse,
+            "every cipher suite weir has stays offered",
+        )?;
+        if !selection.unmatched.is_empty() {
+            self.warn(
+                Reason::InvalidSetting,
+                format!(
+                    "data[ssl-ciphers]: {} selects no cipher suite weir offers; left out",
+                    selection.unmatched.join(":")
+                ),
+            );
+        }
+        Some(selection.tls12)
+    }
+
     /// `upstream-keepalive-connections`: `0` turns upstream keep-alive off; any other value is
     /// the number of idle connections kept per endpoint.
     fn upstream_keepalive(&mut self) -> (Option<bool>, Option<u32>) {
@@ -737,6 +758,12 @@ impl<'a> Ctx<'a, '_> {
         }
         // weir streams request bodies either way.
         let _ = self.value("proxy-request-buffering", values::on_off, "on");
+        // nginx's buffers: weir streams bodies both ways, never spools to disk, and reads
+        // upstream response heads up to hyper's limits. Validated; nothing to change.
+        let _ = self.value("client-body-buffer-size", values::buffer_size, "8k");
+        let _ = self.value("proxy-buffer-size", values::buffer_size, "4k");
+        let _ = self.value("proxy-buffers-number", values::buffers_number, "4");
+        let _ = self.value("proxy-max-temp-file-size", values::size, "1024m");
         if let Some(code) = self.value("http-redirect-code", number, "308")
             && code != 308
         {
@@ -790,11 +817,15 @@ impl<'a> Ctx<'a, '_> {
     /// `global-auth-url` with `global-auth-method`, `-signin`, `-response-headers` and
     /// `-request-redirect`, read as the `auth-*` annotations are. An invalid URL fails closed.
     fn global_auth(&mut self) -> Option<ExternalAuth> {
-        const SETTINGS: [&str; 4] = [
+        const SETTINGS: [&str; 8] = [
             "global-auth-method",
             "global-auth-signin",
             "global-auth-response-headers",
             "global-auth-request-redirect",
+            "global-auth-signin-redirect-param",
+            "global-auth-always-set-cookie",
+            "global-auth-cache-key",
+            "global-auth-cache-duration",
         ];
         if self.raw("global-auth-url").is_none() {
             self.unused_without(&SETTINGS, "global-auth-url");
@@ -818,7 +849,34 @@ impl<'a> Ctx<'a, '_> {
                 values::header_text,
                 "the request URI",
             ),
+            signin_redirect_param: self.value("global-auth-signin-redirect-param", values::query_param, "rd"),
+            always_set_cookie: self
+                .value("global-auth-always-set-cookie", values::boolean, "false")
+                .unwrap_or(false),
+            cache: self.global_auth_cache(),
+            ..ExternalAuth::default()
         })
+    }
+
+    /// `global-auth-cache-key` with `global-auth-cache-duration`, read as the `auth-cache-*`
+    /// annotations are.
+    fn global_auth_cache(&mut self) -> Option<weir_dataplane::model::AuthCacheSpec> {
+        let key = self.value(
+            "global-auth-cache-key",
+            |v| weir_dataplane::authcache::AuthKey::parse(v).map(|_| v.to_string()),
+            "no caching",
+        );
+        let valid = self.value("global-auth-cache-duration", values::cache_durations, "200 202 401 5m");
+        let Some(key) = key else {
+            if self.raw("global-auth-cache-key").is_none() {
+                self.unused_without(&["global-auth-cache-duration"], "global-auth-cache-key");
+            }
+            return None;
+        };
+        let valid = valid.unwrap_or_else(|| {
+            vec![weir_dataplane::model::CacheValid { codes: vec![200, 202, 401], seconds: 300 }]
+        });
+        Some(weir_dataplane::model::AuthCacheSpec { key, valid })
     }
 }
 

@@ -5,7 +5,9 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use http::header::{CONTENT_LENGTH, HOST, HeaderMap, HeaderName, HeaderValue, LOCATION, WWW_AUTHENTICATE};
+use http::header::{
+    CONTENT_LENGTH, HOST, HeaderMap, HeaderName, HeaderValue, LOCATION, SET_COOKIE, WWW_AUTHENTICATE,
+};
 use http::uri::{Authority, Scheme};
 use http::{Method, Request, StatusCode, Uri};
 
@@ -72,37 +74,120 @@ pub(super) fn expand(template: &str, o: &Original<'_>) -> String {
     out
 }
 
-/// Asks the service and returns its decision.
+/// Statuses nginx's `add_header` (without `always`) applies to: the service's `Set-Cookie`
+/// reaches the client with these unless `auth-always-set-cookie`.
+const COOKIE_STATUSES: [u16; 10] = [200, 201, 204, 206, 301, 302, 303, 304, 307, 308];
+
+/// Whether the service's cookies go on a response with `status`.
+pub(super) fn cookies_apply(auth: &crate::model::ExternalAuth, status: StatusCode) -> bool {
+    auth.always_set_cookie || COOKIE_STATUSES.contains(&status.as_u16())
+}
+
+/// Reads (and drops) what is left of the service's answer, so that its connection goes back
+/// to the pool; a large or slow body is abandoned (the connection is then closed).
+async fn drain(body: super::client::ResponseBody, until: tokio::time::Instant) {
+    use http_body_util::BodyExt as _;
+    const MAX: usize = 64 * 1024;
+    let mut body = std::pin::pin!(body);
+    let mut read = 0;
+    while let Ok(Some(Ok(frame))) = tokio::time::timeout_at(until, body.frame()).await {
+        read += frame.data_ref().map_or(0, bytes::Buf::remaining);
+        if read > MAX {
+            return;
+        }
+    }
+}
+
+/// Asks the service (or the route's cache) and returns its decision, with the service's
+/// `Set-Cookie` values (for the client's response, see [`cookies_apply`]).
 pub(super) async fn decide(
+    clients: &Clients,
+    timeout: Duration,
+    auth: &crate::model::ExternalAuth,
+    cache: Option<&crate::authcache::AuthCache>,
+    o: &Original<'_>,
+    request_id: &HeaderValue,
+) -> (Decision, Vec<HeaderValue>) {
+    let key = cache.and_then(|c| {
+        c.key(&crate::authcache::KeyRequest {
+            client: o.client,
+            scheme: o.scheme,
+            host: o.host,
+            method: o.method.as_str(),
+            request_uri: o.request_uri,
+            headers: o.headers,
+        })
+    });
+    if let (Some(cache), Some(key)) = (cache, &key)
+        && let Some(answer) = cache.get(key, std::time::Instant::now())
+    {
+        return (interpret(auth, o, answer.status, &answer.headers), Vec::new());
+    }
+    let (status, headers) = match ask(clients, timeout, auth, o, request_id).await {
+        Ok(answer) => answer,
+        Err(why) => return (error(auth, why), Vec::new()),
+    };
+    let decision = interpret(auth, o, status, &headers);
+    let cookies = headers.get_all(SET_COOKIE).iter().cloned().collect();
+    if let (Some(cache), Some(key)) = (cache, key)
+        && let Some(ttl) = cache.lifetime(status, &headers)
+    {
+        // Only what the decision reads is kept.
+        let mut kept = HeaderMap::new();
+        for name in auth
+            .response_headers
+            .iter()
+            .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
+            .chain([WWW_AUTHENTICATE])
+        {
+            for value in headers.get_all(&name) {
+                kept.append(name.clone(), value.clone());
+            }
+        }
+        let answer = crate::authcache::Answer { status, headers: kept };
+        cache.put(key, answer, ttl, std::time::Instant::now());
+    }
+    (decision, cookies)
+}
+
+fn error(auth: &crate::model::ExternalAuth, why: String) -> Decision {
+    tracing::warn!(url = %auth.url, "external authentication failed: {why}");
+    Decision::Deny(StatusCode::INTERNAL_SERVER_ERROR, Vec::new())
+}
+
+/// Sends the subrequest; the service's status and headers.
+async fn ask(
     clients: &Clients,
     timeout: Duration,
     auth: &crate::model::ExternalAuth,
     o: &Original<'_>,
     request_id: &HeaderValue,
-) -> Decision {
-    let error = |why: String| {
-        tracing::warn!(url = %auth.url, "external authentication failed: {why}");
-        Decision::Deny(StatusCode::INTERNAL_SERVER_ERROR, Vec::new())
-    };
+) -> Result<(StatusCode, HeaderMap), String> {
     let url = expand(&auth.url, o);
-    let uri: Uri = match url.parse() {
-        Ok(u) => u,
-        Err(e) => return error(format!("invalid URL {url:?}: {e}")),
-    };
+    let uri: Uri = url.parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?;
     let Some(authority) = uri.authority().cloned().filter(|_| uri.scheme() == Some(&Scheme::HTTP)) else {
-        return error(format!("{url:?} is not an http:// URL"));
+        return Err(format!("{url:?} is not an http:// URL"));
     };
-    let request = match subrequest(auth, o, uri, &authority, request_id) {
-        Ok(r) => r,
-        Err(e) => return error(format!("cannot build the subrequest: {e}")),
-    };
-    let response = match tokio::time::timeout(timeout, clients.send_http1(request)).await {
+    let request = subrequest(auth, o, uri, &authority, request_id)
+        .map_err(|e| format!("cannot build the subrequest: {e}"))?;
+    let until = tokio::time::Instant::now() + timeout;
+    let response = match tokio::time::timeout_at(until, clients.send_http1(request)).await {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => return error(e.to_string()),
-        Err(_) => return error(format!("no answer within {timeout:?}")),
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err(format!("no answer within {timeout:?}")),
     };
-    let status = response.status();
-    let headers = response.headers();
+    let (head, body) = response.into_parts();
+    drain(body, until).await;
+    Ok((head.status, head.headers))
+}
+
+/// What the service's answer means for the request.
+fn interpret(
+    auth: &crate::model::ExternalAuth,
+    o: &Original<'_>,
+    status: StatusCode,
+    headers: &HeaderMap,
+) -> Decision {
     if status.is_success() {
         let copied = auth
             .response_headers
@@ -115,16 +200,11 @@ pub(super) async fn decide(
     match status {
         StatusCode::UNAUTHORIZED => match &auth.signin {
             Some(signin) => {
-                let mut location = expand(signin, o);
-                if !location.contains("rd=") {
-                    location.push(if location.contains('?') { '&' } else { '?' });
-                    location.push_str("rd=");
-                    location
-                        .push_str(&percent_encode(&format!("{}://{}{}", o.scheme, o.host, o.request_uri)));
-                }
+                let location =
+                    signin_location(signin, auth.signin_redirect_param.as_deref().unwrap_or("rd"), o);
                 match HeaderValue::try_from(location) {
                     Ok(v) => Decision::Deny(StatusCode::FOUND, vec![(LOCATION, v)]),
-                    Err(e) => error(format!("invalid auth-signin location: {e}")),
+                    Err(e) => error(auth, format!("invalid auth-signin location: {e}")),
                 }
             }
             None => {
@@ -133,8 +213,23 @@ pub(super) async fn decide(
             }
         },
         StatusCode::FORBIDDEN => Decision::Deny(status, Vec::new()),
-        other => error(format!("the service answered {other}")),
+        other => error(auth, format!("the service answered {other}")),
     }
+}
+
+/// The `auth-signin` redirect: the expanded template, with `param=<original URL>` added unless
+/// its query has a non-empty `param` already (ingress-nginx's rule).
+fn signin_location(signin: &str, param: &str, o: &Original<'_>) -> String {
+    let mut location = expand(signin, o);
+    let query = location.split_once('?').map_or("", |(_, q)| q);
+    let has = query.split('&').any(|kv| kv.split_once('=').is_some_and(|(k, v)| k == param && !v.is_empty()));
+    if !has {
+        location.push(if location.contains('?') { '&' } else { '?' });
+        location.push_str(param);
+        location.push('=');
+        location.push_str(&percent_encode(&format!("{}://{}{}", o.scheme, o.host, o.request_uri)));
+    }
+    location
 }
 
 /// The subrequest: the client's headers (no body), aimed at the service, plus what nginx's
@@ -174,6 +269,14 @@ fn subrequest(
         map.insert(X_FORWARDED_FOR, v);
     }
     map.insert(super::forward::X_REQUEST_ID, request_id.clone());
+    // `auth-proxy-set-headers` last: they replace the client's and weir's (translation keeps
+    // the framing and connection headers out).
+    for (name, value) in &auth.proxy_set_headers {
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value))
+        {
+            map.insert(name, value);
+        }
+    }
     let mut request = builder.body(UpstreamBody::empty())?;
     *request.headers_mut() = map;
     Ok(request)

@@ -173,7 +173,19 @@ impl ConnCtx {
             (codes, *pages, original)
         });
         // One call site: its future has one place in this one.
-        let result = self.forward_route(state, route, host, req, start, request_id).await;
+        let mut auth_cookies = Vec::new();
+        let mut result =
+            self.forward_route(state, route, host, req, start, request_id, &mut auth_cookies).await;
+        // The authentication service's cookies, on the answer (nginx's `add_header Set-Cookie`).
+        if !auth_cookies.is_empty()
+            && let (Ok(resp), Some(ext)) =
+                (&mut result, route.policy.as_deref().and_then(|p| p.external_auth.as_ref()))
+            && extauth::cookies_apply(ext, resp.status())
+        {
+            for cookie in auth_cookies {
+                resp.headers_mut().append(http::header::SET_COOKIE, cookie);
+            }
+        }
         let Some((codes, pages, original)) = custom else {
             return with_response_headers(&state.config, route, result);
         };
@@ -259,7 +271,9 @@ impl ConnCtx {
         }
     }
 
-    /// One request on its route: policies, endpoint choice, forwarding with retries.
+    /// One request on its route: policies, endpoint choice, forwarding with retries. The
+    /// authentication service's cookies for the answer are left in `auth_cookies`.
+    #[allow(clippy::too_many_arguments)]
     async fn forward_route(
         &self,
         state: &Compiled,
@@ -268,6 +282,7 @@ impl ConnCtx {
         mut req: Request<Incoming>,
         start: Instant,
         request_id: &HeaderValue,
+        auth_cookies: &mut Vec<HeaderValue>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let config = &state.config;
         let client = self.client(config, req.headers());
@@ -357,16 +372,24 @@ impl ConnCtx {
                     headers: req.headers(),
                 };
                 let clients = &self.proxy.inner.clients;
-                let decision = extauth::decide(clients, config.upstream_timeout, ext, &original, request_id);
+                let cache = policy.auth_cache.as_deref();
+                let decision =
+                    extauth::decide(clients, config.upstream_timeout, ext, cache, &original, request_id);
                 match Box::pin(decision).await {
-                    extauth::Decision::Allow(copy) => {
+                    (extauth::Decision::Allow(copy), cookies) => {
                         for (name, value) in copy {
                             req.headers_mut().insert(name, value);
                         }
+                        *auth_cookies = cookies;
                     }
-                    extauth::Decision::Deny(status, headers) => {
+                    (extauth::Decision::Deny(status, headers), cookies) => {
                         let mut resp = local_response(status, request_id.clone());
                         resp.headers_mut().extend(headers);
+                        if extauth::cookies_apply(ext, status) {
+                            for cookie in cookies {
+                                resp.headers_mut().append(http::header::SET_COOKIE, cookie);
+                            }
+                        }
                         return Ok(resp);
                     }
                 }

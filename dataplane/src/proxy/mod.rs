@@ -177,14 +177,18 @@ struct Inner {
     sweeping: std::sync::atomic::AtomicBool,
 }
 
+/// The `ssl-protocols` and `ssl-ciphers` (TLS 1.2 suites) a server TLS config offers.
+type TlsChoice = (Vec<crate::model::TlsVersion>, Vec<String>);
+
 /// Only touched by `publish`, serialized by its mutex.
 #[derive(Default)]
 struct Publisher {
     registry: Registry,
     certs: CertCache,
     last_version: u64,
-    /// The TLS config of the last `ssl-protocols`, kept (with its session cache) while they stay.
-    tls: Option<(Vec<crate::model::TlsVersion>, Arc<rustls::ServerConfig>)>,
+    /// The TLS config of the last `ssl-protocols` and `ssl-ciphers`, kept (with its session
+    /// cache) while they stay.
+    tls: Option<(TlsChoice, Arc<rustls::ServerConfig>)>,
 }
 
 /// Everything a request needs, built together and swapped together.

@@ -111,20 +111,25 @@ impl Proxy {
         settings: &Settings,
         publisher: &mut Publisher,
     ) -> Option<Arc<rustls::ServerConfig>> {
-        let wanted = settings.tls_versions.clone().filter(|v| !v.is_empty())?;
-        if let Some((versions, config)) = &publisher.tls
-            && *versions == wanted
+        let versions = settings.tls_versions.clone().filter(|v| !v.is_empty());
+        let ciphers = settings.tls_ciphers.clone().filter(|c| !c.is_empty());
+        if versions.is_none() && ciphers.is_none() {
+            return None;
+        }
+        let wanted = (versions.unwrap_or_default(), ciphers.unwrap_or_default());
+        if let Some((current, config)) = &publisher.tls
+            && *current == wanted
         {
             return Some(config.clone());
         }
-        match tls::server_config_with(self.resolver(), &tls::versions(settings)) {
+        match tls::server_config_for(self.resolver(), settings) {
             Ok(config) => {
                 let config = Arc::new(config);
                 publisher.tls = Some((wanted, config.clone()));
                 Some(config)
             }
             Err(error) => {
-                tracing::error!(%error, "ssl-protocols: building the TLS configuration failed; TLS 1.2 and 1.3 stay offered");
+                tracing::error!(%error, "ssl-protocols/ssl-ciphers: building the TLS configuration failed; every version and suite stays offered");
                 None
             }
         }

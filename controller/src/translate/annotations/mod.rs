@@ -90,14 +90,14 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("auth-tls-match-cn", Supported),
         ("proxy-ssl-secret", Supported),
         ("proxy-ssl-verify", Supported),
-        ("proxy-ssl-verify-depth", Unsupported),
+        ("proxy-ssl-verify-depth", Supported),
         ("proxy-ssl-name", Supported),
         ("proxy-ssl-server-name", Supported),
-        ("proxy-ssl-ciphers", Unsupported),
-        ("proxy-ssl-protocols", Unsupported),
+        ("proxy-ssl-ciphers", Supported),
+        ("proxy-ssl-protocols", Supported),
         // Limits and timeouts.
         ("proxy-body-size", Supported),
-        ("client-body-buffer-size", Unsupported),
+        ("client-body-buffer-size", Supported),
         ("proxy-connect-timeout", Supported),
         ("proxy-read-timeout", Supported),
         ("proxy-send-timeout", Supported),
@@ -105,9 +105,9 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("proxy-next-upstream-tries", Supported),
         ("proxy-next-upstream-timeout", Supported),
         ("proxy-buffering", Supported),
-        ("proxy-buffers-number", Unsupported),
-        ("proxy-buffer-size", Unsupported),
-        ("proxy-max-temp-file-size", Unsupported),
+        ("proxy-buffers-number", Supported),
+        ("proxy-buffer-size", Supported),
+        ("proxy-max-temp-file-size", Supported),
         ("proxy-request-buffering", Supported),
         ("proxy-http-version", Unsupported),
         ("connection-proxy-header", Unsupported),
@@ -130,17 +130,17 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("auth-url", Supported),
         ("auth-method", Supported),
         ("auth-signin", Supported),
-        ("auth-signin-redirect-param", Unsupported),
+        ("auth-signin-redirect-param", Supported),
         ("auth-response-headers", Supported),
         ("auth-request-redirect", Supported),
-        ("auth-proxy-set-headers", Unsupported),
-        ("auth-cache-key", Unsupported),
-        ("auth-cache-duration", Unsupported),
-        ("auth-always-set-cookie", Unsupported),
-        ("auth-keepalive", Unsupported),
-        ("auth-keepalive-share-vars", Unsupported),
-        ("auth-keepalive-requests", Unsupported),
-        ("auth-keepalive-timeout", Unsupported),
+        ("auth-proxy-set-headers", Supported),
+        ("auth-cache-key", Supported),
+        ("auth-cache-duration", Supported),
+        ("auth-always-set-cookie", Supported),
+        ("auth-keepalive", Supported),
+        ("auth-keepalive-share-vars", Supported),
+        ("auth-keepalive-requests", Supported),
+        ("auth-keepalive-timeout", Supported),
         ("enable-global-auth", Supported),
         ("satisfy", Unsupported),
         ("enable-cors", Supported),
@@ -393,7 +393,7 @@ pub(crate) fn parse(
     if auth_failed {
         fail_closed.push("auth-type");
     }
-    let (external_auth, external_failed) = ctx.external_auth();
+    let (external_auth, external_failed) = ctx.external_auth(refs);
     parsed.policy.external_auth = external_auth;
     parsed.canary = ctx.canary();
     parsed.policy.balance = ctx.balance();
@@ -406,6 +406,11 @@ pub(crate) fn parse(
     // validated and have nothing to change.
     let _ = ctx.value("proxy-buffering", values::on_off);
     let _ = ctx.value("proxy-request-buffering", values::on_off);
+    // So are nginx's buffer sizes (weir reads upstream response heads up to hyper's limits).
+    let _ = ctx.value("client-body-buffer-size", values::buffer_size);
+    let _ = ctx.value("proxy-buffer-size", values::buffer_size);
+    let _ = ctx.value("proxy-buffers-number", values::buffers_number);
+    let _ = ctx.value("proxy-max-temp-file-size", values::size);
     let error_backend = ctx.value("default-backend", values::header_name);
     parsed.custom_errors =
         ctx.value("custom-http-errors", values::status_codes).map(|codes| (codes, error_backend));
@@ -647,10 +652,24 @@ impl Ctx<'_, '_> {
     /// `auth-url` with `auth-method`, `auth-signin`, `auth-response-headers` and
     /// `auth-request-redirect`. Returns the policy, and whether it was asked for but cannot be
     /// set up (then the routes fail closed).
-    fn external_auth(&mut self) -> (Option<ExternalAuth>, bool) {
+    fn external_auth(&mut self, refs: &Refs<'_>) -> (Option<ExternalAuth>, bool) {
         let Some((url_key, raw)) = self.reader.get("auth-url") else {
             self.unused_without(
-                &["auth-method", "auth-signin", "auth-response-headers", "auth-request-redirect"],
+                &[
+                    "auth-method",
+                    "auth-signin",
+                    "auth-response-headers",
+                    "auth-request-redirect",
+                    "auth-proxy-set-headers",
+                    "auth-signin-redirect-param",
+                    "auth-always-set-cookie",
+                    "auth-cache-key",
+                    "auth-cache-duration",
+                    "auth-keepalive",
+                    "auth-keepalive-requests",
+                    "auth-keepalive-timeout",
+                    "auth-keepalive-share-vars",
+                ],
                 "auth-url",
             );
             return (None, false);
@@ -669,7 +688,90 @@ impl Ctx<'_, '_> {
             .map(|list| list.split(',').map(|h| h.trim().to_string()).filter(|h| h != "*").collect())
             .unwrap_or_default();
         let request_redirect = self.value("auth-request-redirect", values::header_text);
-        (Some(ExternalAuth { url, method, signin, response_headers, request_redirect }), false)
+        let proxy_set_headers = self.auth_proxy_set_headers(refs);
+        let signin_redirect_param = self.value("auth-signin-redirect-param", values::query_param);
+        if signin.is_none() {
+            self.unused_without(&["auth-signin-redirect-param"], "auth-signin");
+        }
+        let always_set_cookie = self.value("auth-always-set-cookie", values::boolean).unwrap_or(false);
+        let cache = self.auth_cache();
+        // weir pools connections to the service with its upstream connections (idle ones
+        // closed after the pool's idle timeout): these are validated, and change nothing.
+        let _ = self.value("auth-keepalive", values::at_least(0));
+        let _ = self.value("auth-keepalive-requests", values::at_least(1));
+        let _ = self.value("auth-keepalive-timeout", values::at_least(1));
+        let _ = self.value("auth-keepalive-share-vars", values::boolean);
+        let auth = ExternalAuth {
+            url,
+            method,
+            signin,
+            response_headers,
+            request_redirect,
+            proxy_set_headers,
+            signin_redirect_param,
+            always_set_cookie,
+            cache,
+        };
+        (Some(auth), false)
+    }
+
+    /// `auth-cache-key` with `auth-cache-duration` (default `200 202 401 5m`, as ingress-nginx).
+    /// Without a key nothing is cached, as in ingress-nginx.
+    fn auth_cache(&mut self) -> Option<weir_dataplane::model::AuthCacheSpec> {
+        let key = self
+            .value("auth-cache-key", |v| weir_dataplane::authcache::AuthKey::parse(v).map(|_| v.to_string()));
+        let valid = self.value("auth-cache-duration", values::cache_durations);
+        let Some(key) = key else {
+            if self.reader.get("auth-cache-key").is_none() {
+                self.unused_without(&["auth-cache-duration"], "auth-cache-key");
+            }
+            return None;
+        };
+        let valid = valid.unwrap_or_else(|| {
+            vec![weir_dataplane::model::CacheValid { codes: vec![200, 202, 401], seconds: 300 }]
+        });
+        Some(weir_dataplane::model::AuthCacheSpec { key, valid })
+    }
+
+    /// `auth-proxy-set-headers`: the headers of a ConfigMap in the Ingress's namespace, set on
+    /// the authentication subrequest. Each unusable header is reported and skipped.
+    fn auth_proxy_set_headers(&mut self, refs: &Refs<'_>) -> BTreeMap<String, String> {
+        let ingress = self.ingress;
+        let Some(name) = self.value("auth-proxy-set-headers", |v| {
+            let name = super::headers::configmap_ref(v, &ingress.namespace)?;
+            if name.namespace != ingress.namespace {
+                return Err(format!(
+                    "the ConfigMap must be in the Ingress's namespace {:?}, not {:?}",
+                    ingress.namespace, name.namespace
+                ));
+            }
+            Ok(name)
+        }) else {
+            return BTreeMap::new();
+        };
+        let Some((key, raw)) = self.reader.get("auth-proxy-set-headers") else { return BTreeMap::new() };
+        let Some(cm) = refs.config_maps.get(&name) else {
+            self.invalid(
+                key,
+                raw,
+                &format!("ConfigMap {name} not found"),
+                "no header is set until it exists",
+            );
+            return BTreeMap::new();
+        };
+        let (found, refused) = super::headers::read(
+            cm.data.as_ref().unwrap_or(&BTreeMap::new()),
+            super::headers::Direction::Upstream,
+            None,
+        );
+        for (header, why) in refused {
+            self.warnings.error(
+                self.ingress,
+                Reason::InvalidAnnotation,
+                format!("metadata.annotations[{key}]: ConfigMap {name}, header {header:?}: {why}; the header is skipped"),
+            );
+        }
+        found
     }
 
     /// `affinity: cookie` (with `session-cookie-*` and `affinity-mode`), else `upstream-hash-by`,

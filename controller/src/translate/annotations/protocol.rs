@@ -30,6 +30,13 @@ pub(crate) const PROXY_SSL_NAME: &str = "nginx.ingress.kubernetes.io/proxy-ssl-n
 /// `on` (default) or `off`: send SNI to TLS backends.
 pub(crate) const PROXY_SSL_SERVER_NAME: &str = "nginx.ingress.kubernetes.io/proxy-ssl-server-name";
 
+/// OpenSSL cipher string choosing the TLS 1.2 suites offered to TLS backends.
+pub(crate) const PROXY_SSL_CIPHERS: &str = "nginx.ingress.kubernetes.io/proxy-ssl-ciphers";
+/// TLS versions offered to TLS backends (`TLSv1.2 TLSv1.3`).
+pub(crate) const PROXY_SSL_PROTOCOLS: &str = "nginx.ingress.kubernetes.io/proxy-ssl-protocols";
+/// Longest chain accepted from TLS backends.
+pub(crate) const PROXY_SSL_VERIFY_DEPTH: &str = "nginx.ingress.kubernetes.io/proxy-ssl-verify-depth";
+
 /// `namespace/name` of a Secret whose `ca.crt` verifies client certificates (mTLS).
 pub(crate) const AUTH_TLS_SECRET: &str = "nginx.ingress.kubernetes.io/auth-tls-secret";
 /// `on` (default), `optional`, `optional_no_ca` or `off`.
@@ -169,7 +176,88 @@ pub(crate) fn upstream_tls(
             })
             .ok()
     });
-    UpstreamTls { ca_pem, server_name, insecure_skip_verify: !verify, no_sni: !sni }
+    let invalid = |warnings: &mut Warnings, key: &str, value: &str, why: &str, fallback: &str| {
+        warnings.error(
+            object,
+            Reason::InvalidAnnotation,
+            format!("metadata.annotations[{key}]: invalid value {value:?}: {why}; {fallback}"),
+        );
+    };
+    let ciphers = get(ingress, PROXY_SSL_CIPHERS).and_then(|value| match weir_dataplane::ciphers::parse(value) {
+        Ok(selection) => {
+            if !selection.unmatched.is_empty() {
+                warnings.warn(
+                    object,
+                    Reason::InvalidAnnotation,
+                    format!(
+                        "metadata.annotations[{PROXY_SSL_CIPHERS}]: {} selects no cipher suite weir offers; left out",
+                        selection.unmatched.join(":")
+                    ),
+                );
+            }
+            Some(selection.tls12)
+        }
+        Err(why) => {
+            invalid(warnings, PROXY_SSL_CIPHERS, value, &why, "every cipher suite weir has stays offered");
+            None
+        }
+    });
+    let versions = get(ingress, PROXY_SSL_PROTOCOLS).and_then(|value| match tls_versions(value) {
+        Ok((versions, old)) => {
+            if !old.is_empty() {
+                warnings.warn(
+                    object,
+                    Reason::InvalidAnnotation,
+                    format!(
+                        "metadata.annotations[{PROXY_SSL_PROTOCOLS}]: {} not offered: weir supports TLSv1.2 and TLSv1.3 only",
+                        old.join(" ")
+                    ),
+                );
+            }
+            Some(versions)
+        }
+        Err(why) => {
+            invalid(warnings, PROXY_SSL_PROTOCOLS, value, &why, "TLSv1.2 and TLSv1.3 stay offered");
+            None
+        }
+    });
+    let verify_depth = get(ingress, PROXY_SSL_VERIFY_DEPTH).and_then(|value| match value.parse::<u32>() {
+        Ok(depth @ 1..=100) => Some(depth),
+        _ => {
+            let why = "expected a whole number from 1 to 100";
+            invalid(warnings, PROXY_SSL_VERIFY_DEPTH, value, why, "the chain length is not limited");
+            None
+        }
+    });
+    UpstreamTls {
+        ca_pem,
+        server_name,
+        insecure_skip_verify: !verify,
+        no_sni: !sni,
+        ciphers,
+        versions,
+        verify_depth,
+    }
+}
+
+/// nginx's protocol list (`TLSv1.2 TLSv1.3`): the versions weir has, and the older ones named.
+fn tls_versions(value: &str) -> Result<(Vec<weir_dataplane::model::TlsVersion>, Vec<String>), String> {
+    use weir_dataplane::model::TlsVersion;
+    let (mut versions, mut old) = (Vec::new(), Vec::new());
+    for token in value.split_whitespace() {
+        match token {
+            "TLSv1.2" => versions.push(TlsVersion::Tls12),
+            "TLSv1.3" => versions.push(TlsVersion::Tls13),
+            "SSLv2" | "SSLv3" | "TLSv1" | "TLSv1.1" => old.push(token.to_string()),
+            _ => return Err(format!("{token:?} is not a protocol (TLSv1.2, TLSv1.3)")),
+        }
+    }
+    versions.sort();
+    versions.dedup();
+    if versions.is_empty() {
+        return Err("weir offers only TLSv1.2 and TLSv1.3".into());
+    }
+    Ok((versions, old))
 }
 
 /// The client certificate policy of an Ingress's hosts (`auth-tls-*`), if it asks for one, for

@@ -488,6 +488,7 @@ fn config_maps() -> BTreeMap<ObjectRef, k8s_openapi::api::core::v1::ConfigMap> {
             cm(&[("X-Frame-Options", "DENY"), ("X-Id", "$request_id"), ("Content-Length", "1")]),
         ),
         (ObjectRef::new("other", "hdrs"), cm(&[("X-A", "1")])),
+        (ObjectRef::new("ns", "auth-hdrs"), cm(&[("X-Auth-Tenant", "shop"), ("Host", "evil.example")])),
     ])
 }
 
@@ -620,3 +621,153 @@ fn enable_global_auth() {
 }
 
 static EMPTY_SECRETS: BTreeMap<ObjectRef, k8s_openapi::api::core::v1::Secret> = BTreeMap::new();
+
+/// `auth-url` plus `extra` annotations.
+fn with_auth(extra: &[(&str, &str)]) -> (RoutePolicy, Vec<Warning>) {
+    let mut pairs = vec![(nginx("auth-url"), "http://auth.svc/check".to_string())];
+    pairs.extend(extra.iter().map(|(k, v)| (nginx(k), v.to_string())));
+    let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    parse_all(&pairs)
+}
+
+#[test]
+fn auth_proxy_set_headers_accepted_and_rejected() {
+    // The usable header is set on the subrequest; Host is reported and skipped.
+    let (p, w) = with_auth(&[("auth-proxy-set-headers", "auth-hdrs")]);
+    let auth = p.external_auth.unwrap();
+    assert_eq!(auth.proxy_set_headers, BTreeMap::from([("x-auth-tenant".into(), "shop".into())]));
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+    assert!(
+        w[0].message.contains("auth-proxy-set-headers]: ConfigMap ns/auth-hdrs, header \"Host\""),
+        "{}",
+        w[0].message
+    );
+    // Missing, in another namespace, or not a name: an error; authentication still applies.
+    for (value, why) in [
+        ("ns/nope", "ConfigMap ns/nope not found"),
+        ("other/hdrs", "must be in the Ingress's namespace"),
+        ("a/b/c", "expected a ConfigMap"),
+    ] {
+        let (p, w) = with_auth(&[("auth-proxy-set-headers", value)]);
+        let auth = p.external_auth.unwrap();
+        assert!(auth.proxy_set_headers.is_empty());
+        assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)], "{value}");
+        assert!(w[0].message.contains(&nginx("auth-proxy-set-headers")), "{}", w[0].message);
+        assert!(w[0].message.contains(why), "{}", w[0].message);
+        assert!(p.source.deny.is_empty(), "the routes do not fail closed for it");
+    }
+    // Without auth-url it does nothing, which is said.
+    let (_, w) = one("auth-proxy-set-headers", "auth-hdrs");
+    assert!(w[0].message.contains("has no effect without auth-url"), "{}", w[0].message);
+}
+
+#[test]
+fn auth_signin_redirect_param_accepted_and_rejected() {
+    let (p, w) =
+        with_auth(&[("auth-signin", "https://login.example.com/"), ("auth-signin-redirect-param", "next")]);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(p.external_auth.unwrap().signin_redirect_param.as_deref(), Some("next"));
+    let (p, w) =
+        with_auth(&[("auth-signin", "https://login.example.com/"), ("auth-signin-redirect-param", "a&b=c")]);
+    assert_eq!(p.external_auth.unwrap().signin_redirect_param, None, "rd is kept");
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+    assert!(
+        w[0].message.contains("auth-signin-redirect-param]: invalid value \"a&b=c\""),
+        "{}",
+        w[0].message
+    );
+    let (_, w) = with_auth(&[("auth-signin-redirect-param", "next")]);
+    assert!(w[0].message.contains("has no effect without auth-signin"), "{}", w[0].message);
+}
+
+#[test]
+fn auth_always_set_cookie_accepted_and_rejected() {
+    let (p, w) = with_auth(&[("auth-always-set-cookie", "true")]);
+    assert!(w.is_empty(), "{w:?}");
+    assert!(p.external_auth.unwrap().always_set_cookie);
+    let (p, w) = with_auth(&[("auth-always-set-cookie", "sometimes")]);
+    assert!(!p.external_auth.unwrap().always_set_cookie);
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+    assert!(w[0].message.contains("auth-always-set-cookie]: invalid value"), "{}", w[0].message);
+}
+
+#[test]
+fn auth_cache_accepted_and_rejected() {
+    use weir_dataplane::model::{AuthCacheSpec, CacheValid};
+    // The key alone: ingress-nginx's default durations.
+    let (p, w) = with_auth(&[("auth-cache-key", "$remote_user$http_authorization")]);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(
+        p.external_auth.unwrap().cache,
+        Some(AuthCacheSpec {
+            key: "$remote_user$http_authorization".into(),
+            valid: vec![CacheValid { codes: vec![200, 202, 401], seconds: 300 }],
+        })
+    );
+    let (p, w) = with_auth(&[("auth-cache-key", "$cookie_sid"), ("auth-cache-duration", "200 10m, 401 30s")]);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(p.external_auth.unwrap().cache.unwrap().valid.len(), 2);
+    // An unknown variable, or no variable: rejected, nothing cached, authentication still on.
+    for bad in ["$upstream_addr", "static"] {
+        let (p, w) = with_auth(&[("auth-cache-key", bad)]);
+        assert_eq!(p.external_auth.unwrap().cache, None, "{bad}");
+        assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)], "{bad}");
+        assert!(w[0].message.contains("auth-cache-key]: invalid value"), "{}", w[0].message);
+    }
+    // A bad duration: reported, the default durations apply.
+    let (p, w) =
+        with_auth(&[("auth-cache-key", "$http_authorization"), ("auth-cache-duration", "200 5 minutes")]);
+    assert_eq!(p.external_auth.unwrap().cache.unwrap().valid[0].seconds, 300);
+    assert!(w[0].message.contains("auth-cache-duration]: invalid value"), "{}", w[0].message);
+    // A duration without a key does nothing, which is said.
+    let (_, w) = with_auth(&[("auth-cache-duration", "200 5m")]);
+    assert!(w[0].message.contains("has no effect without auth-cache-key"), "{}", w[0].message);
+}
+
+#[test]
+fn auth_keepalive_accepted_and_rejected() {
+    let (p, w) = with_auth(&[
+        ("auth-keepalive", "10"),
+        ("auth-keepalive-requests", "100"),
+        ("auth-keepalive-timeout", "60"),
+        ("auth-keepalive-share-vars", "true"),
+    ]);
+    assert!(w.is_empty(), "{w:?}");
+    assert!(p.external_auth.is_some());
+    for (name, bad) in [
+        ("auth-keepalive", "-1"),
+        ("auth-keepalive-requests", "0"),
+        ("auth-keepalive-timeout", "1m"),
+        ("auth-keepalive-share-vars", "maybe"),
+    ] {
+        let (p, w) = with_auth(&[(name, bad)]);
+        assert!(p.external_auth.is_some());
+        assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)], "{name}");
+        assert!(w[0].message.contains(&format!("{name}]: invalid value")), "{}", w[0].message);
+    }
+}
+
+#[test]
+fn buffer_annotations_accepted_and_rejected() {
+    let pairs = [
+        (nginx("client-body-buffer-size"), "1m"),
+        (nginx("proxy-buffer-size"), "16k"),
+        (nginx("proxy-buffers-number"), "4"),
+        (nginx("proxy-max-temp-file-size"), "0"),
+    ];
+    let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    let (p, w) = parse_all(&pairs);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(p, RoutePolicy::default(), "weir streams: nothing to apply");
+    for (name, bad) in [
+        ("client-body-buffer-size", "1.5m"),
+        ("proxy-buffer-size", "0"),
+        ("proxy-buffers-number", "many"),
+        ("proxy-max-temp-file-size", "-1"),
+    ] {
+        let (p, w) = parse_all(&[(&nginx(name), bad), (&nginx("proxy-body-size"), "1k")]);
+        assert_eq!(p.max_body_bytes, Some(1024), "the other annotations still apply");
+        assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)], "{name}");
+        assert!(w[0].message.contains(&format!("{name}]: invalid value {bad:?}")), "{}", w[0].message);
+    }
+}

@@ -420,10 +420,121 @@ pub(crate) fn cidr_list(s: &str) -> Result<Vec<IpNet>, String> {
     Ok(nets)
 }
 
+/// An nginx time (`proxy_cache_valid`): units `s` (default), `m`, `h`, `d`, `w`, `M`, `y`,
+/// combinable (`1h30m`); in seconds.
+pub(crate) fn nginx_seconds(s: &str) -> Result<u64, String> {
+    let err = || format!("{s:?} is not an nginx time such as 30s, 5m, 1h or 1h30m");
+    let mut total: u64 = 0;
+    let mut rest = s;
+    if rest.is_empty() {
+        return Err(err());
+    }
+    while !rest.is_empty() {
+        let split = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        if split == 0 {
+            return Err(err());
+        }
+        let n: u64 = rest[..split].parse().map_err(|_| err())?;
+        rest = &rest[split..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let factor = match &rest[..unit_len] {
+            "" | "s" => 1,
+            "m" => 60,
+            "h" => 3600,
+            "d" => 86_400,
+            "w" => 604_800,
+            "M" => 2_592_000,
+            "y" => 31_536_000,
+            _ => return Err(err()),
+        };
+        rest = &rest[unit_len..];
+        total = n.checked_mul(factor).and_then(|v| total.checked_add(v)).ok_or_else(err)?;
+    }
+    Ok(total)
+}
+
+/// `auth-cache-duration`: comma-separated `proxy_cache_valid` rules, each statuses then a time
+/// (`200 202 10m, 401 1m`); no status means 200, 301 and 302, `any` every status.
+pub(crate) fn cache_durations(s: &str) -> Result<Vec<weir_dataplane::model::CacheValid>, String> {
+    let mut rules = Vec::new();
+    for rule in s.split(',').map(str::trim).filter(|r| !r.is_empty()) {
+        let words: Vec<&str> = rule.split_whitespace().collect();
+        let Some((time, statuses)) = words.split_last() else { continue };
+        let seconds = nginx_seconds(time)?;
+        let codes = match statuses {
+            [] => vec![200, 301, 302],
+            ["any"] => Vec::new(),
+            list => list
+                .iter()
+                .map(|c| match c.parse::<u16>() {
+                    Ok(code) if (100..=599).contains(&code) => Ok(code),
+                    _ => Err(format!("{c:?} is not an HTTP status (or any)")),
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        rules.push(weir_dataplane::model::CacheValid { codes, seconds });
+    }
+    if rules.is_empty() {
+        return Err("expected rules such as \"200 202 401 5m\"".into());
+    }
+    Ok(rules)
+}
+
+/// A query parameter name (`auth-signin-redirect-param`).
+pub(crate) fn query_param(s: &str) -> Result<String, String> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'~'))
+    {
+        return Err("expected a query parameter name (letters, digits, _ - . ~)".into());
+    }
+    Ok(s.to_string())
+}
+
+/// A whole number from `min` up, for settings weir validates but does not need.
+pub(crate) fn at_least(min: u64) -> impl Fn(&str) -> Result<u64, String> {
+    move |s| match s.parse::<u64>() {
+        Ok(n) if n >= min => Ok(n),
+        _ => Err(format!("expected a whole number from {min}")),
+    }
+}
+
+/// A buffer size (`client-body-buffer-size`, `proxy-buffer-size`): an nginx size above 0.
+pub(crate) fn buffer_size(s: &str) -> Result<u64, String> {
+    match size(s)? {
+        0 => Err("a buffer cannot be empty (expected a size like 8k or 16k)".into()),
+        n => Ok(n),
+    }
+}
+
+/// `proxy-buffers-number`: how many buffers, from 1.
+pub(crate) fn buffers_number(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n @ 1..=1024) => Ok(n),
+        _ => Err("expected a whole number from 1 to 1024".into()),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nginx_times_and_cache_rules() {
+        assert_eq!(nginx_seconds("5m"), Ok(300));
+        assert_eq!(nginx_seconds("1h30m"), Ok(5400));
+        assert_eq!(nginx_seconds("10"), Ok(10));
+        for bad in ["", "m", "5x", "1.5m", "-1"] {
+            assert!(nginx_seconds(bad).is_err(), "{bad}");
+        }
+        let rules = cache_durations("200 202 10m, 401 1m,5s, any 1s").unwrap();
+        assert_eq!(rules.len(), 4);
+        assert_eq!((rules[0].codes.clone(), rules[0].seconds), (vec![200, 202], 600));
+        assert_eq!((rules[2].codes.clone(), rules[2].seconds), (vec![200, 301, 302], 5));
+        assert!(rules[3].codes.is_empty());
+        for bad in ["", "200 abc", "200 5m; x", "99 5m"] {
+            assert!(cache_durations(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn sizes() {

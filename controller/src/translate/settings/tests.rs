@@ -381,6 +381,52 @@ fn keys_with_the_one_value_weir_implements() {
 }
 
 #[test]
+fn ssl_ciphers_accepted_and_rejected() {
+    let parsed = clean(&[("ssl-ciphers", "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256")]);
+    assert_eq!(
+        parsed.settings.tls_ciphers,
+        Some(vec![
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256".to_string(),
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".to_string()
+        ])
+    );
+    // ingress-nginx's default names two DHE suites weir does not have: a warning, the rest apply.
+    let (parsed, w) =
+        finding(&[("ssl-ciphers", "ECDHE-RSA-AES256-GCM-SHA384:DHE-RSA-AES256-GCM-SHA384")], "ssl-ciphers");
+    assert_eq!((w.severity, w.reason), (Severity::Warning, Reason::InvalidSetting));
+    assert!(
+        w.message.contains("DHE-RSA-AES256-GCM-SHA384 selects no cipher suite weir offers"),
+        "{}",
+        w.message
+    );
+    assert_eq!(parsed.settings.tls_ciphers.unwrap().len(), 1);
+    // Nothing weir offers, or not a cipher string: rejected, every suite stays offered.
+    for bad in ["AES128-SHA:DES-CBC3-SHA", "HIGH;x"] {
+        let parsed = rejected(&[("ssl-ciphers", bad)], "ssl-ciphers");
+        assert_eq!(parsed.settings.tls_ciphers, None);
+    }
+}
+
+#[test]
+fn buffer_sizes_are_validated_and_change_nothing() {
+    let parsed = clean(&[
+        ("client-body-buffer-size", "16k"),
+        ("proxy-buffer-size", "8k"),
+        ("proxy-buffers-number", "8"),
+        ("proxy-max-temp-file-size", "0"),
+    ]);
+    assert_eq!(parsed, Parsed::default(), "weir streams: nothing to apply");
+    for (key, bad) in [
+        ("client-body-buffer-size", "16kb"),
+        ("proxy-buffer-size", "0"),
+        ("proxy-buffers-number", "0"),
+        ("proxy-max-temp-file-size", "lots"),
+    ] {
+        rejected(&[(key, bad)], key);
+    }
+}
+
+#[test]
 fn route_policy_defaults() {
     let parsed = clean(&[
         ("ssl-redirect", "false"),
@@ -505,6 +551,7 @@ fn global_auth() {
         signin: Some("https://auth.example.com/oauth2/start?rd=$escaped_request_uri".into()),
         response_headers: vec!["X-Auth-Request-User".into(), "X-Auth-Request-Email".into()],
         request_redirect: Some("/after".into()),
+        ..ExternalAuth::default()
     };
     assert_eq!(parsed.routes.global_auth, Some(global.clone()));
     // Routes without authentication of their own take it, unless their Ingress opts out.
@@ -543,6 +590,25 @@ fn global_auth() {
     );
     assert_eq!(parsed.routes.global_auth.unwrap().method, "GET");
     assert!(!parsed.routes.fail_closed);
+    // The cache, the signin parameter and the cookie setting, as their annotations.
+    let parsed = clean(&[
+        ("global-auth-url", "http://auth.svc/"),
+        ("global-auth-signin", "https://login.example.com/"),
+        ("global-auth-signin-redirect-param", "next"),
+        ("global-auth-always-set-cookie", "true"),
+        ("global-auth-cache-key", "$http_authorization"),
+        ("global-auth-cache-duration", "200 1m"),
+    ]);
+    let auth = parsed.routes.global_auth.unwrap();
+    assert_eq!(auth.signin_redirect_param.as_deref(), Some("next"));
+    assert!(auth.always_set_cookie);
+    let cache = auth.cache.unwrap();
+    assert_eq!((cache.key.as_str(), cache.valid[0].seconds), ("$http_authorization", 60));
+    let parsed = rejected(
+        &[("global-auth-url", "http://auth.svc/"), ("global-auth-cache-key", "static")],
+        "global-auth-cache-key",
+    );
+    assert_eq!(parsed.routes.global_auth.unwrap().cache, None);
     // Settings without the URL do nothing, which is said.
     let (_, w) = finding(&[("global-auth-signin", "https://auth.example.com/")], "global-auth-signin");
     assert!(w.message.contains("without global-auth-url"), "{}", w.message);
