@@ -209,9 +209,11 @@ impl Clients {
             let mut sending = std::pin::pin!(conn.sender.try_send_request(req));
             let sent = std::future::poll_fn(|cx| {
                 // The connection first: it writes the request and reads the response head,
-                // which completes `sending`; once it has ended, `sending` has its error.
+                // which completes `sending`; once it has ended, `sending` has its error. Only
+                // `drive` completes `sending`, so `sending` needs no waker (with one, hyper
+                // handing over the response would wake this task for nothing).
                 conn.drive(cx);
-                sending.as_mut().poll(cx)
+                sending.as_mut().poll(&mut no_waker())
             })
             .await;
             match sent {
@@ -380,7 +382,7 @@ impl Http1Conn {
     /// Whether the connection is open and ready for a request, polled without a waker: an idle
     /// connection the upstream closed reads its end of stream here.
     fn is_idle(&mut self) -> bool {
-        self.drive(&mut Context::from_waker(std::task::Waker::noop())) && self.sender.is_ready()
+        self.drive(&mut no_waker()) && self.sender.is_ready()
     }
 
     /// Hands the connection back to `pool` once its exchange is over: now if it is idle already,
@@ -421,6 +423,11 @@ impl Http1Conn {
             });
         }
     }
+}
+
+/// A context whose waker does nothing: for polls whose progress this task makes itself.
+fn no_waker() -> Context<'static> {
+    Context::from_waker(std::task::Waker::noop())
 }
 
 // === impl Http1Pool ===
@@ -548,14 +555,18 @@ impl Body for ResponseBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = &mut *self;
-        let frame = match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(frame) => frame,
-            Poll::Pending => {
-                let Some(reuse) = &mut this.reuse else { return Poll::Pending };
-                // The connection reads the next part of the body (or its end, or an error).
-                reuse.conn.drive(cx);
-                ready!(Pin::new(&mut this.inner).poll_frame(cx))
-            }
+        let frame = match &mut this.reuse {
+            None => ready!(Pin::new(&mut this.inner).poll_frame(cx)),
+            // The body is fed by its connection only, which this task polls: the body needs no
+            // waker (with one, each part handed over would wake this task for nothing).
+            Some(reuse) => match Pin::new(&mut this.inner).poll_frame(&mut no_waker()) {
+                Poll::Ready(frame) => frame,
+                Poll::Pending => {
+                    // The connection reads the next part of the body (or its end, or an error).
+                    reuse.conn.drive(cx);
+                    ready!(Pin::new(&mut this.inner).poll_frame(&mut no_waker()))
+                }
+            },
         };
         match &frame {
             Some(Ok(_)) if !this.inner.is_end_stream() => {}
