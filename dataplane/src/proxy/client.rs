@@ -217,7 +217,14 @@ impl Clients {
             })
             .await;
             match sent {
-                Ok(resp) => return Ok(ResponseBody::pooled(resp, conn, pool, self.max_idle)),
+                Ok(resp) => {
+                    // hyper may have asked to be woken when the body is first polled (its body
+                    // part read with the head waits for that): polled again without a waker, it
+                    // forgets this task's, which would otherwise wake it once for nothing. The
+                    // body's first poll polls the connection again, with a waker.
+                    conn.drive(&mut no_waker());
+                    return Ok(ResponseBody::pooled(resp, conn, pool, self.max_idle));
+                }
                 Err(mut err) => match err.take_message() {
                     // The upstream closed the pooled connection since it was put back; the
                     // request did not go out: the next connection takes it.
