@@ -10,12 +10,6 @@
 //! when the client has read the response body to its end ([`ResponseBody`]); a response body
 //! dropped before its end closes the connection.
 //!
-//! An HTTP/1.1 connection has no task of its own ([`Http1Conn`]): the request that uses it polls
-//! its I/O while waiting for the response head, then its response body does while the body is
-//! read; an idle one is polled (without a waker) when checked out or swept, which notices an
-//! upstream's close. Only a `101` hands its connection to a task (the upgrade), and a connection
-//! whose response ended before its request body was sent finishes sending in one.
-//!
 //! A connection is made *before* the request is handed to hyper, so when connecting fails the
 //! request, body included, is handed back ([`SendError::Connect`]) and can go to another endpoint.
 //! A pooled connection the upstream closed in the meantime is noticed before or while sending
@@ -187,8 +181,6 @@ impl Clients {
     }
 
     /// HTTP/1.1 (over TLS with `tls`) on an idle connection of `pool`, else a new one to `key`.
-    /// The connection's I/O is polled here, by the request's own task, and then by the
-    /// response body: no task of its own, no hop between tasks per request.
     async fn http1(
         &self,
         pool: PoolRef,
@@ -198,33 +190,16 @@ impl Clients {
         connect_timeout: Duration,
     ) -> Result<Response<ResponseBody>, SendError> {
         loop {
-            let (mut conn, fresh) = match pool.get().checkout() {
-                Some(conn) => (conn, false),
+            let (mut sender, fresh) = match pool.get().checkout() {
+                Some(sender) => (sender, false),
                 // Boxed: connecting (TLS above all) is a large future, and rare.
-                None => match Box::pin(connect_http1(key, tls.clone(), connect_timeout)).await {
-                    Ok(conn) => (conn, true),
+                None => match Box::pin(self.connect_http1(key, tls.clone(), connect_timeout)).await {
+                    Ok(sender) => (sender, true),
                     Err(e) => return Err(e.with(req)),
                 },
             };
-            let mut sending = std::pin::pin!(conn.sender.try_send_request(req));
-            let sent = std::future::poll_fn(|cx| {
-                // The connection first: it writes the request and reads the response head,
-                // which completes `sending`; once it has ended, `sending` has its error. Only
-                // `drive` completes `sending`, so `sending` needs no waker (with one, hyper
-                // handing over the response would wake this task for nothing).
-                conn.drive(cx);
-                sending.as_mut().poll(&mut no_waker())
-            })
-            .await;
-            match sent {
-                Ok(resp) => {
-                    // hyper may have asked to be woken when the body is first polled (its body
-                    // part read with the head waits for that): polled again without a waker, it
-                    // forgets this task's, which would otherwise wake it once for nothing. The
-                    // body's first poll polls the connection again, with a waker.
-                    conn.drive(&mut no_waker());
-                    return Ok(ResponseBody::pooled(resp, conn, pool, self.max_idle));
-                }
+            match sender.try_send_request(req).await {
+                Ok(resp) => return Ok(ResponseBody::pooled(resp, sender, pool, self.max_idle)),
                 Err(mut err) => match err.take_message() {
                     // The upstream closed the pooled connection since it was put back; the
                     // request did not go out: the next connection takes it.
@@ -234,6 +209,39 @@ impl Clients {
                 },
             }
         }
+    }
+
+    async fn connect_http1(
+        &self,
+        key: &EndpointKey,
+        tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+        connect_timeout: Duration,
+    ) -> Result<http1::SendRequest<UpstreamBody>, ConnectFailed> {
+        let tcp = connect_tcp(key, connect_timeout).await?;
+        let upstream = key.clone();
+        let handshake_error = |e: hyper::Error| ConnectFailed::new(e);
+        let sender = match tls {
+            None => {
+                let (sender, conn) = http1::handshake(TokioIo::new(tcp)).await.map_err(handshake_error)?;
+                tokio::spawn(async move {
+                    if let Err(error) = conn.with_upgrades().await {
+                        tracing::debug!(%upstream, %error, "upstream connection closed");
+                    }
+                });
+                sender
+            }
+            Some((config, name)) => {
+                let stream = tls_handshake(config, name, tcp, connect_timeout).await?;
+                let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.map_err(handshake_error)?;
+                tokio::spawn(async move {
+                    if let Err(error) = conn.with_upgrades().await {
+                        tracing::debug!(%upstream, %error, "https upstream connection closed");
+                    }
+                });
+                sender
+            }
+        };
+        Ok(sender)
     }
 
     /// Drops pooled connections of endpoints no longer in use and closed ones.
@@ -271,28 +279,6 @@ type HttpsPool = (Weak<EndpointState>, Arc<Http1Pool>);
 /// pop or retain).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A new HTTP/1.1 connection to `key` (over TLS with `tls`), its I/O not yet polled.
-async fn connect_http1(
-    key: &EndpointKey,
-    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
-    connect_timeout: Duration,
-) -> Result<Http1Conn, ConnectFailed> {
-    let tcp = connect_tcp(key, connect_timeout).await?;
-    let handshake_error = |e: hyper::Error| ConnectFailed::new(e);
-    let conn = match tls {
-        None => {
-            let (sender, io) = http1::handshake(TokioIo::new(tcp)).await.map_err(handshake_error)?;
-            Http1Conn { sender, io: Some(Box::pin(io.with_upgrades())) }
-        }
-        Some((config, name)) => {
-            let stream = tls_handshake(config, name, tcp, connect_timeout).await?;
-            let (sender, io) = http1::handshake(TokioIo::new(stream)).await.map_err(handshake_error)?;
-            Http1Conn { sender, io: Some(Box::pin(io.with_upgrades())) }
-        }
-    };
-    Ok(conn)
 }
 
 /// The endpoint a URL's host and port name (port 80 when none).
@@ -359,84 +345,6 @@ async fn tls_handshake(
     }
 }
 
-// === impl Http1Conn ===
-
-/// An upstream HTTP/1.1 connection: the sender of its requests and its I/O (hyper's connection
-/// future), which has no task of its own. Whoever uses the connection polls the I/O: the request
-/// while it waits for the response head, then its response body until the end; the pool polls
-/// an idle one (without a waker) to notice that the upstream closed it.
-struct Http1Conn {
-    sender: http1::SendRequest<UpstreamBody>,
-    /// `None` once the connection has ended (it is never polled after that).
-    io: Option<Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>>>,
-}
-
-impl Http1Conn {
-    /// Polls the connection's I/O (reads, writes, hands the response on); whether it is still
-    /// open.
-    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(io) = &mut self.io else { return false };
-        if let Poll::Ready(done) = io.as_mut().poll(cx) {
-            if let Err(error) = done {
-                tracing::debug!(%error, "upstream connection closed");
-            }
-            // Dropping hyper's dispatcher fails whatever it still held (unsent requests come back).
-            self.io = None;
-        }
-        self.io.is_some()
-    }
-
-    /// Whether the connection is open and ready for a request, polled without a waker: an idle
-    /// connection the upstream closed reads its end of stream here.
-    fn is_idle(&mut self) -> bool {
-        self.drive(&mut no_waker()) && self.sender.is_ready()
-    }
-
-    /// Hands the connection back to `pool` once its exchange is over: now if it is idle already,
-    /// else from a task that polls it until it is (the request body is still being sent after
-    /// an early response).
-    fn release(mut self, pool: PoolRef, max: usize) {
-        if self.is_idle() {
-            return pool.get().checkin(self, max);
-        }
-        if self.io.is_none() || self.sender.is_closed() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        runtime.spawn(async move {
-            let ready = std::future::poll_fn(|cx| {
-                let open = self.drive(cx);
-                match self.sender.poll_ready(cx) {
-                    Poll::Ready(ready) => Poll::Ready(ready.is_ok() && open),
-                    Poll::Pending if open => Poll::Pending,
-                    Poll::Pending => Poll::Ready(false),
-                }
-            })
-            .await;
-            if ready {
-                pool.get().checkin(self, max);
-            }
-        });
-    }
-
-    /// Polls the connection to its end in a task of its own: after a `101 Switching Protocols`,
-    /// which hands the connection over to the upgrade.
-    fn detach(self) {
-        if let Some(io) = self.io {
-            tokio::spawn(async move {
-                if let Err(error) = io.await {
-                    tracing::debug!(%error, "upgraded upstream connection failed");
-                }
-            });
-        }
-    }
-}
-
-/// A context whose waker does nothing: for polls whose progress this task makes itself.
-fn no_waker() -> Context<'static> {
-    Context::from_waker(std::task::Waker::noop())
-}
-
 // === impl Http1Pool ===
 
 /// Idle HTTP/1.1 connections to one upstream, the most recently used on top: busy connections
@@ -447,7 +355,7 @@ pub(crate) struct Http1Pool(Mutex<VecDeque<Idle>>);
 /// A connection ready for its next request, and since when.
 struct Idle {
     since: Instant,
-    conn: Http1Conn,
+    sender: http1::SendRequest<UpstreamBody>,
 }
 
 impl std::fmt::Debug for Http1Pool {
@@ -458,23 +366,24 @@ impl std::fmt::Debug for Http1Pool {
 
 impl Http1Pool {
     /// The most recently returned connection that is still open.
-    fn checkout(&self) -> Option<Http1Conn> {
+    fn checkout(&self) -> Option<http1::SendRequest<UpstreamBody>> {
         let mut idle = lock(&self.0);
-        while let Some(mut conn) = idle.pop_back() {
-            // One the upstream has closed since it came back is dropped here.
-            if conn.conn.is_idle() {
-                return Some(conn.conn);
+        while let Some(conn) = idle.pop_back() {
+            // Ready means open and idle (it was ready when it came back): one the upstream has
+            // closed since is dropped here.
+            if conn.sender.is_ready() {
+                return Some(conn.sender);
             }
         }
         None
     }
 
     /// Keeps an idle connection, unless `max` are kept already (then it is closed).
-    fn checkin(&self, conn: Http1Conn, max: usize) {
+    fn checkin(&self, sender: http1::SendRequest<UpstreamBody>, max: usize) {
         let since = Instant::now();
         let mut idle = lock(&self.0);
         if idle.len() < max {
-            idle.push_back(Idle { since, conn });
+            idle.push_back(Idle { since, sender });
         }
     }
 
@@ -482,7 +391,7 @@ impl Http1Pool {
     /// returns how many stay.
     fn sweep(&self, expiry: Option<Instant>) -> usize {
         let mut idle = lock(&self.0);
-        idle.retain_mut(|c| c.conn.is_idle() && expiry.is_none_or(|t| c.since > t));
+        idle.retain(|c| c.sender.is_ready() && expiry.is_none_or(|t| c.since > t));
         idle.len()
     }
 }
@@ -505,12 +414,31 @@ impl PoolRef {
     }
 }
 
-/// A response's HTTP/1.1 connection: polled for the body, and where it goes back after.
+/// A connection to return to its pool once its response has been read.
 struct Reuse {
-    conn: Http1Conn,
+    sender: http1::SendRequest<UpstreamBody>,
     pool: PoolRef,
-    /// Idle connections the pool keeps (none: the connection closes after this response).
     max: usize,
+}
+
+impl Reuse {
+    fn release(self) {
+        if self.sender.is_ready() {
+            return self.pool.get().checkin(self.sender, self.max);
+        }
+        if self.sender.is_closed() {
+            return;
+        }
+        // Its connection task has not caught up yet (another worker runs it), or the request
+        // body is still being sent after an early response: back to the pool once it is idle.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let Reuse { mut sender, pool, max } = self;
+        runtime.spawn(async move {
+            if sender.ready().await.is_ok() {
+                pool.get().checkin(sender, max);
+            }
+        });
+    }
 }
 
 // === impl ResponseBody ===
@@ -528,27 +456,26 @@ impl ResponseBody {
         ResponseBody { inner, reuse: None }
     }
 
-    /// Wraps `resp`, whose body `conn` delivers; `conn` returns to `pool` once the body ends.
-    /// An upgraded connection (101) never returns.
+    /// Wraps `resp` so that `sender` returns to `pool` once its body ends. An upgraded
+    /// connection (101) never returns.
     fn pooled(
         resp: Response<Incoming>,
-        conn: Http1Conn,
+        sender: http1::SendRequest<UpstreamBody>,
         pool: PoolRef,
         max: usize,
     ) -> Response<ResponseBody> {
-        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-            conn.detach();
-            return resp.map(ResponseBody::plain);
-        }
+        let reusable = max > 0 && resp.status() != StatusCode::SWITCHING_PROTOCOLS;
         resp.map(|inner| {
-            if inner.is_end_stream() {
-                // No body to wait for (hyper may never poll it).
-                if max > 0 {
-                    conn.release(pool, max);
-                }
+            let reuse = Reuse { sender, pool, max };
+            if !reusable {
                 return ResponseBody::plain(inner);
             }
-            ResponseBody { inner, reuse: Some(Reuse { conn, pool, max }) }
+            if inner.is_end_stream() {
+                // No body to wait for (hyper may never poll it).
+                reuse.release();
+                return ResponseBody::plain(inner);
+            }
+            ResponseBody { inner, reuse: Some(reuse) }
         })
     }
 }
@@ -562,27 +489,13 @@ impl Body for ResponseBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = &mut *self;
-        let frame = match &mut this.reuse {
-            None => ready!(Pin::new(&mut this.inner).poll_frame(cx)),
-            // The body is fed by its connection only, which this task polls: the body needs no
-            // waker (with one, each part handed over would wake this task for nothing).
-            Some(reuse) => match Pin::new(&mut this.inner).poll_frame(&mut no_waker()) {
-                Poll::Ready(frame) => frame,
-                Poll::Pending => {
-                    // The connection reads the next part of the body (or its end, or an error).
-                    reuse.conn.drive(cx);
-                    ready!(Pin::new(&mut this.inner).poll_frame(&mut no_waker()))
-                }
-            },
-        };
+        let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
         match &frame {
             Some(Ok(_)) if !this.inner.is_end_stream() => {}
             // The end (the last frame, or none): the connection is free for the next request.
             Some(Ok(_)) | None => {
-                if let Some(Reuse { conn, pool, max }) = this.reuse.take()
-                    && max > 0
-                {
-                    conn.release(pool, max);
+                if let Some(reuse) = this.reuse.take() {
+                    reuse.release();
                 }
             }
             Some(Err(_)) => this.reuse = None,

@@ -998,24 +998,28 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
         .filter(|t| !t.is_empty())
 }
 
-/// The hop-by-hop headers that never cross the proxy (those listed in a request's `Connection`
-/// header aside); `Upgrade` and `TE` last, for [`strip_hop_by_hop`]. A static: a constant array
-/// of names would be built and dropped at each use.
-static HOP_BY_HOP: [HeaderName; 8] = [
-    CONNECTION,
-    KEEP_ALIVE,
-    PROXY_CONNECTION,
-    TRANSFER_ENCODING,
-    PROXY_AUTHORIZATION,
-    PROXY_AUTHENTICATE,
-    UPGRADE,
-    TE,
-];
+/// Which hop-by-hop header `name` is (never crossing the proxy, those listed in a request's
+/// `Connection` header aside): its bit for [`strip_hop_by_hop`], `Upgrade` and `TE` last.
+fn hop_by_hop_bit(name: &HeaderName) -> u8 {
+    // References to the constants: an array of the names themselves would be built and dropped
+    // at each call.
+    let names: [&HeaderName; 8] = [
+        &CONNECTION,
+        &KEEP_ALIVE,
+        &PROXY_CONNECTION,
+        &TRANSFER_ENCODING,
+        &PROXY_AUTHORIZATION,
+        &PROXY_AUTHENTICATE,
+        &UPGRADE,
+        &TE,
+    ];
+    names.iter().position(|h| *h == name).map_or(0, |i| 1 << i)
+}
 
 /// Whether `name` is a hop-by-hop header that never crosses the proxy (those listed in a
 /// request's `Connection` header aside).
 pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
-    HOP_BY_HOP.contains(name)
+    hop_by_hop_bit(name) != 0
 }
 
 /// Removes hop-by-hop headers; `keep_upgrade` keeps `Upgrade`, `keep_te_trailers` keeps
@@ -1023,12 +1027,7 @@ pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
 fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_trailers: bool) {
     // Usually there is none, or only `Connection`: one pass over the names finds which are
     // there, and only those are looked up again to be removed.
-    let mut present = 0u8;
-    for name in headers.keys() {
-        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
-            present |= 1 << i;
-        }
-    }
+    let present = headers.keys().fold(0u8, |bits, name| bits | hop_by_hop_bit(name));
     if present == 0 {
         return;
     }
@@ -1050,7 +1049,15 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_trailer
             headers.remove(name);
         }
     }
-    for (i, name) in HOP_BY_HOP[..6].iter().enumerate() {
+    let always = [
+        &CONNECTION,
+        &KEEP_ALIVE,
+        &PROXY_CONNECTION,
+        &TRANSFER_ENCODING,
+        &PROXY_AUTHORIZATION,
+        &PROXY_AUTHENTICATE,
+    ];
+    for (i, name) in always.into_iter().enumerate() {
         if present & (1 << i) != 0 {
             headers.remove(name);
         }
