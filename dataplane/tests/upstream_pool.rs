@@ -237,3 +237,95 @@ async fn keepalive_time_retires_an_old_connection() {
     assert_eq!(p.get("a.test", "/").await.text(), "conn 2");
     assert_eq!(p.get("a.test", "/").await.text(), "conn 2");
 }
+
+/// An upstream on raw sockets: it reads one request head per connection (requests without a
+/// body), writes `response` with `conn N` appended as its body's text where `{conn}` stands, then
+/// closes the connection, announced or not. Counts the connections it closed.
+async fn closing_upstream(response: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let closed = Arc::new(AtomicUsize::new(0));
+    let (c, accepted) = (closed.clone(), Arc::new(AtomicUsize::new(0)));
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let conn = accepted.fetch_add(1, SeqCst) + 1;
+            let closed = c.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let response = response.replace("{conn}", &format!("conn {conn}"));
+                let _ = tcp.write_all(response.as_bytes()).await;
+                drop(tcp);
+                closed.fetch_add(1, SeqCst);
+            });
+        }
+    });
+    (addr, closed)
+}
+
+#[tokio::test]
+async fn an_upstream_closing_a_kept_alive_connection_between_requests_costs_no_request() {
+    // The response says nothing of closing: the proxy keeps the connection, which the upstream
+    // then closes. The next request goes on a new connection, unnoticed by the client.
+    let (addr, closed) = closing_upstream("HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\n{conn}").await;
+    let p = proxy(table().host("a.test").prefix("/", &backend("up", &[addr])).build()).await;
+    for i in 1..=3 {
+        let r = p.get("a.test", "/").await;
+        assert_eq!((r.status.as_u16(), r.text()), (200, format!("conn {i}")));
+        until(&closed, i, "connections the upstream closed").await;
+    }
+}
+
+#[tokio::test]
+async fn connection_close_and_chunked_responses_end_their_connection() {
+    // `Connection: close` with a chunked body, then a body delimited by the close itself.
+    let chunked =
+        "HTTP/1.1 200 OK\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n6\r\n{conn}\r\n0\r\n\r\n";
+    let until_close = "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n{conn}";
+    for response in [chunked, until_close] {
+        let (addr, _) = closing_upstream(response).await;
+        let p = proxy(table().host("a.test").prefix("/", &backend("up", &[addr])).build()).await;
+        // Back to back: each request needs a connection of its own.
+        for i in 1..=3 {
+            let r = p.get("a.test", "/").await;
+            assert_eq!((r.status.as_u16(), r.text()), (200, format!("conn {i}")), "{response:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn expect_100_continue_goes_through_to_the_upstream() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = upstream(None).await;
+    let p = proxy(route(&up)).await;
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    let head = "POST / HTTP/1.1\r\nhost: a.test\r\nexpect: 100-continue\r\ncontent-length: 5\r\n\r\n";
+    s.write_all(head.as_bytes()).await.unwrap();
+    // The body is sent only once the proxy has asked for it.
+    let mut buf = vec![0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .expect("a 100 Continue")
+        .unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 100 Continue\r\n"), "{:?}", String::from_utf8_lossy(&buf[..n]));
+    s.write_all(b"hello").await.unwrap();
+    let mut got = String::from_utf8_lossy(&buf[..n]).into_owned();
+    while !got.ends_with("conn 1") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("a response")
+            .unwrap();
+        assert!(n > 0, "closed early: {got:?}");
+        got.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(got.contains("HTTP/1.1 200 OK\r\n"), "{got:?}");
+    // And the connection is pooled for the next request.
+    assert_eq!(p.get("a.test", "/").await.text(), "conn 1");
+}

@@ -1199,64 +1199,85 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
         .filter(|t| !t.is_empty())
 }
 
-/// Whether `name` is a hop-by-hop header that never crosses the proxy (those listed in a
-/// request's `Connection` header aside).
-pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
-    [
+/// Which hop-by-hop header `name` is (never crossing the proxy, those listed in a request's
+/// `Connection` header aside): its bit for [`strip_hop_by_hop`], `Upgrade` and `TE` last.
+fn hop_by_hop_bit(name: &HeaderName) -> u8 {
+    // References to the constants: an array of the names themselves would be built and dropped
+    // at each call.
+    let names: [&HeaderName; 8] = [
         &CONNECTION,
         &KEEP_ALIVE,
         &PROXY_CONNECTION,
         &TRANSFER_ENCODING,
         &PROXY_AUTHORIZATION,
         &PROXY_AUTHENTICATE,
-        &TE,
         &UPGRADE,
-    ]
-    .contains(&name)
+        &TE,
+    ];
+    names.iter().position(|h| *h == name).map_or(0, |i| 1 << i)
+}
+
+/// Whether `name` is a hop-by-hop header that never crosses the proxy (those listed in a
+/// request's `Connection` header aside).
+pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
+    hop_by_hop_bit(name) != 0
 }
 
 /// Removes hop-by-hop headers; `keep_upgrade` keeps `Upgrade`, `keep_te_trailers` keeps
 /// `te: trailers` (gRPC over h2).
 fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_trailers: bool) {
-    // Usually there is none: one pass over the names instead of a lookup per header.
-    if !headers.keys().any(is_hop_by_hop) {
+    // Usually there is none, or only `Connection`: one pass over the names finds which are
+    // there, and only those are looked up again to be removed.
+    let present = headers.keys().fold(0u8, |bits, name| bits | hop_by_hop_bit(name));
+    if present == 0 {
         return;
     }
     // Headers named by Connection, other than the ones removed below anyway. Rare, so the Vec
     // only allocates when a client actually lists something.
-    let listed: Vec<HeaderName> = connection_tokens(headers)
-        .filter(|t| {
-            !t.eq_ignore_ascii_case("close")
-                && !t.eq_ignore_ascii_case("keep-alive")
-                && !t.eq_ignore_ascii_case("upgrade")
-        })
-        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
-        .collect();
-    for name in listed {
-        if name == X_FORWARDED_FOR || name == X_REAL_IP || name == X_REQUEST_ID || name == HOST {
-            continue; // listing them must not strip what the proxy sets
+    if present & 1 != 0 {
+        let listed: Vec<HeaderName> = connection_tokens(headers)
+            .filter(|t| {
+                !t.eq_ignore_ascii_case("close")
+                    && !t.eq_ignore_ascii_case("keep-alive")
+                    && !t.eq_ignore_ascii_case("upgrade")
+            })
+            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+            .collect();
+        for name in listed {
+            if name == X_FORWARDED_FOR || name == X_REAL_IP || name == X_REQUEST_ID || name == HOST {
+                continue; // listing them must not strip what the proxy sets
+            }
+            headers.remove(name);
         }
-        headers.remove(name);
     }
-    headers.remove(CONNECTION);
-    headers.remove(KEEP_ALIVE);
-    headers.remove(PROXY_CONNECTION);
-    headers.remove(TRANSFER_ENCODING);
-    headers.remove(PROXY_AUTHORIZATION);
-    headers.remove(PROXY_AUTHENTICATE);
-    if !keep_upgrade {
+    let always = [
+        &CONNECTION,
+        &KEEP_ALIVE,
+        &PROXY_CONNECTION,
+        &TRANSFER_ENCODING,
+        &PROXY_AUTHORIZATION,
+        &PROXY_AUTHENTICATE,
+    ];
+    for (i, name) in always.into_iter().enumerate() {
+        if present & (1 << i) != 0 {
+            headers.remove(name);
+        }
+    }
+    if !keep_upgrade && present & (1 << 6) != 0 {
         headers.remove(UPGRADE);
     }
-    let trailers = keep_te_trailers
-        && headers
-            .get_all(TE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case("trailers"));
-    headers.remove(TE);
-    if trailers {
-        headers.insert(TE, HeaderValue::from_static("trailers"));
+    if present & (1 << 7) != 0 {
+        let trailers = keep_te_trailers
+            && headers
+                .get_all(TE)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .any(|t| t.trim().eq_ignore_ascii_case("trailers"));
+        headers.remove(TE);
+        if trailers {
+            headers.insert(TE, HeaderValue::from_static("trailers"));
+        }
     }
 }
 
@@ -1264,6 +1285,21 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_trailer
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// The size of the future `f` returns, without calling it.
+    fn future_size<A, F: Future>(_f: impl Fn(A) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn the_request_future_stays_small() {
+        // Every request's future is written into hyper's connection (and for h2 moved into a
+        // task per stream): its size is copied per request. Rare paths (connecting, TLS, error
+        // pages, external auth, h2 upstreams) are boxed to keep it so.
+        let handle = future_size(|(ctx, req): (Arc<ConnCtx>, Request<Incoming>)| ctx.handle(req));
+        eprintln!("request future: {handle} bytes");
+        assert!(handle <= 4096, "the request future grew to {handle} bytes");
+    }
 
     #[test]
     fn strips_hop_by_hop_and_listed_headers() {
@@ -1289,6 +1325,22 @@ mod tests {
         keys.sort();
         assert_eq!(keys, ["te", "upgrade", "x-keep"]);
         assert_eq!(h[TE], "trailers");
+        // Some of them alone.
+        for (k, v, keep, left) in [
+            ("upgrade", "websocket", false, None),
+            ("upgrade", "websocket", true, Some("websocket")),
+            ("te", "trailers", true, Some("trailers")),
+            ("te", "gzip", true, None),
+            ("keep-alive", "timeout=5", true, None),
+        ] {
+            let name = HeaderName::from_static(k);
+            let mut h = HeaderMap::new();
+            h.insert(name.clone(), HeaderValue::from_static(v));
+            h.insert(HeaderName::from_static("x-keep"), HeaderValue::from_static("1"));
+            strip_hop_by_hop(&mut h, keep, keep);
+            assert_eq!(h.get(&name).map(|v| v.to_str().unwrap()), left, "{k}: {v}");
+            assert_eq!(h["x-keep"], "1");
+        }
     }
 
     #[test]
