@@ -193,13 +193,12 @@ impl Running {
         // A missing directory is a usage error; a broken file is not (it is reported and skipped).
         dir.rescan(true).with_context(|| format!("reading --manifests {}", opts.manifests.display()))?;
         let (change_tx, change_rx) = mpsc::channel(1);
-        let guard = files::watch(&opts.manifests, change_tx, opts.poll_interval)?;
-        publisher.publish(&dir);
+        let (guard, seen) = files::watch_paths(&opts.manifests, change_tx, opts.poll_interval)?;
+        publisher.publish(&mut dir, Waited::default());
         tracing::info!(manifests = %opts.manifests.display(), "serving the manifest directory");
         Ok(tokio::spawn(watch_loop(
             dir,
-            change_rx,
-            guard,
+            Watcher { changes: change_rx, seen, _guard: guard },
             publisher,
             opts.debounce,
             shutdown_rx,
@@ -339,19 +338,24 @@ impl CertFiles {
 }
 
 impl Publisher {
-    fn publish(&mut self, dir: &ManifestDir) {
-        let (snapshot, duplicates) = dir.snapshot();
-        let mut problems: BTreeSet<String> = duplicates.into_iter().collect();
+    fn publish(&mut self, dir: &mut ManifestDir, waited: Waited) {
+        let mut problems: BTreeSet<String> = dir.duplicates().into_iter().collect();
         problems.extend(dir.errors().iter().map(|e| e.to_string()));
         self.metrics.manifest_errors.set(dir.errors().len() as i64);
-        self.publish_snapshot(&snapshot, problems);
+        let _changes = dir.take_changes();
+        self.publish_snapshot(dir.current(), problems, waited);
     }
 
     fn publish_kube(&mut self, source: &KubeSource) -> Outcome {
-        self.publish_snapshot(&source.snapshot(), BTreeSet::new())
+        self.publish_snapshot(&source.snapshot(), BTreeSet::new(), Waited::default())
     }
 
-    fn publish_snapshot(&mut self, snapshot: &Snapshot, mut problems: BTreeSet<String>) -> Outcome {
+    fn publish_snapshot(
+        &mut self,
+        snapshot: &Snapshot,
+        mut problems: BTreeSet<String>,
+        waited: Waited,
+    ) -> Outcome {
         let started = std::time::Instant::now();
         let translation = translate::translate(snapshot, &self.config);
         let translated = started.elapsed();
@@ -383,6 +387,8 @@ impl Publisher {
                     version,
                     ingresses = translation.ingresses.len(),
                     warnings = translation.warnings.len(),
+                    debounce_ms = waited.debounce.as_secs_f64() * 1e3,
+                    scan_ms = waited.scan.as_secs_f64() * 1e3,
                     translate_ms = translated.as_secs_f64() * 1e3,
                     total_ms = started.elapsed().as_secs_f64() * 1e3,
                     "routing table published"
@@ -398,10 +404,29 @@ impl Publisher {
     }
 }
 
+/// The file watcher's side of the watch loop.
+struct Watcher {
+    /// `true`: a notification; `false`: the poll.
+    changes: mpsc::Receiver<bool>,
+    /// What the notifications named.
+    seen: files::SeenCell,
+    _guard: files::WatchGuard,
+}
+
+/// What a publish waited for before translating: the settling of a burst of notifications,
+/// then the scan of the directory.
+#[derive(Clone, Copy, Debug, Default)]
+struct Waited {
+    debounce: Duration,
+    scan: Duration,
+}
+
+/// After the last notification of a burst of complete writes, how long to wait for another.
+const QUIET: Duration = Duration::from_millis(10);
+
 async fn watch_loop(
     mut dir: ManifestDir,
-    mut changes: mpsc::Receiver<bool>,
-    _guard: files::WatchGuard,
+    mut watcher: Watcher,
     mut publisher: Publisher,
     debounce: Duration,
     mut shutdown: watch::Receiver<bool>,
@@ -411,29 +436,29 @@ async fn watch_loop(
     let mut cert_poll = tokio::time::interval(poll.min(Duration::from_secs(1)));
     cert_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let force = tokio::select! {
+        let notified = tokio::select! {
             _ = shutdown.wait_for(|s| *s) => return,
-            change = changes.recv() => match change {
-                Some(force) => force,
+            change = watcher.changes.recv() => match change {
+                Some(notified) => notified,
                 None => return,
             },
             _ = cert_poll.tick(), if publisher.cert_files.is_some() => {
                 if publisher.cert_files.as_mut().is_some_and(CertFiles::refresh) {
-                    publisher.publish(&dir);
+                    publisher.publish(&mut dir, Waited::default());
                 }
                 continue;
             }
         };
-        // Debounce: editors write in bursts (truncate, write, rename).
-        let mut force = force;
-        if force {
-            tokio::time::sleep(debounce).await;
-            while let Ok(more) = changes.try_recv() {
-                force |= more;
-            }
+        let mut waited = Waited::default();
+        if notified {
+            waited.debounce = settle(&mut watcher, debounce).await;
         }
-        match dir.rescan(force) {
-            Ok(scan) if scan.changed => publisher.publish(&dir),
+        let seen = std::mem::take(&mut *watcher.seen.lock().unwrap_or_else(|p| p.into_inner()));
+        let started = std::time::Instant::now();
+        let scan = if seen.everything { dir.rescan(true) } else { dir.rescan_paths(&seen.paths) };
+        waited.scan = started.elapsed();
+        match scan {
+            Ok(scan) if scan.changed => publisher.publish(&mut dir, waited),
             // Nothing to translate, but a file may have broken or healed: keep the metric true.
             Ok(_) => {
                 publisher.metrics.manifest_errors.set(dir.errors().len() as i64);
@@ -441,6 +466,28 @@ async fn watch_loop(
             Err(error) => {
                 tracing::warn!(%error, "rescanning the manifest directory failed; keeping the current table")
             }
+        }
+    }
+}
+
+/// Waits for a burst of notifications to end: [`QUIET`] after the last one while every file
+/// they name is complete (closed after writing, or renamed into place: an isolated change is
+/// read at once), else `debounce` after the first (editors write in bursts: truncate, write,
+/// rename). Returns how long it waited.
+async fn settle(watcher: &mut Watcher, debounce: Duration) -> Duration {
+    let first = tokio::time::Instant::now();
+    let latest = first + debounce;
+    loop {
+        let complete = {
+            let seen = watcher.seen.lock().unwrap_or_else(|p| p.into_inner());
+            !seen.everything && seen.writing.is_empty()
+        };
+        let until = if complete { (tokio::time::Instant::now() + QUIET).min(latest) } else { latest };
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => return first.elapsed(),
+            more = watcher.changes.recv() => if more.is_none() {
+                return first.elapsed();
+            },
         }
     }
 }

@@ -26,7 +26,7 @@ use weir_dataplane::model::{
     RouteTable, ServicePort, UpstreamProtocol, UpstreamTls, VirtualHost,
 };
 
-pub use snapshot::Snapshot;
+pub use snapshot::{Objects, SharedObject, Snapshot, SnapshotKey};
 pub use warnings::{ObjectKind, Reason, Severity, Warning};
 
 use class::{ClassSelector, LEGACY_CLASS_ANNOTATION, Selected};

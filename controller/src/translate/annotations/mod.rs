@@ -28,6 +28,7 @@ use weir_dataplane::model::{
     RoutePolicy, SourceFilter,
 };
 
+use super::snapshot::Objects;
 use super::warnings::{Reason, Warnings};
 
 /// ingress-nginx's annotation prefix.
@@ -288,7 +289,7 @@ impl<'a> Reader<'a> {
 pub(crate) fn parse(
     ingress: &ObjectRef,
     annotations: Option<&BTreeMap<String, String>>,
-    secrets: &BTreeMap<ObjectRef, Secret>,
+    secrets: &Objects<Secret>,
     warnings: &mut Warnings,
 ) -> Parsed {
     let mut parsed = Parsed::default();
@@ -376,7 +377,7 @@ fn deny_all() -> Vec<IpNet> {
 struct Ctx<'a, 'w> {
     ingress: &'a ObjectRef,
     reader: &'a Reader<'a>,
-    secrets: &'a BTreeMap<ObjectRef, Secret>,
+    secrets: &'a Objects<Secret>,
     warnings: &'w mut Warnings,
 }
 

@@ -13,19 +13,19 @@ fn parse_all(pairs: &[(&str, &str)]) -> (RoutePolicy, Vec<Warning>) {
 }
 
 /// Secrets in namespace `ns`: `htpasswd` (auth-file) and `users` (auth-map).
-fn secrets() -> BTreeMap<ObjectRef, k8s_openapi::api::core::v1::Secret> {
+fn secrets() -> crate::translate::Objects<k8s_openapi::api::core::v1::Secret> {
     use k8s_openapi::ByteString;
     let secret = |pairs: &[(&str, &str)]| k8s_openapi::api::core::v1::Secret {
         data: Some(pairs.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect()),
         ..Default::default()
     };
-    BTreeMap::from([
+    crate::translate::Objects::from(BTreeMap::from([
         (
             ObjectRef::new("ns", "htpasswd"),
             secret(&[("auth", "alice:$apr1$abcdefgh$r/p0TRuenjeL4j5EsxbGb/\nbob:nohash\n")]),
         ),
         (ObjectRef::new("ns", "users"), secret(&[("carol", "{SHA}5en6G6MezRroT3XKqkdPOmY/BfQ=")])),
-    ])
+    ]))
 }
 
 fn nginx(name: &str) -> String {
