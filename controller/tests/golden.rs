@@ -15,8 +15,14 @@ use support_diff::diff;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use std::collections::BTreeMap;
 use weir::source::manifest::parse_manifests;
-use weir::translate::{Snapshot, TranslateConfig, Translation, translate};
+
+use weir::translate::{
+    SharedObject, Snapshot, SnapshotKey, TranslateConfig, Translation, Translator, translate,
+};
+use weir_dataplane::model::RouteTable;
+use weir_dataplane::router::TableChanges;
 
 fn fixtures() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
@@ -180,6 +186,283 @@ fn translation_does_not_depend_on_input_order() {
                 case.display(),
                 diff(&render(&reference), &render(&translation))
             );
+        }
+    }
+}
+
+// === incremental translation ===
+
+/// Every object of every fixture, parsed (generated certificates filled in), and the distinct
+/// configurations of the fixtures.
+fn pool() -> (Vec<SharedObject>, Vec<TranslateConfig>) {
+    let mut objects = Vec::new();
+    let mut configs = vec![TranslateConfig::default()];
+    for case in fixtures() {
+        let input = with_generated(&std::fs::read_to_string(case.join("input.yaml")).unwrap());
+        objects.extend(parse_manifests(&input).unwrap().into_iter().filter_map(SharedObject::new));
+        let config = config(&case);
+        if !configs.contains(&config) {
+            configs.push(config);
+        }
+    }
+    (objects, configs)
+}
+
+fn check_incremental(translator: &Translator, snapshot: &Snapshot, config: &TranslateConfig, what: &str) {
+    let reference = translate(snapshot, config);
+    let incremental = translator.translation();
+    assert!(
+        *incremental == reference,
+        "{what}: incremental translation differs (- from scratch, + incremental):\n{}",
+        diff(&render(&reference), &render(incremental))
+    );
+}
+
+/// Updates `translator` and checks that the changes it reports (unless it translated
+/// everything) are exactly the virtual hosts and backends that differ from the previous table.
+fn update_and_check(
+    translator: &mut Translator,
+    snapshot: &Snapshot,
+    changed: &[SnapshotKey],
+    config: &TranslateConfig,
+    what: &str,
+) -> bool {
+    let before = translator.translation().table.clone();
+    let update = translator.update(snapshot, Some(changed), config);
+    check_incremental(translator, snapshot, config, what);
+    let Some(changes) = update.changes else { return false };
+    let after = &translator.translation().table;
+    let hosts =
+        |t: &RouteTable| t.hosts.iter().map(|v| (v.host.clone(), v.clone())).collect::<BTreeMap<_, _>>();
+    let (old, new) = (hosts(&before), hosts(after));
+    let mut expected = TableChanges::default();
+    for host in old.keys().chain(new.keys()) {
+        if old.get(host) != new.get(host) {
+            expected.hosts.insert(host.clone());
+        }
+    }
+    for id in before.backends.keys().chain(after.backends.keys()) {
+        if before.backends.get(id) != after.backends.get(id) {
+            expected.backends.insert(id.clone());
+        }
+    }
+    assert_eq!(changes, expected, "{what}: reported changes");
+    true
+}
+
+/// One object of every fixture at a time, in a shuffled order, is added to the snapshot, then
+/// removed again: after each step, [`Translator`] (given only the changed key) must give what
+/// translating the whole snapshot gives.
+#[test]
+fn incremental_translation_of_each_fixture_built_up_and_torn_down() {
+    for case in fixtures() {
+        let config = config(&case);
+        let input = with_generated(&std::fs::read_to_string(case.join("input.yaml")).unwrap());
+        let mut objects: Vec<SharedObject> =
+            parse_manifests(&input).unwrap().into_iter().filter_map(SharedObject::new).collect();
+        Rng(0x5eed ^ objects.len() as u64).shuffle(&mut objects);
+        let mut snapshot = Snapshot::default();
+        let mut translator = Translator::new();
+        translator.update(&snapshot, None, &config);
+        let name = case.file_name().unwrap().to_string_lossy().to_string();
+        for object in &objects {
+            let key = object.key();
+            snapshot.insert_shared(key.clone(), object.clone());
+            let what = format!("{name}: after adding {key:?}");
+            let _ = update_and_check(&mut translator, &snapshot, std::slice::from_ref(&key), &config, &what);
+        }
+        for object in objects.iter().rev() {
+            let key = object.key();
+            snapshot.remove(&key);
+            let what = format!("{name}: after removing {key:?}");
+            let _ = update_and_check(&mut translator, &snapshot, std::slice::from_ref(&key), &config, &what);
+        }
+    }
+}
+
+/// A change to an Ingress that keeps what it ties to others (a host, a Service) re-translates
+/// only the Ingresses that share those, and says which host changed.
+#[test]
+fn incremental_translation_redoes_only_what_is_tied_to_the_change() {
+    let ingress = |name: &str, host: &str, path: &str| {
+        format!(
+            "---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\nspec:\n  ingressClassName: weir\n  rules:\n  - host: {host}\n    http:\n      paths:\n      - path: {path}\n        pathType: Prefix\n        backend:\n          service:\n            name: {name}\n            port:\n              number: 80\n"
+        )
+    };
+    let text: String = (0..50).map(|i| ingress(&format!("app-{i}"), &format!("app-{i}.test"), "/")).collect();
+    let mut snapshot: Snapshot = parse_manifests(&text).unwrap().into_iter().collect();
+    let config = TranslateConfig::default();
+    let mut translator = Translator::new();
+    assert!(translator.update(&snapshot, None, &config).changes.is_none(), "the first update is full");
+    let edited = parse_manifests(&ingress("app-7", "app-7.test", "/v2")).unwrap();
+    let key = snapshot.insert(edited.into_iter().next().unwrap()).unwrap().key();
+    let update = translator.update(&snapshot, Some(std::slice::from_ref(&key)), &config);
+    assert_eq!(update.translated, 1, "only app-7 shares its host and Service with app-7");
+    let changes = update.changes.unwrap();
+    assert_eq!(changes.hosts.iter().map(|h| h.to_string()).collect::<Vec<_>>(), ["app-7.test"]);
+    assert!(changes.backends.is_empty(), "the backend did not change: {changes:?}");
+    check_incremental(&translator, &snapshot, &config, "after editing app-7");
+}
+
+/// Random edits over the objects of all fixtures (fixtures reuse names, so an object of one
+/// replaces another's), random mutations of Ingresses (hosts, TLS, annotations that tie
+/// Ingresses together, classes, timestamps, backends) and removals, under each fixture's
+/// configuration: after every step, the incremental translation (told the changed keys by
+/// [`Snapshot::changes_since`]) equals translating everything. Fixed seeds.
+#[test]
+fn incremental_translation_matches_translating_everything_over_random_edits() {
+    let (pool, configs) = pool();
+    let services: Vec<String> = pool
+        .iter()
+        .filter_map(|o| match o {
+            SharedObject::Service(s) => s.metadata.name.clone(),
+            _ => None,
+        })
+        .collect();
+    let secrets: Vec<String> = pool
+        .iter()
+        .filter_map(|o| match o {
+            SharedObject::Secret(s) => s.metadata.name.clone(),
+            _ => None,
+        })
+        .collect();
+    for (n, config) in configs.iter().enumerate() {
+        let mut rng = Rng(0x9e37_79b9 + n as u64);
+        let mut snapshot = Snapshot::default();
+        let mut translator = Translator::new();
+        translator.update(&snapshot, None, config);
+        let (mut mutated, mut incremental) = (0, 0);
+        for step in 0..400 {
+            let before = snapshot.clone();
+            for _ in 0..1 + rng.next() % 3 {
+                let pick = |rng: &mut Rng, len: usize| usize::try_from(rng.next() % len as u64).unwrap();
+                match rng.next() % 10 {
+                    0..=4 => {
+                        let object = pool[pick(&mut rng, pool.len())].clone();
+                        snapshot.insert_shared(object.key(), object);
+                    }
+                    5..=6 => {
+                        let keys = snapshot.changes_since(&Snapshot::default());
+                        if !keys.is_empty() {
+                            snapshot.remove(&keys[pick(&mut rng, keys.len())]);
+                        }
+                    }
+                    _ => {
+                        let keys: Vec<_> = snapshot.ingresses.keys().cloned().collect();
+                        if keys.is_empty() {
+                            continue;
+                        }
+                        let key = &keys[pick(&mut rng, keys.len())];
+                        let mut ingress = snapshot.ingresses.get(key).unwrap().clone();
+                        mutate(&mut ingress, &mut rng, &services, &secrets);
+                        snapshot.insert(weir::source::manifest::Object::Ingress(Box::new(ingress)));
+                        mutated += 1;
+                    }
+                }
+            }
+            let changed = snapshot.changes_since(&before);
+            let what = format!("config {n}, step {step}: {changed:?}");
+            incremental += usize::from(update_and_check(&mut translator, &snapshot, &changed, config, &what));
+        }
+        assert!(mutated > 50, "only {mutated} mutations");
+        assert!(incremental > 200, "only {incremental} of 400 updates were incremental");
+    }
+}
+
+/// One random change to an Ingress, among those that tie Ingresses together.
+fn mutate(
+    ingress: &mut k8s_openapi::api::networking::v1::Ingress,
+    rng: &mut Rng,
+    services: &[String],
+    secrets: &[String],
+) {
+    use k8s_openapi::api::networking::v1::{
+        IngressBackend, IngressServiceBackend, IngressTLS, ServiceBackendPort,
+    };
+    const HOSTS: &[&str] =
+        &["a.example.com", "b.example.com", "*.example.com", "", "x.test", "app.example.com"];
+    const ANNOTATIONS: &[(&str, &str)] = &[
+        ("nginx.ingress.kubernetes.io/canary", "true"),
+        ("nginx.ingress.kubernetes.io/canary-weight", "30"),
+        ("nginx.ingress.kubernetes.io/server-alias", "b.example.com"),
+        ("nginx.ingress.kubernetes.io/server-alias", "alias.example.com"),
+        ("nginx.ingress.kubernetes.io/use-regex", "true"),
+        ("nginx.ingress.kubernetes.io/ssl-redirect", "false"),
+        ("nginx.ingress.kubernetes.io/force-ssl-redirect", "true"),
+        ("nginx.ingress.kubernetes.io/ssl-passthrough", "true"),
+        ("nginx.ingress.kubernetes.io/custom-http-errors", "404,503"),
+        ("nginx.ingress.kubernetes.io/default-backend", "web"),
+        ("nginx.ingress.kubernetes.io/backend-protocol", "HTTPS"),
+        ("kubernetes.io/ingress.class", "weir"),
+    ];
+    let pick = |rng: &mut Rng, len: usize| usize::try_from(rng.next() % len.max(1) as u64).unwrap();
+    let spec = ingress.spec.get_or_insert_with(Default::default);
+    let backend = |name: &str| IngressBackend {
+        service: Some(IngressServiceBackend {
+            name: name.to_string(),
+            port: Some(ServiceBackendPort { number: Some(80), name: None }),
+        }),
+        resource: None,
+    };
+    match rng.next() % 9 {
+        0 => {
+            if let Some(rule) = spec.rules.as_mut().and_then(|r| r.first_mut()) {
+                let host = HOSTS[pick(rng, HOSTS.len())];
+                rule.host = (!host.is_empty()).then(|| host.to_string());
+            }
+        }
+        1 | 2 => {
+            let (key, value) = ANNOTATIONS[pick(rng, ANNOTATIONS.len())];
+            let annotations = ingress.metadata.annotations.get_or_insert_with(Default::default);
+            if annotations.remove(key).is_none() {
+                annotations.insert(key.to_string(), value.to_string());
+            }
+        }
+        3 => {
+            let host = HOSTS[pick(rng, HOSTS.len())];
+            let secret = (!secrets.is_empty()).then(|| secrets[pick(rng, secrets.len())].clone());
+            spec.tls = match rng.next() % 3 {
+                0 => None,
+                1 => Some(vec![IngressTLS { hosts: None, secret_name: secret }]),
+                _ => Some(vec![IngressTLS { hosts: Some(vec![host.to_string()]), secret_name: secret }]),
+            };
+        }
+        4 => {
+            if spec.rules.take().is_none() {
+                spec.rules = Some(vec![Default::default()]);
+            }
+        }
+        5 => {
+            spec.default_backend = match spec.default_backend {
+                Some(_) => None,
+                None if !services.is_empty() => Some(backend(&services[pick(rng, services.len())])),
+                None => None,
+            };
+        }
+        6 => {
+            let path = spec
+                .rules
+                .as_mut()
+                .and_then(|r| r.first_mut())
+                .and_then(|r| r.http.as_mut())
+                .and_then(|h| h.paths.first_mut());
+            if let Some(path) = path
+                && !services.is_empty()
+            {
+                path.backend = backend(&services[pick(rng, services.len())]);
+            }
+        }
+        7 => {
+            spec.ingress_class_name = match spec.ingress_class_name {
+                Some(_) => None,
+                None => Some(["weir", "nginx", "public"][pick(rng, 3)].to_string()),
+            };
+        }
+        _ => {
+            let day = 1 + rng.next() % 28;
+            ingress.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                format!("2024-01-{day:02}T00:00:00Z").parse().unwrap(),
+            ));
         }
     }
 }

@@ -22,8 +22,8 @@
 //! segments real paths have.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::canary::CompiledCanary;
@@ -71,6 +71,16 @@ pub enum CompileError {
 
 /// `Result` with [`CompileError`].
 pub type Result<T, E = CompileError> = std::result::Result<T, E>;
+
+/// What differs between a table and the one before it: the virtual hosts added, removed or
+/// changed, and the backends added, removed or changed. Lets a publish recompile only those.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableChanges {
+    /// Hosts whose [`crate::model::VirtualHost`] is new, gone or different.
+    pub hosts: BTreeSet<HostMatch>,
+    /// Backends that are new, gone or different.
+    pub backends: BTreeSet<BackendId>,
+}
 
 /// Index of a backend in [`Router::backend_ids`]: a typed, allocation-free handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

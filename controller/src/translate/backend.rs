@@ -5,7 +5,7 @@
 //! Service (missing, no such port) still yields a backend with no endpoints, so the route exists
 //! and answers 503, as ingress-nginx does, rather than falling through to another route.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 
 use k8s_openapi::api::core::v1::{Endpoints, Service, ServicePort as K8sServicePort};
@@ -54,23 +54,76 @@ impl Error {
     }
 }
 
+/// The EndpointSlices of each Service (by the `kubernetes.io/service-name` label), by key.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SliceIndex {
+    by_service: HashMap<ObjectRef, BTreeSet<ObjectRef>>,
+    /// The Service of each indexed slice.
+    service_of: HashMap<ObjectRef, ObjectRef>,
+}
+
+impl SliceIndex {
+    /// The index of every slice of `snapshot`.
+    pub(crate) fn new(snapshot: &Snapshot) -> Self {
+        let mut index = SliceIndex::default();
+        for (key, slice) in &snapshot.endpoint_slices {
+            index.insert(key, slice);
+        }
+        index
+    }
+
+    /// The Service `slice` belongs to, if it names one.
+    pub(crate) fn service_of(key: &ObjectRef, slice: &EndpointSlice) -> Option<ObjectRef> {
+        let service = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
+        service.filter(|s| !s.is_empty()).map(|s| ObjectRef::new(key.namespace.clone(), s.clone()))
+    }
+
+    fn insert(&mut self, key: &ObjectRef, slice: &EndpointSlice) {
+        if let Some(service) = Self::service_of(key, slice) {
+            self.by_service.entry(service.clone()).or_default().insert(key.clone());
+            self.service_of.insert(key.clone(), service);
+        }
+    }
+
+    /// Re-indexes the slice `key` as it is in `snapshot` (or drops it if it is gone); returns the
+    /// Services whose slices changed (its old and its new one).
+    pub(crate) fn update(&mut self, key: &ObjectRef, snapshot: &Snapshot) -> Vec<ObjectRef> {
+        let mut touched = Vec::new();
+        if let Some(old) = self.service_of.remove(key) {
+            if let Some(set) = self.by_service.get_mut(&old) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.by_service.remove(&old);
+                }
+            }
+            touched.push(old);
+        }
+        if let Some(slice) = snapshot.endpoint_slices.get(key) {
+            self.insert(key, slice);
+            if let Some(new) = self.service_of.get(key)
+                && !touched.contains(new)
+            {
+                touched.push(new.clone());
+            }
+        }
+        touched
+    }
+
+    fn slices<'s>(&self, service: &ObjectRef, snapshot: &'s Snapshot) -> Option<Vec<&'s EndpointSlice>> {
+        let keys = self.by_service.get(service)?;
+        Some(keys.iter().filter_map(|k| snapshot.endpoint_slices.get(k)).collect())
+    }
+}
+
 /// Resolves backends against a snapshot, each at most once.
 pub(crate) struct Resolver<'a> {
     snapshot: &'a Snapshot,
-    /// EndpointSlices by the Service they belong to.
-    slices: BTreeMap<ObjectRef, Vec<&'a EndpointSlice>>,
+    slices: &'a SliceIndex,
     cache: BTreeMap<BackendId, (Backend, Option<Error>)>,
 }
 
 impl<'a> Resolver<'a> {
-    pub(crate) fn new(snapshot: &'a Snapshot) -> Self {
-        let mut slices: BTreeMap<ObjectRef, Vec<&EndpointSlice>> = BTreeMap::new();
-        for (key, slice) in &snapshot.endpoint_slices {
-            let service = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
-            if let Some(service) = service.filter(|s| !s.is_empty()) {
-                slices.entry(ObjectRef::new(key.namespace.clone(), service.clone())).or_default().push(slice);
-            }
-        }
+    pub(crate) fn new(snapshot: &'a Snapshot, slices: &'a SliceIndex) -> Self {
         Resolver { snapshot, slices, cache: BTreeMap::new() }
     }
 
@@ -121,8 +174,8 @@ impl<'a> Resolver<'a> {
         let port =
             port.ok_or_else(|| Error::PortNotFound { service: service_ref.clone(), port: id.port.clone() })?;
         let port_name = port.name.as_deref().unwrap_or("");
-        let endpoints = match self.slices.get(&service_ref) {
-            Some(slices) => from_slices(slices, port_name),
+        let endpoints = match self.slices.slices(&service_ref, self.snapshot) {
+            Some(slices) => from_slices(&slices, port_name),
             None => self
                 .snapshot
                 .endpoints

@@ -8,6 +8,7 @@
 pub mod annotations;
 mod backend;
 mod class;
+mod incremental;
 mod rank;
 mod routes;
 mod snapshot;
@@ -26,9 +27,11 @@ use weir_dataplane::model::{
     RouteTable, ServicePort, UpstreamProtocol, UpstreamTls, VirtualHost,
 };
 
+pub use incremental::{Translator, Update};
 pub use snapshot::{Objects, SharedObject, Snapshot, SnapshotKey};
 pub use warnings::{ObjectKind, Reason, Severity, Warning};
 
+use backend::SliceIndex;
 use class::{ClassSelector, LEGACY_CLASS_ANNOTATION, Selected};
 use rank::Rank;
 use warnings::Warnings;
@@ -84,12 +87,35 @@ type BackendUse<'a> = (&'a Rank, UpstreamProtocol, Option<UpstreamTls>);
 
 /// Translates a snapshot into a routing table and warnings.
 pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
+    let slices = SliceIndex::new(snapshot);
+    let mut translation = translate_part(snapshot, snapshot.ingresses.iter(), &slices, config, None);
+    if let Some(secret) = &config.default_certificate {
+        let mut warnings = Warnings::default();
+        if let Some(cert) = tls::default_certificate(secret, snapshot, &mut warnings) {
+            translation.table.certificates.insert(secret.clone(), cert);
+            translation.table.default_certificate = Some(secret.clone());
+        }
+        translation.warnings.extend(warnings.finish());
+    }
+    translation
+}
+
+/// Translates `ingresses` (some or all of the snapshot's), reading the rest of the snapshot
+/// only by key. The default certificate is left to the caller. With `couplings`, each Ingress
+/// of our class also reports what ties its translation to others' ([`incremental`]).
+fn translate_part<'s>(
+    snapshot: &'s Snapshot,
+    ingresses: impl IntoIterator<Item = (&'s ObjectRef, &'s Ingress)>,
+    slices: &SliceIndex,
+    config: &TranslateConfig,
+    mut couplings: Option<&mut Vec<(ObjectRef, incremental::Couplings)>>,
+) -> Translation {
     let mut warnings = Warnings::default();
 
     // Class selection: Ingresses of other classes are ignored entirely.
     let selector = ClassSelector::new(&snapshot.ingress_classes, config);
     let mut ours = Vec::new();
-    for (key, ingress) in &snapshot.ingresses {
+    for (key, ingress) in ingresses {
         let Some(how) = selector.select(ingress) else { continue };
         if let Selected::LegacyAnnotation(class) = how {
             warnings.warn(
@@ -117,6 +143,9 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
             &snapshot.secrets,
             &mut warnings,
         );
+        if let Some(list) = couplings.as_deref_mut() {
+            list.push((o.rank.object.clone(), incremental::Couplings::of(o, &parsed)));
+        }
         if parsed.regex_paths {
             let rules = o.ingress.spec.as_ref().and_then(|s| s.rules.as_deref()).unwrap_or_default();
             regex_hosts
@@ -207,7 +236,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
     };
 
     // Backends: only those a winning route or the default backend uses.
-    let mut resolver = backend::Resolver::new(snapshot);
+    let mut resolver = backend::Resolver::new(snapshot, slices);
     let mut table = RouteTable::default();
     let mut resolve = |claim: &routes::Claim, warnings: &mut Warnings, table: &mut RouteTable| {
         let (backend, error) = resolver.resolve(&claim.backend);
@@ -429,12 +458,6 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
 
     table.tls = tls.entries;
     table.certificates = tls.certificates;
-    if let Some(secret) = &config.default_certificate
-        && let Some(cert) = tls::default_certificate(secret, snapshot, &mut warnings)
-    {
-        table.certificates.insert(secret.clone(), cert);
-        table.default_certificate = Some(secret.clone());
-    }
 
     Translation {
         table,
