@@ -1,13 +1,17 @@
-//! Per-phase timings of a rebuild over a manifest directory, without the server: read + parse,
-//! snapshot, translate, compile, publish (compile + balancers + swap). A profiling aid for
-//! bench/scale (`cargo run --release -p weir --example rebuild -- DIR [ROUNDS]`).
+//! Per-phase timings of rebuilds over a manifest directory, without the server: read + parse,
+//! then full rebuilds (translate everything, compile everything) and one-Ingress edits
+//! (incremental translate, compile of the changed host). A profiling aid for bench/scale:
+//!
+//! ```sh
+//! cargo run --release -p weir --example rebuild -- DIR [ROUNDS]
+//! ```
 
 use std::time::Instant;
 
 use weir::source::files::ManifestDir;
-use weir::translate::{self, TranslateConfig};
+use weir::source::manifest::Object;
+use weir::translate::{TranslateConfig, Translator};
 use weir_dataplane::proxy::{Proxy, ProxyConfig};
-use weir_dataplane::router::Router;
 
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
@@ -25,34 +29,39 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let _guard = rt.enter();
     let proxy = Proxy::new(ProxyConfig::default());
+    let mut snapshot = source.current().clone();
+    let mut translator = Translator::new();
     for round in 0..rounds {
         let t = Instant::now();
-        let snapshot = source.current().clone();
-        let snap = ms(t);
+        translator.update(&snapshot, None, &config);
+        let translate = ms(t);
         let t = Instant::now();
-        let translation = translate::translate(&snapshot, &config);
-        let tr = ms(t);
+        proxy.publish_changes(&translator.translation().table, None)?;
+        println!("full {round}: translate {translate:.1} ms, compile + swap {:.1} ms", ms(t));
+    }
+    let keys: Vec<_> = snapshot.ingresses.keys().cloned().collect();
+    for (round, key) in keys.iter().step_by(keys.len().div_ceil(rounds.max(1))).enumerate() {
         let t = Instant::now();
-        let copy = translation.table.clone();
-        let clone_ms = ms(t);
+        let mut ingress = snapshot.ingresses.get(key).cloned().unwrap_or_default();
+        let rule = ingress.spec.as_mut().and_then(|s| s.rules.as_mut()).and_then(|r| r.first_mut());
+        if let Some(path) = rule.and_then(|r| r.http.as_mut()).and_then(|h| h.paths.first_mut()) {
+            path.path = Some(format!("/edited-{round}"));
+        }
+        snapshot.insert(Object::Ingress(Box::new(ingress)));
+        let edit = ms(t);
         let t = Instant::now();
-        let same = copy == translation.table;
-        let eq_ms = ms(t);
+        let update = translator.update(
+            &snapshot,
+            Some(&[weir::translate::SnapshotKey::Ingress(key.clone())]),
+            &config,
+        );
+        let translate = ms(t);
         let t = Instant::now();
-        drop(copy);
-        println!("table clone {clone_ms:.1} ms, eq {eq_ms:.1} ms ({same}), drop {:.1} ms", ms(t));
-        let t = Instant::now();
-        let router = Router::compile(&translation.table)?;
-        let compile = ms(t);
-        drop(router);
-        let t = Instant::now();
-        proxy.publish(translation.table)?;
-        let publish = ms(t);
-        let t = Instant::now();
-        drop(snapshot);
-        let dropped = ms(t);
+        proxy.publish_changes(&translator.translation().table, update.changes.as_ref())?;
         println!(
-            "round {round}: snapshot {snap:.1} ms, translate {tr:.1} ms, compile {compile:.1} ms, publish {publish:.1} ms, drop snapshot {dropped:.1} ms"
+            "edit {round} ({key}): snapshot {edit:.2} ms, translate {translate:.2} ms ({} Ingresses), compile + swap {:.2} ms",
+            update.translated,
+            ms(t)
         );
     }
     Ok(())

@@ -1,6 +1,6 @@
 //! `weir serve`: the proxy fed by a source of Kubernetes objects.
 //!
-//! Data flow (shared/ARCHITECTURE.md): source → [`Snapshot`] → [`translate`] → `RouteTable` →
+//! Data flow (shared/ARCHITECTURE.md): source → [`Snapshot`] → [`Translator`] → `RouteTable` →
 //! [`Proxy::publish`] (one atomic swap). The admin listener serves `/healthz`, `/readyz` (ready
 //! after the first publish) and `/metrics`.
 
@@ -25,7 +25,7 @@ use crate::metrics::Metrics;
 use crate::source::files::{self, ManifestDir};
 use crate::source::kube::{self as kube_source, EndpointsApi, KubeOptions, KubeSource};
 use crate::status::{self, Outcome, StatusOptions};
-use crate::translate::{self, Snapshot, TranslateConfig};
+use crate::translate::{Snapshot, SnapshotKey, TranslateConfig, Translator};
 
 /// Where `weir serve` reads objects from when it talks to a Kubernetes API server.
 #[derive(Clone, Debug, Default)]
@@ -151,6 +151,9 @@ impl Running {
             versions: version_tx,
             reported: BTreeSet::new(),
             cert_files: opts.default_certificate_files.clone().map(CertFiles::new),
+            translator: Translator::new(),
+            in_sync: false,
+            kube_snapshot: None,
         };
 
         let mut tasks = Vec::new();
@@ -281,6 +284,13 @@ struct Publisher {
     versions: watch::Sender<u64>,
     reported: BTreeSet<String>,
     cert_files: Option<CertFiles>,
+    /// Translates only what changed since its last update.
+    translator: Translator,
+    /// Whether the proxy serves the translator's last table, so that the next publish can
+    /// compile only what changed (not after a rejected table).
+    in_sync: bool,
+    /// The Kubernetes source's last snapshot, to tell what changed since.
+    kube_snapshot: Option<Snapshot>,
 }
 
 /// The default certificate from a file pair: re-read when a file changes; the last good one is
@@ -342,43 +352,49 @@ impl Publisher {
         let mut problems: BTreeSet<String> = dir.duplicates().into_iter().collect();
         problems.extend(dir.errors().iter().map(|e| e.to_string()));
         self.metrics.manifest_errors.set(dir.errors().len() as i64);
-        let _changes = dir.take_changes();
-        self.publish_snapshot(dir.current(), problems, waited);
+        let changes = dir.take_changes();
+        self.publish_snapshot(dir.current(), Some(&changes), problems, waited);
     }
 
     fn publish_kube(&mut self, source: &KubeSource) -> Outcome {
-        self.publish_snapshot(&source.snapshot(), BTreeSet::new(), Waited::default())
+        let snapshot = source.snapshot();
+        let changes = self.kube_snapshot.as_ref().map(|old| snapshot.changes_since(old));
+        self.publish_snapshot(&snapshot, changes.as_deref(), BTreeSet::new(), Waited::default());
+        self.kube_snapshot = Some(snapshot);
+        let translation = self.translator.translation();
+        Outcome {
+            ingresses: translation.ingresses.iter().cloned().collect(),
+            warnings: translation.warnings.clone(),
+        }
     }
 
+    /// Translates what changed (`changed` keys; `None`: everything) and publishes the table.
     fn publish_snapshot(
         &mut self,
         snapshot: &Snapshot,
+        changed: Option<&[SnapshotKey]>,
         mut problems: BTreeSet<String>,
         waited: Waited,
-    ) -> Outcome {
+    ) {
         let started = std::time::Instant::now();
-        let translation = translate::translate(snapshot, &self.config);
+        if let Some(files) = &mut self.cert_files {
+            files.refresh();
+            self.translator
+                .set_default_certificate(files.good.clone().map(|cert| (file_certificate_ref(), cert)));
+        }
+        let update = self.translator.update(snapshot, changed, &self.config);
         let translated = started.elapsed();
+        let translation = self.translator.translation();
         self.metrics.translation_warnings.set(translation.warnings.len() as i64);
         problems.extend(translation.warnings.iter().map(|w| w.to_string()));
-        let outcome = Outcome {
-            ingresses: translation.ingresses.iter().cloned().collect(),
-            warnings: translation.warnings.clone(),
-        };
         for problem in problems.difference(&self.reported) {
             tracing::warn!("{problem}");
         }
         self.reported = problems;
-        let mut table = translation.table;
-        if let Some(files) = &mut self.cert_files {
-            files.refresh();
-            if let Some(cert) = &files.good {
-                table.certificates.insert(file_certificate_ref(), cert.clone());
-                table.default_certificate = Some(file_certificate_ref());
-            }
-        }
-        match self.proxy.publish(table) {
+        let changes = update.changes.as_ref().filter(|_| self.in_sync);
+        match self.proxy.publish_changes(&translation.table, changes) {
             Ok(version) => {
+                self.in_sync = true;
                 self.metrics.reloads_ok.inc();
                 self.metrics.table_version.set(version as i64);
                 self.ready.store(true, Ordering::Release);
@@ -387,6 +403,8 @@ impl Publisher {
                     version,
                     ingresses = translation.ingresses.len(),
                     warnings = translation.warnings.len(),
+                    retranslated = update.translated,
+                    changed_hosts = changes.map_or(translation.table.hosts.len(), |c| c.hosts.len()),
                     debounce_ms = waited.debounce.as_secs_f64() * 1e3,
                     scan_ms = waited.scan.as_secs_f64() * 1e3,
                     translate_ms = translated.as_secs_f64() * 1e3,
@@ -396,11 +414,11 @@ impl Publisher {
             }
             Err(error) => {
                 // The last good table keeps serving.
+                self.in_sync = false;
                 self.metrics.reloads_failed.inc();
                 tracing::error!(%error, "routing table rejected; the previous table keeps serving");
             }
         }
-        outcome
     }
 }
 

@@ -15,13 +15,10 @@ use support_diff::diff;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use std::collections::BTreeMap;
 use weir::source::manifest::parse_manifests;
-
 use weir::translate::{
     SharedObject, Snapshot, SnapshotKey, TranslateConfig, Translation, Translator, translate,
 };
-use weir_dataplane::model::RouteTable;
 use weir_dataplane::router::TableChanges;
 
 fn fixtures() -> Vec<PathBuf> {
@@ -231,21 +228,7 @@ fn update_and_check(
     let update = translator.update(snapshot, Some(changed), config);
     check_incremental(translator, snapshot, config, what);
     let Some(changes) = update.changes else { return false };
-    let after = &translator.translation().table;
-    let hosts =
-        |t: &RouteTable| t.hosts.iter().map(|v| (v.host.clone(), v.clone())).collect::<BTreeMap<_, _>>();
-    let (old, new) = (hosts(&before), hosts(after));
-    let mut expected = TableChanges::default();
-    for host in old.keys().chain(new.keys()) {
-        if old.get(host) != new.get(host) {
-            expected.hosts.insert(host.clone());
-        }
-    }
-    for id in before.backends.keys().chain(after.backends.keys()) {
-        if before.backends.get(id) != after.backends.get(id) {
-            expected.backends.insert(id.clone());
-        }
-    }
+    let expected = TableChanges::between(&before, &translator.translation().table);
     assert_eq!(changes, expected, "{what}: reported changes");
     true
 }

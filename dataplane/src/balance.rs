@@ -169,6 +169,19 @@ pub struct Balancer {
 }
 
 impl Balancer {
+    /// A balancer with no endpoint (requests to it answer 503).
+    fn empty() -> Balancer {
+        Balancer {
+            protocol: UpstreamProtocol::default(),
+            tls: None,
+            cursor: Arc::default(),
+            endpoints: Box::default(),
+            cycle: Box::default(),
+            weights: Box::default(),
+            ring: std::sync::OnceLock::new(),
+        }
+    }
+
     /// The protocol spoken to this backend's endpoints.
     pub fn protocol(&self) -> UpstreamProtocol {
         self.protocol
@@ -285,62 +298,100 @@ struct BackendEntry {
     endpoints: HashMap<EndpointKey, Arc<EndpointState>>,
 }
 
+impl BackendEntry {
+    /// The balancer of `backend` in a new table, and the state to keep for the next: what
+    /// `old` knew of the backend and of endpoints that are still in it.
+    fn next(mut old: BackendEntry, id: &BackendId, backend: &Backend) -> (BackendEntry, Balancer) {
+        let mut entry = BackendEntry { cursor: old.cursor.clone(), endpoints: HashMap::new() };
+        let weighted: Vec<(EndpointKey, u32)> = match &backend.target {
+            Target::Endpoints(eps) => eps.iter().map(|e| (EndpointKey::Addr(e.address), e.weight)).collect(),
+            Target::Dns { host, port } => {
+                vec![(EndpointKey::Dns { host: host.as_str().into(), port: *port }, 1)]
+            }
+        };
+        let mut endpoints = Vec::with_capacity(weighted.len());
+        let mut weights = Vec::with_capacity(weighted.len());
+        for (key, weight) in weighted {
+            if weight == 0 || entry.endpoints.contains_key(&key) {
+                continue; // weight 0 means drained; duplicates keep their first weight
+            }
+            let state =
+                old.endpoints.remove(&key).unwrap_or_else(|| Arc::new(EndpointState::new(key.clone())));
+            entry.endpoints.insert(key, state.clone());
+            endpoints.push(state);
+            weights.push(weight);
+        }
+        let tls = if backend.protocol.is_tls() {
+            match crate::tls::upstream_config(&backend.tls.clone().unwrap_or_default(), backend.protocol) {
+                Ok(config) => Some(Arc::new(config)),
+                Err(error) => {
+                    tracing::warn!(backend = %id, %error, "upstream TLS configuration unusable; requests to it answer 502");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let balancer = Balancer {
+            protocol: backend.protocol,
+            tls,
+            cursor: entry.cursor.clone(),
+            endpoints: endpoints.into(),
+            cycle: schedule(&weights).into(),
+            weights: weights.into(),
+            ring: std::sync::OnceLock::new(),
+        };
+        (entry, balancer)
+    }
+}
+
 impl Registry {
     /// Builds the balancers of a new table, in the iteration order of `backends`, reusing the
     /// state of backends and endpoints that still exist and forgetting the rest.
     pub fn update<'a>(
         &mut self,
         backends: impl IntoIterator<Item = (&'a BackendId, &'a Backend)>,
-    ) -> Vec<Balancer> {
+    ) -> Vec<Arc<Balancer>> {
         let mut next: HashMap<BackendId, BackendEntry> = HashMap::new();
         let mut balancers = Vec::new();
         for (id, backend) in backends {
-            let mut old = self.backends.remove(id).unwrap_or_default();
-            let mut entry = BackendEntry { cursor: old.cursor.clone(), endpoints: HashMap::new() };
-            let weighted: Vec<(EndpointKey, u32)> = match &backend.target {
-                Target::Endpoints(eps) => {
-                    eps.iter().map(|e| (EndpointKey::Addr(e.address), e.weight)).collect()
-                }
-                Target::Dns { host, port } => {
-                    vec![(EndpointKey::Dns { host: host.as_str().into(), port: *port }, 1)]
-                }
-            };
-            let mut endpoints = Vec::with_capacity(weighted.len());
-            let mut weights = Vec::with_capacity(weighted.len());
-            for (key, weight) in weighted {
-                if weight == 0 || entry.endpoints.contains_key(&key) {
-                    continue; // weight 0 means drained; duplicates keep their first weight
-                }
-                let state =
-                    old.endpoints.remove(&key).unwrap_or_else(|| Arc::new(EndpointState::new(key.clone())));
-                entry.endpoints.insert(key, state.clone());
-                endpoints.push(state);
-                weights.push(weight);
-            }
-            let tls = if backend.protocol.is_tls() {
-                match crate::tls::upstream_config(&backend.tls.clone().unwrap_or_default(), backend.protocol)
-                {
-                    Ok(config) => Some(Arc::new(config)),
-                    Err(error) => {
-                        tracing::warn!(backend = %id, %error, "upstream TLS configuration unusable; requests to it answer 502");
-                        None
-                    }
-                }
-            } else {
-                None
-            };
-            balancers.push(Balancer {
-                protocol: backend.protocol,
-                tls,
-                cursor: entry.cursor.clone(),
-                endpoints: endpoints.into(),
-                cycle: schedule(&weights).into(),
-                weights: weights.into(),
-                ring: std::sync::OnceLock::new(),
-            });
+            let old = self.backends.remove(id).unwrap_or_default();
+            let (entry, balancer) = BackendEntry::next(old, id, backend);
+            balancers.push(Arc::new(balancer));
             next.insert(id.clone(), entry);
         }
         self.backends = next;
+        balancers
+    }
+
+    /// Like [`Registry::update`] for a table that differs from the last one only in some
+    /// backends: `previous` are the last table's balancers, `len` the number of the new one's.
+    /// The backends `removed` (with their old index) are forgotten and their balancers emptied;
+    /// those `changed` (with their new index) are rebuilt with their state carried over. The
+    /// other balancers are shared with the last table.
+    pub fn update_changed<'a>(
+        &mut self,
+        previous: &[Arc<Balancer>],
+        len: usize,
+        removed: impl IntoIterator<Item = (usize, &'a BackendId)>,
+        changed: impl IntoIterator<Item = (usize, &'a BackendId, &'a Backend)>,
+    ) -> Vec<Arc<Balancer>> {
+        let mut balancers = previous.to_vec();
+        balancers.resize_with(len, || Arc::new(Balancer::empty()));
+        for (slot, id) in removed {
+            self.backends.remove(id);
+            if let Some(balancer) = balancers.get_mut(slot) {
+                *balancer = Arc::new(Balancer::empty());
+            }
+        }
+        for (slot, id, backend) in changed {
+            let old = self.backends.remove(id).unwrap_or_default();
+            let (entry, balancer) = BackendEntry::next(old, id, backend);
+            if let Some(place) = balancers.get_mut(slot) {
+                *place = Arc::new(balancer);
+            }
+            self.backends.insert(id.clone(), entry);
+        }
         balancers
     }
 
@@ -440,7 +491,7 @@ mod tests {
         c
     }
 
-    fn many(n: u16) -> Balancer {
+    fn many(n: u16) -> Arc<Balancer> {
         let mut r = Registry::default();
         let id: BackendId = "ns/b:80".parse().unwrap();
         let b = backend(&(0..n).map(|i| (1000 + i, 1)).collect::<Vec<_>>());
@@ -557,5 +608,33 @@ mod tests {
         let third = reg.update([(&a, &backend(&[(2, 1)])), (&gone, &backend(&[(9, 1)]))]);
         assert_eq!(third[1].endpoints()[0].failures(), 0);
         assert!(Arc::ptr_eq(&third[0].endpoints()[0], &kept));
+    }
+
+    #[test]
+    fn update_changed_rebuilds_only_the_changed_and_keeps_their_state() {
+        let (a, b, gone): (BackendId, BackendId, BackendId) =
+            ("ns/a:80".parse().unwrap(), "ns/b:80".parse().unwrap(), "ns/gone:80".parse().unwrap());
+        let mut reg = Registry::default();
+        let first = reg.update([
+            (&a, &backend(&[(1, 1), (2, 1)])),
+            (&b, &backend(&[(5, 1)])),
+            (&gone, &backend(&[(9, 1)])),
+        ]);
+        let kept = first[0].endpoints()[1].clone();
+        kept.record_failure();
+        assert_eq!(first[0].pick(), Some(0));
+
+        // `a` loses endpoint 1, `gone` goes (index 2) and `new` takes a new index (3).
+        let new: BackendId = "ns/new:80".parse().unwrap();
+        let (a2, new2) = (backend(&[(2, 1)]), backend(&[(7, 1)]));
+        let second = reg.update_changed(&first, 4, [(2, &gone)], [(0, &a, &a2), (3, &new, &new2)]);
+        assert!(Arc::ptr_eq(&second[1], &first[1]), "unchanged balancers are shared");
+        assert!(Arc::ptr_eq(&second[0].endpoints()[0], &kept), "endpoint state is reused");
+        assert_eq!(second[0].endpoints()[0].failures(), 1);
+        assert_eq!(second[0].pick(), Some(0), "the cursor continues (1 pick so far, 1 endpoint)");
+        assert!(second[2].is_empty(), "a gone backend's index answers 503");
+        assert_eq!(second[3].endpoints().len(), 1);
+        assert!(reg.endpoint(&gone, &EndpointKey::Addr(SocketAddr::from(([127, 0, 0, 1], 9)))).is_none());
+        assert!(reg.endpoint(&new, &EndpointKey::Addr(SocketAddr::from(([127, 0, 0, 1], 7)))).is_some());
     }
 }

@@ -20,7 +20,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use weir_dataplane::model::{Backend, BackendId, HostMatch, ObjectRef, ServicePort, TlsEntry, VirtualHost};
+use weir_dataplane::model::{
+    Backend, BackendId, Certificate, HostMatch, ObjectRef, ServicePort, TlsEntry, VirtualHost,
+};
 use weir_dataplane::router::TableChanges;
 
 use super::annotations::Parsed;
@@ -227,6 +229,13 @@ pub struct Translator {
     slices: SliceIndex,
     /// The warnings about the default certificate (the others are about Ingresses).
     certificate_warnings: Vec<Warning>,
+    /// A default certificate that is not a Secret (see [`Translator::set_default_certificate`]).
+    certificate_override: Option<(ObjectRef, Certificate)>,
+    /// The certificates [`Translator::apply_default_certificate`] put in the table that no TLS
+    /// entry uses.
+    certificates_added: Vec<ObjectRef>,
+    /// The default certificate must be applied again at the next update.
+    certificate_dirty: bool,
 }
 
 impl Translator {
@@ -238,6 +247,16 @@ impl Translator {
     /// The last translation.
     pub fn translation(&self) -> &Translation {
         &self.translation
+    }
+
+    /// Serves names no TLS entry covers with `certificate`, stored under `key`, instead of the
+    /// configured default certificate Secret (`weir serve --default-certificate-file`); `None`
+    /// goes back to the Secret. Takes effect at the next [`Translator::update`].
+    pub fn set_default_certificate(&mut self, certificate: Option<(ObjectRef, Certificate)>) {
+        if self.certificate_override != certificate {
+            self.certificate_override = certificate;
+            self.certificate_dirty = true;
+        }
     }
 
     /// Brings the translation up to date with `snapshot`, which differs from the snapshot of
@@ -310,7 +329,7 @@ impl Translator {
             self.index.insert(ingress, c);
         }
         let changes = self.splice(&group, &old, claims_default, part);
-        if !secrets.is_empty() {
+        if !secrets.is_empty() || self.certificate_dirty {
             self.apply_default_certificate(snapshot, config);
         }
         self.translation.warnings.extend(self.certificate_warnings.iter().cloned());
@@ -443,8 +462,8 @@ impl Translator {
             .collect();
         table.certificates.extend(new.certificates);
         let used: HashSet<&ObjectRef> = table.tls.iter().filter_map(|e| e.certificate.as_ref()).collect();
-        let default = table.default_certificate.as_ref();
-        table.certificates.retain(|k, _| used.contains(k) || default == Some(k));
+        let added = &self.certificates_added;
+        table.certificates.retain(|k, _| used.contains(k) || added.contains(k));
         table.passthrough.retain(|p| !old_hosts.contains(&p.host));
         table.passthrough.extend(new.passthrough);
         table.passthrough.sort_by(|a, b| a.host.cmp(&b.host));
@@ -465,24 +484,33 @@ impl Translator {
     }
 
     /// Puts the configured default certificate in the table, if its Secret is usable, and
-    /// notes the warnings about it.
+    /// notes the warnings about it; then the one set by [`Translator::set_default_certificate`],
+    /// which takes precedence.
     fn apply_default_certificate(&mut self, snapshot: &Snapshot, config: &TranslateConfig) {
         let table = &mut self.translation.table;
-        let mut warnings = Warnings::default();
-        let certificate = config
-            .default_certificate
-            .as_ref()
-            .map(|r| (r, tls::default_certificate(r, snapshot, &mut warnings)));
-        if let Some(old) = table.default_certificate.take()
-            && !table.tls.iter().any(|e| e.certificate.as_ref() == Some(&old))
-        {
-            table.certificates.remove(&old);
+        let used: HashSet<&ObjectRef> = table.tls.iter().filter_map(|e| e.certificate.as_ref()).collect();
+        for key in self.certificates_added.drain(..) {
+            if !used.contains(&key) {
+                table.certificates.remove(&key);
+            }
         }
-        if let Some((secret, Some(cert))) = certificate {
-            table.certificates.insert(secret.clone(), cert);
-            table.default_certificate = Some(secret.clone());
+        table.default_certificate = None;
+        let mut warnings = Warnings::default();
+        let mut add = |key: &ObjectRef, cert: Certificate| {
+            table.certificates.insert(key.clone(), cert);
+            table.default_certificate = Some(key.clone());
+            self.certificates_added.push(key.clone());
+        };
+        if let Some(secret) = &config.default_certificate
+            && let Some(cert) = tls::default_certificate(secret, snapshot, &mut warnings)
+        {
+            add(secret, cert);
+        }
+        if let Some((key, cert)) = &self.certificate_override {
+            add(key, cert.clone());
         }
         self.certificate_warnings = warnings.finish();
+        self.certificate_dirty = false;
     }
 }
 

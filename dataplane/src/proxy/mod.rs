@@ -24,7 +24,7 @@ use crate::balance::{Balancer, Registry};
 use crate::model::{HostMatch, RouteTable};
 use crate::mtls::ClientAuthIndex;
 use crate::ratelimit::LimiterCache;
-use crate::router::{CompileError, Router};
+use crate::router::{CompileError, Router, TableChanges};
 use crate::tls::{CertCache, CertIndex};
 
 mod client;
@@ -125,7 +125,7 @@ struct Compiled {
     version: u64,
     router: Router,
     /// Indexed by [`crate::router::BackendIdx`].
-    balancers: Vec<Balancer>,
+    balancers: Vec<Arc<Balancer>>,
     /// SNI → certificate.
     certs: CertIndex,
     /// SNI → passthrough backend (an index into `balancers`).
@@ -164,7 +164,7 @@ impl PassIndex {
     fn compile(table: &RouteTable, router: &Router) -> PassIndex {
         let mut index = PassIndex::default();
         for pass in &table.passthrough {
-            let Some(idx) = router.backend_ids().iter().position(|id| *id == pass.backend) else {
+            let Some(idx) = router.backend_index(&pass.backend).map(|i| i.0 as usize) else {
                 tracing::warn!(host = %pass.host, backend = %pass.backend, "passthrough backend has no route; host ignored");
                 continue;
             };
@@ -219,22 +219,52 @@ impl Proxy {
     /// Compiles `table` and makes it the live table; returns the version stamped on it.
     /// On error the live table is unchanged. Requests in flight finish on the table they started
     /// with; balancer state of backends that still exist is carried over.
-    pub fn publish(&self, mut table: RouteTable) -> Result<u64, CompileError> {
-        let router = Router::compile_with(&table, &self.inner.limiters)?;
+    pub fn publish(&self, table: RouteTable) -> Result<u64, CompileError> {
+        self.publish_changes(&table, None)
+    }
+
+    /// [`Proxy::publish`] for a table that differs from the live one only in `changes` (`None`:
+    /// in anything): only the virtual hosts and backends named are compiled again, the rest is
+    /// shared with the live state.
+    pub fn publish_changes(
+        &self,
+        table: &RouteTable,
+        changes: Option<&TableChanges>,
+    ) -> Result<u64, CompileError> {
         // Serializes publishers (versions stay monotonic, registry updates don't interleave);
         // requests never take this lock.
         let mut publisher = self.inner.publisher.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let live = self.inner.state.load_full();
         let version = publisher.last_version + 1;
-        table.version = version;
-        let balancers = publisher
-            .registry
-            .update(router.backend_ids().iter().filter_map(|id| table.backends.get_key_value(id)));
-        let certs = CertIndex::compile(&table, &mut publisher.certs);
-        let passthrough = PassIndex::compile(&table, &router);
+        let (router, balancers) = match changes {
+            Some(changes) if live.version != 0 => {
+                let router = live.router.update(table, changes, &self.inner.limiters)?;
+                let gone = changes.backends.iter().filter(|id| !table.backends.contains_key(*id));
+                let changed = changes.backends.iter().filter_map(|id| {
+                    Some((router.backend_index(id)?.0 as usize, id, table.backends.get(id)?))
+                });
+                let balancers = publisher.registry.update_changed(
+                    &live.balancers,
+                    router.backend_ids().len(),
+                    gone.filter_map(|id| Some((live.router.backend_index(id)?.0 as usize, id))),
+                    changed,
+                );
+                (router, balancers)
+            }
+            _ => {
+                let router = Router::compile_with(table, &self.inner.limiters)?;
+                let balancers = publisher
+                    .registry
+                    .update(router.backend_ids().iter().filter_map(|id| table.backends.get_key_value(id)));
+                (router, balancers)
+            }
+        };
+        let certs = CertIndex::compile(table, &mut publisher.certs);
+        let passthrough = PassIndex::compile(table, &router);
         let client_auth = if table.client_auth.is_empty() {
             ClientAuthIndex::default()
         } else {
-            ClientAuthIndex::compile(&table, &self.resolver())
+            ClientAuthIndex::compile(table, &self.resolver())
         };
         self.inner.state.store(Arc::new(Compiled {
             version,
@@ -244,6 +274,7 @@ impl Proxy {
             passthrough,
             client_auth,
         }));
+        drop(live);
         self.inner.clients.h2c.prune();
         self.inner.clients.prune_https();
         publisher.last_version = version;
