@@ -17,6 +17,16 @@ fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
+/// This process's resident memory, from /proc (Linux), in MB.
+fn rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse::<f64>().ok());
+    kb.unwrap_or(0.0) / 1024.0
+}
+
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let dir = args.next().ok_or_else(|| anyhow::anyhow!("usage: rebuild DIR [ROUNDS]"))?;
@@ -24,7 +34,7 @@ fn main() -> anyhow::Result<()> {
     let t = Instant::now();
     let mut source = ManifestDir::new(&dir);
     source.rescan(true)?;
-    println!("read + parse: {:.1} ms", ms(t));
+    println!("read + parse: {:.1} ms, RSS {:.0} MB", ms(t), rss_mb());
     let config = TranslateConfig::default();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let _guard = rt.enter();
@@ -37,7 +47,11 @@ fn main() -> anyhow::Result<()> {
         let translate = ms(t);
         let t = Instant::now();
         proxy.publish_changes(&translator.translation().table, None)?;
-        println!("full {round}: translate {translate:.1} ms, compile + swap {:.1} ms", ms(t));
+        println!(
+            "full {round}: translate {translate:.1} ms, compile + swap {:.1} ms, RSS {:.0} MB",
+            ms(t),
+            rss_mb()
+        );
     }
     let keys: Vec<_> = snapshot.ingresses.keys().cloned().collect();
     for (round, key) in keys.iter().step_by(keys.len().div_ceil(rounds.max(1))).enumerate() {
@@ -64,5 +78,8 @@ fn main() -> anyhow::Result<()> {
             ms(t)
         );
     }
-    Ok(())
+    println!("RSS at the end {:.0} MB", rss_mb());
+    // Exit without freeing: what a heap profiler (heaptrack) reports as leaked is then what a
+    // server with this table holds.
+    std::process::exit(0)
 }

@@ -162,7 +162,7 @@ impl Running {
             let client = kube_source::connect(kube.source.kubeconfig.as_deref()).await?;
             tasks.push(tokio::spawn(kube_loop(client, kube.clone(), publisher, shutdown_rx.clone())));
         } else {
-            tasks.push(Self::start_files(&opts, publisher, shutdown_rx.clone())?);
+            tasks.push(Self::start_files(&opts, publisher, shutdown_rx.clone()).await?);
         }
         let serve_proxy = proxy.clone();
         let stop = wait_for(shutdown_rx.clone());
@@ -186,27 +186,38 @@ impl Running {
         Ok(Running { http_addr, https_addr, admin_addr, proxy, versions, shutdown, tasks })
     }
 
-    /// Loads the manifest directory, publishes the first table and watches the directory.
-    fn start_files(
+    /// Loads the manifest directory, publishes the first table and watches the directory, all
+    /// on a thread of its own (see [`spawn_dedicated`]).
+    async fn start_files(
         opts: &ServeOptions,
         mut publisher: Publisher,
         shutdown_rx: watch::Receiver<bool>,
     ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-        let mut dir = ManifestDir::new(&opts.manifests);
-        // A missing directory is a usage error; a broken file is not (it is reported and skipped).
-        dir.rescan(true).with_context(|| format!("reading --manifests {}", opts.manifests.display()))?;
-        let (change_tx, change_rx) = mpsc::channel(1);
-        let (guard, seen) = files::watch_paths(&opts.manifests, change_tx, opts.poll_interval)?;
-        publisher.publish(&mut dir, Waited::default());
-        tracing::info!(manifests = %opts.manifests.display(), "serving the manifest directory");
-        Ok(tokio::spawn(watch_loop(
-            dir,
-            Watcher { changes: change_rx, seen, _guard: guard },
-            publisher,
-            opts.debounce,
-            shutdown_rx,
-            opts.poll_interval,
-        )))
+        let root = opts.manifests.clone();
+        let (debounce, poll) = (opts.debounce, opts.poll_interval);
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<anyhow::Result<()>>();
+        let task = spawn_dedicated("weir-manifests", async move {
+            let mut dir = ManifestDir::new(&root);
+            // A missing directory is a usage error; a broken file is not (it is reported and
+            // skipped).
+            let started = dir.rescan(true).with_context(|| format!("reading --manifests {}", root.display()));
+            let (change_tx, change_rx) = mpsc::channel(1);
+            let watched = started.and_then(|_| Ok(files::watch_paths(&root, change_tx, poll)?));
+            let (guard, seen) = match watched {
+                Ok(watched) => watched,
+                Err(error) => {
+                    let _ = ready_tx.send(Err(error));
+                    return;
+                }
+            };
+            publisher.publish(&mut dir, Waited::default());
+            tracing::info!(manifests = %root.display(), "serving the manifest directory");
+            let _ = ready_tx.send(Ok(()));
+            let watcher = Watcher { changes: change_rx, seen, _guard: guard };
+            watch_loop(dir, watcher, publisher, debounce, shutdown_rx, poll).await;
+        })?;
+        ready_rx.await.unwrap_or_else(|_| Err(anyhow::anyhow!("the manifest thread stopped")))?;
+        Ok(task)
     }
 
     /// The version of the routing table currently served (0 before the first publish).
@@ -244,6 +255,30 @@ impl Running {
             }
         }
     }
+}
+
+/// Runs `future` on a thread of its own, in a single-threaded runtime; the returned task ends
+/// with it. Rebuilds allocate and free a table's worth of memory: on one thread, the allocator
+/// reuses it, where rebuilds moving between runtime workers would keep a copy per thread's
+/// arena (glibc).
+fn spawn_dedicated(
+    name: &str,
+    future: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime.block_on(future),
+                Err(error) => tracing::error!(%error, "cannot start a runtime for the manifest thread"),
+            }
+            let _ = done_tx.send(());
+        })
+        .context("starting the manifest thread")?;
+    Ok(tokio::spawn(async move {
+        let _ = done_rx.await;
+    }))
 }
 
 /// Resolves when `rx` turns true (or its sender is gone).

@@ -64,9 +64,11 @@ impl EndpointState {
     fn new(key: EndpointKey) -> Self {
         // Built once per endpoint, so requests clone it instead of formatting an address.
         let text = key.to_string();
-        let authority = Authority::try_from(text.as_str()).ok();
+        let id = stable_hash(text.as_bytes());
+        // `Bytes` takes the string's buffer: no copy.
+        let authority = Authority::from_maybe_shared(bytes::Bytes::from(text)).ok();
         EndpointState {
-            id: stable_hash(text.as_bytes()),
+            id,
             key,
             authority,
             failures: AtomicU64::new(0),
@@ -299,10 +301,11 @@ struct BackendEntry {
 }
 
 impl BackendEntry {
-    /// The balancer of `backend` in a new table, and the state to keep for the next: what
-    /// `old` knew of the backend and of endpoints that are still in it.
-    fn next(mut old: BackendEntry, id: &BackendId, backend: &Backend) -> (BackendEntry, Balancer) {
-        let mut entry = BackendEntry { cursor: old.cursor.clone(), endpoints: HashMap::new() };
+    /// The balancer of `backend` in a new table, with the state kept for the backend and for
+    /// the endpoints still in it (the others are forgotten).
+    fn next(&mut self, id: &BackendId, backend: &Backend) -> Balancer {
+        let mut old = std::mem::take(&mut self.endpoints);
+        let entry = self;
         let weighted: Vec<(EndpointKey, u32)> = match &backend.target {
             Target::Endpoints(eps) => eps.iter().map(|e| (EndpointKey::Addr(e.address), e.weight)).collect(),
             Target::Dns { host, port } => {
@@ -315,8 +318,7 @@ impl BackendEntry {
             if weight == 0 || entry.endpoints.contains_key(&key) {
                 continue; // weight 0 means drained; duplicates keep their first weight
             }
-            let state =
-                old.endpoints.remove(&key).unwrap_or_else(|| Arc::new(EndpointState::new(key.clone())));
+            let state = old.remove(&key).unwrap_or_else(|| Arc::new(EndpointState::new(key.clone())));
             entry.endpoints.insert(key, state.clone());
             endpoints.push(state);
             weights.push(weight);
@@ -332,7 +334,7 @@ impl BackendEntry {
         } else {
             None
         };
-        let balancer = Balancer {
+        Balancer {
             protocol: backend.protocol,
             tls,
             cursor: entry.cursor.clone(),
@@ -340,8 +342,7 @@ impl BackendEntry {
             cycle: schedule(&weights).into(),
             weights: weights.into(),
             ring: std::sync::OnceLock::new(),
-        };
-        (entry, balancer)
+        }
     }
 }
 
@@ -352,15 +353,13 @@ impl Registry {
         &mut self,
         backends: impl IntoIterator<Item = (&'a BackendId, &'a Backend)>,
     ) -> Vec<Arc<Balancer>> {
-        let mut next: HashMap<BackendId, BackendEntry> = HashMap::new();
         let mut balancers = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for (id, backend) in backends {
-            let old = self.backends.remove(id).unwrap_or_default();
-            let (entry, balancer) = BackendEntry::next(old, id, backend);
-            balancers.push(Arc::new(balancer));
-            next.insert(id.clone(), entry);
+            balancers.push(Arc::new(self.balancer(id, backend)));
+            seen.insert(id);
         }
-        self.backends = next;
+        self.backends.retain(|id, _| seen.contains(id));
         balancers
     }
 
@@ -385,14 +384,20 @@ impl Registry {
             }
         }
         for (slot, id, backend) in changed {
-            let old = self.backends.remove(id).unwrap_or_default();
-            let (entry, balancer) = BackendEntry::next(old, id, backend);
+            let balancer = Arc::new(self.balancer(id, backend));
             if let Some(place) = balancers.get_mut(slot) {
-                *place = Arc::new(balancer);
+                *place = balancer;
             }
-            self.backends.insert(id.clone(), entry);
         }
         balancers
+    }
+
+    /// The balancer of `backend` in a new table, with its state carried over.
+    fn balancer(&mut self, id: &BackendId, backend: &Backend) -> Balancer {
+        match self.backends.get_mut(id) {
+            Some(entry) => entry.next(id, backend),
+            None => self.backends.entry(id.clone()).or_default().next(id, backend),
+        }
     }
 
     /// The state of an endpoint of a backend, if both are in the last table.

@@ -5,7 +5,7 @@
 //! Service (missing, no such port) still yields a backend with no endpoints, so the route exists
 //! and answers 503, as ingress-nginx does, rather than falling through to another route.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
 use k8s_openapi::api::core::v1::{Endpoints, Service, ServicePort as K8sServicePort};
@@ -54,12 +54,14 @@ impl Error {
     }
 }
 
-/// The EndpointSlices of each Service (by the `kubernetes.io/service-name` label), by key.
+/// The EndpointSlices of each Service (by the `kubernetes.io/service-name` label). A slice is in
+/// its Service's namespace: names are enough.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SliceIndex {
-    by_service: HashMap<ObjectRef, BTreeSet<ObjectRef>>,
-    /// The Service of each indexed slice.
-    service_of: HashMap<ObjectRef, ObjectRef>,
+    /// Slice names by Service.
+    by_service: HashMap<ObjectRef, Vec<String>>,
+    /// The Service name of each indexed slice.
+    service_of: HashMap<ObjectRef, String>,
 }
 
 impl SliceIndex {
@@ -72,16 +74,14 @@ impl SliceIndex {
         index
     }
 
-    /// The Service `slice` belongs to, if it names one.
-    pub(crate) fn service_of(key: &ObjectRef, slice: &EndpointSlice) -> Option<ObjectRef> {
-        let service = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
-        service.filter(|s| !s.is_empty()).map(|s| ObjectRef::new(key.namespace.clone(), s.clone()))
-    }
-
     fn insert(&mut self, key: &ObjectRef, slice: &EndpointSlice) {
-        if let Some(service) = Self::service_of(key, slice) {
-            self.by_service.entry(service.clone()).or_default().insert(key.clone());
-            self.service_of.insert(key.clone(), service);
+        let service = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
+        if let Some(service) = service.filter(|s| !s.is_empty()) {
+            let names =
+                self.by_service.entry(ObjectRef::new(key.namespace.clone(), service.clone())).or_default();
+            names.push(key.name.clone());
+            names.sort_unstable();
+            self.service_of.insert(key.clone(), service.clone());
         }
     }
 
@@ -90,9 +90,10 @@ impl SliceIndex {
     pub(crate) fn update(&mut self, key: &ObjectRef, snapshot: &Snapshot) -> Vec<ObjectRef> {
         let mut touched = Vec::new();
         if let Some(old) = self.service_of.remove(key) {
-            if let Some(set) = self.by_service.get_mut(&old) {
-                set.remove(key);
-                if set.is_empty() {
+            let old = ObjectRef::new(key.namespace.clone(), old);
+            if let Some(names) = self.by_service.get_mut(&old) {
+                names.retain(|n| *n != key.name);
+                if names.is_empty() {
                     self.by_service.remove(&old);
                 }
             }
@@ -100,43 +101,40 @@ impl SliceIndex {
         }
         if let Some(slice) = snapshot.endpoint_slices.get(key) {
             self.insert(key, slice);
-            if let Some(new) = self.service_of.get(key)
-                && !touched.contains(new)
+            if let Some(new) =
+                self.service_of.get(key).map(|s| ObjectRef::new(key.namespace.clone(), s.clone()))
+                && !touched.contains(&new)
             {
-                touched.push(new.clone());
+                touched.push(new);
             }
         }
         touched
     }
 
     fn slices<'s>(&self, service: &ObjectRef, snapshot: &'s Snapshot) -> Option<Vec<&'s EndpointSlice>> {
-        let keys = self.by_service.get(service)?;
-        Some(keys.iter().filter_map(|k| snapshot.endpoint_slices.get(k)).collect())
+        let names = self.by_service.get(service)?;
+        let key = |name: &String| ObjectRef::new(service.namespace.clone(), name.clone());
+        Some(names.iter().filter_map(|n| snapshot.endpoint_slices.get(&key(n))).collect())
     }
 }
 
-/// Resolves backends against a snapshot, each at most once.
+/// Resolves backends against a snapshot.
 pub(crate) struct Resolver<'a> {
     snapshot: &'a Snapshot,
     slices: &'a SliceIndex,
-    cache: BTreeMap<BackendId, (Backend, Option<Error>)>,
 }
 
 impl<'a> Resolver<'a> {
     pub(crate) fn new(snapshot: &'a Snapshot, slices: &'a SliceIndex) -> Self {
-        Resolver { snapshot, slices, cache: BTreeMap::new() }
+        Resolver { snapshot, slices }
     }
 
-    /// The backend for `id`, and what is wrong with it if anything.
-    pub(crate) fn resolve(&mut self, id: &BackendId) -> &(Backend, Option<Error>) {
-        if !self.cache.contains_key(id) {
-            let resolved = match self.resolve_uncached(id) {
-                Ok(backend) => (backend, None),
-                Err(error) => (empty(), Some(error)),
-            };
-            self.cache.insert(id.clone(), resolved);
+    /// The backend for `id` (one that answers 503 if the Service cannot serve it, and why).
+    pub(crate) fn resolve(&self, id: &BackendId) -> (Backend, Option<Error>) {
+        match self.resolve_uncached(id) {
+            Ok(backend) => (backend, None),
+            Err(error) => (empty(), Some(error)),
         }
-        &self.cache[id]
     }
 
     fn resolve_uncached(&self, id: &BackendId) -> Result<Backend, Error> {
@@ -209,9 +207,9 @@ fn find_port<'s>(service: &'s Service, port: &ServicePort) -> Option<&'s K8sServ
 }
 
 /// Ready, non-terminating endpoints of a Service's slices, on the slice port named like the
-/// Service port (an unnamed port is named "").
-fn from_slices(slices: &[&EndpointSlice], port_name: &str) -> BTreeSet<SocketAddr> {
-    let mut out = BTreeSet::new();
+/// Service port (an unnamed port is named ""), sorted and without duplicates.
+fn from_slices(slices: &[&EndpointSlice], port_name: &str) -> Vec<SocketAddr> {
+    let mut out = Vec::new();
     for slice in slices {
         if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
             continue; // FQDN slices (deprecated) name hosts, not addresses
@@ -237,17 +235,19 @@ fn from_slices(slices: &[&EndpointSlice], port_name: &str) -> BTreeSet<SocketAdd
             }
             // The API server validates addresses; anything unparsable is skipped.
             if let Some(ip) = endpoint.addresses.first().and_then(|a| a.parse::<IpAddr>().ok()) {
-                out.insert(SocketAddr::new(ip, port));
+                out.push(SocketAddr::new(ip, port));
             }
         }
     }
+    out.sort_unstable();
+    out.dedup();
     out
 }
 
 /// Ready addresses of a core v1 Endpoints object (never `notReadyAddresses`), on the subset port
 /// named like the Service port.
-fn from_endpoints(endpoints: &Endpoints, port_name: &str) -> BTreeSet<SocketAddr> {
-    let mut out = BTreeSet::new();
+fn from_endpoints(endpoints: &Endpoints, port_name: &str) -> Vec<SocketAddr> {
+    let mut out = Vec::new();
     for subset in endpoints.subsets.as_deref().unwrap_or_default() {
         let Some(port) = subset
             .ports
@@ -262,9 +262,11 @@ fn from_endpoints(endpoints: &Endpoints, port_name: &str) -> BTreeSet<SocketAddr
         };
         for address in subset.addresses.as_deref().unwrap_or_default() {
             if let Ok(ip) = address.ip.parse::<IpAddr>() {
-                out.insert(SocketAddr::new(ip, port));
+                out.push(SocketAddr::new(ip, port));
             }
         }
     }
+    out.sort_unstable();
+    out.dedup();
     out
 }

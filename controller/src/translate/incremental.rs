@@ -108,65 +108,94 @@ impl Couplings {
     }
 }
 
+/// An Ingress's number in the [`Index`] (its key is two strings; the index holds many).
+type Id = u32;
+
 /// Who has which tie: the reverse of every Ingress's [`Couplings`].
 #[derive(Debug, Default)]
 struct Index {
-    of: HashMap<ObjectRef, Couplings>,
-    hosts: HashMap<HostMatch, BTreeSet<ObjectRef>>,
-    services: HashMap<ObjectRef, BTreeSet<ObjectRef>>,
-    default_backend: BTreeSet<ObjectRef>,
-    covered: HashMap<String, BTreeSet<ObjectRef>>,
-    tls_wildcards: HashMap<String, BTreeSet<ObjectRef>>,
+    ids: HashMap<ObjectRef, Id>,
+    /// By [`Id`]; `None` for a number given back.
+    entries: Vec<Option<(ObjectRef, Couplings)>>,
+    free: Vec<Id>,
+    hosts: HashMap<HostMatch, Vec<Id>>,
+    services: HashMap<ObjectRef, Vec<Id>>,
+    default_backend: Vec<Id>,
+    covered: HashMap<String, Vec<Id>>,
+    tls_wildcards: HashMap<String, Vec<Id>>,
 }
 
 impl Index {
     fn insert(&mut self, ingress: ObjectRef, c: Couplings) {
+        self.remove(&ingress);
+        let id = match self.free.pop() {
+            Some(id) => id,
+            None => {
+                self.entries.push(None);
+                Id::try_from(self.entries.len() - 1).unwrap_or(Id::MAX)
+            }
+        };
         for host in &c.hosts {
-            self.hosts.entry(host.clone()).or_default().insert(ingress.clone());
+            self.hosts.entry(host.clone()).or_default().push(id);
         }
         for service in &c.services {
-            self.services.entry(service.clone()).or_default().insert(ingress.clone());
+            self.services.entry(service.clone()).or_default().push(id);
         }
         if c.default_backend {
-            self.default_backend.insert(ingress.clone());
+            self.default_backend.push(id);
         }
         for suffix in &c.covered {
-            self.covered.entry(suffix.clone()).or_default().insert(ingress.clone());
+            self.covered.entry(suffix.clone()).or_default().push(id);
         }
         for suffix in &c.tls_wildcards {
-            self.tls_wildcards.entry(suffix.clone()).or_default().insert(ingress.clone());
+            self.tls_wildcards.entry(suffix.clone()).or_default().push(id);
         }
-        self.of.insert(ingress, c);
+        self.ids.insert(ingress.clone(), id);
+        if let Some(slot) = self.entries.get_mut(id as usize) {
+            *slot = Some((ingress, c));
+        }
     }
 
     fn remove(&mut self, ingress: &ObjectRef) -> Option<Couplings> {
-        fn drop_from<K: std::hash::Hash + Eq>(
-            map: &mut HashMap<K, BTreeSet<ObjectRef>>,
-            key: &K,
-            ingress: &ObjectRef,
-        ) {
-            if let Some(set) = map.get_mut(key) {
-                set.remove(ingress);
-                if set.is_empty() {
+        fn drop_from<K: std::hash::Hash + Eq>(map: &mut HashMap<K, Vec<Id>>, key: &K, id: Id) {
+            if let Some(ids) = map.get_mut(key) {
+                ids.retain(|i| *i != id);
+                if ids.is_empty() {
                     map.remove(key);
                 }
             }
         }
-        let c = self.of.remove(ingress)?;
+        let id = self.ids.remove(ingress)?;
+        let (_, c) = self.entries.get_mut(id as usize)?.take()?;
+        self.free.push(id);
         for host in &c.hosts {
-            drop_from(&mut self.hosts, host, ingress);
+            drop_from(&mut self.hosts, host, id);
         }
         for service in &c.services {
-            drop_from(&mut self.services, service, ingress);
+            drop_from(&mut self.services, service, id);
         }
-        self.default_backend.remove(ingress);
+        self.default_backend.retain(|i| *i != id);
         for suffix in &c.covered {
-            drop_from(&mut self.covered, suffix, ingress);
+            drop_from(&mut self.covered, suffix, id);
         }
         for suffix in &c.tls_wildcards {
-            drop_from(&mut self.tls_wildcards, suffix, ingress);
+            drop_from(&mut self.tls_wildcards, suffix, id);
         }
         Some(c)
+    }
+
+    fn key(&self, id: Id) -> Option<&ObjectRef> {
+        self.entries.get(id as usize)?.as_ref().map(|(k, _)| k)
+    }
+
+    /// The Ingresses indexed.
+    fn ingresses(&self) -> impl Iterator<Item = &ObjectRef> {
+        self.ids.keys()
+    }
+
+    /// The Ingresses that name `service`.
+    fn users_of<'a>(&'a self, service: &ObjectRef) -> impl Iterator<Item = &'a ObjectRef> + 'a {
+        self.services.get(service).into_iter().flatten().filter_map(|id| self.key(*id))
     }
 
     /// Every Ingress tied, directly or not, to one of `seeds` (which are included), with the
@@ -176,35 +205,53 @@ impl Index {
         seeds: BTreeSet<ObjectRef>,
         fresh: &HashMap<ObjectRef, Couplings>,
     ) -> BTreeSet<ObjectRef> {
-        let mut group = seeds;
-        let mut queue: Vec<ObjectRef> = group.iter().cloned().collect();
+        let mut reached: HashSet<Id> = HashSet::new();
+        let mut queue: Vec<Id> = Vec::new();
         let mut default_done = false;
-        while let Some(ingress) = queue.pop() {
-            let mut reached: Vec<&ObjectRef> = Vec::new();
-            for c in [self.of.get(&ingress), fresh.get(&ingress)].into_iter().flatten() {
-                for host in &c.hosts {
-                    reached.extend(self.hosts.get(host).into_iter().flatten());
+        let mut visit = |c: &Couplings, reached: &mut HashSet<Id>, queue: &mut Vec<Id>| {
+            let mut add = |ids: Option<&Vec<Id>>| {
+                for id in ids.into_iter().flatten() {
+                    if reached.insert(*id) {
+                        queue.push(*id);
+                    }
                 }
-                for service in &c.services {
-                    reached.extend(self.services.get(service).into_iter().flatten());
-                }
-                if c.default_backend && !default_done {
-                    default_done = true;
-                    reached.extend(&self.default_backend);
-                }
-                for suffix in &c.covered {
-                    reached.extend(self.tls_wildcards.get(suffix).into_iter().flatten());
-                }
-                for suffix in &c.tls_wildcards {
-                    reached.extend(self.covered.get(suffix).into_iter().flatten());
-                }
+            };
+            for host in &c.hosts {
+                add(self.hosts.get(host));
             }
-            for other in reached {
-                if group.insert(other.clone()) {
-                    queue.push(other.clone());
-                }
+            for service in &c.services {
+                add(self.services.get(service));
+            }
+            if c.default_backend && !default_done {
+                default_done = true;
+                add(Some(&self.default_backend));
+            }
+            for suffix in &c.covered {
+                add(self.tls_wildcards.get(suffix));
+            }
+            for suffix in &c.tls_wildcards {
+                add(self.covered.get(suffix));
+            }
+        };
+        for seed in &seeds {
+            if let Some(id) = self.ids.get(seed)
+                && reached.insert(*id)
+            {
+                queue.push(*id);
+            }
+            if let Some(c) = fresh.get(seed) {
+                visit(c, &mut reached, &mut queue);
             }
         }
+        while let Some(id) = queue.pop() {
+            let Some(Some((key, c))) = self.entries.get(id as usize) else { continue };
+            visit(c, &mut reached, &mut queue);
+            if let Some(c) = fresh.get(key) {
+                visit(c, &mut reached, &mut queue);
+            }
+        }
+        let mut group = seeds;
+        group.extend(reached.into_iter().filter_map(|id| self.key(id).cloned()));
         group
     }
 }
@@ -292,11 +339,11 @@ impl Translator {
                     }
                 }
                 SnapshotKey::Service(k) | SnapshotKey::Endpoints(k) => {
-                    seeds.extend(self.index.services.get(k).into_iter().flatten().cloned());
+                    seeds.extend(self.index.users_of(k).cloned());
                 }
                 SnapshotKey::EndpointSlice(k) => {
                     for service in self.slices.update(k, snapshot) {
-                        seeds.extend(self.index.services.get(&service).into_iter().flatten().cloned());
+                        seeds.extend(self.index.users_of(&service).cloned());
                     }
                 }
                 SnapshotKey::Secret(k) => secrets.push(k),
@@ -339,6 +386,9 @@ impl Translator {
     /// Translates everything and rebuilds the indexes.
     fn rebuild(&mut self, snapshot: &Snapshot, config: &TranslateConfig) -> Update {
         let part_config = TranslateConfig { default_certificate: None, ..config.clone() };
+        // The old translation goes first: two of them at once would double the peak.
+        self.translation = Translation::default();
+        self.index = Index::default();
         self.slices = SliceIndex::new(snapshot);
         let mut couplings = Vec::new();
         self.translation = translate_part(
@@ -348,7 +398,6 @@ impl Translator {
             &part_config,
             Some(&mut couplings),
         );
-        self.index = Index::default();
         for (ingress, c) in couplings {
             self.index.insert(ingress, c);
         }
@@ -363,7 +412,7 @@ impl Translator {
     /// namespace/name): more than those that read it, never fewer.
     fn referring_to(&self, secrets: &[&ObjectRef], snapshot: &Snapshot) -> Vec<ObjectRef> {
         let mut out = Vec::new();
-        for key in self.index.of.keys() {
+        for key in self.index.ingresses() {
             let Some(ingress) = snapshot.ingresses.get(key) else { continue };
             let names = |secret: &ObjectRef, value: &str| {
                 let value = value.trim();

@@ -18,7 +18,7 @@ mod warnings;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};
@@ -210,7 +210,7 @@ fn translate_part<'s>(
                     Reason::CanaryWithoutMain,
                     format!(
                         "{}: no main Ingress serves {} on {}; the canary is ignored",
-                        claim.field,
+                        claim.field.claim(),
                         routes::describe_path(path),
                         routes::describe_host(host)
                     ),
@@ -236,22 +236,29 @@ fn translate_part<'s>(
     };
 
     // Backends: only those a winning route or the default backend uses.
-    let mut resolver = backend::Resolver::new(snapshot, slices);
+    // Each is resolved once; what is wrong with one is told to every claim that uses it.
+    let resolver = backend::Resolver::new(snapshot, slices);
     let mut table = RouteTable::default();
+    let mut unusable: HashMap<BackendId, backend::Error> = HashMap::new();
     let mut resolve = |claim: &routes::Claim, warnings: &mut Warnings, table: &mut RouteTable| {
-        let (backend, error) = resolver.resolve(&claim.backend);
-        if let Some(error) = error {
+        if !table.backends.contains_key(&claim.backend) {
+            let (backend, error) = resolver.resolve(&claim.backend);
+            table.backends.insert(claim.backend.clone(), backend);
+            if let Some(error) = error {
+                unusable.insert(claim.backend.clone(), error);
+            }
+        }
+        if let Some(error) = unusable.get(&claim.backend) {
             let field = match error {
-                backend::Error::PortNotFound { .. } => format!("{}.service.port", claim.backend_field),
-                _ => format!("{}.service.name", claim.backend_field),
+                backend::Error::PortNotFound { .. } => "service.port",
+                _ => "service.name",
             };
             warnings.error(
                 &claim.rank.object,
                 error.reason(),
-                format!("{field}: {error}; requests routed to it answer 503"),
+                format!("{}.{field}: {error}; requests routed to it answer 503", claim.field.backend()),
             );
         }
-        table.backends.insert(claim.backend.clone(), backend.clone());
     };
     for (host, paths) in &plan.hosts {
         let mut routes = Vec::with_capacity(paths.len());
@@ -283,8 +290,7 @@ fn translate_part<'s>(
                             backend: id.clone(),
                             rank: claim.rank.clone(),
                             seq: 0,
-                            field: "metadata.annotations[default-backend]".into(),
-                            backend_field: "metadata.annotations[default-backend]".into(),
+                            field: routes::Field::DefaultBackendAnnotation,
                         };
                         resolve(&pages, &mut warnings, &mut table);
                         id

@@ -6,7 +6,7 @@ use weir_dataplane::model::{BackendId, HostMatch, ObjectRef, PathMatch, ServiceP
 
 use super::class::{ClassSelector, Selected};
 use super::rank::Rank;
-use super::routes::{backend_id, path_match};
+use super::routes::{Field, backend_id, path_match};
 use super::*;
 use crate::source::manifest::{Object, parse_manifests};
 
@@ -221,7 +221,7 @@ fn backend_ids_keep_the_port_as_written() {
         let i = ing(port);
         let rules = i.spec.unwrap().rules.unwrap();
         let backend = &rules[0].http.as_ref().unwrap().paths[0].backend;
-        backend_id("ns", backend, "f").map_err(|(reason, _)| reason)
+        backend_id("ns", backend, Field::DefaultBackend).map_err(|(reason, _)| reason)
     };
     assert_eq!(
         id("number: 8080"),
