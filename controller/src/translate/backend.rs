@@ -80,7 +80,9 @@ impl SliceIndex {
             let names =
                 self.by_service.entry(ObjectRef::new(key.namespace.clone(), service.clone())).or_default();
             names.push(key.name.clone());
-            names.sort_unstable();
+            if names.len() > 1 {
+                names.sort_unstable();
+            }
             self.service_of.insert(key.clone(), service.clone());
         }
     }
@@ -211,9 +213,12 @@ fn find_port<'s>(service: &'s Service, port: &ServicePort) -> Option<&'s K8sServ
 fn from_slices(slices: &[&EndpointSlice], port_name: &str) -> Vec<SocketAddr> {
     let mut out = Vec::new();
     for slice in slices {
-        if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
-            continue; // FQDN slices (deprecated) name hosts, not addresses
-        }
+        // FQDN slices (deprecated) name hosts, not addresses.
+        let parse: fn(&str) -> Option<IpAddr> = match slice.address_type.as_str() {
+            "IPv4" => |a| a.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4),
+            "IPv6" => |a| a.parse::<IpAddr>().ok(),
+            _ => continue,
+        };
         let Some(port) = slice
             .ports
             .as_deref()
@@ -234,7 +239,7 @@ fn from_slices(slices: &[&EndpointSlice], port_name: &str) -> Vec<SocketAddr> {
                 continue;
             }
             // The API server validates addresses; anything unparsable is skipped.
-            if let Some(ip) = endpoint.addresses.first().and_then(|a| a.parse::<IpAddr>().ok()) {
+            if let Some(ip) = endpoint.addresses.first().and_then(|a| parse(a)) {
                 out.push(SocketAddr::new(ip, port));
             }
         }

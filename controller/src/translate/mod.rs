@@ -131,7 +131,7 @@ fn translate_part<'s>(
 
     // Annotations: one typed policy per Ingress, applied to each of its routes.
     // `use-regex` and `rewrite-target` make every path of the Ingress's hosts a regex.
-    let mut policies: BTreeMap<&ObjectRef, RoutePolicy> = BTreeMap::new();
+    let mut policies: HashMap<&ObjectRef, RoutePolicy> = HashMap::new();
     let mut canary_specs = BTreeMap::new();
     let mut aliases = Vec::new();
     let mut error_specs: BTreeMap<&ObjectRef, (Vec<u16>, Option<String>)> = BTreeMap::new();
@@ -221,18 +221,18 @@ fn translate_part<'s>(
 
     // TLS first: which hosts have it decides their routes' ssl-redirect.
     let tls = tls::plan(&ours, snapshot, &mut warnings);
-    let ingresses: std::collections::BTreeMap<&ObjectRef, &Ingress> =
-        ours.iter().map(|o| (&o.rank.object, o.ingress)).collect();
-    let mut redirects = std::collections::BTreeMap::new();
+    let ingresses: HashMap<&ObjectRef, &Ingress> = ours.iter().map(|o| (&o.rank.object, o.ingress)).collect();
+    let mut redirects: HashMap<&ObjectRef, (bool, bool)> = HashMap::new();
+    let coverage = tls::Coverage::new(&tls.entries);
     let mut ssl_redirect = |object: &ObjectRef, host: &HostMatch, warnings: &mut Warnings| {
-        let Some(ingress) = ingresses.get(object) else { return false };
-        let (ssl, force) = *redirects.entry(object.clone()).or_insert_with(|| {
+        let Some((object, ingress)) = ingresses.get_key_value(object) else { return false };
+        let (ssl, force) = *redirects.entry(object).or_insert_with(|| {
             (
                 annotations::flag(ingress, object, annotations::SSL_REDIRECT, true, warnings),
                 annotations::flag(ingress, object, annotations::FORCE_SSL_REDIRECT, false, warnings),
             )
         });
-        force || (ssl && tls::covers(&tls.entries, host))
+        force || (ssl && coverage.covers(host))
     };
 
     // Backends: only those a winning route or the default backend uses.
@@ -334,8 +334,7 @@ fn translate_part<'s>(
 
     // Upstream protocols: a backend used by several Ingresses takes the `backend-protocol` of
     // the oldest one; the others are told when theirs differs.
-    let mut users: std::collections::BTreeMap<&BackendId, Vec<BackendUse<'_>>> =
-        std::collections::BTreeMap::new();
+    let mut users: HashMap<&BackendId, Vec<BackendUse<'_>>> = HashMap::new();
     let attached = canary_plan.hosts.iter().flat_map(|(host, paths)| {
         paths
             .iter()
@@ -475,7 +474,7 @@ fn translate_part<'s>(
 /// The policy of the route `claim` won on `path`: its Ingress's, less a rewrite where the path
 /// is not a regex (an implicit `/` for a default backend), which has nothing to capture from.
 fn route_policy(
-    policies: &BTreeMap<&ObjectRef, RoutePolicy>,
+    policies: &HashMap<&ObjectRef, RoutePolicy>,
     claim: &routes::Claim,
     path: &PathMatch,
 ) -> RoutePolicy {

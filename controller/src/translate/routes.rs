@@ -79,7 +79,7 @@ pub(crate) struct Plan {
 /// Builds the plan from our Ingresses, warning about every rejected part. Every path on a host
 /// of `regex_hosts` is a case-insensitive regex (ingress-nginx's `use-regex` rule).
 pub(crate) fn plan(ours: &[Ours<'_>], regex_hosts: &BTreeSet<HostMatch>, warnings: &mut Warnings) -> Plan {
-    let mut explicit: BTreeMap<(HostMatch, PathMatch), Vec<Claim>> = BTreeMap::new();
+    let mut explicit: BTreeMap<HostMatch, BTreeMap<PathMatch, Vec<Claim>>> = BTreeMap::new();
     let mut implicit: BTreeMap<HostMatch, Vec<Claim>> = BTreeMap::new();
     let mut defaults: Vec<Claim> = Vec::new();
 
@@ -108,11 +108,14 @@ pub(crate) fn plan(ours: &[Ours<'_>], regex_hosts: &BTreeSet<HostMatch>, warning
                     continue;
                 }
             };
-            hosts.insert(host.clone());
+            if default.is_some() {
+                hosts.insert(host.clone());
+            }
             let paths = rule.http.as_ref().map(|h| h.paths.as_slice()).unwrap_or_default();
+            let regex = regex_hosts.contains(&host);
+            let mut claims = Vec::new();
             for (j, path) in paths.iter().enumerate() {
                 let field = Field::Path { rule: i, path: j };
-                let regex = regex_hosts.contains(&host);
                 let path_match = match path_match(path.path.as_deref(), &path.path_type, regex) {
                     Ok(m) => m,
                     Err(msg) => {
@@ -132,12 +135,13 @@ pub(crate) fn plan(ours: &[Ours<'_>], regex_hosts: &BTreeSet<HostMatch>, warning
                     }
                 };
                 seq += 1;
-                explicit.entry((host.clone(), path_match)).or_default().push(Claim {
-                    backend,
-                    rank: ing.rank.clone(),
-                    seq,
-                    field,
-                });
+                claims.push((path_match, Claim { backend, rank: ing.rank.clone(), seq, field }));
+            }
+            if !claims.is_empty() {
+                let host_paths = explicit.entry(host).or_default();
+                for (path, claim) in claims {
+                    host_paths.entry(path).or_default().push(claim);
+                }
             }
         }
         let Some(default) = default else { continue };
@@ -157,20 +161,28 @@ pub(crate) fn plan(ours: &[Ours<'_>], regex_hosts: &BTreeSet<HostMatch>, warning
         }
     }
 
-    let mut plan = Plan::default();
-    for ((host, path), claims) in explicit {
-        if let Some(winner) = pick(claims, warnings, |loser, winner| {
-            format!(
-                "{}: {} on {} is already served by {}; this path is ignored",
-                loser.field.claim(),
-                describe_path(&path),
-                describe_host(&host),
-                winner.rank.explain_win(&loser.rank),
-            )
-        }) {
-            plan.hosts.entry(host).or_default().insert(path, winner);
-        }
-    }
+    let hosts = explicit
+        .into_iter()
+        .map(|(host, paths)| {
+            let winners = paths
+                .into_iter()
+                .filter_map(|(path, claims)| {
+                    let winner = pick(claims, warnings, |loser, winner| {
+                        format!(
+                            "{}: {} on {} is already served by {}; this path is ignored",
+                            loser.field.claim(),
+                            describe_path(&path),
+                            describe_host(&host),
+                            winner.rank.explain_win(&loser.rank),
+                        )
+                    })?;
+                    Some((path, winner))
+                })
+                .collect();
+            (host, winners)
+        })
+        .collect();
+    let mut plan = Plan { hosts, default_backend: None };
     let root = PathMatch::Prefix("/".to_string());
     for (host, claims) in implicit {
         let routes = plan.hosts.entry(host.clone()).or_default();

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use crate::balance::{Balancer, Registry};
-use crate::model::{HostMatch, RouteTable};
+use crate::balance::Balancer;
+use crate::model::{BackendId, HostMatch, RouteTable};
 use crate::mtls::ClientAuthIndex;
 use crate::ratelimit::LimiterCache;
 use crate::router::{CompileError, Router, TableChanges};
@@ -115,7 +115,6 @@ struct Inner {
 /// Only touched by `publish`, serialized by its mutex.
 #[derive(Default)]
 struct Publisher {
-    registry: Registry,
     certs: CertCache,
     last_version: u64,
 }
@@ -236,26 +235,36 @@ impl Proxy {
         let mut publisher = self.inner.publisher.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let live = self.inner.state.load_full();
         let version = publisher.last_version + 1;
+        // Each backend's balancer starts from its balancer in the live table, if any.
+        let previous =
+            |id: &BackendId| live.router.backend_index(id).and_then(|i| live.balancers.get(i.0 as usize));
+        let next = |id: &BackendId| {
+            Arc::new(match table.backends.get(id) {
+                Some(backend) => Balancer::next(previous(id).map(|b| &**b), id, backend),
+                None => Balancer::empty(),
+            })
+        };
         let (router, balancers) = match changes {
             Some(changes) if live.version != 0 => {
                 let router = live.router.update(table, changes, &self.inner.limiters)?;
-                let gone = changes.backends.iter().filter(|id| !table.backends.contains_key(*id));
-                let changed = changes.backends.iter().filter_map(|id| {
-                    Some((router.backend_index(id)?.0 as usize, id, table.backends.get(id)?))
-                });
-                let balancers = publisher.registry.update_changed(
-                    &live.balancers,
-                    router.backend_ids().len(),
-                    gone.filter_map(|id| Some((live.router.backend_index(id)?.0 as usize, id))),
-                    changed,
-                );
+                let mut balancers = live.balancers.clone();
+                balancers.resize_with(router.backend_ids().len(), || Arc::new(Balancer::empty()));
+                // Gone backends first: a new one may take the index of a gone one.
+                let (gone, present): (Vec<&BackendId>, Vec<&BackendId>) =
+                    changes.backends.iter().partition(|id| router.backend_index(id).is_none());
+                let slots = gone.iter().filter_map(|id| Some((live.router.backend_index(id)?, *id)));
+                let slots =
+                    slots.chain(present.iter().filter_map(|id| Some((router.backend_index(id)?, *id))));
+                for (index, id) in slots.collect::<Vec<_>>() {
+                    if let Some(slot) = balancers.get_mut(index.0 as usize) {
+                        *slot = next(id);
+                    }
+                }
                 (router, balancers)
             }
             _ => {
                 let router = Router::compile_with(table, &self.inner.limiters)?;
-                let balancers = publisher
-                    .registry
-                    .update(router.backend_ids().iter().filter_map(|id| table.backends.get_key_value(id)));
+                let balancers = router.backend_ids().iter().map(next).collect();
                 (router, balancers)
             }
         };
