@@ -295,20 +295,11 @@ fn incremental_translation_redoes_only_what_is_tied_to_the_change() {
 #[test]
 fn incremental_translation_matches_translating_everything_over_random_edits() {
     let (pool, configs) = pool();
-    let services: Vec<String> = pool
-        .iter()
-        .filter_map(|o| match o {
-            SharedObject::Service(s) => s.metadata.name.clone(),
-            _ => None,
-        })
-        .collect();
-    let secrets: Vec<String> = pool
-        .iter()
-        .filter_map(|o| match o {
-            SharedObject::Secret(s) => s.metadata.name.clone(),
-            _ => None,
-        })
-        .collect();
+    let names = |kind: fn(&SnapshotKey) -> bool| -> Vec<String> {
+        pool.iter().filter(|o| kind(&o.key())).filter_map(|o| o.metadata().name.clone()).collect()
+    };
+    let services = names(|k| matches!(k, SnapshotKey::Service(_)));
+    let secrets = names(|k| matches!(k, SnapshotKey::Secret(_)));
     for (n, config) in configs.iter().enumerate() {
         let mut rng = Rng(0x9e37_79b9 + n as u64);
         let mut snapshot = Snapshot::default();
