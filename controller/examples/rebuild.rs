@@ -43,12 +43,20 @@ fn main() -> anyhow::Result<()> {
     let mut translator = Translator::new();
     for round in 0..rounds {
         let t = Instant::now();
+        let pure = weir::translate::translate(&snapshot, &config);
+        let pure_ms = ms(t);
+        drop(pure);
+        println!("translate (the pure function, for comparison): {pure_ms:.1} ms");
+        let t = Instant::now();
         translator.update(&snapshot, None, &config);
         let translate = ms(t);
         let t = Instant::now();
         proxy.publish_changes(&translator.translation().table, None)?;
+        let publish = ms(t);
+        let t = Instant::now();
+        translator.prepare();
         println!(
-            "full {round}: translate {translate:.1} ms, compile + swap {:.1} ms, RSS {:.0} MB",
+            "full {round}: translate {translate:.1} ms, compile + swap {publish:.1} ms, then indexes {:.1} ms, RSS {:.0} MB",
             ms(t),
             rss_mb()
         );

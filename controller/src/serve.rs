@@ -454,6 +454,8 @@ impl Publisher {
                 tracing::error!(%error, "routing table rejected; the previous table keeps serving");
             }
         }
+        // After the swap: what only the next change needs.
+        self.translator.prepare();
     }
 }
 

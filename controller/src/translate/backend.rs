@@ -60,8 +60,9 @@ impl Error {
 pub(crate) struct SliceIndex {
     /// Slice names by Service.
     by_service: HashMap<ObjectRef, Vec<String>>,
-    /// The Service name of each indexed slice.
-    service_of: HashMap<ObjectRef, String>,
+    /// The Service name of each indexed slice, made on the first [`SliceIndex::update`] (only
+    /// updates need it).
+    service_of: Option<HashMap<ObjectRef, String>>,
 }
 
 impl SliceIndex {
@@ -74,24 +75,47 @@ impl SliceIndex {
         index
     }
 
-    fn insert(&mut self, key: &ObjectRef, slice: &EndpointSlice) {
+    /// Indexes `slice`; returns its Service.
+    fn insert(&mut self, key: &ObjectRef, slice: &EndpointSlice) -> Option<ObjectRef> {
         let service = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
-        if let Some(service) = service.filter(|s| !s.is_empty()) {
-            let names =
-                self.by_service.entry(ObjectRef::new(key.namespace.clone(), service.clone())).or_default();
-            names.push(key.name.clone());
-            if names.len() > 1 {
+        let service = ObjectRef::new(key.namespace.clone(), service.filter(|s| !s.is_empty())?.clone());
+        if let Some(reverse) = &mut self.service_of {
+            reverse.insert(key.clone(), service.name.clone());
+        }
+        match self.by_service.get_mut(&service) {
+            Some(names) => {
+                names.push(key.name.clone());
                 names.sort_unstable();
             }
-            self.service_of.insert(key.clone(), service.clone());
+            None => {
+                self.by_service.insert(service.clone(), vec![key.name.clone()]);
+            }
+        }
+        Some(service)
+    }
+
+    /// Makes the slice → Service map, if it is not made yet.
+    pub(crate) fn prepare(&mut self) {
+        if self.service_of.is_none() {
+            let reverse = self
+                .by_service
+                .iter()
+                .flat_map(|(service, names)| {
+                    names
+                        .iter()
+                        .map(|n| (ObjectRef::new(service.namespace.clone(), n.clone()), service.name.clone()))
+                })
+                .collect();
+            self.service_of = Some(reverse);
         }
     }
 
     /// Re-indexes the slice `key` as it is in `snapshot` (or drops it if it is gone); returns the
     /// Services whose slices changed (its old and its new one).
     pub(crate) fn update(&mut self, key: &ObjectRef, snapshot: &Snapshot) -> Vec<ObjectRef> {
+        self.prepare();
         let mut touched = Vec::new();
-        if let Some(old) = self.service_of.remove(key) {
+        if let Some(old) = self.service_of.as_mut().and_then(|r| r.remove(key)) {
             let old = ObjectRef::new(key.namespace.clone(), old);
             if let Some(names) = self.by_service.get_mut(&old) {
                 names.retain(|n| *n != key.name);
@@ -101,14 +125,10 @@ impl SliceIndex {
             }
             touched.push(old);
         }
-        if let Some(slice) = snapshot.endpoint_slices.get(key) {
-            self.insert(key, slice);
-            if let Some(new) =
-                self.service_of.get(key).map(|s| ObjectRef::new(key.namespace.clone(), s.clone()))
-                && !touched.contains(&new)
-            {
-                touched.push(new);
-            }
+        if let Some(new) = snapshot.endpoint_slices.get(key).and_then(|slice| self.insert(key, slice))
+            && !touched.contains(&new)
+        {
+            touched.push(new);
         }
         touched
     }

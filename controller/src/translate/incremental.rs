@@ -114,6 +114,8 @@ type Id = u32;
 /// Who has which tie: the reverse of every Ingress's [`Couplings`].
 #[derive(Debug, Default)]
 struct Index {
+    /// Ties not indexed yet (see [`Translator::prepare`]).
+    pending: Vec<(ObjectRef, Couplings)>,
     ids: HashMap<ObjectRef, Id>,
     /// By [`Id`]; `None` for a number given back.
     entries: Vec<Option<(ObjectRef, Couplings)>>,
@@ -126,6 +128,13 @@ struct Index {
 }
 
 impl Index {
+    /// Indexes the pending ties.
+    fn prepare(&mut self) {
+        for (ingress, c) in std::mem::take(&mut self.pending) {
+            self.insert(ingress, c);
+        }
+    }
+
     fn insert(&mut self, ingress: ObjectRef, c: Couplings) {
         self.remove(&ingress);
         let id = match self.free.pop() {
@@ -135,20 +144,28 @@ impl Index {
                 Id::try_from(self.entries.len() - 1).unwrap_or(Id::MAX)
             }
         };
+        fn add<K: std::hash::Hash + Eq + Clone>(map: &mut HashMap<K, Vec<Id>>, key: &K, id: Id) {
+            match map.get_mut(key) {
+                Some(ids) => ids.push(id),
+                None => {
+                    map.insert(key.clone(), vec![id]);
+                }
+            }
+        }
         for host in &c.hosts {
-            self.hosts.entry(host.clone()).or_default().push(id);
+            add(&mut self.hosts, host, id);
         }
         for service in &c.services {
-            self.services.entry(service.clone()).or_default().push(id);
+            add(&mut self.services, service, id);
         }
         if c.default_backend {
             self.default_backend.push(id);
         }
         for suffix in &c.covered {
-            self.covered.entry(suffix.clone()).or_default().push(id);
+            add(&mut self.covered, suffix, id);
         }
         for suffix in &c.tls_wildcards {
-            self.tls_wildcards.entry(suffix.clone()).or_default().push(id);
+            add(&mut self.tls_wildcards, suffix, id);
         }
         self.ids.insert(ingress.clone(), id);
         if let Some(slot) = self.entries.get_mut(id as usize) {
@@ -278,6 +295,9 @@ pub struct Translator {
     certificate_warnings: Vec<Warning>,
     /// A default certificate that is not a Secret (see [`Translator::set_default_certificate`]).
     certificate_override: Option<(ObjectRef, Certificate)>,
+    /// Translations (and their indexes) replaced by a full one, to be freed by
+    /// [`Translator::prepare`].
+    retired: Vec<(Translation, Index, SliceIndex)>,
     /// The certificates [`Translator::apply_default_certificate`] put in the table that no TLS
     /// entry uses.
     certificates_added: Vec<ObjectRef>,
@@ -294,6 +314,17 @@ impl Translator {
     /// The last translation.
     pub fn translation(&self) -> &Translation {
         &self.translation
+    }
+
+    /// Builds what only the next incremental update needs (the indexes of what ties Ingresses
+    /// together, and of the Service of each EndpointSlice) and frees the translation a full one
+    /// replaced, work a full translation leaves for later: call it after publishing, off the way
+    /// of the table. [`Translator::update`] calls it
+    /// anyway when it is still to do.
+    pub fn prepare(&mut self) {
+        self.retired.clear();
+        self.index.prepare();
+        self.slices.prepare();
     }
 
     /// Serves names no TLS entry covers with `certificate`, stored under `key`, instead of the
@@ -324,6 +355,7 @@ impl Translator {
             }
             _ => return self.rebuild(snapshot, config),
         };
+        self.prepare();
         let part_config = TranslateConfig { default_certificate: None, ..config.clone() };
 
         // The Ingresses a change reaches directly.
@@ -386,10 +418,9 @@ impl Translator {
     /// Translates everything and rebuilds the indexes.
     fn rebuild(&mut self, snapshot: &Snapshot, config: &TranslateConfig) -> Update {
         let part_config = TranslateConfig { default_certificate: None, ..config.clone() };
-        // The old translation goes first: two of them at once would double the peak.
-        self.translation = Translation::default();
-        self.index = Index::default();
-        self.slices = SliceIndex::new(snapshot);
+        // The old translation and indexes are freed by `prepare`, after the new table is out.
+        let slices = std::mem::replace(&mut self.slices, SliceIndex::new(snapshot));
+        self.retired.push((std::mem::take(&mut self.translation), std::mem::take(&mut self.index), slices));
         let mut couplings = Vec::new();
         self.translation = translate_part(
             snapshot,
