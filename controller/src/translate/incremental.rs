@@ -295,9 +295,6 @@ pub struct Translator {
     certificate_warnings: Vec<Warning>,
     /// A default certificate that is not a Secret (see [`Translator::set_default_certificate`]).
     certificate_override: Option<(ObjectRef, Certificate)>,
-    /// Translations (and their indexes) replaced by a full one, to be freed by
-    /// [`Translator::prepare`].
-    retired: Vec<(Translation, Index, SliceIndex)>,
     /// The certificates [`Translator::apply_default_certificate`] put in the table that no TLS
     /// entry uses.
     certificates_added: Vec<ObjectRef>,
@@ -317,12 +314,10 @@ impl Translator {
     }
 
     /// Builds what only the next incremental update needs (the indexes of what ties Ingresses
-    /// together, and of the Service of each EndpointSlice) and frees the translation a full one
-    /// replaced, work a full translation leaves for later: call it after publishing, off the way
-    /// of the table. [`Translator::update`] calls it
+    /// together, and of the Service of each EndpointSlice), which a full translation leaves for
+    /// later: call it after publishing, off the way of the table. [`Translator::update`] calls it
     /// anyway when it is still to do.
     pub fn prepare(&mut self) {
-        self.retired.clear();
         self.index.prepare();
         self.slices.prepare();
     }
@@ -418,9 +413,11 @@ impl Translator {
     /// Translates everything and rebuilds the indexes.
     fn rebuild(&mut self, snapshot: &Snapshot, config: &TranslateConfig) -> Update {
         let part_config = TranslateConfig { default_certificate: None, ..config.clone() };
-        // The old translation and indexes are freed by `prepare`, after the new table is out.
-        let slices = std::mem::replace(&mut self.slices, SliceIndex::new(snapshot));
-        self.retired.push((std::mem::take(&mut self.translation), std::mem::take(&mut self.index), slices));
+        // The old translation goes first: two at once would double the peak (and the allocator
+        // keeps the peak). Freeing it costs this rebuild a few tens of ms at 10,000 Ingresses.
+        self.translation = Translation::default();
+        self.index = Index::default();
+        self.slices = SliceIndex::new(snapshot);
         let mut couplings = Vec::new();
         self.translation = translate_part(
             snapshot,
