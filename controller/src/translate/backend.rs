@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Endpoints, Service, ServicePort as K8sServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -58,8 +59,8 @@ impl Error {
 /// its Service's namespace: names are enough.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SliceIndex {
-    /// Slice names by Service.
-    by_service: HashMap<ObjectRef, Vec<String>>,
+    /// Slices (their names and the objects, shared with the snapshot) by Service.
+    by_service: HashMap<ObjectRef, Vec<(String, Arc<EndpointSlice>)>>,
     /// The Service name of each indexed slice, made on the first [`SliceIndex::update`] (only
     /// updates need it).
     service_of: Option<HashMap<ObjectRef, String>>,
@@ -69,26 +70,27 @@ impl SliceIndex {
     /// The index of every slice of `snapshot`.
     pub(crate) fn new(snapshot: &Snapshot) -> Self {
         let mut index = SliceIndex::default();
-        for (key, slice) in &snapshot.endpoint_slices {
+        for (key, slice) in snapshot.endpoint_slices.shared() {
             index.insert(key, slice);
         }
         index
     }
 
     /// Indexes `slice`; returns its Service.
-    fn insert(&mut self, key: &ObjectRef, slice: &EndpointSlice) -> Option<ObjectRef> {
+    fn insert(&mut self, key: &ObjectRef, slice: &Arc<EndpointSlice>) -> Option<ObjectRef> {
         let service = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
         let service = ObjectRef::new(key.namespace.clone(), service.filter(|s| !s.is_empty())?.clone());
         if let Some(reverse) = &mut self.service_of {
             reverse.insert(key.clone(), service.name.clone());
         }
+        let entry = (key.name.clone(), slice.clone());
         match self.by_service.get_mut(&service) {
-            Some(names) => {
-                names.push(key.name.clone());
-                names.sort_unstable();
+            Some(slices) => {
+                slices.push(entry);
+                slices.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             }
             None => {
-                self.by_service.insert(service.clone(), vec![key.name.clone()]);
+                self.by_service.insert(service.clone(), vec![entry]);
             }
         }
         Some(service)
@@ -100,10 +102,10 @@ impl SliceIndex {
             let reverse = self
                 .by_service
                 .iter()
-                .flat_map(|(service, names)| {
-                    names
-                        .iter()
-                        .map(|n| (ObjectRef::new(service.namespace.clone(), n.clone()), service.name.clone()))
+                .flat_map(|(service, slices)| {
+                    slices.iter().map(|(n, _)| {
+                        (ObjectRef::new(service.namespace.clone(), n.clone()), service.name.clone())
+                    })
                 })
                 .collect();
             self.service_of = Some(reverse);
@@ -117,15 +119,15 @@ impl SliceIndex {
         let mut touched = Vec::new();
         if let Some(old) = self.service_of.as_mut().and_then(|r| r.remove(key)) {
             let old = ObjectRef::new(key.namespace.clone(), old);
-            if let Some(names) = self.by_service.get_mut(&old) {
-                names.retain(|n| *n != key.name);
-                if names.is_empty() {
+            if let Some(slices) = self.by_service.get_mut(&old) {
+                slices.retain(|(n, _)| *n != key.name);
+                if slices.is_empty() {
                     self.by_service.remove(&old);
                 }
             }
             touched.push(old);
         }
-        if let Some(new) = snapshot.endpoint_slices.get(key).and_then(|slice| self.insert(key, slice))
+        if let Some(new) = snapshot.endpoint_slices.get_shared(key).and_then(|slice| self.insert(key, slice))
             && !touched.contains(&new)
         {
             touched.push(new);
@@ -133,10 +135,8 @@ impl SliceIndex {
         touched
     }
 
-    fn slices<'s>(&self, service: &ObjectRef, snapshot: &'s Snapshot) -> Option<Vec<&'s EndpointSlice>> {
-        let names = self.by_service.get(service)?;
-        let key = |name: &String| ObjectRef::new(service.namespace.clone(), name.clone());
-        Some(names.iter().filter_map(|n| snapshot.endpoint_slices.get(&key(n))).collect())
+    fn slices(&self, service: &ObjectRef) -> Option<Vec<&EndpointSlice>> {
+        Some(self.by_service.get(service)?.iter().map(|(_, slice)| &**slice).collect())
     }
 }
 
@@ -194,7 +194,7 @@ impl<'a> Resolver<'a> {
         let port =
             port.ok_or_else(|| Error::PortNotFound { service: service_ref.clone(), port: id.port.clone() })?;
         let port_name = port.name.as_deref().unwrap_or("");
-        let endpoints = match self.slices.slices(&service_ref, self.snapshot) {
+        let endpoints = match self.slices.slices(&service_ref) {
             Some(slices) => from_slices(&slices, port_name),
             None => self
                 .snapshot

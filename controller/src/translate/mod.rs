@@ -23,8 +23,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};
 use weir_dataplane::model::{
-    BackendId, ClientAuth, HostMatch, ObjectRef, Passthrough, PathMatch, Route, RouteAction, RoutePolicy,
-    RouteTable, ServicePort, UpstreamProtocol, UpstreamTls, VirtualHost,
+    Backend, BackendId, ClientAuth, HostMatch, ObjectRef, Passthrough, PathMatch, Route, RouteAction,
+    RoutePolicy, RouteTable, ServicePort, UpstreamProtocol, UpstreamTls, VirtualHost,
 };
 
 pub use incremental::{Translator, Update};
@@ -240,33 +240,36 @@ fn translate_part<'s>(
     let resolver = backend::Resolver::new(snapshot, slices);
     let mut table = RouteTable::default();
     let mut unusable: HashMap<BackendId, backend::Error> = HashMap::new();
-    let mut resolve = |claim: &routes::Claim, warnings: &mut Warnings, table: &mut RouteTable| {
-        if !table.backends.contains_key(&claim.backend) {
-            let (backend, error) = resolver.resolve(&claim.backend);
-            table.backends.insert(claim.backend.clone(), backend);
-            if let Some(error) = error {
-                unusable.insert(claim.backend.clone(), error);
+    // (A hash map while building; the table's is sorted.)
+    let mut backends: HashMap<BackendId, Backend> = HashMap::new();
+    let mut resolve =
+        |claim: &routes::Claim, warnings: &mut Warnings, backends: &mut HashMap<BackendId, Backend>| {
+            if !backends.contains_key(&claim.backend) {
+                let (backend, error) = resolver.resolve(&claim.backend);
+                backends.insert(claim.backend.clone(), backend);
+                if let Some(error) = error {
+                    unusable.insert(claim.backend.clone(), error);
+                }
             }
-        }
-        if let Some(error) = unusable.get(&claim.backend) {
-            let field = match error {
-                backend::Error::PortNotFound { .. } => "service.port",
-                _ => "service.name",
-            };
-            warnings.error(
-                &claim.rank.object,
-                error.reason(),
-                format!("{}.{field}: {error}; requests routed to it answer 503", claim.field.backend()),
-            );
-        }
-    };
+            if let Some(error) = unusable.get(&claim.backend) {
+                let field = match error {
+                    backend::Error::PortNotFound { .. } => "service.port",
+                    _ => "service.name",
+                };
+                warnings.error(
+                    &claim.rank.object,
+                    error.reason(),
+                    format!("{}.{field}: {error}; requests routed to it answer 503", claim.field.backend()),
+                );
+            }
+        };
     for (host, paths) in &plan.hosts {
         let mut routes = Vec::with_capacity(paths.len());
         for (path, claim) in paths {
-            resolve(claim, &mut warnings, &mut table);
+            resolve(claim, &mut warnings, &mut backends);
             let canary = canary_plan.hosts.get(host).and_then(|c| c.get(path)).and_then(|c| {
                 let spec: &annotations::CanarySpec = canary_specs.get(&c.rank.object)?;
-                resolve(c, &mut warnings, &mut table);
+                resolve(c, &mut warnings, &mut backends);
                 Some(spec.with_backend(c.backend.clone()))
             });
             // `custom-http-errors`: pages from the `default-backend` Service (its first port) or
@@ -292,7 +295,7 @@ fn translate_part<'s>(
                             seq: 0,
                             field: routes::Field::DefaultBackendAnnotation,
                         };
-                        resolve(&pages, &mut warnings, &mut table);
+                        resolve(&pages, &mut warnings, &mut backends);
                         id
                     }
                     None => match plan.default_backend.as_ref() {
@@ -328,7 +331,7 @@ fn translate_part<'s>(
         table.hosts.push(VirtualHost { host: host.clone(), routes });
     }
     if let Some(claim) = &plan.default_backend {
-        resolve(claim, &mut warnings, &mut table);
+        resolve(claim, &mut warnings, &mut backends);
         table.default_backend = Some(claim.backend.clone());
     }
 
@@ -381,11 +384,12 @@ fn translate_part<'s>(
                 format!("metadata.annotations[{}]: {message}", annotations::BACKEND_PROTOCOL),
             );
         }
-        if let Some(backend) = table.backends.get_mut(id) {
+        if let Some(backend) = backends.get_mut(id) {
             backend.protocol = protocol;
             backend.tls = tls;
         }
     }
+    table.backends = backends.into_iter().collect();
 
     // TLS passthrough: the hosts of an `ssl-passthrough` Ingress go, undecrypted, to the backend
     // of its `/` path (as in ingress-nginx, other paths do not matter for TLS connections).
