@@ -477,11 +477,12 @@ fn start_watch(
 ) -> Result<WatchGuard> {
     use notify::Watcher;
     let notify_tx = tx.clone();
+    let watched = root.to_path_buf();
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
         if let Some(seen) = &seen {
             let mut seen = seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             match &res {
-                Ok(event) => record(&mut seen, event),
+                Ok(event) => record(&mut seen, &watched, event),
                 Err(_) => seen.everything = true,
             }
         }
@@ -523,12 +524,21 @@ fn closed_after_write(event: &notify::Event) -> bool {
 /// closed after writing are complete; files modified in place are being written until closed.
 /// Notifications about other paths (directories, links, temporary files) need no note: a scan
 /// lists the directory and compares every file's stamp anyway.
-fn record(seen: &mut Seen, event: &notify::Event) {
+fn record(seen: &mut Seen, root: &Path, event: &notify::Event) {
     use notify::event::{EventKind, ModifyKind};
     if event.need_rescan() {
         seen.everything = true;
     }
-    for path in event.paths.iter().filter(|p| is_manifest(p) && !is_hidden(p)) {
+    // As listed: a manifest file, with no hidden folder or file on the way from `root`.
+    let listed = |path: &&PathBuf| {
+        let hidden = |c: std::path::Component<'_>| c.as_os_str().to_str().is_some_and(|s| s.starts_with('.'));
+        is_manifest(path)
+            && match path.strip_prefix(root) {
+                Ok(relative) => !relative.components().any(hidden),
+                Err(_) => !is_hidden(path),
+            }
+    };
+    for path in event.paths.iter().filter(listed) {
         match event.kind {
             EventKind::Access(_) if closed_after_write(event) => {
                 seen.writing.remove(path);
@@ -706,5 +716,30 @@ mod tests {
             }
         }
         assert!(compared > 100, "only {compared} steps without a broken file");
+    }
+
+    /// A file written in place is being written until it is closed; one renamed into place is
+    /// complete at once; temporary and hidden files are not noted (a scan lists the directory).
+    #[test]
+    fn notifications_note_manifest_files_and_whether_they_are_complete() {
+        use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, ModifyKind, RenameMode};
+        use notify::{Event, EventKind};
+        let event = |kind, path: &str| Event::new(kind).add_path(PathBuf::from(path));
+        let mut seen = Seen::default();
+        let record = |seen: &mut Seen, event: &Event| record(seen, Path::new("/m"), event);
+        record(&mut seen, &event(EventKind::Create(CreateKind::File), "/m/a.yaml"));
+        record(&mut seen, &event(EventKind::Modify(ModifyKind::Data(DataChange::Any)), "/m/a.yaml"));
+        assert!(seen.writing.contains(Path::new("/m/a.yaml")), "written in place, not closed yet");
+        record(&mut seen, &event(EventKind::Access(AccessKind::Close(AccessMode::Write)), "/m/a.yaml"));
+        assert!(seen.writing.is_empty(), "closed after writing: complete");
+        record(&mut seen, &event(EventKind::Create(CreateKind::File), "/m/b.yaml.tmp"));
+        record(&mut seen, &event(EventKind::Modify(ModifyKind::Name(RenameMode::To)), "/m/b.yaml"));
+        record(&mut seen, &event(EventKind::Modify(ModifyKind::Any), "/m/..data/c.yaml"));
+        record(&mut seen, &event(EventKind::Remove(notify::event::RemoveKind::File), "/m/d.yml"));
+        let paths: Vec<&str> = seen.paths.iter().filter_map(|p| p.to_str()).collect();
+        assert_eq!(paths, ["/m/a.yaml", "/m/b.yaml", "/m/d.yml"]);
+        assert!(seen.writing.is_empty() && !seen.everything);
+        record(&mut seen, &Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan));
+        assert!(seen.everything, "lost events: compare every file");
     }
 }
