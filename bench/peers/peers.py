@@ -438,7 +438,8 @@ def load(scenario, proxy, duration):
     if scenario == "h2-tls":
         return run_h2load(https + "/", duration)
     if scenario == "h2-tls-32":
-        # 32 requests in flight: no more than weir's upstream pool keeps (see RESULTS.md).
+        # 32 requests in flight: a diagnostic beside h2-tls's 128 (the first run's 32-connection
+        # upstream pool churned with more; see RESULTS.md).
         return run_h2load(https + "/", duration, streams=4)
     if scenario == "1m":
         return run_wrk(http + "/1m", BIG_CONNS, duration)

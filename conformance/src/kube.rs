@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use k8s_openapi::api::core::v1::{Endpoints, Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -86,6 +86,7 @@ impl ApiSink {
                         insert(&mut desired, "Endpoints", *o)?
                     }
                     Object::Secret(o) => insert(&mut desired, "Secret", *o)?,
+                    Object::ConfigMap(o) => insert(&mut desired, "ConfigMap", *o)?,
                     Object::Other { .. } => {}
                 }
             }
@@ -136,6 +137,7 @@ impl ApiSink {
             "Service" => patch(Api::<Service>::namespaced(client, ns), key, value).await,
             "Endpoints" => patch(Api::<Endpoints>::namespaced(client, ns), key, value).await,
             "Secret" => patch(Api::<Secret>::namespaced(client, ns), key, value).await,
+            "ConfigMap" => patch(Api::<ConfigMap>::namespaced(client, ns), key, value).await,
             other => return Err(format!("cannot apply kind {other}")),
         };
         result.map_err(|error| format!("applying {} {}/{}: {error}", key.kind, key.namespace, key.name))
@@ -152,6 +154,7 @@ impl ApiSink {
             "Service" => Api::<Service>::namespaced(client, ns).delete(name, &dp).await.map(drop),
             "Endpoints" => Api::<Endpoints>::namespaced(client, ns).delete(name, &dp).await.map(drop),
             "Secret" => Api::<Secret>::namespaced(client, ns).delete(name, &dp).await.map(drop),
+            "ConfigMap" => Api::<ConfigMap>::namespaced(client, ns).delete(name, &dp).await.map(drop),
             other => return Err(format!("cannot delete kind {other}")),
         };
         match result {

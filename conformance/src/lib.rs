@@ -145,7 +145,12 @@ async fn run_with(name: &str, scenario: &Scenario, target: Option<&KubeTarget>) 
     let mut api = None;
     if let Some(target) = target {
         options.kube = Some(KubeServe {
-            source: KubeOptions { kubeconfig: Some(target.kubeconfig.clone()), ..KubeOptions::default() },
+            // The settings ConfigMap standalone mode reads by default, watched likewise.
+            source: KubeOptions {
+                kubeconfig: Some(target.kubeconfig.clone()),
+                configmap: options.settings.clone(),
+                ..KubeOptions::default()
+            },
             status: StatusOptions {
                 publish_status_addresses: vec!["192.0.2.1".to_owned()],
                 ..StatusOptions::default()

@@ -76,6 +76,8 @@ scenarios! {
     no_endpoints => "no-endpoints",
     bad_manifest => "bad-manifest",
     annotations => "annotations",
+    service_upstream => "service-upstream",
+    settings => "settings",
 }
 
 /// The runner itself: deliberately wrong expectations are each reported, with what answered.

@@ -50,4 +50,5 @@ scenarios! {
     kube_no_endpoints => "no-endpoints",
     kube_path_rules => "path-rules",
     kube_annotations => "annotations",
+    kube_settings => "settings",
 }

@@ -15,7 +15,7 @@ use weir_dataplane::proxy::ProxyConfig;
 
 use crate::serve::{KubeServe, Running, ServeOptions};
 use crate::source::files::ManifestDir;
-use crate::source::kube::KubeOptions;
+use crate::source::kube::{Kinds, KubeOptions};
 use crate::status::StatusOptions;
 
 use crate::translate::{self, Severity, TranslateConfig, Translation};
@@ -68,6 +68,10 @@ pub struct SourceArgs {
     /// self-signed certificate generated at start-up).
     #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_object_ref)]
     pub default_certificate: Option<ObjectRef>,
+    /// ConfigMap of global settings (ingress-nginx's keys), hot-reloaded: watched in a cluster;
+    /// with --manifests, read from DIR (default: default/weir-settings, used when DIR has it).
+    #[arg(long, value_name = "NS/NAME", value_parser = parse_object_ref)]
+    pub configmap: Option<ObjectRef>,
 }
 
 fn parse_object_ref(s: &str) -> Result<ObjectRef, String> {
@@ -86,6 +90,7 @@ impl SourceArgs {
             controller_name: self.controller_name.clone(),
             watch_ingress_without_class: self.watch_ingress_without_class,
             default_certificate: self.default_certificate.clone(),
+            settings: Some(self.configmap.clone().unwrap_or_else(translate::settings::default_configmap)),
         }
     }
 }
@@ -142,9 +147,6 @@ pub struct KubeArgs {
     /// Namespace to watch (repeatable; default: all namespaces).
     #[arg(long = "watch-namespace", value_name = "NS")]
     pub watch_namespaces: Vec<String>,
-    /// ConfigMap of global settings, watched.
-    #[arg(long, value_name = "NS/NAME", value_parser = parse_object_ref)]
-    pub configmap: Option<ObjectRef>,
     /// Translate a change once no other change arrived for this long (milliseconds).
     #[arg(long, default_value_t = 100, value_name = "MS")]
     pub sync_holdoff_ms: u64,
@@ -174,13 +176,14 @@ pub struct KubeArgs {
 }
 
 impl KubeArgs {
-    /// The Kubernetes source settings these flags describe.
-    pub fn options(&self, controller_name: &str) -> KubeServe {
+    /// The Kubernetes source settings these flags describe, watching `configmap` for settings.
+    pub fn options(&self, controller_name: &str, configmap: Option<ObjectRef>) -> KubeServe {
         KubeServe {
             source: KubeOptions {
+                kinds: Kinds::Ingress,
                 kubeconfig: self.kubeconfig.clone(),
                 namespaces: self.watch_namespaces.clone(),
-                configmap: self.configmap.clone(),
+                configmap,
                 holdoff: Duration::from_millis(self.sync_holdoff_ms),
                 max_delay: Duration::from_millis(self.sync_max_delay_ms.max(self.sync_holdoff_ms)),
             },
@@ -224,7 +227,12 @@ impl ServeArgs {
             manifests: self.source.manifests.clone().unwrap_or_default(),
             kube: match self.source.manifests {
                 Some(_) => None,
-                None => Some(self.kube.options(&config.controller_name)),
+                None => Some(self.kube.options(&config.controller_name, self.source.configmap.clone())),
+            },
+            // In a cluster only a named ConfigMap is read.
+            settings: match self.source.manifests {
+                Some(_) => config.settings,
+                None => self.source.configmap.clone(),
             },
             listen_http: self.listen_http,
             listen_https: Some(self.listen_https),

@@ -5,6 +5,12 @@ use std::process::ExitCode;
 use clap::Parser;
 use weir::cli::{self, Cli, Command};
 
+/// mimalloc instead of glibc's malloc: cheaper allocations on the request path (a task and
+/// buffers per HTTP/2 stream), and freed memory goes back to the system instead of staying in
+/// one glibc arena per thread after each table rebuild (bench/RESULTS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

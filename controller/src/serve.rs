@@ -23,9 +23,9 @@ use weir_dataplane::proxy::{Proxy, ProxyConfig};
 
 use crate::metrics::Metrics;
 use crate::source::files::{self, ManifestDir};
-use crate::source::kube::{self as kube_source, EndpointsApi, KubeOptions, KubeSource};
+use crate::source::kube::{self as kube_source, KubeOptions, KubeSource};
 use crate::status::{self, Outcome, StatusOptions};
-use crate::translate::{Snapshot, SnapshotKey, TranslateConfig, Translator};
+use crate::translate::{self, Snapshot, SnapshotKey, TranslateConfig, Translator};
 
 /// Where `weir serve` reads objects from when it talks to a Kubernetes API server.
 #[derive(Clone, Debug, Default)]
@@ -68,6 +68,9 @@ pub struct ServeOptions {
     pub poll_interval: Duration,
     /// Proxy settings.
     pub proxy: ProxyConfig,
+    /// The ConfigMap of global settings: watched in a cluster, read from the manifest
+    /// directory otherwise; its keys override `proxy`.
+    pub settings: Option<ObjectRef>,
 }
 
 impl Default for ServeOptions {
@@ -88,6 +91,7 @@ impl Default for ServeOptions {
             debounce: Duration::from_millis(100),
             poll_interval: Duration::from_secs(2),
             proxy: ProxyConfig::default(),
+            settings: Some(translate::settings::default_configmap()),
         }
     }
 }
@@ -99,6 +103,7 @@ impl ServeOptions {
             controller_name: self.controller_name.clone(),
             watch_ingress_without_class: self.watch_ingress_without_class,
             default_certificate: self.default_certificate.clone(),
+            settings: self.settings.clone(),
         }
     }
 }
@@ -560,23 +565,7 @@ async fn kube_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let setup = async {
-        let mut retry = Duration::from_millis(250);
-        let endpoints_api = loop {
-            match kube_source::discover_endpoints_api(&client).await {
-                Ok(api) => break api,
-                Err(error) => {
-                    tracing::warn!(%error, "cannot reach the Kubernetes API; retrying");
-                    tokio::time::sleep(retry).await;
-                    retry = (retry * 2).min(Duration::from_secs(5));
-                }
-            }
-        };
-        match endpoints_api {
-            EndpointsApi::EndpointSlices => tracing::info!("watching discovery.k8s.io/v1 EndpointSlices"),
-            EndpointsApi::Endpoints => tracing::warn!(
-                "this API server does not serve discovery.k8s.io/v1 EndpointSlices; watching core v1 Endpoints instead"
-            ),
-        }
+        let endpoints_api = kube_source::discover_endpoints_api_retrying(&client).await;
         let source = KubeSource::start(&client, &kube.source, endpoints_api);
         let started = std::time::Instant::now();
         if !source.wait_until_synced().await {
@@ -600,11 +589,15 @@ async fn kube_loop(
         status::spawn(client, kube.status.clone(), source.stores.clone(), outcomes, shutdown.clone());
     let mut settings = None;
     loop {
-        if kube.source.configmap.is_some() {
+        if let Some(name) = &kube.source.configmap {
             let now = source.stores.settings();
             if now != settings {
-                let keys: Vec<&String> = now.iter().flat_map(|d| d.keys()).collect();
-                tracing::info!(?keys, "settings ConfigMap read; weir reads no setting from it yet");
+                match &now {
+                    Some(data) => {
+                        tracing::info!(configmap = %name, keys = data.len(), "settings ConfigMap read")
+                    }
+                    None => tracing::info!(configmap = %name, "settings ConfigMap not found; defaults apply"),
+                }
                 settings = now;
             }
         }

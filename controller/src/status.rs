@@ -366,6 +366,7 @@ fn reference_to(kind: ObjectKind, object: &ObjectRef) -> ObjectReference {
         ObjectKind::EndpointSlice => ("discovery.k8s.io/v1", "EndpointSlice"),
         ObjectKind::Endpoints => ("v1", "Endpoints"),
         ObjectKind::Secret => ("v1", "Secret"),
+        ObjectKind::ConfigMap => ("v1", "ConfigMap"),
     };
     ObjectReference {
         api_version: Some(api_version.to_owned()),

@@ -9,6 +9,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod support_app;
+
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
 fn quickstart() -> std::path::PathBuf {
@@ -159,38 +161,7 @@ fn get(addr: SocketAddr, host: &str, path: &str) -> (u16, String) {
 }
 
 fn manifests(dir: &Path, backend: SocketAddr, path: &str) {
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: Service
-metadata: {{name: echo, namespace: default}}
-spec:
-  ports: [{{name: http, port: 80}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: echo-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: echo}}
-addressType: IPv4
-ports: [{{name: http, port: {port}}}]
-endpoints:
-- addresses: ["{ip}"]
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {{name: web, namespace: default}}
-spec:
-  ingressClassName: weir
-  rules:
-  - host: app.test
-    http:
-      paths:
-      - {{path: {path}, pathType: Prefix, backend: {{service: {{name: echo, port: {{number: 80}}}}}}}}
-"#,
-        port = backend.port(),
-        ip = backend.ip(),
-    );
+    let yaml = support_app::app_yaml(backend, path);
     // Write then rename, as editors and ConfigMap updates do.
     let tmp = dir.join(".app.yaml.tmp");
     std::fs::write(&tmp, yaml).unwrap();
@@ -390,7 +361,7 @@ fn serve_terminates_tls_redirects_and_rotates_the_secret() {
 fn serve_with_an_unreadable_kubeconfig_is_a_clear_error() {
     let out = Command::new(WEIR)
         .args(["serve", "--kubeconfig", "/nonexistent/kubeconfig", "--listen-http", "127.0.0.1:0"])
-        .args(["--listen-admin", "127.0.0.1:0"])
+        .args(["--listen-https", "127.0.0.1:0", "--listen-admin", "127.0.0.1:0"])
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -19,6 +19,7 @@ use weir::source::manifest::parse_manifests;
 use weir::translate::{
     SharedObject, Snapshot, SnapshotKey, TranslateConfig, Translation, Translator, translate,
 };
+use weir_dataplane::model::ObjectRef;
 use weir_dataplane::router::TableChanges;
 
 fn fixtures() -> Vec<PathBuf> {
@@ -287,6 +288,71 @@ fn incremental_translation_redoes_only_what_is_tied_to_the_change() {
     check_incremental(&translator, &snapshot, &config, "after editing app-7");
 }
 
+/// `from-to-www-redirect` ties an Ingress to the other name of its host: an Ingress of its own
+/// on `www.shop.test` (another Service) takes that name from the redirect, and gives it back.
+#[test]
+fn incremental_translation_of_a_www_redirect_and_the_other_name() {
+    let ingress = |name: &str, host: &str, annotations: &str| {
+        format!(
+            "---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n  annotations: {{{annotations}}}\nspec:\n  ingressClassName: weir\n  rules:\n  - host: {host}\n    http:\n      paths:\n      - path: /\n        pathType: Prefix\n        backend:\n          service:\n            name: {name}\n            port:\n              number: 80\n"
+        )
+    };
+    let redirecting =
+        ingress("shop", "shop.test", "nginx.ingress.kubernetes.io/from-to-www-redirect: \"true\"");
+    let mut snapshot: Snapshot = parse_manifests(&redirecting).unwrap().into_iter().collect();
+    let config = TranslateConfig::default();
+    let mut translator = Translator::new();
+    translator.update(&snapshot, None, &config);
+    let www = parse_manifests(&ingress("www", "www.shop.test", "")).unwrap().into_iter().next().unwrap();
+    let key = SharedObject::new(www.clone()).unwrap().key();
+    for step in ["added", "removed"] {
+        if step == "added" {
+            snapshot.insert(www.clone());
+        } else {
+            snapshot.remove(&key);
+        }
+        let what = format!("www.shop.test {step}");
+        assert!(update_and_check(&mut translator, &snapshot, std::slice::from_ref(&key), &config, &what));
+        let hosts: Vec<String> =
+            translator.translation().table.hosts.iter().map(|h| h.host.to_string()).collect();
+        assert_eq!(hosts, ["shop.test", "www.shop.test"], "{what}");
+    }
+}
+
+/// ConfigMaps: the settings ConfigMap and those it names (`add-headers`, `proxy-set-headers`)
+/// translate everything again; one named by a `custom-headers` annotation only the Ingresses
+/// naming it; another none. Each result equals translating everything.
+#[test]
+fn incremental_translation_of_config_map_changes() {
+    let case = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/annotations-custom-headers");
+    let config = config(&case);
+    let input = with_generated(&std::fs::read_to_string(case.join("input.yaml")).unwrap());
+    let mut snapshot: Snapshot = parse_manifests(&input).unwrap().into_iter().collect();
+    let other = "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: unrelated\n  namespace: default\ndata:\n  a: b\n";
+    snapshot.extend(parse_manifests(other).unwrap());
+    let mut translator = Translator::new();
+    translator.update(&snapshot, None, &config);
+    let mut edit = |namespace: &str, name: &str, value: &str| {
+        let key = ObjectRef::new(namespace, name);
+        let mut cm = snapshot.config_maps.get(&key).unwrap_or_else(|| panic!("{key}")).clone();
+        cm.data.get_or_insert_with(Default::default).insert("X-Frame-Options".into(), value.into());
+        snapshot.insert(weir::source::manifest::Object::ConfigMap(Box::new(cm)));
+        let key = SnapshotKey::ConfigMap(key);
+        let update = translator.update(&snapshot, Some(std::slice::from_ref(&key)), &config);
+        check_incremental(&translator, &snapshot, &config, &format!("after editing {key:?}"));
+        (update.changes, update.translated)
+    };
+    let (changes, translated) = edit("default", "security-headers", "SAMEORIGIN");
+    assert_eq!(translated, 2, "shop names default/security-headers, missing shares its Service");
+    let changes = changes.expect("a custom-headers ConfigMap is an incremental change");
+    assert_eq!(changes.hosts.iter().map(|h| h.to_string()).collect::<Vec<_>>(), ["shop.example"]);
+    let (changes, translated) = edit("default", "unrelated", "1");
+    assert_eq!((changes.map(|c| c.hosts.len()), translated), (Some(0), 0), "nothing names it");
+    assert!(edit("ingress-nginx", "ingress-nginx-controller", "1").0.is_none(), "the settings ConfigMap");
+    assert!(edit("ingress-nginx", "response-headers", "1").0.is_none(), "named by add-headers");
+    assert!(edit("ops", "upstream-headers", "1").0.is_none(), "named by proxy-set-headers");
+}
+
 /// Random edits over the objects of all fixtures (fixtures reuse names, so an object of one
 /// replaces another's), random mutations of Ingresses (hosts, TLS, annotations that tie
 /// Ingresses together, classes, timestamps, backends) and removals, under each fixture's
@@ -310,7 +376,7 @@ fn incremental_translation_matches_translating_everything_over_random_edits() {
             let before = snapshot.clone();
             for _ in 0..1 + rng.next() % 3 {
                 let pick = |rng: &mut Rng, len: usize| usize::try_from(rng.next() % len as u64).unwrap();
-                match rng.next() % 10 {
+                match rng.next() % 12 {
                     0..=4 => {
                         let object = pool[pick(&mut rng, pool.len())].clone();
                         snapshot.insert_shared(object.key(), object);
@@ -320,6 +386,31 @@ fn incremental_translation_matches_translating_everything_over_random_edits() {
                         if !keys.is_empty() {
                             snapshot.remove(&keys[pick(&mut rng, keys.len())]);
                         }
+                    }
+                    7 => {
+                        let keys: Vec<_> = snapshot.config_maps.keys().cloned().collect();
+                        if keys.is_empty() {
+                            continue;
+                        }
+                        let key = &keys[pick(&mut rng, keys.len())];
+                        let mut cm = snapshot.config_maps.get(key).unwrap().clone();
+                        mutate_config_map(&mut cm, &mut rng);
+                        snapshot.insert(weir::source::manifest::Object::ConfigMap(Box::new(cm)));
+                    }
+                    8 => {
+                        let keys: Vec<_> = snapshot.services.keys().cloned().collect();
+                        if keys.is_empty() {
+                            continue;
+                        }
+                        let key = &keys[pick(&mut rng, keys.len())];
+                        let mut service = snapshot.services.get(key).unwrap().clone();
+                        let spec = service.spec.get_or_insert_with(Default::default);
+                        spec.cluster_ip = match rng.next() % 3 {
+                            0 => None,
+                            1 => Some("10.96.0.7".into()),
+                            _ => Some(format!("10.96.1.{}", rng.next() % 250)),
+                        };
+                        snapshot.insert(weir::source::manifest::Object::Service(Box::new(service)));
                     }
                     _ => {
                         let keys: Vec<_> = snapshot.ingresses.keys().cloned().collect();
@@ -343,6 +434,23 @@ fn incremental_translation_matches_translating_everything_over_random_edits() {
     }
 }
 
+/// One random change to a ConfigMap: a header of its own added or removed, or a settings key
+/// (an `ssl-redirect` default, the `add-headers` ConfigMap) set or unset.
+fn mutate_config_map(cm: &mut k8s_openapi::api::core::v1::ConfigMap, rng: &mut Rng) {
+    const DATA: &[(&str, &str)] = &[
+        ("X-Extra", "1"),
+        ("X-Frame-Options", "SAMEORIGIN"),
+        ("ssl-redirect", "false"),
+        ("add-headers", "default/security-headers"),
+        ("global-allowed-response-headers", "X-Extra"),
+    ];
+    let (key, value) = DATA[usize::try_from(rng.next() % DATA.len() as u64).unwrap()];
+    let data = cm.data.get_or_insert_with(Default::default);
+    if data.remove(key).is_none() {
+        data.insert(key.to_string(), value.to_string());
+    }
+}
+
 /// One random change to an Ingress, among those that tie Ingresses together.
 fn mutate(
     ingress: &mut k8s_openapi::api::networking::v1::Ingress,
@@ -353,8 +461,17 @@ fn mutate(
     use k8s_openapi::api::networking::v1::{
         IngressBackend, IngressServiceBackend, IngressTLS, ServiceBackendPort,
     };
-    const HOSTS: &[&str] =
-        &["a.example.com", "b.example.com", "*.example.com", "", "x.test", "app.example.com"];
+    const HOSTS: &[&str] = &[
+        "a.example.com",
+        "b.example.com",
+        "*.example.com",
+        "",
+        "x.test",
+        "app.example.com",
+        "www.a.example.com",
+        "example.com",
+        "www.example.com",
+    ];
     const ANNOTATIONS: &[(&str, &str)] = &[
         ("nginx.ingress.kubernetes.io/canary", "true"),
         ("nginx.ingress.kubernetes.io/canary-weight", "30"),
@@ -368,6 +485,10 @@ fn mutate(
         ("nginx.ingress.kubernetes.io/default-backend", "web"),
         ("nginx.ingress.kubernetes.io/backend-protocol", "HTTPS"),
         ("kubernetes.io/ingress.class", "weir"),
+        ("nginx.ingress.kubernetes.io/from-to-www-redirect", "true"),
+        ("nginx.ingress.kubernetes.io/custom-headers", "security-headers"),
+        ("nginx.ingress.kubernetes.io/custom-headers", "default/security-headers"),
+        ("nginx.ingress.kubernetes.io/service-upstream", "true"),
     ];
     let pick = |rng: &mut Rng, len: usize| usize::try_from(rng.next() % len.max(1) as u64).unwrap();
     let spec = ingress.spec.get_or_insert_with(Default::default);

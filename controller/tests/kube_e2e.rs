@@ -22,6 +22,20 @@ use support_kube::{
 };
 
 const CONTROLLER: &str = "weir.dev/ingress-controller";
+
+/// The status of a POST to `host` announcing a body of `len` bytes it never sends: a refusal
+/// comes at once; a forwarded request waits for the body (`None` after a second).
+fn declared_body(addr: std::net::SocketAddr, host: &str, len: usize) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    write!(s, "POST / HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// The promise: a change in the API is routed within 2 s.
 const REROUTE: Duration = Duration::from_secs(2);
 
@@ -76,8 +90,17 @@ fn routes_follow_the_api() {
         // Another class is ignored entirely, and so is an unwatched namespace.
         assert_eq!(weir.get("foreign.example", "/").map(|r| r.0), Some(404));
         assert_eq!(weir.get("elsewhere.example", "/").map(|r| r.0), Some(404));
-        eventually("the settings ConfigMap is read", Duration::from_secs(5), || async {
-            weir.log().contains("proxy-body-size").then_some(())
+        // The settings ConfigMap applies: a body declared over its proxy-body-size (8m) gets 413
+        // at once, and an edit of the ConfigMap (1k) changes that without a restart.
+        eventually("the settings ConfigMap's body limit", Duration::from_secs(5), || async {
+            (declared_body(weir.http, "web.example", 9 << 20) == Some(413)).then_some(())
+        })
+        .await;
+        let settings =
+            serde_json::json!({"metadata": {"name": "weir-settings"}, "data": {"proxy-body-size": "1k"}});
+        apply::<ConfigMap>(&client, ns, settings).await;
+        eventually("the edited body limit", Duration::from_secs(10), || async {
+            (declared_body(weir.http, "web.example", 4096) == Some(413)).then_some(())
         })
         .await;
 
@@ -265,33 +288,12 @@ fn api_server_restart_keeps_traffic_and_resyncs() {
 #[test]
 fn rbac_is_sufficient() {
     isolated("rbac_is_sufficient", || async {
-        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-        use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
-        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+        use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 
         let api = ApiServer::start().await;
         let admin = api.client().await;
         let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kubernetes/rbac.yaml");
-        let text = std::fs::read_to_string(rbac).unwrap();
-        for doc in text.split("\n---\n") {
-            let value: serde_json::Value = serde_saphyr::from_str(doc).unwrap();
-            let ns = value["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
-            match value["kind"].as_str().unwrap() {
-                "Namespace" => {
-                    drop(support_kube::apply_with::<Namespace>(Api::all(admin.clone()), value).await)
-                }
-                "ServiceAccount" => drop(apply::<ServiceAccount>(&admin, &ns, value).await),
-                "ClusterRole" => {
-                    drop(support_kube::apply_with::<ClusterRole>(Api::all(admin.clone()), value).await)
-                }
-                "ClusterRoleBinding" => {
-                    drop(support_kube::apply_with::<ClusterRoleBinding>(Api::all(admin.clone()), value).await)
-                }
-                "Role" => drop(apply::<Role>(&admin, &ns, value).await),
-                "RoleBinding" => drop(apply::<RoleBinding>(&admin, &ns, value).await),
-                other => panic!("unexpected kind {other} in rbac.yaml"),
-            }
-        }
+        support_kube::apply_file(&admin, &rbac).await;
         let ns = "app";
         create_namespace(&admin, ns).await;
         let echo = Echo::start(&["a"]).await;
@@ -301,18 +303,7 @@ fn rbac_is_sufficient() {
         apply::<Ingress>(&admin, ns, ingress("web", "weir", "web.example", "web")).await;
         apply::<Ingress>(&admin, ns, ingress("broken", "weir", "broken.example", "missing")).await;
 
-        let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "weir-system");
-        let request = TokenRequest {
-            spec: TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() },
-            ..Default::default()
-        };
-        let token = accounts
-            .create_token_request("weir", &Default::default(), &request)
-            .await
-            .unwrap()
-            .status
-            .unwrap()
-            .token;
+        let token = support_kube::service_account_token(&admin, "weir-system", "weir").await;
         // The token really is limited.
         let limited = api.client_for(&token).await.unwrap();
         let pods: Api<Pod> = Api::all(limited);

@@ -513,3 +513,50 @@ fn iptables_failed_apply_keeps_the_previous_rules() {
     assert_eq!(count(&t, "pod1") + count(&t, "pod2"), 60, "{t:?}");
     weir::node::cleanup(&runner).unwrap();
 }
+
+/// nftables mode: a refused transaction leaves the table as it was (the kernel applies a batch
+/// whole or not at all) and the next sync, once the obstacle is gone, recreates the table.
+#[test]
+fn nftables_failed_apply_keeps_the_previous_rules() {
+    let mut bed = match Testbed::new(3) {
+        Ok(bed) => bed,
+        Err(reason) => return skip(&reason),
+    };
+    bed.start_responders().unwrap();
+    let node = &bed.node;
+    let runner = Runner::netns(&node.name);
+    let mut nft = nftables::Nftables::new(
+        runner.clone(),
+        nftables::Config { cluster_cidr: Some("10.244.0.0/16".parse().unwrap()), ..Default::default() },
+    );
+    let all = [Ep { pod: 0, ready: true }, Ep { pod: 1, ready: true }, Ep { pod: 2, ready: true }];
+    let r1 = std::sync::Arc::new(ruleset(&manifests(&all)));
+    nft.sync(&r1, false).unwrap();
+
+    // Someone else's chain in weir's table jumps to web's service chain: deleting it fails.
+    let web = r1.services.iter().find(|sp| sp.key.service.name == "web" && sp.port == 80).unwrap();
+    let chain = nftables::service_chain(&web.key);
+    node.exec("nft", &["add chain ip weir foreign"]).unwrap();
+    node.exec("nft", &[&format!("add rule ip weir foreign goto {chain}")]).unwrap();
+    let before = node.exec("nft", &["-s", "list", "table", "ip", "weir"]).unwrap();
+
+    // web loses every endpoint (its chain goes), and sticky one: the batch is refused whole.
+    let r2 = std::sync::Arc::new(ruleset(&manifests(&[])));
+    let error = nft.sync(&r2, false).unwrap_err();
+    assert!(error.to_string().contains("delete chain"), "{error}");
+    let after = node.exec("nft", &["-s", "list", "table", "ip", "weir"]).unwrap();
+    assert_eq!(before, after, "a refused transaction changed the table");
+    let t = bed.client("10.96.0.10:80", 60, "tcp").unwrap();
+    assert_eq!(
+        (0..3).map(|i| count(&t, &pod_name(i))).sum::<usize>(),
+        60,
+        "the previous rules no longer work: {t:?}"
+    );
+
+    // The next sync recreates the table (the foreign chain goes with it) and applies r2.
+    let stats = nft.sync(&r2, false).unwrap();
+    assert!(stats.written);
+    let t = bed.client("10.96.0.10:80", 3, "tcp").unwrap();
+    assert_eq!(count(&t, "refused"), 3, "{t:?}");
+    weir::node::cleanup(&runner).unwrap();
+}

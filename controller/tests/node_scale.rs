@@ -155,7 +155,7 @@ fn scale() {
                 let full_time = t.elapsed();
                 let (change_time, s) =
                     repeat(|i| b.sync(if i % 2 == 0 { &changed } else { &full }, false).unwrap());
-                (render.rule_count(), full_time, change_time, format!("{} nft commands", s.commands))
+                (render.rule_count(), full_time, change_time, format!("{} transaction steps", s.commands))
             }
         };
         println!(

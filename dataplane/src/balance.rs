@@ -58,6 +58,9 @@ pub struct EndpointState {
     ewma_us: AtomicU64,
     /// Requests sent and not yet answered (response head).
     inflight: AtomicUsize,
+    /// Idle HTTP/1.1 connections to the endpoint (plain backends), kept across table swaps
+    /// with the rest of its state.
+    pub(crate) http1_idle: crate::proxy::Http1Pool,
 }
 
 impl EndpointState {
@@ -74,6 +77,7 @@ impl EndpointState {
             failures: AtomicU64::new(0),
             ewma_us: AtomicU64::new(0),
             inflight: AtomicUsize::new(0),
+            http1_idle: Default::default(),
         }
     }
 

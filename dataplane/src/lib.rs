@@ -3,6 +3,7 @@
 //!
 //! It never depends on Kubernetes: its only input is [`model::RouteTable`].
 
+pub mod accesslog;
 pub mod auth;
 pub mod balance;
 pub mod canary;
@@ -16,5 +17,6 @@ pub mod mtls;
 pub mod policy;
 pub mod proxy;
 pub mod ratelimit;
+pub mod realip;
 pub mod router;
 pub mod tls;

@@ -47,10 +47,161 @@ pub struct RouteTable {
     /// `None`: the dataplane's self-signed one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_certificate: Option<ObjectRef>,
+    /// Global settings (the controller ConfigMap); they swap with the table.
+    #[serde(default, skip_serializing_if = "Settings::is_empty")]
+    pub settings: Settings,
 }
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
+}
+
+// === impl Settings ===
+
+/// Global settings: the controller ConfigMap with ingress-nginx's keys, typed by translation.
+/// Every field is optional: `None` keeps the proxy's own value (its command-line flag, else its
+/// built-in default), so a key set in the ConfigMap overrides the flag.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Where the client address comes from and whether the client's `X-Forwarded-*` headers are
+    /// believed (`use-forwarded-headers`, `enable-real-ip` and their companions); `None`: the
+    /// client is the connection's peer and the proxy sets every `X-Forwarded-*` header itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forwarded: Option<Forwarded>,
+    /// `Strict-Transport-Security` on HTTPS responses (`hsts`, `hsts-max-age`,
+    /// `hsts-include-subdomains`, `hsts-preload`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hsts: Option<Hsts>,
+    /// TLS versions offered to clients (`ssl-protocols`), for new handshakes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_versions: Option<Vec<TlsVersion>>,
+    /// Largest request body, in bytes, where a route sets none (`proxy-body-size`); `0`: no
+    /// limit. Larger bodies get 413.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_body_bytes: Option<u64>,
+    /// Time from sending a request to the upstream's response head, in milliseconds, where a
+    /// route sets none (`proxy-read-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_timeout_ms: Option<u64>,
+    /// Time allowed to connect to an upstream (TCP, and TLS where used), in milliseconds, where
+    /// a route sets none (`proxy-connect-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout_ms: Option<u64>,
+    /// Endpoints tried in all when connecting fails, where a route sets none
+    /// (`proxy-next-upstream-tries`; `0` means every endpoint, at most 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_tries: Option<u32>,
+    /// Seconds a client connection may wait for its next request (`keep-alive`); `0` turns
+    /// client keep-alive off (one request per connection).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive_secs: Option<u64>,
+    /// Requests served on one HTTP/1 client connection; the last answer carries
+    /// `Connection: close` (`keep-alive-requests`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive_requests: Option<u32>,
+    /// Whether upstream connections are reused (`upstream-keepalive-connections`: `0` is false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_keepalive: Option<bool>,
+    /// Seconds in-flight requests get to finish on shutdown (`worker-shutdown-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_secs: Option<u64>,
+    /// Whether request headers whose names contain `_` are passed on
+    /// (`enable-underscores-in-headers`); dropped otherwise, as nginx does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub underscores_in_headers: Option<bool>,
+    /// Every new connection starts with a PROXY protocol header (`use-proxy-protocol`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<bool>,
+    /// One JSON access-log line per request with these fields (`log-format-upstream`);
+    /// `None`: no access log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_log: Option<Vec<LogField>>,
+    /// Headers set on every response, replacing the upstream's of the same name (`add-headers`);
+    /// a route's own (`custom-headers`) win. Names in lower case.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub response_headers: BTreeMap<String, String>,
+    /// Headers set on every request sent upstream (`proxy-set-headers`); names in lower case.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub upstream_headers: BTreeMap<String, String>,
+}
+
+impl Settings {
+    /// True when nothing is set (used to keep serialized tables short).
+    pub fn is_empty(&self) -> bool {
+        *self == Settings::default()
+    }
+}
+
+/// Which client headers are believed, ingress-nginx's `use-forwarded-headers` and real-ip
+/// settings: the client address is taken from `client_header` when the connection's peer is
+/// inside `trusted`, walking the list from the right past trusted addresses (nginx's
+/// `real_ip_recursive on`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Forwarded {
+    /// Believe the client's `X-Forwarded-Proto`, `-Host` and `-Port` (`use-forwarded-headers`);
+    /// false with only `enable-real-ip`.
+    pub trust_headers: bool,
+    /// The header naming the client (`forwarded-for-header`), lower case.
+    pub client_header: String,
+    /// Peers whose `client_header` is believed (`proxy-real-ip-cidr`).
+    pub trusted: Vec<IpNet>,
+    /// `X-Forwarded-For` sent upstream is the incoming one with the peer appended
+    /// (`compute-full-forwarded-for`); otherwise it is the client address alone.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub full_chain: bool,
+}
+
+/// The `Strict-Transport-Security` header (ingress-nginx's defaults: on, a year, subdomains).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hsts {
+    /// Send it at all (`hsts`).
+    pub enabled: bool,
+    /// `max-age`, in seconds (`hsts-max-age`).
+    pub max_age: u64,
+    /// `includeSubDomains` (`hsts-include-subdomains`).
+    pub include_subdomains: bool,
+    /// `preload` (`hsts-preload`).
+    pub preload: bool,
+}
+
+impl Hsts {
+    /// The header value, `None` when disabled.
+    pub fn header_value(&self) -> Option<String> {
+        if !self.enabled {
+            return None;
+        }
+        let sub = if self.include_subdomains { "; includeSubDomains" } else { "" };
+        let preload = if self.preload { "; preload" } else { "" };
+        Some(format!("max-age={}{sub}{preload}", self.max_age))
+    }
+}
+
+/// A TLS version weir can offer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum TlsVersion {
+    /// TLS 1.2.
+    #[serde(rename = "TLSv1.2")]
+    Tls12,
+    /// TLS 1.3.
+    #[serde(rename = "TLSv1.3")]
+    Tls13,
+}
+
+/// One field of the JSON access-log line: `key` and what its value is made of.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogField {
+    /// The JSON key.
+    pub key: String,
+    /// The value: text with `$variables` (a JSON string), or one bare variable.
+    pub value: crate::accesslog::Template,
+    /// Written as a bare JSON value (a number, or `null` when unknown) rather than a string:
+    /// the template was a variable outside quotes (`"status": $status`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub bare: bool,
 }
 
 // === impl HostMatch ===
@@ -245,6 +396,10 @@ pub struct RoutePolicy {
     /// (`proxy-read-timeout`); `None` keeps the proxy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_timeout_ms: Option<u64>,
+    /// Time allowed to connect to an upstream, in milliseconds (`proxy-connect-timeout`); `None`
+    /// keeps the proxy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout_ms: Option<u64>,
     /// Endpoints tried in all when connecting fails (`proxy-next-upstream-tries`; `0` means
     /// every endpoint, at most 8); `None` keeps the proxy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -269,6 +424,14 @@ pub struct RoutePolicy {
     /// (`custom-http-errors` with `default-backend`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_errors: Option<CustomErrors>,
+    /// Every request gets a `308` to the same scheme and request URI on this host
+    /// (`from-to-www-redirect`: `www.` added or removed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_redirect: Option<String>,
+    /// Headers set on every response of the route, replacing the upstream's of the same name
+    /// (`custom-headers`, nginx's `more_set_headers`); names in lower case.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub response_headers: BTreeMap<String, String>,
 }
 
 /// Error pages from another backend: when the upstream answers (or the proxy would answer) one
@@ -324,6 +487,11 @@ pub struct CookieAffinity {
     /// `Secure` (`session-cookie-secure`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub secure: bool,
+    /// `affinity-canary-behavior: legacy`: the cookie does not decide between the route's backend
+    /// and its canary. By default (`sticky`) a session pinned to an endpoint of either stays
+    /// there, whatever the canary's weight says.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub legacy_canary: bool,
 }
 
 /// A canary: requests chosen by header, then cookie, then weight go to `backend` instead of
@@ -872,6 +1040,14 @@ pub struct ClientAuth {
     /// Forward the client certificate upstream, URL-encoded PEM in `ssl-client-cert`.
     #[serde(default, skip_serializing_if = "is_false")]
     pub pass_certificate: bool,
+    /// `auth-tls-match-cn`: a regex the client certificate's subject DN (RFC 2253, as in
+    /// `ssl-client-subject-dn`) must match, unanchored; otherwise 403.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_cn: Option<String>,
+    /// `auth-tls-error-page`: where a client without a required or valid certificate is sent
+    /// (302) instead of getting 400.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_page: Option<String>,
 }
 
 /// `auth-tls-verify-client`.

@@ -29,6 +29,10 @@ pub struct HostAuth {
     pub verify: ClientVerify,
     depth: u8,
     pass_certificate: bool,
+    /// `auth-tls-match-cn`: the subject DN must match.
+    pub match_cn: Option<regex::Regex>,
+    /// `auth-tls-error-page`: the redirect target for certificate failures.
+    pub error_page: Option<HeaderValue>,
     /// The CA was unusable: every request is refused.
     broken: bool,
     /// Verifies chains against the host's CA.
@@ -68,8 +72,9 @@ impl ClientAuthIndex {
     /// answers 400 to every request (never served without the required check).
     pub fn compile(table: &RouteTable, resolver: &Arc<dyn ResolvesServerCert>) -> ClientAuthIndex {
         let mut index = ClientAuthIndex::default();
+        let versions = tls::versions(&table.settings);
         for auth in &table.client_auth {
-            let compiled = match compile(auth, resolver) {
+            let compiled = match compile(auth, resolver, &versions) {
                 Ok(c) => Arc::new(c),
                 Err(error) => {
                     tracing::warn!(host = %auth.host, %error, "client certificate CA unusable; the host refuses every request");
@@ -78,9 +83,11 @@ impl ClientAuthIndex {
                         verify: ClientVerify::On,
                         depth: 0,
                         pass_certificate: false,
+                        match_cn: None,
+                        error_page: None,
                         broken: true,
                         verifier: Arc::new(Permissive(tls::provider())),
-                        config: match tls::server_config(resolver.clone()) {
+                        config: match tls::server_config_with(resolver.clone(), &versions) {
                             Ok(c) => Arc::new(c),
                             Err(_) => continue,
                         },
@@ -110,7 +117,11 @@ impl ClientAuthIndex {
     }
 }
 
-fn compile(auth: &ClientAuth, resolver: &Arc<dyn ResolvesServerCert>) -> Result<HostAuth, tls::Error> {
+fn compile(
+    auth: &ClientAuth,
+    resolver: &Arc<dyn ResolvesServerCert>,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Result<HostAuth, tls::Error> {
     let mut roots = rustls::RootCertStore::empty();
     let certs = CertificateDer::pem_slice_iter(auth.ca_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
@@ -127,16 +138,31 @@ fn compile(auth: &ClientAuth, resolver: &Arc<dyn ResolvesServerCert>) -> Result<
         ClientVerify::On | ClientVerify::Optional => verifier.clone(),
     };
     let mut config = ServerConfig::builder_with_provider(tls::provider())
-        .with_protocol_versions(tls::VERSIONS)
+        .with_protocol_versions(versions)
         .map_err(tls::Error::Config)?
         .with_client_cert_verifier(handshake)
         .with_cert_resolver(resolver.clone());
     config.alpn_protocols = tls::ALPN.iter().map(|p| p.to_vec()).collect();
+    let match_cn = match &auth.match_cn {
+        Some(re) => Some(
+            regex::Regex::new(re)
+                .map_err(|e| tls::Error::Config(rustls::Error::General(format!("auth-tls-match-cn: {e}"))))?,
+        ),
+        None => None,
+    };
+    let error_page = match &auth.error_page {
+        Some(url) => Some(HeaderValue::from_str(url).map_err(|_| {
+            tls::Error::Config(rustls::Error::General("auth-tls-error-page: not a header value".into()))
+        })?),
+        None => None,
+    };
     Ok(HostAuth {
         host: auth.host.clone(),
         verify: auth.verify,
         depth: auth.depth,
         pass_certificate: auth.pass_certificate,
+        match_cn,
+        error_page,
         broken: false,
         verifier,
         config: Arc::new(config),

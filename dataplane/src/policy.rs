@@ -10,7 +10,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use http::{HeaderValue, StatusCode};
+use http::{HeaderName, HeaderValue, StatusCode};
 
 use crate::cors::{CompiledCors, InvalidCors};
 use crate::hashkey::HashKey;
@@ -62,6 +62,8 @@ pub struct CompiledPolicy {
     pub cors: Option<CompiledCors>,
     /// The response-head timeout, when the route sets one.
     pub read_timeout: Option<std::time::Duration>,
+    /// The upstream connect timeout, when the route sets one.
+    pub connect_timeout: Option<std::time::Duration>,
     /// Endpoints tried in all, when the route sets it (`0`: all).
     pub connect_tries: Option<u32>,
     /// The rate limiter shared by the routes of this route's Ingress.
@@ -76,6 +78,37 @@ pub struct CompiledPolicy {
     pub balance: CompiledBalance,
     /// Error statuses replaced, and the backend serving the pages (set by the router).
     pub custom_errors: Option<(Vec<u16>, crate::router::BackendIdx)>,
+    /// `from-to-www-redirect`: the host every request is sent to (308).
+    pub host_redirect: Option<String>,
+    /// `custom-headers`: set on the route's responses.
+    pub response_headers: HeaderList,
+}
+
+/// Headers set as they are: name and value parsed once per table.
+pub type HeaderList = Vec<(HeaderName, HeaderValue)>;
+
+/// Parses `headers` (a [`RoutePolicy::response_headers`] or a settings list); `field` names the
+/// list in the error. Translation validates first; this guards hand-made tables.
+pub fn compile_headers(
+    field: &'static str,
+    headers: &std::collections::BTreeMap<String, String>,
+) -> Result<HeaderList, PolicyError> {
+    headers
+        .iter()
+        .map(|(name, value)| {
+            let invalid = || PolicyError::HeaderValue { field, value: format!("{name}: {value}") };
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
+            let value = HeaderValue::from_str(value).map_err(|_| invalid())?;
+            Ok((name, value))
+        })
+        .collect()
+}
+
+/// Sets each of `headers` on `map`, replacing what was there.
+pub fn set_headers(map: &mut http::HeaderMap, headers: &[(HeaderName, HeaderValue)]) {
+    for (name, value) in headers {
+        map.insert(name.clone(), value.clone());
+    }
 }
 
 /// [`Balance`] ready for the request path.
@@ -96,6 +129,9 @@ pub enum CompiledBalance {
         attributes: String,
         /// Seconds from the response to `Expires`.
         expires: Option<u64>,
+        /// A session pinned to the route's backend or to its canary stays there
+        /// (`affinity-canary-behavior: sticky`).
+        sticky_canary: bool,
     },
 }
 
@@ -125,14 +161,19 @@ impl CompiledBalance {
                 if HeaderValue::from_str(&format!("{}=0{attributes}", c.name)).is_err() {
                     return Err(PolicyError::HeaderValue { field: "affinity cookie", value: c.name.clone() });
                 }
-                CompiledBalance::Cookie { name: c.name.clone(), attributes, expires: c.expires }
+                CompiledBalance::Cookie {
+                    name: c.name.clone(),
+                    attributes,
+                    expires: c.expires,
+                    sticky_canary: !c.legacy_canary,
+                }
             }
         })
     }
 
     /// The `Set-Cookie` value naming endpoint `id`, for [`CompiledBalance::Cookie`].
     pub fn set_cookie(&self, id: u64) -> Option<HeaderValue> {
-        let CompiledBalance::Cookie { name, attributes, expires } = self else { return None };
+        let CompiledBalance::Cookie { name, attributes, expires, .. } = self else { return None };
         let mut value = format!("{name}={id:016x}{attributes}");
         if let Some(secs) = expires {
             let at = std::time::SystemTime::now() + std::time::Duration::from_secs(*secs);
@@ -207,6 +248,7 @@ impl CompiledPolicy {
             },
             cors: policy.cors.as_ref().map(CompiledCors::compile).transpose()?,
             read_timeout: policy.read_timeout_ms.map(std::time::Duration::from_millis),
+            connect_timeout: policy.connect_timeout_ms.map(std::time::Duration::from_millis),
             connect_tries: policy.connect_tries,
             rate_limit: policy.rate_limit.as_ref().and_then(|l| limiters.get(origin, l)),
             basic_auth: match &policy.basic_auth {
@@ -221,6 +263,13 @@ impl CompiledPolicy {
             canary: None,
             balance: CompiledBalance::compile(&policy.balance)?,
             custom_errors: None,
+            host_redirect: match &policy.host_redirect {
+                Some(host) if HeaderValue::from_str(host).is_err() => {
+                    return Err(PolicyError::HeaderValue { field: "host redirect", value: host.clone() });
+                }
+                other => other.clone(),
+            },
+            response_headers: compile_headers("custom-headers", &policy.response_headers)?,
         }))
     }
 

@@ -21,7 +21,9 @@ use rustls::{ServerConfig, SupportedProtocolVersion};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::model::{Certificate, HostMatch, ObjectRef, RouteTable, UpstreamProtocol, UpstreamTls};
+use crate::model::{
+    Certificate, HostMatch, ObjectRef, RouteTable, Settings, TlsVersion, UpstreamProtocol, UpstreamTls,
+};
 
 /// ALPN protocols offered on the HTTPS listener, preferred first.
 pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
@@ -69,6 +71,23 @@ pub fn provider() -> Arc<CryptoProvider> {
 
 /// TLS 1.2 and 1.3 only; with ring's default suites (AEAD with ECDHE only).
 pub const VERSIONS: &[&SupportedProtocolVersion] = &[&rustls::version::TLS13, &rustls::version::TLS12];
+
+/// The versions offered to clients: those of `ssl-protocols` when set, else [`VERSIONS`].
+pub fn versions(settings: &Settings) -> Vec<&'static SupportedProtocolVersion> {
+    match settings.tls_versions.as_deref() {
+        Some(wanted) if !wanted.is_empty() => {
+            let mut out = Vec::with_capacity(2);
+            if wanted.contains(&TlsVersion::Tls13) {
+                out.push(&rustls::version::TLS13);
+            }
+            if wanted.contains(&TlsVersion::Tls12) {
+                out.push(&rustls::version::TLS12);
+            }
+            out
+        }
+        _ => VERSIONS.to_vec(),
+    }
+}
 
 /// Parses and checks a certificate: a PEM chain (leaf first) and a PEM private key that
 /// matches the leaf. Pure; the controller uses it to warn about bad Secrets.
@@ -195,8 +214,16 @@ impl CertIndex {
 
 /// A rustls server config over `resolver`: TLS 1.2/1.3, ALPN h2 and http/1.1, no client auth.
 pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<ServerConfig, Error> {
+    server_config_with(resolver, VERSIONS)
+}
+
+/// [`server_config`] offering only `versions` (`ssl-protocols`).
+pub fn server_config_with(
+    resolver: Arc<dyn ResolvesServerCert>,
+    versions: &[&'static SupportedProtocolVersion],
+) -> Result<ServerConfig, Error> {
     let mut config = ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(VERSIONS)
+        .with_protocol_versions(versions)
         .map_err(Error::Config)?
         .with_no_client_auth()
         .with_cert_resolver(resolver);

@@ -19,6 +19,7 @@ struct Setup {
     weir_ca: Ca,
     good: Leaf,
     other_ca_client: Leaf,
+    client_ca: Ca,
 }
 
 async fn setup() -> Setup {
@@ -26,19 +27,17 @@ async fn setup() -> Setup {
     let client_ca = Ca::new();
     let e = echo("e").await;
     let mut t = table().host("a.test").prefix("/", &to(&e));
-    for h in ["m.test", "opt.test", "noca.test"] {
+    let hosts = ["a.test", "m.test", "opt.test", "noca.test", "cn.test", "page.test"];
+    for h in &hosts[1..] {
         t = t.host(h).prefix("/", &to(&e));
     }
-    let mut t = with_cert(
-        t.build(),
-        "w",
-        &["a.test", "m.test", "opt.test", "noca.test"],
-        &weir_ca.leaf(&["a.test", "m.test", "opt.test", "noca.test"]),
-    );
+    let mut t = with_cert(t.build(), "w", &hosts, &weir_ca.leaf(&hosts));
     for (host, verify) in [
         ("m.test", ClientVerify::On),
         ("opt.test", ClientVerify::Optional),
         ("noca.test", ClientVerify::OptionalNoCa),
+        ("cn.test", ClientVerify::On),
+        ("page.test", ClientVerify::On),
     ] {
         t.client_auth.push(ClientAuth {
             host: HostMatch::parse(host).unwrap(),
@@ -46,6 +45,9 @@ async fn setup() -> Setup {
             verify,
             depth: 1,
             pass_certificate: host == "m.test",
+            // The value ingress-nginx's docs show.
+            match_cn: (host == "cn.test").then(|| "CN=(client one|client two)$".to_string()),
+            error_page: (host == "page.test").then(|| "https://login.example.com/cert-help".to_string()),
         });
     }
     Setup {
@@ -53,6 +55,7 @@ async fn setup() -> Setup {
         good: client_ca.leaf(&["client one"]),
         other_ca_client: Ca::new().leaf(&["intruder"]),
         weir_ca,
+        client_ca,
     }
 }
 
@@ -138,6 +141,24 @@ async fn optional_and_optional_no_ca() {
     assert_eq!(r.headers["ssl-client-verify"], "SUCCESS");
 }
 
+/// `auth-tls-match-cn`: a verified certificate whose subject does not match gets 403;
+/// `auth-tls-error-page`: a missing certificate is redirected there instead of 400.
+#[tokio::test]
+async fn match_cn_and_error_page() {
+    let s = setup().await;
+    let r = echo_of(&get(&s, "cn.test", "cn.test", Some(&s.good), None).await.unwrap());
+    assert_eq!(r.headers["ssl-client-subject-dn"], "CN=client one");
+    let stranger = s.client_ca.leaf(&["client three"]);
+    get(&s, "cn.test", "cn.test", Some(&stranger), None).await.unwrap().assert_local(403);
+    get(&s, "cn.test", "cn.test", None, None).await.unwrap().assert_local(400);
+
+    let r = get(&s, "page.test", "page.test", None, None).await.unwrap();
+    assert_eq!(r.status, 302);
+    assert_eq!(r.headers["location"], "https://login.example.com/cert-help");
+    let r = echo_of(&get(&s, "page.test", "page.test", Some(&stranger), None).await.unwrap());
+    assert_eq!(r.headers["ssl-client-verify"], "SUCCESS", "no match-cn on this host");
+}
+
 #[tokio::test]
 async fn spoofed_headers_and_sni_host_mismatch_are_refused() {
     let s = setup().await;
@@ -202,10 +223,17 @@ async fn verify_depth_limits_the_chain() {
             verify: ClientVerify::OptionalNoCa,
             depth,
             pass_certificate: false,
+            match_cn: None,
+            error_page: None,
         });
         let p = tls_proxy(t).await;
-        let s =
-            Setup { p, weir_ca: Ca::new(), good: client.clone_leaf(), other_ca_client: client.clone_leaf() };
+        let s = Setup {
+            p,
+            weir_ca: Ca::new(),
+            good: client.clone_leaf(),
+            other_ca_client: client.clone_leaf(),
+            client_ca: Ca::new(),
+        };
         let r = echo_of(&get_chain(&s, "m.test", &client).await);
         assert_eq!(r.headers["ssl-client-verify"] == "SUCCESS", ok, "depth {depth}: {:?}", r.headers);
     }
@@ -243,12 +271,15 @@ async fn an_unusable_client_ca_refuses_every_request() {
         verify: ClientVerify::OptionalNoCa,
         depth: 1,
         pass_certificate: false,
+        match_cn: None,
+        error_page: None,
     });
     let s = Setup {
         p: tls_proxy(t).await,
         weir_ca: Ca::new(),
         good: Ca::new().leaf(&["c"]),
         other_ca_client: Ca::new().leaf(&["d"]),
+        client_ca: Ca::new(),
     };
     get(&s, "m.test", "m.test", None, None).await.unwrap().assert_local(400);
     get(&s, "m.test", "m.test", Some(&s.good), None).await.unwrap().assert_local(400);

@@ -1,5 +1,6 @@
 //! Route policies (ingress-nginx annotations, typed) seen through a real proxy and echo backend:
-//! redirects, app-root, source ranges, body size limits, upstream vhost and forwarded prefix.
+//! redirects, app-root, source ranges, body size limits, upstream vhost and forwarded prefix,
+//! response and upstream headers.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -503,6 +504,83 @@ async fn canary_by_header_cookie_and_weight() {
     assert!((235..=365).contains(&to_canary), "{to_canary} of 1000 went to the canary");
 }
 
+/// Cookie affinity with a `route` cookie on `/`, no other attributes.
+fn route_cookie() -> weir_dataplane::model::CookieAffinity {
+    weir_dataplane::model::CookieAffinity {
+        name: "route".into(),
+        path: "/".into(),
+        max_age: None,
+        expires: None,
+        domain: None,
+        same_site: None,
+        secure: false,
+        legacy_canary: false,
+    }
+}
+
+/// `affinity-canary-behavior`: with `sticky` (the default) a session pinned by the affinity cookie
+/// stays on the main backend or the canary, whatever the weight draws; with `legacy` the weight
+/// decides each request and the cookie only picks within the chosen backend.
+#[tokio::test]
+async fn affinity_sticks_across_the_canary_unless_legacy() {
+    use weir_dataplane::model::{Balance, Canary, CookieAffinity};
+    let (main, canary) = (echo("main").await, echo("canary").await);
+    let canary_be = to(&canary);
+    let policy = |legacy_canary: bool| RoutePolicy {
+        canary: Some(Canary {
+            backend: canary_be.id.clone(),
+            weight: 50,
+            weight_total: 100,
+            header: None,
+            header_value: None,
+            header_pattern: None,
+            cookie: None,
+        }),
+        balance: Balance::Cookie(CookieAffinity { legacy_canary, ..route_cookie() }),
+        ..RoutePolicy::default()
+    };
+    let p = proxy(
+        table()
+            .host("sticky.test")
+            .prefix("/", &to(&main))
+            .policy(policy(false))
+            .host("legacy.test")
+            .prefix("/", &to(&main))
+            .policy(policy(true))
+            .backend(&canary_be)
+            .build(),
+    )
+    .await;
+    for (host, sticks) in [("sticky.test", true), ("legacy.test", false)] {
+        // One session pinned to each backend.
+        let mut sessions = std::collections::BTreeMap::new();
+        for _ in 0..200 {
+            let r = p.get(host, "/").await;
+            if let Some(set) = r.headers.get("set-cookie") {
+                let pair = set.to_str().unwrap().split(';').next().unwrap().to_string();
+                sessions.entry(r.name()).or_insert(pair);
+            }
+            if sessions.len() == 2 {
+                break;
+            }
+        }
+        assert_eq!(sessions.len(), 2, "{host}: both backends answered new sessions");
+        for (pinned_to, cookie) in &sessions {
+            let mut seen = std::collections::BTreeSet::new();
+            for _ in 0..40 {
+                let req = p.req(host, "/").header("cookie", cookie.as_str()).body(empty()).unwrap();
+                seen.insert(p.send(req).await.name());
+            }
+            if sticks {
+                assert_eq!(seen, [pinned_to.clone()].into(), "{host}: the session stays on {pinned_to}");
+            } else {
+                // 40 draws at 50 %: both backends, but for a one in 2^39 chance.
+                assert_eq!(seen.len(), 2, "{host}: the weight decides each request ({seen:?})");
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn cookie_affinity_sticks_and_moves_when_the_endpoint_goes() {
     use weir_dataplane::model::{Balance, CookieAffinity};
@@ -517,6 +595,7 @@ async fn cookie_affinity_sticks_and_moves_when_the_endpoint_goes() {
             domain: None,
             same_site: Some("Lax".into()),
             secure: false,
+            legacy_canary: false,
         }),
         ..RoutePolicy::default()
     };
@@ -549,6 +628,33 @@ async fn cookie_affinity_sticks_and_moves_when_the_endpoint_goes() {
     let r = p.send(p.req("a.test", "/").header("cookie", pair.as_str()).body(empty()).unwrap()).await;
     assert_ne!(r.name(), stuck);
     assert!(r.headers["set-cookie"].to_str().unwrap().starts_with("route="));
+}
+
+/// `session-cookie-change-on-failure` (weir's only behaviour): a session pinned to an endpoint
+/// that refuses connections is served by another, and the answer re-pins it there.
+#[tokio::test]
+async fn cookie_affinity_moves_when_the_endpoint_fails() {
+    use weir_dataplane::model::Balance;
+    let live = echo("live").await;
+    let dead = dead_addr().await;
+    let policy = RoutePolicy { balance: Balance::Cookie(route_cookie()), ..RoutePolicy::default() };
+    let p =
+        proxy(table().host("a.test").prefix("/", &backend("web", &[live.addr, dead])).policy(policy).build())
+            .await;
+    // The cookie of the endpoint that refuses (ids are a stable hash of the address).
+    let pinned = format!("route={:016x}", weir_dataplane::balance::stable_hash(dead.to_string().as_bytes()));
+    let live_cookie =
+        format!("route={:016x}", weir_dataplane::balance::stable_hash(live.addr.to_string().as_bytes()));
+    for _ in 0..3 {
+        let r = p.send(p.req("a.test", "/").header("cookie", pinned.as_str()).body(empty()).unwrap()).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.name(), "live");
+        let set = r.headers["set-cookie"].to_str().unwrap();
+        assert!(set.starts_with(&live_cookie), "{set}");
+    }
+    let r = p.send(p.req("a.test", "/").header("cookie", live_cookie.as_str()).body(empty()).unwrap()).await;
+    assert_eq!(r.name(), "live");
+    assert!(!r.headers.contains_key("set-cookie"), "the new pin holds");
 }
 
 #[tokio::test]
@@ -681,4 +787,108 @@ async fn custom_http_errors_come_from_the_error_backend() {
     let r = p.send(p.req("a.test", "/x").header("x-echo-status", "500").body(empty()).unwrap()).await;
     assert_eq!(r.status.as_u16(), 500);
     assert!(r.text().contains("\"name\":\"app\""), "{}", r.text());
+}
+
+#[tokio::test]
+async fn response_and_upstream_headers() {
+    let e = echo("e").await;
+    let map = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    // `custom-headers` on /custom (one replaces the echo's own Content-Type), nothing of its
+    // own on /plain.
+    let custom = RoutePolicy {
+        response_headers: map(&[("x-frame-options", "DENY"), ("content-type", "text/x-custom")]),
+        ..RoutePolicy::default()
+    };
+    let mut t =
+        table().host("a.test").prefix("/custom", &to(&e)).policy(custom).prefix("/plain", &to(&e)).build();
+    // `add-headers` and `proxy-set-headers`.
+    t.settings.response_headers = map(&[("x-frame-options", "SAMEORIGIN"), ("x-served-by", "weir")]);
+    t.settings.upstream_headers = map(&[("x-team", "ops"), ("x-forwarded-proto", "https")]);
+    let p = proxy(t).await;
+
+    let r = p.get("a.test", "/custom/x").await;
+    assert_eq!(r.headers["x-frame-options"], "DENY", "the route's header wins over add-headers");
+    assert_eq!(r.headers["content-type"], "text/x-custom", "the upstream's header is replaced");
+    assert_eq!(r.headers.get_all("content-type").iter().count(), 1);
+    assert_eq!(r.headers["x-served-by"], "weir");
+    let seen = r.echo();
+    assert_eq!(seen.headers["x-team"], "ops");
+    assert_eq!(seen.headers["x-forwarded-proto"], "https", "proxy-set-headers come after X-Forwarded-*");
+
+    let r = p.get("a.test", "/plain").await;
+    assert_eq!(r.headers["x-frame-options"], "SAMEORIGIN");
+    assert_eq!(r.headers["content-type"], "application/json");
+    assert_eq!(r.echo().headers["x-team"], "ops");
+
+    // The proxy's own errors carry add-headers.
+    let r = p.send(p.req("a.test", "/").body(empty()).unwrap()).await;
+    r.assert_local(404);
+    assert_eq!(r.headers["x-served-by"], "weir");
+    assert_eq!(r.headers["x-frame-options"], "SAMEORIGIN");
+}
+
+#[tokio::test]
+async fn app_root_redirect_carries_custom_headers() {
+    let e = echo("e").await;
+    let policy = RoutePolicy {
+        response_headers: [("x-frame-options".to_string(), "DENY".to_string())].into(),
+        app_root: Some("/app".into()),
+        ..RoutePolicy::default()
+    };
+    let p = proxy(table().host("a.test").prefix("/", &to(&e)).policy(policy).build()).await;
+    let r = p.get("a.test", "/").await;
+    r.assert_local(302);
+    assert_eq!(r.headers["x-frame-options"], "DENY");
+}
+
+/// An upstream that never completes a TCP handshake: a listener with a full accept queue (the
+/// kernel drops further SYNs). Returns its address and what must stay alive.
+async fn unreachable_upstream() -> (std::net::SocketAddr, Vec<tokio::net::TcpStream>, tokio::net::TcpListener)
+{
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut queued = Vec::new();
+    for _ in 0..16 {
+        match tokio::time::timeout(
+            std::time::Duration::from_millis(300),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await
+        {
+            Ok(Ok(stream)) => queued.push(stream),
+            _ => return (addr, queued, listener),
+        }
+    }
+    panic!("the accept queue never filled");
+}
+
+/// `proxy-connect-timeout`: a route's own connect timeout answers 504 when the upstream does not
+/// accept in time, where the proxy's (here 30 s) would still be waiting.
+#[tokio::test]
+async fn route_connect_timeout() {
+    let (addr, _queued, _listener) = unreachable_upstream().await;
+    let config = ProxyConfig { connect_timeout: std::time::Duration::from_secs(30), ..test_config() };
+    let p = proxy_with(
+        config,
+        table()
+            .host("short.test")
+            .prefix("/", &backend("web", &[addr]))
+            .policy(RoutePolicy { connect_timeout_ms: Some(300), ..RoutePolicy::default() })
+            .host("default.test")
+            .prefix("/", &backend("web", &[addr]))
+            .build(),
+    )
+    .await;
+    let r = tokio::time::timeout(std::time::Duration::from_secs(10), p.get("short.test", "/"))
+        .await
+        .expect("the route's 300 ms connect timeout answers well within 10 s");
+    r.assert_local(504);
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_secs(2), p.get("default.test", "/")).await.is_err(),
+        "without it the proxy's 30 s connect timeout is still waiting"
+    );
 }

@@ -61,6 +61,14 @@ impl Runner {
         self.prefix.is_empty()
     }
 
+    /// The network namespace programs run in, when made with [`Runner::netns`].
+    pub fn netns_name(&self) -> Option<&str> {
+        match self.prefix.as_slice() {
+            [ip, netns, exec, name] if ip == "ip" && netns == "netns" && exec == "exec" => Some(name),
+            _ => None,
+        }
+    }
+
     /// Runs programs behind an arbitrary prefix command.
     pub fn with_prefix(prefix: Vec<String>) -> Self {
         Runner { prefix }

@@ -1,9 +1,11 @@
 //! `weir node`: the in-tree kube-proxy for Service ClusterIP L4 (iptables, ipvs, nftables).
 //!
-//! Services and their endpoints are read (for now from `--manifests DIR`), turned into a
-//! [`plan::Ruleset`] by the pure [`plan::plan`], and applied by a backend ([`iptables`],
-//! [`nftables`] or [`ipvs`]) in the [`sync`] loop, whose metrics [`admin`] serves. `--mode ipvs`
-//! falls back to iptables mode (logged) where the kernel has no IPVS.
+//! Services and their endpoints are read from the Kubernetes API (Services and EndpointSlices,
+//! or core Endpoints where EndpointSlice v1 is not served: nothing else, so the node agent needs
+//! no other read rights) or from `--manifests DIR`, turned into a [`plan::Ruleset`] by the pure
+//! [`plan::plan`], and applied by a backend ([`iptables`], [`nftables`] or [`ipvs`]) in the
+//! [`sync`] loop, whose metrics [`admin`] serves. `--mode ipvs` falls back to iptables mode
+//! (logged) where the kernel has no IPVS.
 
 pub mod admin;
 pub mod conntrack;
@@ -12,6 +14,7 @@ pub mod iptables;
 pub mod ipvs;
 pub mod netlink;
 pub mod nftables;
+pub mod nftnl;
 pub mod plan;
 pub mod sync;
 
@@ -23,7 +26,10 @@ use anyhow::Context as _;
 use tokio::sync::{mpsc, watch};
 
 use exec::Runner;
-use plan::{Cidr, IpFamily, PlanConfig, Ruleset};
+use plan::{Cidr, IpFamily, PlanConfig, PlanWarning, Ruleset};
+
+use crate::source::kube::{self as kube_source, Kinds, KubeOptions, KubeSource};
+use crate::translate::Snapshot;
 
 /// How `weir node` programs the kernel.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -40,11 +46,13 @@ pub enum Mode {
 /// Options of `weir node`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct NodeArgs {
-    /// Read Services, EndpointSlices and Endpoints from YAML manifests below DIR (watched).
-    /// Required for now: the Kubernetes API source of `weir node` is not implemented yet
-    /// (TODO: reuse `weir serve`'s kube source once it lands).
+    /// Read Services, EndpointSlices and Endpoints from YAML manifests below DIR (watched)
+    /// instead of the Kubernetes API.
     #[arg(long, value_name = "DIR")]
     pub manifests: Option<PathBuf>,
+    /// Kubeconfig file (default: in-cluster configuration, else $KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "FILE", conflicts_with = "manifests")]
+    pub kubeconfig: Option<PathBuf>,
     /// How to program the kernel.
     #[arg(long, value_enum, default_value_t = Mode::Iptables)]
     pub mode: Mode,
@@ -332,12 +340,18 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
     if let Some(reason) = fallback {
         tracing::warn!("{reason}");
     }
-    let dir = args
-        .manifests
-        .clone()
-        .context("weir node needs --manifests DIR (the Kubernetes API source is not available yet)")?;
+    // A configuration problem is a usage error (exit at once); an unreachable API server is
+    // retried.
+    let source = match &args.manifests {
+        Some(dir) => Source::Manifests(dir.clone()),
+        None => Source::Kube(kube_source::connect(args.kubeconfig.as_deref()).await?),
+    };
     let config = PlanConfig { node_name: node_name(&args) };
-    tracing::info!(mode = ?mode, node = ?config.node_name, manifests = %dir.display(), "weir node starting");
+    let from = match &source {
+        Source::Manifests(dir) => dir.display().to_string(),
+        Source::Kube(_) => "the Kubernetes API".to_string(),
+    };
+    tracing::info!(mode = ?mode, node = ?config.node_name, source = %from, "weir node starting");
     let backend: Box<dyn sync::Backend> = match mode {
         Mode::Nftables => Box::new(NftablesBackend::new(
             runner,
@@ -376,7 +390,11 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
     tracing::info!(admin = %admin_listener.local_addr()?, "serving /healthz and /metrics");
     let admin_task = AbortOnDrop(tokio::spawn(admin::serve(admin_listener, admin)));
     let (tx, rx) = watch::channel(None);
-    let source = tokio::spawn(watch_manifests(dir, config, tx));
+    let publisher = Publisher { config, tx, warnings: Vec::new() };
+    let source = match source {
+        Source::Kube(client) => tokio::spawn(watch_kube(client, publisher)),
+        Source::Manifests(dir) => tokio::spawn(watch_manifests(dir, publisher)),
+    };
     let result = tokio::select! {
         result = sync::run(backend, rx, options, stats) => result,
         result = source => result?,
@@ -398,40 +416,80 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Reads the manifest directory, plans, and publishes each new ruleset.
-async fn watch_manifests(
-    dir: PathBuf,
+/// Where `weir node` reads Services and endpoints from.
+enum Source {
+    /// `--manifests DIR`.
+    Manifests(PathBuf),
+    /// The Kubernetes API.
+    Kube(kube::Client),
+}
+
+/// Plans snapshots and publishes each ruleset that differs from the last one.
+struct Publisher {
     config: PlanConfig,
     tx: watch::Sender<Option<Arc<Ruleset>>>,
-) -> anyhow::Result<()> {
+    /// The plan warnings last logged (a new plan logs them again only when they change).
+    warnings: Vec<PlanWarning>,
+}
+
+impl Publisher {
+    fn publish(&mut self, snapshot: &Snapshot) {
+        let ruleset = plan::plan(snapshot, &self.config);
+        if ruleset.warnings != self.warnings {
+            for w in &ruleset.warnings {
+                tracing::warn!(object = %w.object, "{}", w.reason);
+            }
+            self.warnings = ruleset.warnings.clone();
+        }
+        if self.tx.borrow().as_deref() != Some(&ruleset) {
+            self.tx.send_replace(Some(Arc::new(ruleset)));
+        }
+    }
+
+    fn published(&self) -> bool {
+        self.tx.borrow().is_some()
+    }
+}
+
+/// Reads the manifest directory, plans, and publishes each new ruleset.
+async fn watch_manifests(dir: PathBuf, mut publisher: Publisher) -> anyhow::Result<()> {
     let mut source = crate::source::files::ManifestDir::new(&dir);
     let (wake_tx, mut wake) = mpsc::channel(1);
     let _guard = crate::source::files::watch(&dir, wake_tx, Duration::from_secs(2))?;
     let mut force = true;
-    let mut last_warnings = Vec::new();
     loop {
         let scan = source.rescan(force).with_context(|| format!("reading {}", dir.display()))?;
-        if scan.changed || tx.borrow().is_none() {
+        if scan.changed || !publisher.published() {
             let (snapshot, duplicates) = source.snapshot();
             for d in duplicates {
                 tracing::warn!("{d}");
             }
-            let ruleset = plan::plan(&snapshot, &config);
-            if ruleset.warnings != last_warnings {
-                for w in &ruleset.warnings {
-                    tracing::warn!(object = %w.object, "{}", w.reason);
-                }
-                last_warnings = ruleset.warnings.clone();
-            }
-            let changed = tx.borrow().as_deref() != Some(&ruleset);
-            if changed {
-                tx.send_replace(Some(Arc::new(ruleset)));
-            }
+            publisher.publish(&snapshot);
         }
         match wake.recv().await {
             Some(f) => force = f,
             None => return Ok(()),
         }
+    }
+}
+
+/// Watches Services and endpoints through the API server and publishes a ruleset after every
+/// burst of changes (debounced by the source; the sync loop rate-limits further). Nothing is
+/// published before every list has completed: an early, partial ruleset would remove the
+/// rules of services not listed yet. While the API server is unreachable, the stores and so
+/// the rules stay as they were.
+async fn watch_kube(client: kube::Client, mut publisher: Publisher) -> anyhow::Result<()> {
+    let endpoints_api = kube_source::discover_endpoints_api_retrying(&client).await;
+    let options = KubeOptions { kinds: Kinds::Services, ..KubeOptions::default() };
+    let source = KubeSource::start(&client, &options, endpoints_api);
+    let started = std::time::Instant::now();
+    if !source.wait_until_synced().await {
+        anyhow::bail!("a watch of the Kubernetes API stopped before its first list");
+    }
+    tracing::info!(sync_ms = started.elapsed().as_millis() as u64, "Services and endpoints listed");
+    loop {
+        publisher.publish(&source.stores.snapshot());
+        source.next_burst().await;
     }
 }
 
@@ -499,5 +557,10 @@ mod tests {
         assert_eq!(cli.node.min_sync_interval, Duration::from_millis(250));
         assert_eq!(cli.node.cluster_cidr.unwrap().to_string(), "10.244.0.0/16");
         assert!(Cli::try_parse_from(["weir", "--cluster-cidr", "10.0.0.0/33"]).is_err());
+        // One source: the API server (kubeconfig, else in-cluster) or a manifest directory.
+        let cli = Cli::try_parse_from(["weir", "--kubeconfig", "/k"]).unwrap();
+        assert_eq!(cli.node.kubeconfig.as_deref(), Some(Path::new("/k")));
+        assert!(cli.node.manifests.is_none());
+        assert!(Cli::try_parse_from(["weir", "--kubeconfig", "/k", "--manifests", "/m"]).is_err());
     }
 }

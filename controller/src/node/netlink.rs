@@ -32,6 +32,8 @@ const CTRL_ATTR_FAMILY_ID: u16 = 1;
 const CTRL_ATTR_FAMILY_NAME: u16 = 2;
 
 const NETLINK_GENERIC: i32 = 16;
+/// `NETLINK_NETFILTER`: nfnetlink (nf_tables).
+pub const NETLINK_NETFILTER: i32 = 12;
 const AF_NETLINK: i32 = 16;
 const SOCK_RAW: i32 = 3;
 
@@ -125,7 +127,8 @@ fn align4(n: usize) -> usize {
     (n + 3) & !3
 }
 
-fn put_attr(out: &mut Vec<u8>, attr: &Attr) {
+/// Appends the wire form of `attr` (padded to 4 bytes) to `out`.
+pub fn put_attr(out: &mut Vec<u8>, attr: &Attr) {
     let start = out.len();
     out.extend_from_slice(&[0; 4]);
     let mut kind = attr.kind;
@@ -145,7 +148,7 @@ fn put_attr(out: &mut Vec<u8>, attr: &Attr) {
             }
         }
     }
-    // Attribute lengths fit in u16 by construction (IPVS attributes are tiny).
+    // Attribute lengths fit in u16 by construction (callers keep messages small).
     let len = u16::try_from(out.len() - start).unwrap_or(u16::MAX);
     out[start..start + 2].copy_from_slice(&len.to_ne_bytes());
     out[start + 2..start + 4].copy_from_slice(&kind.to_ne_bytes());
@@ -335,13 +338,72 @@ fn ctrl_schema(nest: u16, kind: u16) -> Kind {
 impl Socket {
     /// Opens a socket (answers wait at most 5 s).
     pub fn open() -> Result<Self> {
-        let socket = socket2::Socket::new(
-            socket2::Domain::from(AF_NETLINK),
-            socket2::Type::from(SOCK_RAW),
-            Some(socket2::Protocol::from(NETLINK_GENERIC)),
-        )?;
-        socket.set_read_timeout(Some(Duration::from_secs(5)))?;
-        Ok(Socket { socket, seq: 1, buf: vec![0; 1 << 16] })
+        Self::open_protocol(NETLINK_GENERIC, None)
+    }
+
+    /// Opens a socket of netlink `protocol` (such as [`NETLINK_NETFILTER`]) in the network
+    /// namespace `netns` (a name under `/run/netns`, as `ip netns` makes), or in this process's.
+    /// A netlink socket stays in the namespace it was made in: a short-lived thread enters
+    /// `netns`, makes it, and ends.
+    pub fn open_protocol(protocol: i32, netns: Option<&str>) -> Result<Self> {
+        let make = move || -> Result<socket2::Socket> {
+            let socket = socket2::Socket::new(
+                socket2::Domain::from(AF_NETLINK),
+                socket2::Type::from(SOCK_RAW),
+                Some(socket2::Protocol::from(protocol)),
+            )?;
+            socket.set_read_timeout(Some(Duration::from_secs(30)))?;
+            Ok(socket)
+        };
+        let socket = match netns {
+            None => make()?,
+            Some(name) => {
+                let path = std::path::Path::new("/run/netns").join(name);
+                std::thread::scope(|scope| {
+                    scope
+                        .spawn(|| {
+                            let ns = std::fs::File::open(&path)?;
+                            rustix::thread::move_into_link_name_space(
+                                std::os::fd::AsFd::as_fd(&ns),
+                                Some(rustix::thread::LinkNameSpaceType::Network),
+                            )
+                            .map_err(std::io::Error::from)?;
+                            make()
+                        })
+                        .join()
+                        .unwrap_or_else(|_| Err(Error::Malformed("netns thread panicked".into())))
+                })?
+            }
+        };
+        Ok(Socket { socket, seq: 1, buf: vec![0; 1 << 20] })
+    }
+
+    /// A fresh sequence number.
+    pub fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        self.seq
+    }
+
+    /// Sends `bytes` (one or more messages) in one datagram, growing the send buffer to fit
+    /// (as root, past `net.core.wmem_max`: a batch must reach the kernel whole).
+    pub fn send_raw(&mut self, bytes: &[u8]) -> Result<()> {
+        let want = bytes.len() + 4096;
+        if self.socket.send_buffer_size()? < want
+            && rustix::net::sockopt::set_socket_send_buffer_size_force(&self.socket, want).is_err()
+        {
+            self.socket.set_send_buffer_size(want)?;
+        }
+        let sent = self.socket.send(bytes)?;
+        if sent != bytes.len() {
+            return Err(Error::Malformed(format!("sent {sent} of {} bytes", bytes.len())));
+        }
+        Ok(())
+    }
+
+    /// Receives one datagram and splits it into frames (messages decoded with `schema`).
+    pub fn recv_frames(&mut self, schema: &dyn Fn(u16, u16) -> Kind) -> Result<Vec<Frame>> {
+        let n = self.socket.read(&mut self.buf)?;
+        decode(&self.buf[..n], schema)
     }
 
     /// The id of the generic netlink family `name` (`CTRL_CMD_GETFAMILY`).

@@ -3,9 +3,10 @@
 //! One reflector (a watch feeding an in-memory store) per kind and watched namespace:
 //! IngressClass, Ingress, Service, `kubernetes.io/tls` Secrets, and either
 //! `discovery.k8s.io/v1` EndpointSlices or, where API discovery says they are not served, core v1
-//! Endpoints. Watch errors, expired resource versions (410) and API server restarts are retried
-//! with backoff by the watchers; the stores keep their last good content meanwhile, so the last
-//! good table keeps serving. [`KubeSource::wait_until_synced`] resolves once every store has
+//! Endpoints ([`Kinds::Ingress`], `weir serve`); or only Services and endpoints
+//! ([`Kinds::Services`], `weir node`, which needs no other read rights). Watch errors, expired
+//! resource versions (410) and API server restarts are retried with backoff by the watchers; the
+//! stores keep their last good content meanwhile, so the last good table keeps serving. [`KubeSource::wait_until_synced`] resolves once every store has
 //! listed, and [`KubeSource::next_burst`] debounces changes (holdoff and max delay).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -67,9 +68,22 @@ pub enum Error {
 /// A `Result` of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Which kinds the Kubernetes source watches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Kinds {
+    /// Everything translation reads: IngressClasses, Ingresses, Services, endpoints and
+    /// `kubernetes.io/tls` Secrets (`weir serve`).
+    #[default]
+    Ingress,
+    /// Services and endpoints (EndpointSlices, or core Endpoints) only (`weir node`).
+    Services,
+}
+
 /// What the Kubernetes source watches.
 #[derive(Clone, Debug)]
 pub struct KubeOptions {
+    /// Which kinds to watch (the settings ConfigMap is watched whenever `configmap` is set).
+    pub kinds: Kinds,
     /// A kubeconfig file; `None` means in-cluster configuration (else `$KUBECONFIG`/`~/.kube/config`).
     pub kubeconfig: Option<PathBuf>,
     /// Namespaces to watch; empty means all.
@@ -85,6 +99,7 @@ pub struct KubeOptions {
 impl Default for KubeOptions {
     fn default() -> Self {
         KubeOptions {
+            kinds: Kinds::default(),
             kubeconfig: None,
             namespaces: Vec::new(),
             configmap: None,
@@ -140,6 +155,29 @@ pub async fn discover_endpoints_api(client: &Client) -> Result<EndpointsApi> {
     }
 }
 
+/// [`discover_endpoints_api`], retried with backoff (250 ms doubling up to 5 s) until the API
+/// server answers; logs which API is watched.
+pub async fn discover_endpoints_api_retrying(client: &Client) -> EndpointsApi {
+    let mut retry = Duration::from_millis(250);
+    let api = loop {
+        match discover_endpoints_api(client).await {
+            Ok(api) => break api,
+            Err(error) => {
+                tracing::warn!(%error, "cannot reach the Kubernetes API; retrying");
+                tokio::time::sleep(retry).await;
+                retry = (retry * 2).min(Duration::from_secs(5));
+            }
+        }
+    };
+    match api {
+        EndpointsApi::EndpointSlices => tracing::info!("watching discovery.k8s.io/v1 EndpointSlices"),
+        EndpointsApi::Endpoints => tracing::warn!(
+            "this API server does not serve discovery.k8s.io/v1 EndpointSlices; watching core v1 Endpoints instead"
+        ),
+    }
+    api
+}
+
 // === impl KubeSource ===
 
 /// The stores of every watched kind.
@@ -183,6 +221,7 @@ impl Stores {
         add(&mut snapshot, &self.endpoint_slices, SharedObject::EndpointSlice);
         add(&mut snapshot, &self.endpoints, SharedObject::Endpoints);
         add(&mut snapshot, &self.secrets, SharedObject::Secret);
+        add(&mut snapshot, &self.configmap, SharedObject::ConfigMap);
         snapshot
     }
 
@@ -231,6 +270,48 @@ pub struct KubeSource {
     client: Client,
     /// Secrets of any type named by an Ingress annotation, each watched by name.
     referenced: BTreeMap<ObjectRef, (Store<Secret>, JoinHandle<()>)>,
+    /// ConfigMaps named by an Ingress annotation or a settings key, each watched by name.
+    referenced_config_maps: BTreeMap<ObjectRef, (Store<ConfigMap>, JoinHandle<()>)>,
+}
+
+/// Annotations whose value names a ConfigMap (`NAME` in the Ingress's namespace, or
+/// `NAMESPACE/NAME`).
+pub const CONFIGMAP_ANNOTATIONS: &[&str] =
+    &["nginx.ingress.kubernetes.io/custom-headers", "weir.dev/custom-headers"];
+
+/// Settings keys whose value names a ConfigMap (`NAME` in the settings ConfigMap's namespace,
+/// or `NAMESPACE/NAME`).
+pub const CONFIGMAP_SETTINGS: &[&str] = &["add-headers", "proxy-set-headers"];
+
+/// The ConfigMaps the annotations of `ingresses` and the `settings` ConfigMap name.
+pub fn referenced_config_maps<'a>(
+    ingresses: impl IntoIterator<Item = &'a Ingress>,
+    settings: Option<&ConfigMap>,
+) -> BTreeSet<ObjectRef> {
+    let mut out = BTreeSet::new();
+    for ingress in ingresses {
+        let Some(annotations) = ingress.metadata.annotations.as_ref() else { continue };
+        let namespace = ingress.metadata.namespace.as_deref().unwrap_or("default");
+        out.extend(CONFIGMAP_ANNOTATIONS.iter().filter_map(|k| named(annotations.get(*k)?, namespace)));
+    }
+    if let Some(cm) = settings
+        && let Some(data) = &cm.data
+    {
+        let namespace = cm.metadata.namespace.as_deref().unwrap_or("default");
+        out.extend(CONFIGMAP_SETTINGS.iter().filter_map(|k| named(data.get(*k)?, namespace)));
+    }
+    out
+}
+
+/// `NAME` (in `namespace`) or `NAMESPACE/NAME`; `None` when empty or malformed.
+fn named(value: &str, namespace: &str) -> Option<ObjectRef> {
+    let value = value.trim();
+    match value.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() => Some(ObjectRef::new(ns, name)),
+        Some(_) => None,
+        None if value.is_empty() => None,
+        None => Some(ObjectRef::new(namespace, value)),
+    }
 }
 
 /// Annotations whose value names a Secret (`NAME` in the Ingress's namespace, or
@@ -277,11 +358,19 @@ impl KubeSource {
         } else {
             options.namespaces.iter().map(|n| Some(n.as_str())).collect()
         };
+        // Kinds left out get no reflector: an empty list of namespaces.
+        let ingress_namespaces = match options.kinds {
+            Kinds::Ingress => namespaces.as_slice(),
+            Kinds::Services => &[],
+        };
         let mut reflect = Reflect { client, changes: &changes, tasks: &mut tasks };
         let plain = watcher::Config::default;
         let stores = Stores {
-            ingress_classes: vec![reflect.cluster::<IngressClass>(plain())],
-            ingresses: reflect.each(&namespaces, plain),
+            ingress_classes: match options.kinds {
+                Kinds::Ingress => vec![reflect.cluster::<IngressClass>(plain())],
+                Kinds::Services => Vec::new(),
+            },
+            ingresses: reflect.each(ingress_namespaces, plain),
             services: reflect.each(&namespaces, plain),
             endpoint_slices: match endpoints_api {
                 EndpointsApi::EndpointSlices => reflect.each(&namespaces, plain),
@@ -292,7 +381,7 @@ impl KubeSource {
                 EndpointsApi::Endpoints => reflect.each(&namespaces, plain),
             },
             secrets: reflect
-                .each(&namespaces, || watcher::Config::default().fields("type=kubernetes.io/tls")),
+                .each(ingress_namespaces, || watcher::Config::default().fields("type=kubernetes.io/tls")),
             configmap: match &options.configmap {
                 Some(cm) => reflect.each(&[Some(cm.namespace.as_str())], || {
                     watcher::Config::default().fields(&format!("metadata.name={}", cm.name))
@@ -309,10 +398,12 @@ impl KubeSource {
             max_delay: options.max_delay,
             client: client.clone(),
             referenced: BTreeMap::new(),
+            referenced_config_maps: BTreeMap::new(),
         }
     }
 
-    /// A snapshot of every store, with the Secrets annotations reference.
+    /// A snapshot of every store, with the Secrets and ConfigMaps annotations (and settings)
+    /// reference.
     pub fn snapshot(&self) -> Snapshot {
         let mut snapshot = self.stores.snapshot();
         for (store, _) in self.referenced.values() {
@@ -321,45 +412,38 @@ impl KubeSource {
                 snapshot.insert_shared(secret.key(), secret);
             }
         }
+        for (store, _) in self.referenced_config_maps.values() {
+            for cm in store.state() {
+                let cm = SharedObject::ConfigMap(cm);
+                snapshot.insert_shared(cm.key(), cm);
+            }
+        }
         snapshot
     }
 
-    /// Watches the Secrets the Ingresses' annotations name now, and stops watching those no
-    /// longer named. Newly named Secrets are listed before this returns (at most `wait`), so the
-    /// next snapshot has them if they exist.
+    /// Watches the Secrets and ConfigMaps the Ingresses' annotations (and the settings
+    /// ConfigMap's header keys) name now, and stops watching those no longer named. Newly named
+    /// objects are listed before this returns (at most `wait`), so the next snapshot has them if
+    /// they exist.
     pub async fn track_referenced_secrets(&mut self, wait: Duration) {
         let ingresses: Vec<Arc<Ingress>> = self.stores.ingresses.iter().flat_map(|s| s.state()).collect();
         let wanted = referenced_secrets(ingresses.iter().map(|i| i.as_ref()));
-        self.referenced.retain(|secret, (_, task)| {
-            let keep = wanted.contains(secret);
-            if !keep {
-                task.abort();
-            }
-            keep
-        });
-        let mut new = Vec::new();
-        for secret in wanted {
-            if self.referenced.contains_key(&secret) {
-                continue;
-            }
-            let mut tasks = Vec::new();
-            let mut reflect = Reflect { client: &self.client, changes: &self.changes, tasks: &mut tasks };
-            let name = secret.name.clone();
-            let store = reflect.each::<Secret>(&[Some(secret.namespace.as_str())], || {
-                watcher::Config::default().fields(&format!("metadata.name={name}"))
-            });
-            let (Some(store), Some(task)) = (store.into_iter().next(), tasks.pop()) else { continue };
-            new.push(store.clone());
-            self.referenced.insert(secret, (store, task));
-        }
+        let mut reflect = Reflect { client: &self.client, changes: &self.changes, tasks: &mut Vec::new() };
+        let secrets = reflect.by_name(&mut self.referenced, wanted);
+        let settings = self.stores.configmap.iter().flat_map(|s| s.state()).next();
+        let wanted = referenced_config_maps(ingresses.iter().map(|i| i.as_ref()), settings.as_deref());
+        let config_maps = reflect.by_name(&mut self.referenced_config_maps, wanted);
         let listed = async {
-            for store in &new {
+            for store in &secrets {
+                let _ = store.wait_until_ready().await;
+            }
+            for store in &config_maps {
                 let _ = store.wait_until_ready().await;
             }
         };
         if tokio::time::timeout(wait, listed).await.is_err() {
             tracing::warn!(
-                "Secrets named by annotations not listed within {wait:?}; they follow when they are"
+                "Secrets or ConfigMaps named by annotations not listed within {wait:?}; they follow when they are"
             );
         }
     }
@@ -410,6 +494,46 @@ struct Reflect<'a> {
 }
 
 impl Reflect<'_> {
+    /// Watches each of `wanted` by name (those in `watched` already stay), stops watching the
+    /// others; returns the new stores.
+    fn by_name<K>(
+        &mut self,
+        watched: &mut BTreeMap<ObjectRef, (Store<K>, JoinHandle<()>)>,
+        wanted: BTreeSet<ObjectRef>,
+    ) -> Vec<Store<K>>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Resource<DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        watched.retain(|object, (_, task)| {
+            let keep = wanted.contains(object);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        let mut new = Vec::new();
+        for object in wanted {
+            if watched.contains_key(&object) {
+                continue;
+            }
+            let name = object.name.clone();
+            let store = self.each::<K>(&[Some(object.namespace.as_str())], || {
+                watcher::Config::default().fields(&format!("metadata.name={name}"))
+            });
+            let (Some(store), Some(task)) = (store.into_iter().next(), self.tasks.pop()) else { continue };
+            new.push(store.clone());
+            watched.insert(object, (store, task));
+        }
+        new
+    }
+
     fn each<K>(&mut self, namespaces: &[Option<&str>], config: impl Fn() -> watcher::Config) -> Vec<Store<K>>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
@@ -532,6 +656,26 @@ mod tests {
         .unwrap();
         let refs: Vec<String> = referenced_secrets([&ingress]).iter().map(|r| r.to_string()).collect();
         assert_eq!(refs, ["certs/ca", "shop/basic"]);
+    }
+
+    #[test]
+    fn referenced_config_maps_come_from_annotations_and_settings() {
+        let ingress: Ingress = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "shop", "annotations": {
+                "nginx.ingress.kubernetes.io/custom-headers": "hdrs",
+                "weir.dev/custom-headers": "other/hdrs",
+                "nginx.ingress.kubernetes.io/auth-secret": "not-a-configmap"
+            }}
+        }))
+        .unwrap();
+        let settings: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "settings", "namespace": "weir-system"},
+            "data": {"add-headers": "resp", "proxy-set-headers": "ops/up", "hsts": "true"}
+        }))
+        .unwrap();
+        let refs: Vec<String> =
+            referenced_config_maps([&ingress], Some(&settings)).iter().map(|r| r.to_string()).collect();
+        assert_eq!(refs, ["ops/up", "other/hdrs", "shop/hdrs", "weir-system/resp"]);
     }
 
     #[tokio::test]

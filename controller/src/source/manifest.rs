@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Endpoints, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -36,6 +36,8 @@ pub enum Object {
     Endpoints(Box<Endpoints>),
     /// A core `v1` Secret, with `stringData` already merged into `data`.
     Secret(Box<Secret>),
+    /// A core `v1` ConfigMap (the settings ConfigMap in standalone mode).
+    ConfigMap(Box<ConfigMap>),
     /// Any other kind: weir does not read it.
     Other {
         /// Its `apiVersion`.
@@ -141,6 +143,7 @@ impl Object {
             Object::EndpointSlice(_) => "EndpointSlice",
             Object::Endpoints(_) => "Endpoints",
             Object::Secret(_) => "Secret",
+            Object::ConfigMap(_) => "ConfigMap",
             Object::Other { kind, .. } => kind,
         }
     }
@@ -154,6 +157,7 @@ impl Object {
             Object::EndpointSlice(o) => Some(&o.metadata),
             Object::Endpoints(o) => Some(&o.metadata),
             Object::Secret(o) => Some(&o.metadata),
+            Object::ConfigMap(o) => Some(&o.metadata),
             Object::Other { .. } => None,
         }
     }
@@ -192,6 +196,7 @@ enum Known {
     EndpointSlice,
     Endpoints,
     Secret,
+    ConfigMap,
 }
 
 impl Known {
@@ -203,6 +208,7 @@ impl Known {
             ("discovery.k8s.io/v1", "EndpointSlice") => Known::EndpointSlice,
             ("v1", "Endpoints") => Known::Endpoints,
             ("v1", "Secret") => Known::Secret,
+            ("v1", "ConfigMap") => Known::ConfigMap,
             _ => return None,
         })
     }
@@ -496,6 +502,7 @@ fn list_item_kind(api_version: &str, kind: &str) -> Option<Option<&'static str>>
         Known::EndpointSlice => "EndpointSlice",
         Known::Endpoints => "Endpoints",
         Known::Secret => "Secret",
+        Known::ConfigMap => "ConfigMap",
     }))
 }
 
@@ -558,6 +565,7 @@ fn decode_known<D: Decode>(known: Known, d: D) -> std::result::Result<Object, D:
         Known::EndpointSlice => Object::EndpointSlice(Box::new(d.decode()?)),
         Known::Endpoints => Object::Endpoints(Box::new(d.decode()?)),
         Known::Secret => Object::Secret(Box::new(d.decode()?)),
+        Known::ConfigMap => Object::ConfigMap(Box::new(d.decode()?)),
     })
 }
 
@@ -588,6 +596,7 @@ fn normalise(mut object: Object, known: Known) -> Object {
             Object::EndpointSlice(o) => &mut o.metadata,
             Object::Endpoints(o) => &mut o.metadata,
             Object::Secret(o) => &mut o.metadata,
+            Object::ConfigMap(o) => &mut o.metadata,
             Object::IngressClass(_) | Object::Other { .. } => return object,
         };
         if meta.namespace.as_deref().is_none_or(str::is_empty) {
@@ -724,7 +733,7 @@ items:
   metadata:
     name: a
 - apiVersion: v1
-  kind: ConfigMap
+  kind: Deployment
   metadata:
     name: b
 ---
@@ -737,7 +746,7 @@ items:
 ";
         let objects = parse_manifests(text).unwrap();
         let described: Vec<String> = objects.iter().map(Object::describe).collect();
-        assert_eq!(described, ["Service default/a", "v1 ConfigMap", "Service other/c"]);
+        assert_eq!(described, ["Service default/a", "v1 Deployment", "Service other/c"]);
     }
 
     #[test]

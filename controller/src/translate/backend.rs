@@ -211,6 +211,32 @@ impl<'a> Resolver<'a> {
     }
 }
 
+impl Resolver<'_> {
+    /// `service-upstream`: the Service's ClusterIP and port (the port the Ingress names, not its
+    /// target port) as the one endpoint, so kube-proxy (or `weir node`) picks the pod.
+    /// `Ok(None)` for an ExternalName Service, which has no ClusterIP and keeps its DNS name.
+    pub(crate) fn cluster_ip(&self, id: &BackendId) -> Result<Option<SocketAddr>, String> {
+        let service_ref = ObjectRef::new(id.namespace.clone(), id.service.clone());
+        let Some(service) = self.snapshot.services.get(&service_ref) else {
+            return Err(format!("Service {service_ref} not found"));
+        };
+        let spec = service.spec.as_ref();
+        if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
+            return Ok(None);
+        }
+        let ip = spec.and_then(|s| s.cluster_ip.as_deref()).unwrap_or_default();
+        if ip.is_empty() || ip.eq_ignore_ascii_case("none") {
+            return Err(format!("Service {service_ref} is headless (no ClusterIP)"));
+        }
+        let ip: IpAddr =
+            ip.parse().map_err(|_| format!("Service {service_ref} has an invalid ClusterIP {ip:?}"))?;
+        let port = find_port(service, &id.port)
+            .and_then(|p| u16::try_from(p.port).ok())
+            .ok_or_else(|| format!("Service {service_ref} has no port {}", id.port))?;
+        Ok(Some(SocketAddr::new(ip, port)))
+    }
+}
+
 /// A backend that answers 503.
 fn empty() -> Backend {
     Backend { protocol: UpstreamProtocol::default(), target: Target::Endpoints(Vec::new()), tls: None }

@@ -15,8 +15,14 @@
 //! Every host, backend, TLS host and warning of the table belongs to exactly one such group,
 //! which is what makes the replacement exact.
 //!
-//! IngressClasses and the configuration decide which Ingresses are ours at all: a change to
-//! either translates everything.
+//! IngressClasses and the configuration decide which Ingresses are ours at all, and the
+//! settings ConfigMap (with the ConfigMaps its `add-headers` and `proxy-set-headers` name) sets
+//! defaults of every route and the table's settings: a change to any of them translates
+//! everything. Another ConfigMap can only be named by an annotation (`custom-headers`): the
+//! Ingresses with an annotation naming it are translated again, like those naming a Secret.
+//! `from-to-www-redirect` ties an Ingress to the other name of each of its hosts, and
+//! `service-upstream` needs no tie of its own: the ClusterIP is the Service's, which ties the
+//! Ingress already.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -75,11 +81,25 @@ impl Couplings {
         }
         let rule_hosts = rules.iter().filter_map(|r| HostMatch::parse(r.host.as_deref().unwrap_or("")).ok());
         c.hosts.extend(rule_hosts);
+        if parsed.from_to_www {
+            // The other name of each exact host (`www.` added or removed) redirects to it, unless
+            // another Ingress has routes there.
+            let others: Vec<HostMatch> = c.hosts.iter().filter_map(www_alias).collect();
+            c.hosts.extend(others);
+        }
         c.hosts.extend(parsed.server_aliases.iter().cloned());
         for entry in spec.and_then(|s| s.tls.as_deref()).unwrap_or_default() {
             let listed = entry.hosts.as_deref().unwrap_or_default();
             if listed.is_empty() && rules.is_empty() {
                 c.hosts.push(HostMatch::Any);
+            }
+            if listed.is_empty() {
+                // The entry covers the rule hosts, wildcards included.
+                let wildcards = rules.iter().filter_map(|r| match HostMatch::parse(r.host.as_deref()?) {
+                    Ok(HostMatch::Wildcard(suffix)) => Some(suffix),
+                    _ => None,
+                });
+                c.tls_wildcards.extend(wildcards);
             }
             for host in listed.iter().filter_map(|h| HostMatch::parse(h).ok()) {
                 if let HostMatch::Wildcard(suffix) = &host {
@@ -106,6 +126,40 @@ impl Couplings {
         c.services.dedup();
         c
     }
+}
+
+/// The host `from-to-www-redirect` adds for `host`: `www.` removed or added (exact hosts only).
+fn www_alias(host: &HostMatch) -> Option<HostMatch> {
+    let HostMatch::Exact(name) = host else { return None };
+    let other = match name.strip_prefix("www.") {
+        Some(bare) => bare.to_string(),
+        None => format!("www.{name}"),
+    };
+    HostMatch::parse(&other).ok()
+}
+
+/// Whether a change under `key` translates everything: IngressClasses decide which Ingresses
+/// are ours; the settings ConfigMap, and the ConfigMaps it names (`add-headers`,
+/// `proxy-set-headers`), set defaults of every route and the table's settings.
+fn rebuilds_all(key: &SnapshotKey, snapshot: &Snapshot, config: &TranslateConfig) -> bool {
+    match key {
+        SnapshotKey::IngressClass(_) => true,
+        SnapshotKey::ConfigMap(k) => config.settings.as_ref().is_some_and(|settings| {
+            settings == k
+                || snapshot.config_maps.get(settings).is_some_and(|cm| {
+                    cm.data.iter().flatten().any(|(_, value)| names(k, &settings.namespace, value))
+                })
+        }),
+        _ => false,
+    }
+}
+
+/// Whether `value`, read in `namespace`, names `object`: its name (same namespace) or its
+/// namespace/name.
+fn names(object: &ObjectRef, namespace: &str, value: &str) -> bool {
+    let value = value.trim();
+    (object.namespace == namespace && value == object.name)
+        || value.split_once('/').is_some_and(|(ns, n)| ns == object.namespace && n == object.name)
 }
 
 /// An Ingress's number in the [`Index`] (its key is two strings; the index holds many).
@@ -344,7 +398,7 @@ impl Translator {
         let keys = match changed {
             Some(keys)
                 if self.config.as_ref() == Some(config)
-                    && !keys.iter().any(|k| matches!(k, SnapshotKey::IngressClass(_))) =>
+                    && !keys.iter().any(|k| rebuilds_all(k, snapshot, config)) =>
             {
                 keys
             }
@@ -357,6 +411,7 @@ impl Translator {
         let mut seeds = BTreeSet::new();
         let mut changed_ingresses = Vec::new();
         let mut secrets = Vec::new();
+        let mut config_maps = Vec::new();
         for key in keys {
             match key {
                 SnapshotKey::Ingress(k) => {
@@ -374,11 +429,15 @@ impl Translator {
                     }
                 }
                 SnapshotKey::Secret(k) => secrets.push(k),
+                // Not the settings ConfigMap nor one it names (those rebuild everything): only
+                // annotations (`custom-headers`) can name it.
+                SnapshotKey::ConfigMap(k) => config_maps.push(k),
                 SnapshotKey::IngressClass(_) => {}
             }
         }
-        if !secrets.is_empty() {
-            seeds.extend(self.referring_to(&secrets, snapshot));
+        if !secrets.is_empty() || !config_maps.is_empty() {
+            let named: Vec<&ObjectRef> = secrets.iter().chain(&config_maps).copied().collect();
+            seeds.extend(self.referring_to(&named, snapshot));
         }
 
         // The new ties of changed Ingresses, then everything tied to them.
@@ -435,18 +494,14 @@ impl Translator {
         Update { changes: None, translated: snapshot.ingresses.len() }
     }
 
-    /// Ingresses of our class that name one of `secrets` in a TLS entry or in an annotation
-    /// (any annotation whose value is the Secret's name in the Ingress's namespace, or its
-    /// namespace/name): more than those that read it, never fewer.
+    /// Ingresses of our class that name one of `secrets` (Secrets or ConfigMaps) in a TLS entry
+    /// or in an annotation (any annotation whose value is the object's name in the Ingress's
+    /// namespace, or its namespace/name): more than those that read it, never fewer.
     fn referring_to(&self, secrets: &[&ObjectRef], snapshot: &Snapshot) -> Vec<ObjectRef> {
         let mut out = Vec::new();
         for key in self.index.ingresses() {
             let Some(ingress) = snapshot.ingresses.get(key) else { continue };
-            let names = |secret: &ObjectRef, value: &str| {
-                let value = value.trim();
-                (secret.namespace == key.namespace && value == secret.name)
-                    || value.split_once('/').is_some_and(|(ns, n)| ns == secret.namespace && n == secret.name)
-            };
+            let names = |secret: &ObjectRef, value: &str| names(secret, &key.namespace, value);
             let tls = ingress.spec.as_ref().and_then(|s| s.tls.as_deref()).unwrap_or_default();
             let refers = secrets.iter().any(|secret| {
                 tls.iter().any(|t| t.secret_name.as_deref().is_some_and(|n| names(secret, n)))

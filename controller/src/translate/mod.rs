@@ -8,9 +8,11 @@
 pub mod annotations;
 mod backend;
 mod class;
+mod headers;
 mod incremental;
 mod rank;
 mod routes;
+pub mod settings;
 mod snapshot;
 mod tls;
 mod warnings;
@@ -23,8 +25,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};
 use weir_dataplane::model::{
-    Backend, BackendId, ClientAuth, HostMatch, ObjectRef, Passthrough, PathMatch, Route, RouteAction,
-    RoutePolicy, RouteTable, ServicePort, UpstreamProtocol, UpstreamTls, VirtualHost,
+    Backend, BackendId, ClientAuth, Endpoint, HostMatch, ObjectRef, Passthrough, PathMatch, Route,
+    RouteAction, RoutePolicy, RouteTable, ServicePort, Target, UpstreamProtocol, UpstreamTls, VirtualHost,
 };
 
 pub use incremental::{Translator, Update};
@@ -50,6 +52,9 @@ pub struct TranslateConfig {
     /// dataplane's self-signed certificate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_certificate: Option<ObjectRef>,
+    /// The ConfigMap of global settings (`--configmap`); none: defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<ObjectRef>,
 }
 
 impl Default for TranslateConfig {
@@ -59,6 +64,7 @@ impl Default for TranslateConfig {
             controller_name: "weir.dev/ingress-controller".to_string(),
             watch_ingress_without_class: false,
             default_certificate: None,
+            settings: None,
         }
     }
 }
@@ -82,8 +88,9 @@ pub(crate) struct Ours<'a> {
     pub(crate) ingress: &'a Ingress,
 }
 
-/// How one Ingress asks a backend to be spoken to: its rank, protocol and TLS settings.
-type BackendUse<'a> = (&'a Rank, UpstreamProtocol, Option<UpstreamTls>);
+/// How one Ingress asks a backend to be spoken to: its rank, protocol, TLS settings and
+/// whether it goes through the Service's ClusterIP (`service-upstream`).
+type BackendUse<'a> = (&'a Rank, UpstreamProtocol, Option<UpstreamTls>, bool);
 
 /// Translates a snapshot into a routing table and warnings.
 pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
@@ -111,6 +118,8 @@ fn translate_part<'s>(
     mut couplings: Option<&mut Vec<(ObjectRef, incremental::Couplings)>>,
 ) -> Translation {
     let mut warnings = Warnings::default();
+    // Global settings: the dataplane's, and the defaults of every route's policy.
+    let settings = settings::read(snapshot, config, &mut warnings);
 
     // Class selection: Ingresses of other classes are ignored entirely.
     let selector = ClassSelector::new(&snapshot.ingress_classes, config);
@@ -134,13 +143,18 @@ fn translate_part<'s>(
     let mut policies: HashMap<&ObjectRef, RoutePolicy> = HashMap::new();
     let mut canary_specs = BTreeMap::new();
     let mut aliases = Vec::new();
+    let mut www_redirects = Vec::new();
     let mut error_specs: BTreeMap<&ObjectRef, (Vec<u16>, Option<String>)> = BTreeMap::new();
     let mut regex_hosts = BTreeSet::new();
     for o in &ours {
         let parsed = annotations::parse(
             &o.rank.object,
             o.ingress.metadata.annotations.as_ref(),
-            &snapshot.secrets,
+            &annotations::Refs {
+                secrets: &snapshot.secrets,
+                config_maps: &snapshot.config_maps,
+                allowed_response_headers: settings.allowed_response_headers.as_ref(),
+            },
             &mut warnings,
         );
         if let Some(list) = couplings.as_deref_mut() {
@@ -160,7 +174,12 @@ fn translate_part<'s>(
         if !parsed.server_aliases.is_empty() {
             aliases.push((o.rank.clone(), o.ingress, parsed.server_aliases));
         }
-        policies.insert(&o.rank.object, parsed.policy);
+        if parsed.from_to_www {
+            www_redirects.push((o.rank.clone(), o.ingress));
+        }
+        let mut policy = parsed.policy;
+        settings.routes.apply(&mut policy);
+        policies.insert(&o.rank.object, policy);
     }
 
     // Routes and default backend, from the main Ingresses; canary Ingresses (ingress-nginx
@@ -192,6 +211,38 @@ fn translate_part<'s>(
                 continue;
             }
             plan.hosts.insert(alias, routes.clone());
+        }
+    }
+    // `from-to-www-redirect`: `www.` added to or removed from each of the Ingress's hosts names a
+    // host that redirects every request to it, unless that name has routes of its own.
+    let mut host_redirects: BTreeMap<HostMatch, String> = BTreeMap::new();
+    www_redirects.sort_by(|a, b| a.0.cmp(&b.0));
+    for (rank, ingress) in www_redirects {
+        let rules = ingress.spec.as_ref().and_then(|s| s.rules.as_deref()).unwrap_or_default();
+        for host in rules.iter().filter_map(|r| HostMatch::parse(r.host.as_deref()?).ok()) {
+            let HostMatch::Exact(name) = &host else { continue };
+            let other = match name.strip_prefix("www.") {
+                Some(bare) => bare.to_string(),
+                None => format!("www.{name}"),
+            };
+            let Ok(other_host) = HostMatch::parse(&other) else { continue };
+            let Some(routes) = plan.hosts.get(&host).cloned() else { continue };
+            if plan.hosts.contains_key(&other_host) {
+                if !host_redirects.contains_key(&other_host) {
+                    warnings.warn(
+                        &rank.object,
+                        Reason::ConflictLost,
+                        format!(
+                            "metadata.annotations[from-to-www-redirect]: {} has routes of its own; it is not redirected to {}",
+                            routes::describe_host(&other_host),
+                            routes::describe_host(&host)
+                        ),
+                    );
+                }
+                continue;
+            }
+            plan.hosts.insert(other_host.clone(), routes);
+            host_redirects.insert(other_host, name.clone());
         }
     }
     let canary_plan = routes::plan(&canaries, &regex_hosts, &mut warnings);
@@ -228,8 +279,20 @@ fn translate_part<'s>(
         let Some((object, ingress)) = ingresses.get_key_value(object) else { return false };
         let (ssl, force) = *redirects.entry(object).or_insert_with(|| {
             (
-                annotations::flag(ingress, object, annotations::SSL_REDIRECT, true, warnings),
-                annotations::flag(ingress, object, annotations::FORCE_SSL_REDIRECT, false, warnings),
+                annotations::flag(
+                    ingress,
+                    object,
+                    annotations::SSL_REDIRECT,
+                    settings.routes.ssl_redirect,
+                    warnings,
+                ),
+                annotations::flag(
+                    ingress,
+                    object,
+                    annotations::FORCE_SSL_REDIRECT,
+                    settings.routes.force_ssl_redirect,
+                    warnings,
+                ),
             )
         });
         force || (ssl && coverage.covers(host))
@@ -319,6 +382,7 @@ fn translate_part<'s>(
                     ssl_redirect: ssl_redirect(&claim.rank.object, host, &mut warnings),
                     canary,
                     custom_errors,
+                    host_redirect: host_redirects.get(host).cloned(),
                     ..route_policy(&policies, claim, path)
                 },
                 origin: claim.rank.object.clone(),
@@ -356,37 +420,74 @@ fn translate_part<'s>(
         let tls = protocol
             .is_tls()
             .then(|| annotations::upstream_tls(ingress, &claim.rank.object, snapshot, &mut warnings));
-        users.entry(&claim.backend).or_default().push((&claim.rank, protocol, tls));
+        let via_cluster_ip = annotations::flag(
+            ingress,
+            &claim.rank.object,
+            annotations::SERVICE_UPSTREAM,
+            false,
+            &mut warnings,
+        );
+        users.entry(&claim.backend).or_default().push((&claim.rank, protocol, tls, via_cluster_ip));
     }
     for (id, mut list) in users {
         list.sort_by(|a, b| a.0.cmp(b.0));
         list.dedup_by(|a, b| a.0 == b.0);
-        let (winner, protocol, tls) = list[0].clone();
-        for (loser, theirs, their_tls) in &list[1..] {
-            let message = if *theirs != protocol {
-                format!(
+        let (winner, protocol, tls, via_cluster_ip) = list[0].clone();
+        for (loser, theirs, their_tls, their_via) in &list[1..] {
+            let (annotation, message) = if *theirs != protocol {
+                let message = format!(
                     "backend {id} is already spoken to as {} by {}; {} is not used",
                     annotations::protocol_name(protocol),
                     winner.explain_win(loser),
                     annotations::protocol_name(*theirs),
-                )
+                );
+                (annotations::BACKEND_PROTOCOL, message)
             } else if *their_tls != tls {
-                format!(
+                let message = format!(
                     "backend {id} already uses the proxy-ssl-* settings of {}; this Ingress's are not used",
                     winner.explain_win(loser),
-                )
+                );
+                (annotations::BACKEND_PROTOCOL, message)
+            } else if *their_via != via_cluster_ip {
+                let message = format!(
+                    "backend {id} is reached {} as {} says; this Ingress's service-upstream is not used",
+                    if via_cluster_ip { "through its ClusterIP" } else { "at its endpoints" },
+                    winner.explain_win(loser),
+                );
+                (annotations::SERVICE_UPSTREAM, message)
             } else {
                 continue;
             };
             warnings.error(
                 &loser.object,
                 Reason::ConflictLost,
-                format!("metadata.annotations[{}]: {message}", annotations::BACKEND_PROTOCOL),
+                format!("metadata.annotations[{annotation}]: {message}"),
             );
         }
+        let cluster_ip = if via_cluster_ip {
+            match resolver.cluster_ip(id) {
+                Ok(addr) => addr,
+                Err(why) => {
+                    warnings.error(
+                        &winner.object,
+                        Reason::InvalidAnnotation,
+                        format!(
+                            "metadata.annotations[{}]: {why}; its endpoints are used",
+                            annotations::SERVICE_UPSTREAM
+                        ),
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
         if let Some(backend) = backends.get_mut(id) {
             backend.protocol = protocol;
             backend.tls = tls;
+            if let Some(addr) = cluster_ip {
+                backend.target = Target::Endpoints(vec![Endpoint::new(addr)]);
+            }
         }
     }
     table.backends = backends.into_iter().collect();
@@ -433,9 +534,7 @@ fn translate_part<'s>(
     by_rank.sort_by(|a, b| a.rank.cmp(&b.rank));
     for ing in by_rank {
         let object = &ing.rank.object;
-        let Some((ca_pem, verify, depth, pass_certificate)) =
-            annotations::client_auth(ing.ingress, object, snapshot, &mut warnings)
-        else {
+        let Some(policy) = annotations::client_auth(ing.ingress, object, snapshot, &mut warnings) else {
             continue;
         };
         let rules = ing.ingress.spec.as_ref().and_then(|s| s.rules.as_deref()).unwrap_or_default();
@@ -452,13 +551,7 @@ fn translate_part<'s>(
             if table.client_auth.iter().any(|c| c.host == host) {
                 continue;
             }
-            table.client_auth.push(ClientAuth {
-                host,
-                ca_pem: ca_pem.clone(),
-                verify,
-                depth,
-                pass_certificate,
-            });
+            table.client_auth.push(ClientAuth { host, ..policy.clone() });
         }
     }
     table.client_auth.sort_by(|a, b| a.host.cmp(&b.host));
@@ -468,6 +561,7 @@ fn translate_part<'s>(
     table.tls = tls.entries;
     table.certificates = tls.certificates;
 
+    table.settings = settings.settings;
     Translation {
         table,
         warnings: warnings.finish(),

@@ -8,7 +8,7 @@ use std::borrow::Borrow;
 use std::collections::{BTreeMap, btree_map};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Endpoints, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -34,6 +34,8 @@ pub struct Snapshot {
     pub endpoints: Objects<Endpoints>,
     /// Secrets by namespace/name.
     pub secrets: Objects<Secret>,
+    /// ConfigMaps by namespace/name (the settings ConfigMap is one of them).
+    pub config_maps: Objects<ConfigMap>,
 }
 
 /// The namespace/name key of a namespaced object (`default` when the namespace is unset).
@@ -57,6 +59,8 @@ pub enum SharedObject {
     Endpoints(Arc<Endpoints>),
     /// A Secret.
     Secret(Arc<Secret>),
+    /// A ConfigMap.
+    ConfigMap(Arc<ConfigMap>),
 }
 
 /// Which collection of a [`Snapshot`] an object is in, and its key there.
@@ -74,6 +78,8 @@ pub enum SnapshotKey {
     Endpoints(ObjectRef),
     /// A Secret.
     Secret(ObjectRef),
+    /// A ConfigMap.
+    ConfigMap(ObjectRef),
 }
 
 impl SharedObject {
@@ -86,6 +92,7 @@ impl SharedObject {
             Object::EndpointSlice(o) => SharedObject::EndpointSlice(Arc::from(o)),
             Object::Endpoints(o) => SharedObject::Endpoints(Arc::from(o)),
             Object::Secret(o) => SharedObject::Secret(Arc::from(o)),
+            Object::ConfigMap(o) => SharedObject::ConfigMap(Arc::from(o)),
             Object::Other { .. } => return None,
         })
     }
@@ -99,6 +106,7 @@ impl SharedObject {
             SharedObject::EndpointSlice(o) => &o.metadata,
             SharedObject::Endpoints(o) => &o.metadata,
             SharedObject::Secret(o) => &o.metadata,
+            SharedObject::ConfigMap(o) => &o.metadata,
         }
     }
 
@@ -113,6 +121,7 @@ impl SharedObject {
             SharedObject::EndpointSlice(o) => SnapshotKey::EndpointSlice(key(&o.metadata)),
             SharedObject::Endpoints(o) => SnapshotKey::Endpoints(key(&o.metadata)),
             SharedObject::Secret(o) => SnapshotKey::Secret(key(&o.metadata)),
+            SharedObject::ConfigMap(o) => SnapshotKey::ConfigMap(key(&o.metadata)),
         }
     }
 
@@ -125,6 +134,7 @@ impl SharedObject {
             (SharedObject::EndpointSlice(a), SharedObject::EndpointSlice(b)) => Arc::ptr_eq(a, b),
             (SharedObject::Endpoints(a), SharedObject::Endpoints(b)) => Arc::ptr_eq(a, b),
             (SharedObject::Secret(a), SharedObject::Secret(b)) => Arc::ptr_eq(a, b),
+            (SharedObject::ConfigMap(a), SharedObject::ConfigMap(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
@@ -138,6 +148,7 @@ impl SharedObject {
             SnapshotKey::EndpointSlice(k) => format!("EndpointSlice {k}"),
             SnapshotKey::Endpoints(k) => format!("Endpoints {k}"),
             SnapshotKey::Secret(k) => format!("Secret {k}"),
+            SnapshotKey::ConfigMap(k) => format!("ConfigMap {k}"),
         }
     }
 }
@@ -172,6 +183,9 @@ impl Snapshot {
             (SnapshotKey::Secret(k), SharedObject::Secret(o)) => {
                 self.secrets.insert(k, o).map(SharedObject::Secret)
             }
+            (SnapshotKey::ConfigMap(k), SharedObject::ConfigMap(o)) => {
+                self.config_maps.insert(k, o).map(SharedObject::ConfigMap)
+            }
             (key, object) => {
                 debug_assert!(false, "{key:?} is not the key of {}", object.describe());
                 None
@@ -192,6 +206,7 @@ impl Snapshot {
             }
             SnapshotKey::Endpoints(k) => self.endpoints.get_shared(k).cloned().map(SharedObject::Endpoints),
             SnapshotKey::Secret(k) => self.secrets.get_shared(k).cloned().map(SharedObject::Secret),
+            SnapshotKey::ConfigMap(k) => self.config_maps.get_shared(k).cloned().map(SharedObject::ConfigMap),
         }
     }
 
@@ -204,6 +219,7 @@ impl Snapshot {
             SnapshotKey::EndpointSlice(k) => self.endpoint_slices.remove(k).map(SharedObject::EndpointSlice),
             SnapshotKey::Endpoints(k) => self.endpoints.remove(k).map(SharedObject::Endpoints),
             SnapshotKey::Secret(k) => self.secrets.remove(k).map(SharedObject::Secret),
+            SnapshotKey::ConfigMap(k) => self.config_maps.remove(k).map(SharedObject::ConfigMap),
         }
     }
 
@@ -223,6 +239,7 @@ impl Snapshot {
         );
         diff(&old.endpoints, &self.endpoints, |k| SnapshotKey::Endpoints(k.clone()), &mut out);
         diff(&old.secrets, &self.secrets, |k| SnapshotKey::Secret(k.clone()), &mut out);
+        diff(&old.config_maps, &self.config_maps, |k| SnapshotKey::ConfigMap(k.clone()), &mut out);
         out
     }
 }
@@ -300,6 +317,13 @@ impl<T, K: Clone> Clone for Objects<T, K> {
 
 impl<T, K> Default for Objects<T, K> {
     fn default() -> Self {
+        Objects::new()
+    }
+}
+
+impl<T, K> Objects<T, K> {
+    /// No objects.
+    pub const fn new() -> Self {
         Objects(BTreeMap::new())
     }
 }

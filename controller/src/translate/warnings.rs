@@ -23,6 +23,8 @@ pub enum ObjectKind {
     Endpoints,
     /// A core `v1` Secret.
     Secret,
+    /// A core `v1` ConfigMap (the settings ConfigMap).
+    ConfigMap,
 }
 
 impl fmt::Display for ObjectKind {
@@ -76,6 +78,14 @@ pub enum Reason {
     UnknownAnnotation,
     /// A canary Ingress's path has no main Ingress to shadow (or the part cannot be a canary).
     CanaryWithoutMain,
+    /// A settings ConfigMap key's value is invalid; the key keeps its default.
+    InvalidSetting,
+    /// A settings ConfigMap key weir refuses on principle (snippets, Lua).
+    RefusedSetting,
+    /// A known ingress-nginx ConfigMap key weir does not support (yet).
+    UnsupportedSetting,
+    /// A settings ConfigMap key neither weir nor ingress-nginx knows (a typo?).
+    UnknownSetting,
 }
 
 impl fmt::Display for Reason {
@@ -127,6 +137,11 @@ impl Warnings {
     /// An error about an object that is not an Ingress (a configured default certificate).
     pub(crate) fn error_on(&mut self, kind: ObjectKind, object: &ObjectRef, reason: Reason, message: String) {
         self.0.push(Warning { kind, object: object.clone(), severity: Severity::Error, reason, message });
+    }
+
+    /// A [`Severity::Warning`] about an object that is not an Ingress.
+    pub(crate) fn warn_on(&mut self, kind: ObjectKind, object: &ObjectRef, reason: Reason, message: String) {
+        self.0.push(Warning { kind, object: object.clone(), severity: Severity::Warning, reason, message });
     }
 
     fn push(&mut self, ingress: &ObjectRef, severity: Severity, reason: Reason, message: String) {

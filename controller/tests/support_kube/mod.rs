@@ -333,6 +333,49 @@ where
         .unwrap_or_else(|e| panic!("applying {} {name}: {e}", K::kind(&())))
 }
 
+/// Applies every document of a YAML manifest file (`---`-separated) as the admin: Namespaces,
+/// ServiceAccounts, (Cluster)Roles and their bindings, DaemonSets.
+pub async fn apply_file(admin: &Client, path: &Path) {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for doc in text.split("\n---\n") {
+        let value: serde_json::Value = serde_saphyr::from_str(doc).unwrap();
+        let ns = value["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+        match value["kind"].as_str().unwrap() {
+            "Namespace" => drop(apply_with::<Namespace>(Api::all(admin.clone()), value).await),
+            "ServiceAccount" => drop(apply::<ServiceAccount>(admin, &ns, value).await),
+            "ClusterRole" => drop(apply_with::<ClusterRole>(Api::all(admin.clone()), value).await),
+            "ClusterRoleBinding" => {
+                drop(apply_with::<ClusterRoleBinding>(Api::all(admin.clone()), value).await)
+            }
+            "Role" => drop(apply::<Role>(admin, &ns, value).await),
+            "RoleBinding" => drop(apply::<RoleBinding>(admin, &ns, value).await),
+            "DaemonSet" => drop(apply::<DaemonSet>(admin, &ns, value).await),
+            other => panic!("unexpected kind {other} in {}", path.display()),
+        }
+    }
+}
+
+/// A token of the ServiceAccount `namespace/name`, valid for an hour.
+pub async fn service_account_token(admin: &Client, namespace: &str, name: &str) -> String {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
+    let request = TokenRequest {
+        spec: TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() },
+        ..Default::default()
+    };
+    accounts
+        .create_token_request(name, &Default::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("a token for {namespace}/{name}: {e}"))
+        .status
+        .unwrap()
+        .token
+}
+
 pub async fn delete<K>(client: &Client, namespace: &str, name: &str)
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>

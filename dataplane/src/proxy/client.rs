@@ -1,36 +1,44 @@
-//! The pooled upstream clients and a request body that survives a failed connect.
+//! The upstream clients: pooled HTTP/1.1 (plain and TLS), multiplexed HTTP/2 (h2c and h2 over
+//! TLS), and the request and response bodies that cross them.
 //!
-//! HTTP/1.1 goes through hyper-util's pooled keep-alive client (keyed by endpoint address).
-//! h2c uses one multiplexed hyper connection per endpoint ([`H2Pool`]) instead, because the
-//! pooled client takes `:authority` from the URI it also connects to: we need `:authority` to be
-//! the request's host (as nginx's `grpc_pass` does) while connecting to the endpoint address.
+//! HTTP/1.1 runs on hyper's connection-level client (`hyper::client::conn::http1`) with our own
+//! idle pool ([`Http1Pool`]): a stack per upstream of connections whose last response was read to
+//! its end, most recently used on top, at most [`super::ProxyConfig::pool_max_idle_per_host`] of
+//! them; [`Clients::sweep`] closes those idle longer than
+//! [`super::ProxyConfig::pool_idle_timeout`]. A plain endpoint's pool lives in its
+//! [`EndpointState`], so a request finds it without a lookup. A connection goes back to its pool
+//! when the client has read the response body to its end ([`ResponseBody`]); a response body
+//! dropped before its end closes the connection.
 //!
-//! hyper-util's legacy client drops the request when connecting fails, body included. To retry
-//! a request *with* a body on another endpoint, [`UpstreamBody`] leaves the real body in a shared
-//! slot until the client first polls it, which happens only once a connection exists. After a
-//! connect error the body is still in the slot and [`BodySlot::reclaim`] takes it back; once
-//! polled it cannot be reclaimed and the request is not retried. Bodyless requests need no slot.
+//! A connection is made *before* the request is handed to hyper, so when connecting fails the
+//! request, body included, is handed back ([`SendError::Connect`]) and can go to another endpoint.
+//! A pooled connection the upstream closed in the meantime is noticed before or while sending
+//! (hyper hands back a request it did not send) and the request goes on another connection.
+//!
+//! h2c (and h2 over TLS) use one multiplexed connection per endpoint ([`H2Pool`]); `:authority`
+//! is the request's host (as nginx's `grpc_pass` does) while the connection goes to the
+//! endpoint address.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll};
-use std::time::Duration;
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::uri::PathAndQuery;
+use http::{Request, Response, StatusCode, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper::client::conn::http2;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
 use super::ProxyConfig;
 use super::error::BoxError;
-use crate::balance::{EndpointKey, EndpointState};
+use crate::balance::{Balancer, EndpointKey, EndpointState};
 use crate::model::UpstreamProtocol;
 use crate::tls::UpstreamTlsConfig;
 use rustls_pki_types::ServerName;
@@ -38,12 +46,15 @@ use rustls_pki_types::ServerName;
 /// Why sending a request upstream failed.
 #[derive(Debug)]
 pub(super) enum SendError {
-    /// No connection could be made: nothing of the request was sent.
+    /// No connection could be made, or it closed before the request went out: nothing of the
+    /// request was sent, and here it is back.
     Connect {
         /// It was the connect timeout.
         timed_out: bool,
         /// The cause.
         error: BoxError,
+        /// The request, unsent (its body unread).
+        request: Box<Request<UpstreamBody>>,
     },
     /// The connection broke or the upstream answered something invalid after sending began.
     Request(BoxError),
@@ -59,78 +70,78 @@ impl std::fmt::Display for SendError {
     }
 }
 
-impl SendError {
-    fn from_legacy(e: hyper_util::client::legacy::Error) -> Self {
-        if e.is_connect() {
-            SendError::Connect { timed_out: is_timeout(&e), error: Box::new(e) }
-        } else {
-            SendError::Request(Box::new(e))
-        }
+/// Connecting failed (nothing was sent).
+struct ConnectFailed {
+    timed_out: bool,
+    error: BoxError,
+}
+
+impl ConnectFailed {
+    fn new(error: impl Into<BoxError>) -> Self {
+        ConnectFailed { timed_out: false, error: error.into() }
+    }
+
+    fn timed_out(error: impl Into<BoxError>) -> Self {
+        ConnectFailed { timed_out: true, error: error.into() }
+    }
+
+    /// The error to return, with the request handed back.
+    fn with(self, request: Request<UpstreamBody>) -> SendError {
+        SendError::Connect { timed_out: self.timed_out, error: self.error, request: Box::new(request) }
     }
 }
 
-/// Whether an error chain contains an I/O timeout.
-fn is_timeout(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        if let Some(io) = e.downcast_ref::<io::Error>()
-            && io.kind() == io::ErrorKind::TimedOut
-        {
-            return true;
-        }
-        cur = e.source();
-    }
-    false
-}
-
-/// One pooled client per upstream protocol.
+/// The upstream clients of a proxy.
 pub(super) struct Clients {
-    /// HTTP/1.1 keep-alive pool (also carries upgrades).
-    http1: Client<HttpConnector, UpstreamBody>,
-    /// h2c prior knowledge, one multiplexed connection per endpoint.
+    /// h2c prior knowledge and h2 over TLS, one multiplexed connection per endpoint.
     pub(super) h2c: H2Pool,
-    /// HTTP/1.1 over TLS connections by endpoint and verified name: a connection is reused once
-    /// its previous response is fully read.
-    /// The endpoint is held weakly, as in [`H2Pool`]: publish prunes endpoints gone from every
-    /// table. Idle connections otherwise last until the upstream closes them.
-    https: Mutex<HashMap<H2Key, HttpsConns>>,
-    https_max_per_host: usize,
+    /// HTTP/1.1 over TLS, by endpoint and verified name. The endpoint is held weakly, as in
+    /// [`H2Pool`]: publish prunes endpoints gone from every table.
+    https: Mutex<HashMap<H2Key, HttpsPool>>,
+    /// HTTP/1.1 to services named by URL (external authentication), by host and port.
+    by_name: Mutex<HashMap<EndpointKey, Arc<Http1Pool>>>,
+    /// Idle connections kept per pool.
+    max_idle: usize,
+    /// How long a connection may stay idle in its pool.
+    idle_timeout: Duration,
+    connect_timeout: Duration,
 }
 
 impl Clients {
     pub(super) fn new(config: &ProxyConfig) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config.connect_timeout));
-        connector.set_nodelay(true);
-        connector.enforce_http(true);
-        let http1 = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(config.pool_idle_timeout)
-            .pool_max_idle_per_host(config.pool_max_idle_per_host)
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            // We set Host ourselves; never derive it from the endpoint address.
-            .set_host(false)
-            .build(connector);
         Clients {
-            http1,
-            h2c: H2Pool { conns: Mutex::default(), connect_timeout: config.connect_timeout },
+            h2c: H2Pool { conns: Mutex::default() },
             https: Mutex::default(),
-            https_max_per_host: config.pool_max_idle_per_host.max(1),
+            by_name: Mutex::default(),
+            max_idle: config.pool_max_idle_per_host,
+            idle_timeout: config.pool_idle_timeout,
+            connect_timeout: config.connect_timeout,
         }
     }
 
-    /// Sends `req` over the HTTP/1.1 pool, to its URI's authority (resolved by DNS); its `Host`
-    /// header must be set.
+    /// Sends `req` over HTTP/1.1 to its URI's authority (a name is resolved when connecting); its
+    /// `Host` header must be set. For services named by URL, not endpoints.
     pub(super) async fn send_http1(
         &self,
-        req: Request<UpstreamBody>,
-    ) -> Result<Response<Incoming>, SendError> {
-        self.http1.request(req).await.map_err(SendError::from_legacy)
+        mut req: Request<UpstreamBody>,
+    ) -> Result<Response<ResponseBody>, SendError> {
+        let Some(key) = req.uri().authority().and_then(|a| authority_key(a.host(), a.port_u16())) else {
+            return Err(ConnectFailed::new("the URL names no host to connect to").with(req));
+        };
+        let pq = req.uri().path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+        *req.uri_mut() = Uri::from(pq);
+        let pool = {
+            let mut pools = lock(&self.by_name);
+            pools.entry(key.clone()).or_default().clone()
+        };
+        self.http1(PoolRef::Keyed(pool), &key, None, req, self.connect_timeout).await
     }
 
-    /// Sends `req` (its URI already aimed at `endpoint` for HTTP/1.1, at the request host for h2c).
-    /// `tls` is the backend's TLS client config for the TLS protocols; `host` the request's host
-    /// (the name verified when the backend configures none).
+    /// Sends `req` to `endpoint`: its URI is origin-form for HTTP/1.1, absolute with the request
+    /// host as authority for h2. `tls` is the backend's TLS client config for the TLS protocols;
+    /// `host` the request's host (the name verified when the backend configures none). A new
+    /// connection (TCP, and TLS where used) must be up within `connect_timeout`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn send(
         &self,
         protocol: UpstreamProtocol,
@@ -138,124 +149,170 @@ impl Clients {
         tls: Option<&Arc<UpstreamTlsConfig>>,
         host: &str,
         req: Request<UpstreamBody>,
-    ) -> Result<Response<Incoming>, SendError> {
+        connect_timeout: Duration,
+    ) -> Result<Response<ResponseBody>, SendError> {
         match protocol {
-            UpstreamProtocol::Http1 => self.http1.request(req).await.map_err(SendError::from_legacy),
-            UpstreamProtocol::H2c => self.h2c.send(endpoint, None, req).await,
-            UpstreamProtocol::H2 => {
-                let tls = tls_target(tls, host)?;
-                self.h2c.send(endpoint, Some(tls), req).await
+            UpstreamProtocol::Http1 => {
+                self.http1(PoolRef::Endpoint(endpoint.clone()), endpoint.key(), None, req, connect_timeout)
+                    .await
             }
+            // Boxed: HTTP/1.1's future is the one every request carries, keep it small.
+            UpstreamProtocol::H2c => Box::pin(self.h2c.send(endpoint, None, req, connect_timeout)).await,
+            UpstreamProtocol::H2 => match tls_target(tls, host) {
+                Ok(tls) => Box::pin(self.h2c.send(endpoint, Some(tls), req, connect_timeout)).await,
+                Err(e) => Err(e.with(req)),
+            },
             UpstreamProtocol::Https => {
-                let tls = tls_target(tls, host)?;
-                self.https(endpoint, tls, req).await
+                let (config, name) = match tls_target(tls, host) {
+                    Ok(tls) => tls,
+                    Err(e) => return Err(e.with(req)),
+                };
+                let pool = {
+                    let mut pools = lock(&self.https);
+                    let key: H2Key = (endpoint.key().clone(), Some(name.clone()));
+                    let (_, pool) =
+                        pools.entry(key).or_insert_with(|| (Arc::downgrade(endpoint), Arc::default()));
+                    pool.clone()
+                };
+                self.http1(PoolRef::Keyed(pool), endpoint.key(), Some((config, name)), req, connect_timeout)
+                    .await
             }
         }
     }
 
-    /// HTTP/1.1 over TLS, on an idle pooled connection when there is one.
-    async fn https(
+    /// HTTP/1.1 (over TLS with `tls`) on an idle connection of `pool`, else a new one to `key`.
+    async fn http1(
         &self,
-        endpoint: &Arc<EndpointState>,
-        (config, name): (Arc<rustls::ClientConfig>, ServerName<'static>),
+        pool: PoolRef,
+        key: &EndpointKey,
+        tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
         mut req: Request<UpstreamBody>,
-    ) -> Result<Response<Incoming>, SendError> {
-        // Origin-form request target on the wire.
-        let path = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
-        *req.uri_mut() = path.parse().map_err(|e: http::uri::InvalidUri| SendError::Request(e.into()))?;
-        let key: H2Key = (endpoint.key().clone(), Some(name.clone()));
-        // A pooled connection may have been closed by the upstream since; hyper hands the request
-        // back when it was not sent, and it goes once more on a new connection.
-        for _ in 0..2 {
-            let idle = {
-                let mut pool = self.https.lock().unwrap_or_else(|p| p.into_inner());
-                let (_, list) =
-                    pool.entry(key.clone()).or_insert_with(|| (Arc::downgrade(endpoint), Vec::new()));
-                list.retain(|s| !s.is_closed());
-                list.iter().position(|s| s.is_ready()).map(|i| list.swap_remove(i))
-            };
-            let mut sender = match idle {
-                Some(sender) => sender,
-                None => self.https_connect(endpoint, config.clone(), name.clone()).await?,
+        connect_timeout: Duration,
+    ) -> Result<Response<ResponseBody>, SendError> {
+        loop {
+            let (mut sender, fresh) = match pool.get().checkout() {
+                Some(sender) => (sender, false),
+                // Boxed: connecting (TLS above all) is a large future, and rare.
+                None => match Box::pin(self.connect_http1(key, tls.clone(), connect_timeout)).await {
+                    Ok(sender) => (sender, true),
+                    Err(e) => return Err(e.with(req)),
+                },
             };
             match sender.try_send_request(req).await {
-                Ok(resp) => {
-                    // Back to the pool: it is ready again once this response's body is read
-                    // (an upgraded connection closes and is dropped from the pool).
-                    let mut pool = self.https.lock().unwrap_or_else(|p| p.into_inner());
-                    let (_, list) = pool.entry(key).or_insert_with(|| (Arc::downgrade(endpoint), Vec::new()));
-                    if list.len() < self.https_max_per_host {
-                        list.push(sender);
-                    }
-                    return Ok(resp);
-                }
+                Ok(resp) => return Ok(ResponseBody::pooled(resp, sender, pool, self.max_idle)),
                 Err(mut err) => match err.take_message() {
-                    Some(unsent) => req = unsent,
+                    // The upstream closed the pooled connection since it was put back; the
+                    // request did not go out: the next connection takes it.
+                    Some(unsent) if !fresh => req = unsent,
+                    Some(unsent) => return Err(ConnectFailed::new(err.into_error()).with(unsent)),
                     None => return Err(SendError::Request(Box::new(err.into_error()))),
                 },
             }
         }
-        Err(SendError::Request("https upstream connection closed before the request was sent".into()))
     }
 
-    async fn https_connect(
+    async fn connect_http1(
         &self,
-        endpoint: &Arc<EndpointState>,
-        config: Arc<rustls::ClientConfig>,
-        name: ServerName<'static>,
-    ) -> Result<hyper::client::conn::http1::SendRequest<UpstreamBody>, SendError> {
-        let connect_timeout = self.h2c.connect_timeout;
-        let tcp = connect_tcp(endpoint.key(), connect_timeout).await?;
-        let stream = tls_handshake(config, name, tcp, connect_timeout).await?;
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| SendError::Connect { timed_out: false, error: e.into() })?;
-        let upstream = endpoint.key().clone();
-        tokio::spawn(async move {
-            if let Err(error) = conn.with_upgrades().await {
-                tracing::debug!(%upstream, %error, "https upstream connection closed");
+        key: &EndpointKey,
+        tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+        connect_timeout: Duration,
+    ) -> Result<http1::SendRequest<UpstreamBody>, ConnectFailed> {
+        let tcp = connect_tcp(key, connect_timeout).await?;
+        let upstream = key.clone();
+        let handshake_error = |e: hyper::Error| ConnectFailed::new(e);
+        let sender = match tls {
+            None => {
+                let (sender, conn) = http1::handshake(TokioIo::new(tcp)).await.map_err(handshake_error)?;
+                tokio::spawn(async move {
+                    if let Err(error) = conn.with_upgrades().await {
+                        tracing::debug!(%upstream, %error, "upstream connection closed");
+                    }
+                });
+                sender
             }
-        });
+            Some((config, name)) => {
+                let stream = tls_handshake(config, name, tcp, connect_timeout).await?;
+                let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.map_err(handshake_error)?;
+                tokio::spawn(async move {
+                    if let Err(error) = conn.with_upgrades().await {
+                        tracing::debug!(%upstream, %error, "https upstream connection closed");
+                    }
+                });
+                sender
+            }
+        };
         Ok(sender)
     }
 
-    /// Drops pooled HTTPS connections of endpoints no longer in use and closed ones.
-    pub(super) fn prune_https(&self) {
-        let mut pool = self.https.lock().unwrap_or_else(|p| p.into_inner());
-        pool.retain(|_, (endpoint, list)| {
-            list.retain(|s| !s.is_closed());
-            endpoint.strong_count() > 0 && !list.is_empty()
-        });
+    /// Drops pooled connections of endpoints no longer in use and closed ones.
+    pub(super) fn prune(&self) {
+        self.h2c.prune();
+        lock(&self.https).retain(|_, (endpoint, pool)| endpoint.strong_count() > 0 && in_use(pool, None));
+    }
+
+    /// Closes HTTP/1.1 connections idle for longer than the idle timeout (and those the upstream
+    /// closed) in the pools of `balancers`' endpoints and the keyed pools.
+    pub(super) fn sweep(&self, balancers: &[Arc<Balancer>]) {
+        let expiry = Instant::now().checked_sub(self.idle_timeout);
+        let expiry = Some(expiry.unwrap_or_else(Instant::now));
+        for balancer in balancers.iter().filter(|b| b.protocol() == UpstreamProtocol::Http1) {
+            for endpoint in balancer.endpoints() {
+                endpoint.http1_idle.sweep(expiry);
+            }
+        }
+        lock(&self.https).retain(|_, (endpoint, pool)| endpoint.strong_count() > 0 && in_use(pool, expiry));
+        lock(&self.by_name).retain(|_, pool| in_use(pool, expiry));
     }
 }
 
-/// Pooled HTTPS connections of one endpoint and name (the endpoint held weakly).
-type HttpsConns = (Weak<EndpointState>, Vec<hyper::client::conn::http1::SendRequest<UpstreamBody>>);
+/// Sweeps a keyed pool; whether to keep it: it has idle connections, or a request holds it (its
+/// connection comes back to it).
+fn in_use(pool: &Arc<Http1Pool>, expiry: Option<Instant>) -> bool {
+    pool.sweep(expiry) > 0 || Arc::strong_count(pool) > 1
+}
+
+/// The pool of HTTPS connections to one endpoint for one verified name (the endpoint held
+/// weakly).
+type HttpsPool = (Weak<EndpointState>, Arc<Http1Pool>);
+
+/// Locks `m`, ignoring poisoning (the data stays consistent: every critical section is a push,
+/// pop or retain).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The endpoint a URL's host and port name (port 80 when none).
+fn authority_key(host: &str, port: Option<u16>) -> Option<EndpointKey> {
+    let port = port.unwrap_or(80);
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if bare.is_empty() {
+        return None;
+    }
+    Some(match bare.parse() {
+        Ok(ip) => EndpointKey::Addr(SocketAddr::new(ip, port)),
+        Err(_) => EndpointKey::Dns { host: bare.into(), port },
+    })
+}
 
 /// The TLS config and the name to verify for one request.
 fn tls_target(
     tls: Option<&Arc<UpstreamTlsConfig>>,
     host: &str,
-) -> Result<(Arc<rustls::ClientConfig>, ServerName<'static>), SendError> {
-    let tls = tls.ok_or_else(|| SendError::Connect {
-        timed_out: false,
-        error: "no usable upstream TLS configuration".into(),
-    })?;
+) -> Result<(Arc<rustls::ClientConfig>, ServerName<'static>), ConnectFailed> {
+    let tls = tls.ok_or_else(|| ConnectFailed::new("no usable upstream TLS configuration"))?;
     let name = match &tls.server_name {
         Some(name) => name.clone(),
         None => {
             let bare = crate::router::normalize_host(host);
             let bare = bare.trim_start_matches('[').trim_end_matches(']');
-            ServerName::try_from(bare.to_string()).map_err(|_| SendError::Connect {
-                timed_out: false,
-                error: format!("{host:?} is not a name to verify").into(),
-            })?
+            ServerName::try_from(bare.to_string())
+                .map_err(|_| ConnectFailed::new(format!("{host:?} is not a name to verify")))?
         }
     };
     Ok((tls.config.clone(), name))
 }
 
-async fn connect_tcp(key: &EndpointKey, timeout: Duration) -> Result<TcpStream, SendError> {
+async fn connect_tcp(key: &EndpointKey, timeout: Duration) -> Result<TcpStream, ConnectFailed> {
     let tcp = async {
         let stream = match key {
             EndpointKey::Addr(addr) => TcpStream::connect(*addr).await?,
@@ -267,10 +324,8 @@ async fn connect_tcp(key: &EndpointKey, timeout: Duration) -> Result<TcpStream, 
     };
     match tokio::time::timeout(timeout, tcp).await {
         Ok(Ok(stream)) => Ok(stream),
-        Ok(Err(e)) => {
-            Err(SendError::Connect { timed_out: e.kind() == io::ErrorKind::TimedOut, error: e.into() })
-        }
-        Err(_) => Err(SendError::Connect { timed_out: true, error: "connect timeout".into() }),
+        Ok(Err(e)) => Err(ConnectFailed { timed_out: e.kind() == io::ErrorKind::TimedOut, error: e.into() }),
+        Err(_) => Err(ConnectFailed::timed_out("connect timeout")),
     }
 }
 
@@ -281,17 +336,179 @@ async fn tls_handshake(
     name: ServerName<'static>,
     tcp: TcpStream,
     timeout: Duration,
-) -> Result<tokio_rustls::client::TlsStream<TcpStream>, SendError> {
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, ConnectFailed> {
     let connector = tokio_rustls::TlsConnector::from(config);
     match tokio::time::timeout(timeout, connector.connect(name, tcp)).await {
         Ok(Ok(stream)) => Ok(stream),
-        Ok(Err(e)) => Err(SendError::Connect {
-            timed_out: false,
-            error: format!("upstream TLS handshake failed: {e}").into(),
-        }),
-        Err(_) => {
-            Err(SendError::Connect { timed_out: true, error: "upstream TLS handshake timed out".into() })
+        Ok(Err(e)) => Err(ConnectFailed::new(format!("upstream TLS handshake failed: {e}"))),
+        Err(_) => Err(ConnectFailed::timed_out("upstream TLS handshake timed out")),
+    }
+}
+
+// === impl Http1Pool ===
+
+/// Idle HTTP/1.1 connections to one upstream, the most recently used on top: busy connections
+/// stay warm and the surplus ages out at the bottom, where [`Clients::sweep`] closes it.
+#[derive(Default)]
+pub(crate) struct Http1Pool(Mutex<VecDeque<Idle>>);
+
+/// A connection ready for its next request, and since when.
+struct Idle {
+    since: Instant,
+    sender: http1::SendRequest<UpstreamBody>,
+}
+
+impl std::fmt::Debug for Http1Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Http1Pool").field("idle", &lock(&self.0).len()).finish()
+    }
+}
+
+impl Http1Pool {
+    /// The most recently returned connection that is still open.
+    fn checkout(&self) -> Option<http1::SendRequest<UpstreamBody>> {
+        let mut idle = lock(&self.0);
+        while let Some(conn) = idle.pop_back() {
+            // Ready means open and idle (it was ready when it came back): one the upstream has
+            // closed since is dropped here.
+            if conn.sender.is_ready() {
+                return Some(conn.sender);
+            }
         }
+        None
+    }
+
+    /// Keeps an idle connection, unless `max` are kept already (then it is closed).
+    fn checkin(&self, sender: http1::SendRequest<UpstreamBody>, max: usize) {
+        let since = Instant::now();
+        let mut idle = lock(&self.0);
+        if idle.len() < max {
+            idle.push_back(Idle { since, sender });
+        }
+    }
+
+    /// Closes the connections the upstream closed and, with `expiry`, those idle since before it;
+    /// returns how many stay.
+    fn sweep(&self, expiry: Option<Instant>) -> usize {
+        let mut idle = lock(&self.0);
+        idle.retain(|c| c.sender.is_ready() && expiry.is_none_or(|t| c.since > t));
+        idle.len()
+    }
+}
+
+/// Where a connection goes back to.
+#[derive(Clone)]
+enum PoolRef {
+    /// A plain HTTP/1.1 endpoint's own pool.
+    Endpoint(Arc<EndpointState>),
+    /// A pool of [`Clients`]' maps.
+    Keyed(Arc<Http1Pool>),
+}
+
+impl PoolRef {
+    fn get(&self) -> &Http1Pool {
+        match self {
+            PoolRef::Endpoint(endpoint) => &endpoint.http1_idle,
+            PoolRef::Keyed(pool) => pool,
+        }
+    }
+}
+
+/// A connection to return to its pool once its response has been read.
+struct Reuse {
+    sender: http1::SendRequest<UpstreamBody>,
+    pool: PoolRef,
+    max: usize,
+}
+
+impl Reuse {
+    fn release(self) {
+        if self.sender.is_ready() {
+            return self.pool.get().checkin(self.sender, self.max);
+        }
+        if self.sender.is_closed() {
+            return;
+        }
+        // Its connection task has not caught up yet (another worker runs it), or the request
+        // body is still being sent after an early response: back to the pool once it is idle.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let Reuse { mut sender, pool, max } = self;
+        runtime.spawn(async move {
+            if sender.ready().await.is_ok() {
+                pool.get().checkin(sender, max);
+            }
+        });
+    }
+}
+
+// === impl ResponseBody ===
+
+/// An upstream response body, streamed; its HTTP/1.1 connection goes back to the pool once the
+/// body has been read to its end (a body dropped before that closes the connection).
+pub(crate) struct ResponseBody {
+    inner: Incoming,
+    reuse: Option<Reuse>,
+}
+
+impl ResponseBody {
+    /// A body whose connection is not pooled (h2, or no longer reusable).
+    fn plain(inner: Incoming) -> Self {
+        ResponseBody { inner, reuse: None }
+    }
+
+    /// Wraps `resp` so that `sender` returns to `pool` once its body ends. An upgraded
+    /// connection (101) never returns.
+    fn pooled(
+        resp: Response<Incoming>,
+        sender: http1::SendRequest<UpstreamBody>,
+        pool: PoolRef,
+        max: usize,
+    ) -> Response<ResponseBody> {
+        let reusable = max > 0 && resp.status() != StatusCode::SWITCHING_PROTOCOLS;
+        resp.map(|inner| {
+            let reuse = Reuse { sender, pool, max };
+            if !reusable {
+                return ResponseBody::plain(inner);
+            }
+            if inner.is_end_stream() {
+                // No body to wait for (hyper may never poll it).
+                reuse.release();
+                return ResponseBody::plain(inner);
+            }
+            ResponseBody { inner, reuse: Some(reuse) }
+        })
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        match &frame {
+            Some(Ok(_)) if !this.inner.is_end_stream() => {}
+            // The end (the last frame, or none): the connection is free for the next request.
+            Some(Ok(_)) | None => {
+                if let Some(reuse) = this.reuse.take() {
+                    reuse.release();
+                }
+            }
+            Some(Err(_)) => this.reuse = None,
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -300,7 +517,7 @@ async fn tls_handshake(
 /// A pooled h2c connection and (weakly) the endpoint it belongs to.
 type H2Conn = (Weak<EndpointState>, http2::SendRequest<UpstreamBody>);
 
-/// A pooled HTTP/2 connection's identity: the endpoint, and for TLS the verified name.
+/// A pooled connection's identity: the endpoint, and for TLS the verified name.
 type H2Key = (EndpointKey, Option<ServerName<'static>>);
 
 /// One HTTP/2 connection (h2c, or h2 over TLS per verified name) per endpoint, shared by all
@@ -309,7 +526,6 @@ pub(super) struct H2Pool {
     /// The endpoint's state is held weakly: entries of endpoints gone from every table are
     /// pruned on publish, closing their connections.
     conns: Mutex<HashMap<H2Key, H2Conn>>,
-    connect_timeout: Duration,
 }
 
 impl H2Pool {
@@ -318,42 +534,52 @@ impl H2Pool {
         endpoint: &Arc<EndpointState>,
         tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
         mut req: Request<UpstreamBody>,
-    ) -> Result<Response<Incoming>, SendError> {
+        connect_timeout: Duration,
+    ) -> Result<Response<ResponseBody>, SendError> {
         let key: H2Key = (endpoint.key().clone(), tls.as_ref().map(|(_, name)| name.clone()));
         // A cached connection may have been closed (GOAWAY, idle close) since; hyper hands the
-        // request back when it was not sent, and we go once more on a fresh connection.
-        for _ in 0..2 {
-            let mut sender = match self.cached(&key) {
-                Some(s) => s,
-                None => self.connect(endpoint, &key, tls.clone()).await?,
+        // request back when it was not sent, and it goes once more on a fresh connection.
+        loop {
+            let (mut sender, fresh) = match self.cached(&key) {
+                Some(s) => (s, false),
+                // Boxed: connecting is a large future, and rare.
+                None => match Box::pin(self.connect(endpoint, &key, tls.clone(), connect_timeout)).await {
+                    Ok(s) => (s, true),
+                    Err(e) => return Err(e.with(req)),
+                },
             };
-            if sender.ready().await.is_err() {
+            if let Err(error) = sender.ready().await {
                 self.evict(&key);
+                if fresh {
+                    return Err(ConnectFailed::new(error).with(req));
+                }
                 continue;
             }
             match sender.try_send_request(req).await {
-                Ok(resp) => return Ok(resp),
+                Ok(resp) => return Ok(resp.map(ResponseBody::plain)),
                 Err(mut err) => match err.take_message() {
                     Some(unsent) => {
                         self.evict(&key);
+                        if fresh {
+                            return Err(ConnectFailed::new(err.into_error()).with(unsent));
+                        }
                         req = unsent;
                     }
                     None => return Err(SendError::Request(Box::new(err.into_error()))),
                 },
             }
         }
-        Err(SendError::Request("h2c connection closed before the request was sent".into()))
     }
 
     fn cached(&self, key: &H2Key) -> Option<http2::SendRequest<UpstreamBody>> {
-        let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        let conns = lock(&self.conns);
         conns.get(key).filter(|(_, s)| !s.is_closed()).map(|(_, s)| s.clone())
     }
 
     /// Forgets the endpoint's connection (at worst one a concurrent request just made: it
     /// stays usable by whoever holds it and closes when they are done).
     fn evict(&self, key: &H2Key) {
-        self.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        lock(&self.conns).remove(key);
     }
 
     async fn connect(
@@ -361,15 +587,16 @@ impl H2Pool {
         endpoint: &Arc<EndpointState>,
         key: &H2Key,
         tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
-    ) -> Result<http2::SendRequest<UpstreamBody>, SendError> {
-        let stream = connect_tcp(endpoint.key(), self.connect_timeout).await?;
+        connect_timeout: Duration,
+    ) -> Result<http2::SendRequest<UpstreamBody>, ConnectFailed> {
+        let stream = connect_tcp(endpoint.key(), connect_timeout).await?;
         let builder = {
             let mut b = http2::Builder::new(TokioExecutor::new());
             b.timer(TokioTimer::new());
             b
         };
         let upstream = endpoint.key().clone();
-        let handshake_error = |e: hyper::Error| SendError::Connect { timed_out: false, error: e.into() };
+        let handshake_error = |e: hyper::Error| ConnectFailed::new(e);
         let sender = match tls {
             None => {
                 let (sender, conn) =
@@ -382,12 +609,9 @@ impl H2Pool {
                 sender
             }
             Some((config, name)) => {
-                let stream = tls_handshake(config, name, stream, self.connect_timeout).await?;
+                let stream = tls_handshake(config, name, stream, connect_timeout).await?;
                 if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
-                    return Err(SendError::Connect {
-                        timed_out: false,
-                        error: "the upstream did not negotiate h2 (ALPN)".into(),
-                    });
+                    return Err(ConnectFailed::new("the upstream did not negotiate h2 (ALPN)"));
                 }
                 let (sender, conn) =
                     builder.handshake(TokioIo::new(stream)).await.map_err(handshake_error)?;
@@ -399,43 +623,18 @@ impl H2Pool {
                 sender
             }
         };
-        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        let mut conns = lock(&self.conns);
         conns.insert(key.clone(), (Arc::downgrade(endpoint), sender.clone()));
         Ok(sender)
     }
 
     /// Drops connections of endpoints that no table refers to any more.
-    pub(super) fn prune(&self) {
-        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-        conns.retain(|_, (state, sender)| state.strong_count() > 0 && !sender.is_closed());
+    fn prune(&self) {
+        lock(&self.conns).retain(|_, (state, sender)| state.strong_count() > 0 && !sender.is_closed());
     }
 }
 
-/// Where a request body waits until a connection polls it.
-#[derive(Clone)]
-pub(super) struct BodySlot(Arc<Mutex<Option<Incoming>>>, Option<u64>);
-
-impl BodySlot {
-    /// Wraps `body`: the returned slot can reclaim it while the returned body is unpolled.
-    /// `None` for a body that is already at its end (nothing to keep). A body longer than
-    /// `limit` bytes fails with [`BodyTooLarge`] once it passes the limit.
-    pub(super) fn new(body: Incoming, limit: Option<u64>) -> (Option<BodySlot>, UpstreamBody) {
-        if body.is_end_stream() {
-            return (None, UpstreamBody::empty());
-        }
-        let hint = body.size_hint();
-        let slot = BodySlot(Arc::new(Mutex::new(Some(body))), limit);
-        let upstream =
-            UpstreamBody { slot: Some(slot.clone()), body: None, hint, end: false, limit, seen: 0 };
-        (Some(slot), upstream)
-    }
-
-    /// Takes the body back if the upstream client never started sending it.
-    pub(super) fn reclaim(self) -> Option<(Option<BodySlot>, UpstreamBody)> {
-        let body = self.0.lock().unwrap_or_else(|p| p.into_inner()).take()?;
-        Some(BodySlot::new(body, self.1))
-    }
-}
+// === impl UpstreamBody ===
 
 /// The client's request body passed the route's size limit (`proxy-body-size`): 413.
 #[derive(Debug, thiserror::Error)]
@@ -443,26 +642,31 @@ impl BodySlot {
 pub(super) struct BodyTooLarge(u64);
 
 /// The request body sent upstream: the client's body, streamed frame by frame, never buffered.
-pub(super) struct UpstreamBody {
-    slot: Option<BodySlot>,
+pub(crate) struct UpstreamBody {
     body: Option<Incoming>,
-    hint: SizeHint,
-    end: bool,
     limit: Option<u64>,
     seen: u64,
 }
 
 impl UpstreamBody {
+    /// Streams `body`; one longer than `limit` bytes fails with [`BodyTooLarge`] once it passes
+    /// the limit.
+    pub(super) fn new(body: Incoming, limit: Option<u64>) -> Self {
+        if body.is_end_stream() {
+            return UpstreamBody::empty();
+        }
+        UpstreamBody { body: Some(body), limit, seen: 0 }
+    }
+
     /// An empty body.
     pub(super) fn empty() -> Self {
-        UpstreamBody {
-            slot: None,
-            body: None,
-            hint: SizeHint::with_exact(0),
-            end: true,
-            limit: None,
-            seen: 0,
-        }
+        UpstreamBody { body: None, limit: None, seen: 0 }
+    }
+}
+
+impl std::fmt::Debug for UpstreamBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamBody").field("limit", &self.limit).field("seen", &self.seen).finish()
     }
 }
 
@@ -475,16 +679,11 @@ impl Body for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        if let Some(slot) = this.slot.take() {
-            // First poll: from now on the body belongs to this connection.
-            this.body = slot.0.lock().unwrap_or_else(|p| p.into_inner()).take();
-        }
         let Some(body) = &mut this.body else { return Poll::Ready(None) };
-        let frame = match Pin::new(body).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => frame,
-            Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(Box::new(e)))),
-            Poll::Ready(None) => return Poll::Ready(None),
-            Poll::Pending => return Poll::Pending,
+        let frame = match ready!(Pin::new(body).poll_frame(cx)) {
+            Some(Ok(frame)) => frame,
+            Some(Err(e)) => return Poll::Ready(Some(Err(Box::new(e)))),
+            None => return Poll::Ready(None),
         };
         if let (Some(limit), Some(data)) = (this.limit, frame.data_ref()) {
             this.seen = this.seen.saturating_add(data.len() as u64);
@@ -496,16 +695,27 @@ impl Body for UpstreamBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        match &self.body {
-            Some(body) => body.is_end_stream(),
-            None => self.end,
-        }
+        self.body.as_ref().is_none_or(Body::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.body {
-            Some(body) => body.size_hint(),
-            None => self.hint,
-        }
+        self.body.as_ref().map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_hosts_become_endpoint_keys() {
+        let addr = |s: &str| EndpointKey::Addr(s.parse().unwrap_or_else(|e| panic!("{s}: {e}")));
+        assert_eq!(authority_key("127.0.0.1", Some(8080)), Some(addr("127.0.0.1:8080")));
+        assert_eq!(authority_key("[::1]", None), Some(addr("[::1]:80")));
+        assert_eq!(
+            authority_key("auth.example", Some(9000)),
+            Some(EndpointKey::Dns { host: "auth.example".into(), port: 9000 })
+        );
+        assert_eq!(authority_key("", None), None);
     }
 }

@@ -70,6 +70,9 @@ pub enum ProxyError {
     /// The client certificate did not verify.
     #[error("the client certificate is invalid")]
     ClientCertInvalid,
+    /// The client certificate's subject does not match the host's `auth-tls-match-cn`.
+    #[error("client certificate unauthorized")]
+    ClientCertUnauthorized,
     /// The host requires client certificates, but the connection was made for another name.
     #[error("the connection's TLS name does not cover this host's client certificate policy")]
     Misdirected,
@@ -85,6 +88,7 @@ impl ProxyError {
             | ProxyError::RateLimited(_)
             | ProxyError::ClientCertRequired
             | ProxyError::ClientCertInvalid
+            | ProxyError::ClientCertUnauthorized
             | ProxyError::Misdirected => ErrorSource::Downstream,
             ProxyError::NoRoute | ProxyError::BadUpstreamAddress | ProxyError::BadRewrite => {
                 ErrorSource::Internal
@@ -105,7 +109,7 @@ impl ProxyError {
                 StatusCode::BAD_REQUEST
             }
             ProxyError::Misdirected => StatusCode::MISDIRECTED_REQUEST,
-            ProxyError::Forbidden => StatusCode::FORBIDDEN,
+            ProxyError::Forbidden | ProxyError::ClientCertUnauthorized => StatusCode::FORBIDDEN,
             ProxyError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,

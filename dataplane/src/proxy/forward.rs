@@ -14,12 +14,13 @@
 //! - `X-Request-ID` is kept if present, else generated (32 hex characters).
 //!
 //! Retries (ingress-nginx `proxy-next-upstream: error timeout`, 3 tries): only connect errors and
-//! connect timeouts, where nothing was sent, go to another endpoint. The request body is kept
-//! for that by [`BodySlot`]; the head (method, headers) is cloned up front, and only when the
-//! backend has another endpoint to try. Errors after sending began are never retried.
+//! connect timeouts, where nothing was sent, go to another endpoint: the client connects before
+//! it takes the request, and hands it back (body unread) when connecting fails. Errors after
+//! sending began are never retried.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -33,17 +34,18 @@ use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
-use super::client::{BodySlot, BodyTooLarge, SendError, UpstreamBody};
+use super::client::{BodyTooLarge, ResponseBody, SendError, UpstreamBody};
 use super::error::{ProxyError, grpc_local_response, is_grpc, local_response};
-use super::{Compiled, Proxy, extauth, upgrade};
+use super::{Compiled, Proxy, ProxyConfig, extauth, upgrade};
+use crate::accesslog;
 use crate::auth;
 use crate::balance::Balancer;
 use crate::hashkey;
 use crate::model::ClientVerify;
-use crate::policy::{CompiledBalance, Verdict};
+use crate::policy::{CompiledBalance, Verdict, set_headers};
 
 /// The body of every response the proxy returns: the upstream's, streamed, or a small local one.
-pub(crate) type ProxyBody = Either<Incoming, Full<Bytes>>;
+pub(crate) type ProxyBody = Either<ResponseBody, Full<Bytes>>;
 
 /// `x-request-id`.
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -59,7 +61,7 @@ const SEC_WEBSOCKET_KEY: HeaderName = HeaderName::from_static("sec-websocket-key
 const SEC_WEBSOCKET_ACCEPT: HeaderName = HeaderName::from_static("sec-websocket-accept");
 
 /// Upper bound on [`super::ProxyConfig::connect_tries`] (the tried endpoints live on the stack).
-const MAX_TRIES: usize = 8;
+pub(super) const MAX_TRIES: usize = 8;
 
 /// What a connection knows once, reused by each of its requests.
 pub(super) struct ConnCtx {
@@ -73,6 +75,8 @@ pub(super) struct ConnCtx {
     pub(super) https: bool,
     /// The client certificate judged at the handshake, on connections to mTLS hosts.
     pub(super) client_cert: Option<crate::mtls::ClientCert>,
+    /// Requests served so far (counted only under `keep-alive-requests`).
+    pub(super) requests: AtomicU32,
 }
 
 const SSL_CLIENT_CERT: HeaderName = HeaderName::from_static("ssl-client-cert");
@@ -89,6 +93,7 @@ impl ConnCtx {
         let request_id = request_id(req.headers_mut());
         let grpc = is_grpc(req.headers());
         let state = self.proxy.inner.state.load_full();
+        let seen = self.before(&state.config, &mut req);
         let outcome = self.forward(&state, req, start, &request_id).await;
         let mut resp = match outcome {
             Ok(resp) => resp,
@@ -103,18 +108,21 @@ impl ConnCtx {
                     elapsed_ms = start.elapsed().as_millis() as u64,
                     "request answered locally"
                 );
-                if grpc {
-                    grpc_local_response(status, request_id)
+                let mut resp = if grpc {
+                    grpc_local_response(status, request_id.clone())
                 } else {
-                    local_response(status, request_id)
-                }
+                    local_response(status, request_id.clone())
+                };
+                set_headers(resp.headers_mut(), &state.config.response_headers);
+                resp
             }
         };
         if self.https
-            && let Some(hsts) = &self.proxy.inner.config.hsts
+            && let Some(hsts) = &state.config.hsts
         {
             resp.headers_mut().insert(STRICT_TRANSPORT_SECURITY, hsts.clone());
         }
+        self.after(&state, seen, &mut resp, start, &request_id);
         resp
     }
 
@@ -139,28 +147,34 @@ impl ConnCtx {
             .router
             .lookup(host.to_str().unwrap_or_default(), req.uri().path())
             .ok_or(ProxyError::NoRoute)?;
-        let Some((codes, pages)) = route.policy.as_deref().and_then(|p| p.custom_errors.as_ref()) else {
-            return self.forward_route(state, route, host, req, start, request_id).await;
-        };
-        // `custom-http-errors`: what the error page backend is told about the request.
-        let header = |name: HeaderName| req.headers().get(name).cloned();
-        let original = ErrorContext {
-            uri: req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned(),
-            format: header(http::header::ACCEPT),
-            origin: route.origin.clone(),
-            service: state.router.backend_ids().get(route.backend.0 as usize).cloned(),
-        };
+        // `custom-http-errors`: what the error page backend is told about the request (boxed:
+        // it waits across the exchange, and most routes have none).
+        let custom = route.policy.as_deref().and_then(|p| p.custom_errors.as_ref()).map(|(codes, pages)| {
+            let header = |name: HeaderName| req.headers().get(name).cloned();
+            let original = Box::new(ErrorContext {
+                uri: req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned(),
+                format: header(http::header::ACCEPT),
+                origin: route.origin.clone(),
+                service: state.router.backend_ids().get(route.backend.0 as usize).cloned(),
+            });
+            (codes, *pages, original)
+        });
+        // One call site: its future has one place in this one.
         let result = self.forward_route(state, route, host, req, start, request_id).await;
+        let Some((codes, pages, original)) = custom else {
+            return with_response_headers(&state.config, route, result);
+        };
         let status = match &result {
             Ok(resp) => resp.status(),
             Err(err) => err.status(),
         };
+        // Boxed, like every rare path: the request's future stays small.
         if codes.contains(&status.as_u16())
-            && let Some(page) = self.error_page(state, *pages, status, &original, request_id).await
+            && let Some(page) = Box::pin(self.error_page(state, pages, status, &original, request_id)).await
         {
-            return Ok(page);
+            return with_response_headers(&state.config, route, Ok(page));
         }
-        result
+        with_response_headers(&state.config, route, result)
     }
 
     /// Asks the error page backend for `GET /` about a request answered `status`; `None` when it
@@ -210,7 +224,7 @@ impl ConnCtx {
             }
         }
         headers.insert(X_REQUEST_ID, request_id.clone());
-        let timeout = self.proxy.inner.config.upstream_timeout;
+        let timeout = state.config.upstream_timeout;
         let sent = tokio::time::timeout(
             timeout,
             self.proxy.inner.clients.send(
@@ -219,6 +233,7 @@ impl ConnCtx {
                 balancer.tls(),
                 authority.host(),
                 req,
+                state.config.connect_timeout,
             ),
         );
         match sent.await {
@@ -241,14 +256,27 @@ impl ConnCtx {
         start: Instant,
         request_id: &HeaderValue,
     ) -> Result<Response<ProxyBody>, ProxyError> {
+        let config = &state.config;
+        let client = self.client(config, req.headers());
         // The HTTPS redirect comes first, as in ingress-nginx's locations.
-        if route.ssl_redirect && !self.https {
+        if route.ssl_redirect && !client.https {
             return Ok(self.https_redirect(&host, &req));
         }
+        if let Some(target) = route.policy.as_deref().and_then(|p| p.host_redirect.as_deref()) {
+            return Ok(self.host_redirect(target, &req, request_id));
+        }
 
-        let config = &self.proxy.inner.config;
         // mTLS first: the client certificate is part of the connection, checked before any policy.
-        self.client_auth(state, &host, req.headers_mut())?;
+        match self.client_auth(state, &host, req.headers_mut()) {
+            Ok(()) => {}
+            // `auth-tls-error-page`: a missing or invalid certificate is sent there instead.
+            Err((ProxyError::ClientCertRequired | ProxyError::ClientCertInvalid, Some(page))) => {
+                let mut resp = local_response(StatusCode::FOUND, request_id.clone());
+                resp.headers_mut().insert(LOCATION, page);
+                return Ok(resp);
+            }
+            Err((error, _)) => return Err(error),
+        }
 
         // --- route policy: what answers instead of forwarding ---
         let policy = route.policy.as_deref();
@@ -275,12 +303,12 @@ impl ConnCtx {
             return Ok(resp);
         }
         if let Some(limiter) = policy.and_then(|p| p.rate_limit.as_ref())
-            && !limiter.allow(self.peer.ip(), Instant::now())
+            && !limiter.allow(client.ip, Instant::now())
         {
             return Err(ProxyError::RateLimited(limiter.status));
         }
         if let Some(policy) = policy {
-            match policy.check(self.peer.ip(), req.uri().path()) {
+            match policy.check(client.ip, req.uri().path()) {
                 Some(Verdict::Redirect(code, location)) => {
                     let mut resp = local_response(code, request_id.clone());
                     resp.headers_mut().insert(LOCATION, location);
@@ -304,11 +332,12 @@ impl ConnCtx {
                     host: host.to_str().unwrap_or_default(),
                     method: req.method(),
                     request_uri: &request_uri,
-                    client: self.peer.ip(),
+                    client: client.ip,
                     headers: req.headers(),
                 };
                 let clients = &self.proxy.inner.clients;
-                match extauth::decide(clients, config.upstream_timeout, ext, &original, request_id).await {
+                let decision = extauth::decide(clients, config.upstream_timeout, ext, &original, request_id);
+                match Box::pin(decision).await {
                     extauth::Decision::Allow(copy) => {
                         for (name, value) in copy {
                             req.headers_mut().insert(name, value);
@@ -323,28 +352,44 @@ impl ConnCtx {
             }
         }
 
-        // A canary may take the request instead of the route's own backend.
+        let balance = policy.map_or(&CompiledBalance::RoundRobin, |p| &p.balance);
+        // The endpoint id the affinity cookie names, read once for the canary and the pick.
+        let session = match balance {
+            CompiledBalance::Cookie { name, .. } => {
+                hashkey::cookie(req.headers(), name).and_then(|v| u64::from_str_radix(v, 16).ok())
+            }
+            _ => None,
+        };
+        // A canary may take the request instead of the route's own backend; a session pinned by
+        // the affinity cookie to an endpoint of either stays there (`affinity-canary-behavior:
+        // sticky`, ingress-nginx's default).
         let backend = match policy.and_then(|p| p.canary.as_ref()) {
-            Some(canary) if canary.selects(req.headers(), rand::random()) => canary.backend,
-            _ => route.backend,
+            Some(canary) => {
+                let sticky = matches!(balance, CompiledBalance::Cookie { sticky_canary: true, .. });
+                let holds = |b: crate::router::BackendIdx, id: u64| {
+                    state.balancers.get(b.0 as usize).is_some_and(|bal| bal.by_id(id).is_some())
+                };
+                match session.filter(|_| sticky) {
+                    Some(id) if holds(route.backend, id) => route.backend,
+                    Some(id) if holds(canary.backend, id) => canary.backend,
+                    _ if canary.selects(req.headers(), rand::random()) => canary.backend,
+                    _ => route.backend,
+                }
+            }
+            None => route.backend,
         };
         let balancer: &Balancer = state.balancers.get(backend.0 as usize).ok_or(ProxyError::NoRoute)?;
         // How to pick the endpoint, decided from the request as the client sent it.
-        let balance = policy.map_or(&CompiledBalance::RoundRobin, |p| &p.balance);
         let pick = match balance {
             CompiledBalance::RoundRobin => Pick::RoundRobin,
             CompiledBalance::Ewma => Pick::Ewma,
             CompiledBalance::Hash(key) => Pick::Hash(key.hash(&hashkey::Request {
-                client: self.peer.ip(),
+                client: client.ip,
                 host: host.to_str().unwrap_or_default(),
                 request_uri: req.uri().path_and_query().map_or("/", |pq| pq.as_str()),
                 headers: req.headers(),
             })),
-            CompiledBalance::Cookie { name, .. } => Pick::Sticky(
-                hashkey::cookie(req.headers(), name)
-                    .and_then(|v| u64::from_str_radix(v, 16).ok())
-                    .and_then(|id| balancer.by_id(id)),
-            ),
+            CompiledBalance::Cookie { .. } => Pick::Sticky(session.and_then(|id| balancer.by_id(id))),
         };
         if balancer.is_empty() {
             return Err(ProxyError::NoEndpoints);
@@ -366,6 +411,8 @@ impl ConnCtx {
             *req.method_mut() = http::Method::GET;
         }
         let headers = req.headers_mut();
+        // Room for the headers set below, so the map grows (and rehashes) at most once.
+        headers.reserve(8);
         strip_hop_by_hop(headers, is_upgrade, h2);
         if is_upgrade {
             headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
@@ -380,9 +427,17 @@ impl ConnCtx {
             .insert(X_FORWARDED_PROTO, HeaderValue::from_static(if self.https { "https" } else { "http" }));
         headers.insert(X_FORWARDED_HOST, host.clone());
         headers.insert(X_FORWARDED_PORT, self.listener_port.clone());
+        if let Some(forwarded) = &client.forwarded {
+            forwarded.apply(headers);
+        }
+        if !config.upstream_keepalive && !h2 && !is_upgrade {
+            headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        }
         if let Some(prefix) = policy.and_then(|p| p.forwarded_prefix.clone()) {
             headers.insert(X_FORWARDED_PREFIX, prefix);
         }
+        // `proxy-set-headers` (translation refuses Host and the framing headers).
+        set_headers(headers, &config.upstream_headers);
         // `upstream-vhost` replaces the host the upstream sees (not `X-Forwarded-Host`).
         let host = policy.and_then(|p| p.upstream_host.clone()).unwrap_or(host);
         // The host we routed on is what the upstream sees: for HTTP/1.1 the Host header (the same
@@ -403,6 +458,18 @@ impl ConnCtx {
             Some(target) => PathAndQuery::try_from(target).map_err(|_| ProxyError::BadRewrite)?,
             None => parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
         };
+        // Origin-form for HTTP/1.1; for h2 the scheme and the host as `:authority`. The client
+        // connects to the endpoint, so the URI is the same whichever endpoint is tried.
+        parts.uri = match h2_authority {
+            Some(authority) => {
+                let mut uri = http::uri::Parts::default();
+                uri.scheme = Some(if protocol.is_tls() { Scheme::HTTPS } else { Scheme::HTTP });
+                uri.authority = Some(authority);
+                uri.path_and_query = Some(path_and_query);
+                Uri::from_parts(uri).map_err(|_| ProxyError::BadUpstreamAddress)?
+            }
+            None => Uri::from(path_and_query),
+        };
         let clients = &self.proxy.inner.clients;
         let tries_wanted = match policy.and_then(|p| p.connect_tries) {
             Some(0) => MAX_TRIES,
@@ -411,10 +478,9 @@ impl ConnCtx {
         };
         let max_tries = tries_wanted.clamp(1, balancer.endpoints().len().min(MAX_TRIES));
         let head_timeout = policy.and_then(|p| p.read_timeout).unwrap_or(config.upstream_timeout);
-        // The head is kept for a retry only when another endpoint could be tried.
-        let retry_head = (max_tries > 1).then(|| (parts.method.clone(), parts.headers.clone()));
-        let (mut slot, body) = BodySlot::new(body, body_limit);
-        let mut next = Some((parts, body));
+        let connect_timeout = policy.and_then(|p| p.connect_timeout).unwrap_or(config.connect_timeout);
+        // A connect error hands the request back, unsent, for the next endpoint.
+        let mut attempt = Request::from_parts(parts, UpstreamBody::new(body, body_limit));
         let (mut tried, mut tries) = ([usize::MAX; MAX_TRIES], 0);
 
         loop {
@@ -432,28 +498,23 @@ impl ConnCtx {
             tried[tries] = idx;
             tries += 1;
             let endpoint = &balancer.endpoints()[idx];
-            let Some((mut parts, body)) = next.take() else {
-                return Err(ProxyError::NoEndpoints);
-            };
-            let authority = match &h2_authority {
-                Some(host) => host.clone(),
-                None => endpoint.authority().ok_or(ProxyError::BadUpstreamAddress)?.clone(),
-            };
-            let mut uri = http::uri::Parts::default();
-            uri.scheme = Some(if protocol.is_tls() { Scheme::HTTPS } else { Scheme::HTTP });
-            uri.authority = Some(authority);
-            uri.path_and_query = Some(path_and_query.clone());
-            parts.uri = Uri::from_parts(uri).map_err(|_| ProxyError::BadUpstreamAddress)?;
-            let attempt = Request::from_parts(parts, body);
-            let started = Instant::now();
+            // For the debug log and the access log only: no clock read per request otherwise.
+            let started =
+                (config.access_log.is_some() || tracing::enabled!(tracing::Level::DEBUG)).then(Instant::now);
 
             // Latency is only measured where a route balances by it.
             let flight = matches!(pick, Pick::Ewma).then(|| endpoint.start());
-            let sent = tokio::time::timeout(
-                head_timeout,
-                clients.send(protocol, endpoint, balancer.tls(), host_str, attempt),
-            )
-            .await;
+            // Boxed: this future would otherwise be part of every enclosing one, each moved
+            // (copied whole) as the request's future is built and handed to hyper.
+            let exchange = Box::pin(clients.send(
+                protocol,
+                endpoint,
+                balancer.tls(),
+                host_str,
+                attempt,
+                connect_timeout,
+            ));
+            let sent = tokio::time::timeout(head_timeout, exchange).await;
             let (timed_out, error) = match sent {
                 Ok(Ok(resp)) => {
                     if let Some(flight) = flight {
@@ -469,11 +530,20 @@ impl ConnCtx {
                         upstream = %endpoint.key(),
                         tries,
                         status = status.as_u16(),
-                        upstream_ms = started.elapsed().as_millis() as u64,
+                        upstream_ms = started.map(|t| t.elapsed().as_millis() as u64),
                         elapsed_ms = start.elapsed().as_millis() as u64,
                         "proxied"
                     );
                     let mut resp = self.response(resp, downstream_upgrade, h2_websocket)?;
+                    if config.access_log.is_some() {
+                        resp.extensions_mut().insert(accesslog::Upstream {
+                            addr: endpoint.key().to_string(),
+                            status: status.as_u16(),
+                            elapsed: started.map(|t| t.elapsed()).unwrap_or_default(),
+                            backend: state.router.backend_ids().get(backend.0 as usize).cloned(),
+                            origin: route.origin.clone(),
+                        });
+                    }
                     if let Some((cors, origin)) = cors {
                         cors.add_headers(resp.headers_mut(), origin, false);
                     }
@@ -485,7 +555,10 @@ impl ConnCtx {
                     }
                     return Ok(resp);
                 }
-                Ok(Err(SendError::Connect { timed_out, error })) => (timed_out, error),
+                Ok(Err(SendError::Connect { timed_out, error, request })) => {
+                    attempt = *request;
+                    (timed_out, error)
+                }
                 Ok(Err(SendError::Request(error))) if is_body_too_large(&*error) => {
                     return Err(ProxyError::PayloadTooLarge);
                 }
@@ -494,27 +567,9 @@ impl ConnCtx {
             };
             endpoint.record_failure();
             tracing::debug!(upstream = %endpoint.key(), %error, timed_out, "upstream connect failed");
-            // Retry only if nothing was sent: connect failed and the body was never polled.
-            let reclaimed = match slot.take() {
-                Some(s) => s.reclaim(),
-                None => Some((None, UpstreamBody::empty())),
-            };
-            match (reclaimed, &retry_head) {
-                (Some((s, body)), Some((method, headers))) if tries < max_tries => {
-                    slot = s;
-                    let mut req = Request::new(body);
-                    *req.method_mut() = method.clone();
-                    *req.headers_mut() = headers.clone();
-                    *req.version_mut() = if h2 { Version::HTTP_2 } else { Version::HTTP_11 };
-                    next = Some(req.into_parts());
-                }
-                _ => {
-                    return Err(if timed_out {
-                        ProxyError::ConnectTimeout
-                    } else {
-                        ProxyError::Connect(error)
-                    });
-                }
+            // Nothing was sent: the request goes to the next endpoint, if there is one to try.
+            if tries >= max_tries {
+                return Err(if timed_out { ProxyError::ConnectTimeout } else { ProxyError::Connect(error) });
             }
         }
     }
@@ -526,15 +581,18 @@ impl ConnCtx {
 
     /// mTLS: the request's host decides the policy; the connection must have been made for that
     /// policy (its SNI), else 421; the result goes upstream in `ssl-client-*` headers, which a
-    /// client can never set itself.
+    /// client can never set itself. A failure comes with the policy's `auth-tls-error-page`.
     fn client_auth(
         &self,
         state: &Compiled,
         host: &HeaderValue,
         headers: &mut HeaderMap,
-    ) -> Result<(), ProxyError> {
-        for name in [SSL_CLIENT_CERT, SSL_CLIENT_VERIFY, SSL_CLIENT_SUBJECT_DN, SSL_CLIENT_ISSUER_DN] {
-            headers.remove(name);
+    ) -> Result<(), (ProxyError, Option<HeaderValue>)> {
+        // One pass over the names; removing four absent names would hash each of them.
+        if headers.keys().any(|name| name.as_str().starts_with("ssl-client-")) {
+            for name in [SSL_CLIENT_CERT, SSL_CLIENT_VERIFY, SSL_CLIENT_SUBJECT_DN, SSL_CLIENT_ISSUER_DN] {
+                headers.remove(name);
+            }
         }
         if !self.https || state.client_auth.is_empty() {
             return Ok(());
@@ -543,20 +601,26 @@ impl ConnCtx {
         let Some(policy) = state.client_auth.lookup(&name) else { return Ok(()) };
         let cert = match &self.client_cert {
             Some(cert) if cert.host == policy.host => cert,
-            _ => return Err(ProxyError::Misdirected),
+            _ => return Err((ProxyError::Misdirected, None)),
         };
-        match policy.verify {
-            ClientVerify::On if !cert.ok => {
-                return Err(if cert.presented {
-                    ProxyError::ClientCertInvalid
-                } else {
-                    ProxyError::ClientCertRequired
-                });
-            }
-            ClientVerify::Optional if cert.presented && !cert.ok => {
-                return Err(ProxyError::ClientCertInvalid);
-            }
-            _ => {}
+        let failed = match policy.verify {
+            ClientVerify::On if !cert.ok => Some(if cert.presented {
+                ProxyError::ClientCertInvalid
+            } else {
+                ProxyError::ClientCertRequired
+            }),
+            ClientVerify::Optional if cert.presented && !cert.ok => Some(ProxyError::ClientCertInvalid),
+            _ => None,
+        };
+        if let Some(error) = failed {
+            return Err((error, policy.error_page.clone()));
+        }
+        // `auth-tls-match-cn`, as ingress-nginx checks `$ssl_client_s_dn`: no certificate is an
+        // empty subject.
+        if let Some(re) = &policy.match_cn
+            && !re.is_match(cert.subject.as_ref().and_then(|s| s.to_str().ok()).unwrap_or_default())
+        {
+            return Err((ProxyError::ClientCertUnauthorized, None));
         }
         headers.insert(SSL_CLIENT_VERIFY, cert.verify.clone());
         if let Some(v) = &cert.subject {
@@ -569,6 +633,22 @@ impl ConnCtx {
             headers.insert(SSL_CLIENT_CERT, v.clone());
         }
         Ok(())
+    }
+
+    /// `from-to-www-redirect`: `308` to the same scheme and request URI on `target`.
+    fn host_redirect(
+        &self,
+        target: &str,
+        req: &Request<Incoming>,
+        request_id: &HeaderValue,
+    ) -> Response<ProxyBody> {
+        let uri = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+        let location = format!("{}://{target}{uri}", self.scheme());
+        let mut resp = local_response(StatusCode::PERMANENT_REDIRECT, request_id.clone());
+        if let Ok(location) = HeaderValue::from_str(&location) {
+            resp.headers_mut().insert(LOCATION, location);
+        }
+        resp
     }
 
     /// `308 Permanent Redirect` to the same host and path over HTTPS (the method and body are
@@ -605,7 +685,7 @@ impl ConnCtx {
     /// Prepares the upstream response for the client; on `101` splices the two connections.
     fn response(
         &self,
-        mut resp: Response<Incoming>,
+        mut resp: Response<ResponseBody>,
         downstream_upgrade: Option<hyper::upgrade::OnUpgrade>,
         h2_websocket: bool,
     ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -625,6 +705,170 @@ impl ConnCtx {
             resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("upgrade"));
         }
         Ok(resp.map(Either::Left))
+    }
+}
+
+/// `add-headers`, then the route's `custom-headers` (which win over them), set on an answer
+/// for `route`, replacing the upstream's headers of the same names (nginx's `more_set_headers`).
+fn with_response_headers(
+    config: &super::ProxyConfig,
+    route: &crate::router::CompiledRoute,
+    mut result: Result<Response<ProxyBody>, ProxyError>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    if let Ok(resp) = &mut result {
+        set_headers(resp.headers_mut(), &config.response_headers);
+        if let Some(policy) = route.policy.as_deref() {
+            set_headers(resp.headers_mut(), &policy.response_headers);
+        }
+    }
+    result
+}
+
+// === global settings ===
+
+/// What [`ConnCtx::before`] noted about a request for [`ConnCtx::after`].
+struct Seen {
+    http1: bool,
+    log: Option<accesslog::Captured>,
+}
+
+/// The client of one request, as far as the proxy believes.
+struct Client {
+    /// Its address: the connection's, or the one trusted proxies name.
+    ip: IpAddr,
+    /// Whether it reached the edge over HTTPS (a trusted `X-Forwarded-Proto` decides).
+    https: bool,
+    /// The `X-Forwarded-*` headers to send instead of the proxy's own.
+    forwarded: Option<Box<ForwardedHeaders>>,
+}
+
+/// `X-Forwarded-*` and `X-Real-IP` values under `use-forwarded-headers` / real-ip settings.
+struct ForwardedHeaders {
+    real_ip: HeaderValue,
+    xff: HeaderValue,
+    proto: Option<HeaderValue>,
+    host: Option<HeaderValue>,
+    port: Option<HeaderValue>,
+}
+
+impl ForwardedHeaders {
+    fn apply(&self, headers: &mut HeaderMap) {
+        headers.insert(X_FORWARDED_FOR, self.xff.clone());
+        headers.insert(X_REAL_IP, self.real_ip.clone());
+        for (name, value) in
+            [(X_FORWARDED_PROTO, &self.proto), (X_FORWARDED_HOST, &self.host), (X_FORWARDED_PORT, &self.port)]
+        {
+            if let Some(value) = value {
+                headers.insert(name, value.clone());
+            }
+        }
+    }
+}
+
+impl ConnCtx {
+    /// Settings applied before routing: headers with `_` dropped (nginx's default), what the
+    /// access log needs taken.
+    fn before(&self, config: &ProxyConfig, req: &mut Request<Incoming>) -> Seen {
+        if !config.underscores_in_headers {
+            drop_underscored(req.headers_mut());
+        }
+        let log = config
+            .access_log
+            .as_ref()
+            .map(|format| format.capture(req, self.client(config, req.headers()).ip));
+        Seen { http1: req.version() <= Version::HTTP_11, log }
+    }
+
+    /// Settings applied to the answer: `keep-alive-requests`, the access-log line.
+    fn after(
+        &self,
+        state: &Compiled,
+        seen: Seen,
+        resp: &mut Response<ProxyBody>,
+        start: Instant,
+        request_id: &HeaderValue,
+    ) {
+        if seen.http1
+            && let Some(max) = state.config.keepalive_requests
+            && resp.status() != StatusCode::SWITCHING_PROTOCOLS
+            && self.requests.fetch_add(1, Ordering::Relaxed).saturating_add(1) >= max
+        {
+            resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        if let (Some(format), Some(captured)) = (&state.config.access_log, seen.log) {
+            let upstream = resp.extensions_mut().remove::<accesslog::Upstream>();
+            let line = format.line(
+                &captured,
+                &accesslog::Outcome {
+                    peer: self.peer,
+                    https: self.https,
+                    listener_port: &self.listener_port,
+                    request_id,
+                    status: resp.status(),
+                    response_headers: resp.headers(),
+                    elapsed: start.elapsed(),
+                    upstream: upstream.as_ref(),
+                },
+            );
+            self.proxy.access_log().write(line);
+        }
+    }
+
+    /// The client: the connection's peer, unless trusted proxies name another
+    /// (`use-forwarded-headers`, `enable-real-ip`; with the PROXY protocol its address).
+    fn client(&self, config: &ProxyConfig, headers: &HeaderMap) -> Client {
+        let Some(real_ip) = &config.real_ip else {
+            return Client { ip: self.peer.ip(), https: self.https, forwarded: None };
+        };
+        let peer = self.peer.ip().to_canonical();
+        let ip = if config.proxy_protocol { peer } else { real_ip.client(peer, headers) };
+        let real = if ip == peer {
+            self.client_ip.clone()
+        } else {
+            HeaderValue::from_str(&ip.to_string()).unwrap_or_else(|_| self.client_ip.clone())
+        };
+        let trusted = |name: &HeaderName| {
+            if real_ip.trust_headers { headers.get(name).filter(|v| !v.is_empty()).cloned() } else { None }
+        };
+        // `compute-full-forwarded-for` (only with `use-forwarded-headers`, as in ingress-nginx):
+        // the incoming chain with the connection's client appended.
+        let xff = if real_ip.full_chain && real_ip.trust_headers {
+            full_chain(headers, &self.client_ip)
+        } else {
+            real.clone()
+        };
+        let proto = trusted(&X_FORWARDED_PROTO);
+        let host = trusted(&X_FORWARDED_HOST).and_then(|v| {
+            let first = v.to_str().ok()?.split(',').next()?.trim();
+            HeaderValue::from_str(first).ok().filter(|v| !v.is_empty())
+        });
+        let https = proto.as_ref().map_or(self.https, |p| p.as_bytes() != b"http");
+        let forwarded =
+            ForwardedHeaders { real_ip: real, xff, proto, host, port: trusted(&X_FORWARDED_PORT) };
+        Client { ip, https, forwarded: Some(Box::new(forwarded)) }
+    }
+}
+
+/// The incoming `X-Forwarded-For` lines and `client`, comma-separated.
+fn full_chain(headers: &HeaderMap, client: &HeaderValue) -> HeaderValue {
+    let mut chain = Vec::new();
+    for value in headers.get_all(X_FORWARDED_FOR).iter().filter(|v| !v.is_empty()) {
+        chain.extend_from_slice(value.as_bytes());
+        chain.extend_from_slice(b", ");
+    }
+    chain.extend_from_slice(client.as_bytes());
+    HeaderValue::from_bytes(&chain).unwrap_or_else(|_| client.clone())
+}
+
+/// Removes request headers whose names contain `_` (nginx's `underscores_in_headers off`, which
+/// ingress-nginx keeps by default: such names collide with `-` ones in CGI-style backends).
+fn drop_underscored(headers: &mut HeaderMap) {
+    if !headers.keys().any(|name| name.as_str().contains('_')) {
+        return;
+    }
+    let names: Vec<HeaderName> = headers.keys().filter(|n| n.as_str().contains('_')).cloned().collect();
+    for name in names {
+        headers.remove(name);
     }
 }
 
@@ -693,10 +937,16 @@ fn request_id(headers: &mut HeaderMap) -> HeaderValue {
     id
 }
 
-/// 32 lower-case hex characters from 128 random bits.
+/// 32 lower-case hex characters from 128 random bits, from a fast generator per thread (seeded
+/// from the OS): request IDs must not repeat, they need not be unguessable.
 fn new_request_id() -> HeaderValue {
+    use rand::{Rng, SeedableRng};
+    thread_local! {
+        static IDS: std::cell::RefCell<rand::rngs::SmallRng> =
+            std::cell::RefCell::new(rand::rngs::SmallRng::from_rng(&mut rand::rng()));
+    }
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bits: u128 = rand::random();
+    let bits: u128 = IDS.with(|rng| rng.borrow_mut().random());
     let mut buf = [0u8; 32];
     for (i, b) in buf.iter_mut().enumerate() {
         *b = HEX[((bits >> (124 - 4 * i)) & 0xf) as usize];
@@ -767,6 +1017,10 @@ pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
 /// Removes hop-by-hop headers; `keep_upgrade` keeps `Upgrade`, `keep_te_trailers` keeps
 /// `te: trailers` (gRPC over h2).
 fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_trailers: bool) {
+    // Usually there is none: one pass over the names instead of a lookup per header.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     // Headers named by Connection, other than the ones removed below anyway. Rare, so the Vec
     // only allocates when a client actually lists something.
     let listed: Vec<HeaderName> = connection_tokens(headers)

@@ -11,8 +11,9 @@
 //! - [`proxy_protocol`]: PROXY protocol v1/v2 headers on either listener.
 //! - `forward`: routing, header policy, retries, upstream errors.
 //! - `upgrade`: HTTP/1.1 `Upgrade` (WebSocket and others) splicing.
-//! - `client`: the upstream clients (HTTP/1.1 pool, h2c/h2-over-TLS multiplexed, HTTPS) and the
-//!   request body that survives connect errors.
+//! - `client`: the upstream clients (HTTP/1.1 and HTTPS with our own idle pools, h2c/h2-over-TLS
+//!   multiplexed), the request body handed back on connect errors and the response body that
+//!   returns its connection to the pool.
 //! - [`error`]: errors classified by where they came from, and the responses they become.
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -33,8 +34,10 @@ mod extauth;
 mod forward;
 pub mod proxy_protocol;
 mod server;
+mod settings;
 mod upgrade;
 
+pub(crate) use client::Http1Pool;
 pub use error::{ErrorSource, ProxyError};
 
 /// Tunables of a [`Proxy`]. `Default` gives ingress-nginx-like values.
@@ -69,6 +72,26 @@ pub struct ProxyConfig {
     pub https_redirect_port: u16,
     /// `Strict-Transport-Security` value added to every HTTPS response; `None`: no header.
     pub hsts: Option<http::HeaderValue>,
+    /// Where the client address comes from behind trusted proxies (`use-forwarded-headers`,
+    /// `enable-real-ip`); `None`: the connection's peer.
+    pub real_ip: Option<crate::realip::RealIp>,
+    /// How long a client connection may wait for its next request; `None`: the
+    /// `header_read_timeout` bounds it; zero: no keep-alive (one request per connection).
+    pub keepalive: Option<Duration>,
+    /// Requests served on one HTTP/1 client connection before it is closed; `None`: no limit.
+    pub keepalive_requests: Option<u32>,
+    /// Reuse upstream connections; when false every upstream request says `Connection: close`.
+    pub upstream_keepalive: bool,
+    /// Pass request headers with `_` in their names; nginx (and so weir) drops them by default.
+    pub underscores_in_headers: bool,
+    /// The access-log format (`log-format-upstream`); `None`: no access log.
+    pub access_log: Option<Arc<crate::accesslog::Format>>,
+    /// Where access-log lines go.
+    pub access_log_output: crate::accesslog::Output,
+    /// Headers set on every response (`add-headers`); a route's `custom-headers` win.
+    pub response_headers: crate::policy::HeaderList,
+    /// Headers set on every request sent upstream (`proxy-set-headers`).
+    pub upstream_headers: crate::policy::HeaderList,
 }
 
 impl Default for ProxyConfig {
@@ -90,6 +113,15 @@ impl Default for ProxyConfig {
             proxy_protocol: false,
             https_redirect_port: 443,
             hsts: None,
+            real_ip: None,
+            keepalive: None,
+            keepalive_requests: None,
+            upstream_keepalive: true,
+            underscores_in_headers: false,
+            access_log: None,
+            access_log_output: crate::accesslog::Output::Stdout,
+            response_headers: Vec::new(),
+            upstream_headers: Vec::new(),
         }
     }
 }
@@ -110,6 +142,10 @@ struct Inner {
     /// The self-signed certificate served when the table names no default one; generated when
     /// the first TLS listener starts.
     fallback_cert: OnceLock<Arc<rustls::sign::CertifiedKey>>,
+    /// The access-log writer, started with the first line.
+    access_log: OnceLock<crate::accesslog::Writer>,
+    /// Set once the task closing idle upstream connections runs (with the first listener).
+    sweeping: std::sync::atomic::AtomicBool,
 }
 
 /// Only touched by `publish`, serialized by its mutex.
@@ -117,6 +153,8 @@ struct Inner {
 struct Publisher {
     certs: CertCache,
     last_version: u64,
+    /// The TLS config of the last `ssl-protocols`, kept (with its session cache) while they stay.
+    tls: Option<(Vec<crate::model::TlsVersion>, Arc<rustls::ServerConfig>)>,
 }
 
 /// Everything a request needs, built together and swapped together.
@@ -131,6 +169,12 @@ struct Compiled {
     passthrough: PassIndex,
     /// Host → client certificate policy.
     client_auth: ClientAuthIndex,
+    /// The proxy's configuration with the table's settings applied.
+    config: ProxyConfig,
+    /// How client connections speak HTTP (keep-alive per `config`).
+    http: Arc<server::HttpBuilder>,
+    /// The TLS config offering the table's `ssl-protocols`; `None`: the listener's own.
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Picks the certificate of each handshake from the live table (so a publish rotates it), else
@@ -202,6 +246,9 @@ impl Proxy {
             certs: CertIndex::default(),
             passthrough: PassIndex::default(),
             client_auth: ClientAuthIndex::default(),
+            http: Arc::new(server::http_builder(&config)),
+            config: config.clone(),
+            tls: None,
         };
         Proxy {
             inner: Arc::new(Inner {
@@ -211,6 +258,8 @@ impl Proxy {
                 clients,
                 limiters: LimiterCache::default(),
                 fallback_cert: OnceLock::new(),
+                access_log: OnceLock::new(),
+                sweeping: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -230,6 +279,8 @@ impl Proxy {
         table: &RouteTable,
         changes: Option<&TableChanges>,
     ) -> Result<u64, CompileError> {
+        let config = self.inner.config.with_settings(&table.settings);
+        let http = Arc::new(server::http_builder(&config));
         // Serializes publishers (versions stay monotonic, registry updates don't interleave);
         // requests never take this lock.
         let mut publisher = self.inner.publisher.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -275,6 +326,7 @@ impl Proxy {
         } else {
             ClientAuthIndex::compile(table, &self.resolver())
         };
+        let tls = self.tls_config(&table.settings, &mut publisher);
         self.inner.state.store(Arc::new(Compiled {
             version,
             router,
@@ -282,10 +334,12 @@ impl Proxy {
             certs,
             passthrough,
             client_auth,
+            config,
+            http,
+            tls,
         }));
         drop(live);
-        self.inner.clients.h2c.prune();
-        self.inner.clients.prune_https();
+        self.inner.clients.prune();
         publisher.last_version = version;
         tracing::debug!(
             version,
@@ -294,6 +348,27 @@ impl Proxy {
             "published route table"
         );
         Ok(version)
+    }
+
+    /// Starts the task that closes upstream connections idle for longer than
+    /// [`ProxyConfig::pool_idle_timeout`] (once per proxy; it ends with the proxy).
+    fn start_pool_sweeper(&self) {
+        if self.inner.sweeping.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        // Idle connections close between the timeout and the timeout plus half of it.
+        let every = (self.inner.config.pool_idle_timeout / 2)
+            .clamp(Duration::from_millis(10), Duration::from_secs(10));
+        let inner = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = inner.upgrade() else { return };
+                inner.clients.sweep(&inner.state.load().balancers);
+            }
+        });
     }
 
     /// The live certificate resolver.

@@ -44,7 +44,7 @@ struct Conn {
     /// The socket peer (the balancer, behind a PROXY protocol balancer).
     peer: SocketAddr,
     listener_port: HeaderValue,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builder: Arc<HttpBuilder>,
     watcher: Watcher,
     failures: Arc<RateLimit>,
 }
@@ -54,7 +54,7 @@ struct Conn {
 impl Conn {
     /// Reads the PROXY protocol header when the listener expects one; returns the client.
     async fn client(&self, stream: &mut TcpStream) -> Result<SocketAddr, String> {
-        if !self.proxy.inner.config.proxy_protocol {
+        if !self.proxy.inner.state.load().config.proxy_protocol {
             return Ok(self.peer);
         }
         match proxy_protocol::read_header(stream).await {
@@ -72,6 +72,7 @@ impl Conn {
             listener_port: self.listener_port.clone(),
             https,
             client_cert,
+            requests: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
@@ -159,12 +160,8 @@ impl Proxy {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
         let local = listener.local_addr()?;
+        self.start_pool_sweeper();
         let listener_port = HeaderValue::from(local.port());
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder.http1().timer(TokioTimer::new()).header_read_timeout(self.inner.config.header_read_timeout);
-        // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
-        builder.http2().timer(TokioTimer::new()).enable_connect_protocol();
-        let builder = Arc::new(builder);
         let graceful = GracefulShutdown::new();
         let kind = if tls.is_some() { "https" } else { "http" };
         let failures = Arc::new(RateLimit::new(10));
@@ -193,7 +190,8 @@ impl Proxy {
                 proxy: self.clone(),
                 peer,
                 listener_port: listener_port.clone(),
-                builder: builder.clone(),
+                // The live table's keep-alive settings, for this connection's life.
+                builder: self.inner.state.load().http.clone(),
                 watcher: graceful.watcher(),
                 failures: failures.clone(),
             };
@@ -211,7 +209,8 @@ impl Proxy {
         drop(listener);
         let open = graceful.count();
         tracing::info!(%local, open, "draining");
-        match tokio::time::timeout(self.inner.config.drain_timeout, graceful.shutdown()).await {
+        let drain = self.inner.state.load().config.drain_timeout;
+        match tokio::time::timeout(drain, graceful.shutdown()).await {
             Ok(()) => tracing::info!(%local, "drained"),
             Err(_) => tracing::warn!(%local, "drain timeout: closing remaining connections"),
         }
@@ -219,13 +218,28 @@ impl Proxy {
     }
 }
 
+/// How client connections speak HTTP/1.1 and HTTP/2.
+pub(super) type HttpBuilder = auto::Builder<TokioExecutor>;
+
+/// The connection settings of `config`: the head read timeout, which also bounds how long an
+/// idle HTTP/1 connection waits for its next request (`keep-alive` sets it), keep-alive itself,
+/// and WebSockets over HTTP/2.
+pub(super) fn http_builder(config: &super::ProxyConfig) -> HttpBuilder {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let (idle, keep_alive) = match config.keepalive {
+        Some(idle) if idle.is_zero() => (config.header_read_timeout, false),
+        Some(idle) => (idle, true),
+        None => (config.header_read_timeout, true),
+    };
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(idle).keep_alive(keep_alive);
+    // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
+    builder.http2().timer(TokioTimer::new()).enable_connect_protocol();
+    builder
+}
+
 /// Serves HTTP on one established connection (plain or TLS), watched for graceful shutdown.
-async fn serve_http<S>(
-    builder: Arc<auto::Builder<TokioExecutor>>,
-    stream: S,
-    ctx: Arc<ConnCtx>,
-    watcher: Watcher,
-) where
+async fn serve_http<S>(builder: Arc<HttpBuilder>, stream: S, ctx: Arc<ConnCtx>, watcher: Watcher)
+where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let peer = ctx.peer;
@@ -285,11 +299,14 @@ async fn handshake(
         Some(sni) if !state.client_auth.is_empty() => state.client_auth.lookup(&sni).cloned(),
         _ => None,
     };
+    // `ssl-protocols` of the live table, if it sets them.
+    let versions = state.tls.clone();
     drop(state);
     let stream = Prefixed::new(record, stream);
-    let acceptor = match &auth {
-        Some(auth) => TlsAcceptor::from(auth.config.clone()),
-        None => tls.acceptor.clone(),
+    let acceptor = match (&auth, versions) {
+        (Some(auth), _) => TlsAcceptor::from(auth.config.clone()),
+        (None, Some(config)) => TlsAcceptor::from(config),
+        (None, None) => tls.acceptor.clone(),
     };
     let stream = acceptor.accept(stream).await.map_err(|e| format!("TLS handshake failed: {e}"))?;
     let cert = auth.map(|auth| Box::new(auth.judge(stream.get_ref().1.peer_certificates())));

@@ -16,13 +16,13 @@
 
 mod auth;
 mod protocol;
-mod values;
+pub(crate) mod values;
 
 pub(crate) use protocol::*;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use weir_dataplane::model::{
     Balance, BasicAuth, CookieAffinity, Cors, ExternalAuth, IpNet, ObjectRef, RateLimit, Redirect,
     RoutePolicy, SourceFilter,
@@ -45,8 +45,9 @@ pub enum Support {
     Refused(&'static str),
     /// Not supported yet: ignored with a warning.
     Unsupported,
-    /// Not supported yet, and ignoring it would expose what it protects: the Ingress's routes
-    /// deny every client until the annotation is removed.
+    /// Not supported yet, and ignoring it would expose what it protects: what it applies to
+    /// denies every client until it is removed. (No annotation is left in this state; global
+    /// settings such as `global-auth-url` are.)
     UnsupportedFailClosed,
 }
 
@@ -63,7 +64,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("permanent-redirect-code", Supported),
         ("temporal-redirect", Supported),
         ("temporal-redirect-code", Supported),
-        ("from-to-www-redirect", Unsupported),
+        ("from-to-www-redirect", Supported),
         ("rewrite-target", Supported),
         ("use-regex", Supported),
         ("x-forwarded-prefix", Supported),
@@ -84,9 +85,9 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("auth-tls-secret", Supported),
         ("auth-tls-verify-client", Supported),
         ("auth-tls-verify-depth", Supported),
-        ("auth-tls-error-page", Unsupported),
+        ("auth-tls-error-page", Supported),
         ("auth-tls-pass-certificate-to-upstream", Supported),
-        ("auth-tls-match-cn", UnsupportedFailClosed),
+        ("auth-tls-match-cn", Supported),
         ("proxy-ssl-secret", Supported),
         ("proxy-ssl-verify", Supported),
         ("proxy-ssl-verify-depth", Unsupported),
@@ -97,7 +98,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         // Limits and timeouts.
         ("proxy-body-size", Supported),
         ("client-body-buffer-size", Unsupported),
-        ("proxy-connect-timeout", Unsupported),
+        ("proxy-connect-timeout", Supported),
         ("proxy-read-timeout", Supported),
         ("proxy-send-timeout", Unsupported),
         ("proxy-next-upstream", Unsupported),
@@ -159,7 +160,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("canary-by-cookie", Supported),
         ("affinity", Supported),
         ("affinity-mode", Supported),
-        ("affinity-canary-behavior", Unsupported),
+        ("affinity-canary-behavior", Supported),
         ("session-cookie-name", Supported),
         ("session-cookie-path", Supported),
         ("session-cookie-domain", Supported),
@@ -168,19 +169,19 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("session-cookie-samesite", Supported),
         ("session-cookie-conditional-samesite-none", Unsupported),
         ("session-cookie-secure", Supported),
-        ("session-cookie-change-on-failure", Unsupported),
+        ("session-cookie-change-on-failure", Supported),
         ("load-balance", Supported),
         ("upstream-hash-by", Supported),
         ("upstream-hash-by-subset", Unsupported),
         ("upstream-hash-by-subset-size", Unsupported),
-        ("service-upstream", Unsupported),
+        ("service-upstream", Supported),
         ("mirror-target", Unsupported),
         ("mirror-host", Unsupported),
         ("mirror-request-body", Unsupported),
         // Responses.
         ("custom-http-errors", Supported),
         ("default-backend", Supported),
-        ("custom-headers", Unsupported),
+        ("custom-headers", Supported),
         ("disable-proxy-intercept-errors", Unsupported),
         ("http2-push-preload", Unsupported),
         // Observability.
@@ -225,6 +226,9 @@ pub(crate) struct Parsed {
     pub(crate) custom_errors: Option<(Vec<u16>, Option<String>)>,
     /// `server-alias`: more names for the Ingress's first host.
     pub(crate) server_aliases: Vec<weir_dataplane::model::HostMatch>,
+    /// `from-to-www-redirect`: the other name of each host (`www.` added or removed) answers
+    /// with a redirect to it.
+    pub(crate) from_to_www: bool,
     /// `canary: "true"`: the Ingress shadows the main Ingress's routes with these rules.
     pub(crate) canary: Option<CanarySpec>,
     /// `use-regex` or `rewrite-target`: every path of the Ingress's hosts is a case-insensitive
@@ -285,11 +289,21 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The objects annotations may name, and the settings that limit them.
+pub(crate) struct Refs<'a> {
+    /// Secrets (`auth-secret`).
+    pub(crate) secrets: &'a Objects<Secret>,
+    /// ConfigMaps (`custom-headers`).
+    pub(crate) config_maps: &'a Objects<ConfigMap>,
+    /// `global-allowed-response-headers`, when set (lower case).
+    pub(crate) allowed_response_headers: Option<&'a std::collections::BTreeSet<String>>,
+}
+
 /// Parses `ingress`'s annotations; every problem becomes a warning about it.
 pub(crate) fn parse(
     ingress: &ObjectRef,
     annotations: Option<&BTreeMap<String, String>>,
-    secrets: &Objects<Secret>,
+    refs: &Refs<'_>,
     warnings: &mut Warnings,
 ) -> Parsed {
     let mut parsed = Parsed::default();
@@ -328,7 +342,7 @@ pub(crate) fn parse(
         }
     }
 
-    let mut ctx = Ctx { ingress, reader: &reader, secrets, warnings };
+    let mut ctx = Ctx { ingress, reader: &reader, secrets: refs.secrets, warnings };
     parsed.policy.redirect = ctx.redirect();
     parsed.policy.app_root = ctx.value("app-root", values::app_root);
     parsed.policy.forwarded_prefix = ctx.value("x-forwarded-prefix", values::header_text);
@@ -338,6 +352,7 @@ pub(crate) fn parse(
     parsed.policy.rewrite_target = ctx.value("rewrite-target", values::rewrite_target);
     parsed.policy.cors = ctx.cors();
     parsed.policy.read_timeout_ms = ctx.value("proxy-read-timeout", values::timeout_ms);
+    parsed.policy.connect_timeout_ms = ctx.value("proxy-connect-timeout", values::timeout_ms);
     parsed.policy.connect_tries = ctx.value("proxy-next-upstream-tries", values::tries);
     parsed.policy.rate_limit = ctx.rate_limit();
     let (basic_auth, auth_failed) = ctx.basic_auth();
@@ -350,6 +365,8 @@ pub(crate) fn parse(
     parsed.canary = ctx.canary();
     parsed.policy.balance = ctx.balance();
     parsed.server_aliases = ctx.value("server-alias", values::host_list).unwrap_or_default();
+    parsed.from_to_www = ctx.value("from-to-www-redirect", values::boolean).unwrap_or(false);
+    parsed.policy.response_headers = ctx.custom_headers(refs);
     // weir streams bodies both ways and never spools them to disk: buffering settings are
     // validated and have nothing to change.
     let _ = ctx.value("proxy-buffering", values::on_off);
@@ -369,7 +386,7 @@ pub(crate) fn parse(
 }
 
 /// Networks covering every client, IPv4 and IPv6.
-fn deny_all() -> Vec<IpNet> {
+pub(crate) fn deny_all() -> Vec<IpNet> {
     ["0.0.0.0/0", "::/0"].iter().filter_map(|n| n.parse().ok()).collect()
 }
 
@@ -413,6 +430,49 @@ impl Ctx<'_, '_> {
             Reason::InvalidAnnotation,
             format!("metadata.annotations[{key}]: invalid value {raw:?}: {why}; {consequence}"),
         );
+    }
+
+    /// `custom-headers`: the headers of a ConfigMap in the Ingress's namespace, set on the
+    /// responses of its routes. A missing ConfigMap sets nothing; each unusable header (not
+    /// valid HTTP, a variable, a framing header, not in `global-allowed-response-headers` when
+    /// that is set) is reported and skipped.
+    fn custom_headers(&mut self, refs: &Refs<'_>) -> BTreeMap<String, String> {
+        let ingress = self.ingress;
+        let Some(name) = self.value("custom-headers", |v| {
+            let name = super::headers::configmap_ref(v, &ingress.namespace)?;
+            if name.namespace != ingress.namespace {
+                return Err(format!(
+                    "the ConfigMap must be in the Ingress's namespace {:?}, not {:?}",
+                    ingress.namespace, name.namespace
+                ));
+            }
+            Ok(name)
+        }) else {
+            return BTreeMap::new();
+        };
+        let Some((key, raw)) = self.reader.get("custom-headers") else { return BTreeMap::new() };
+        let Some(cm) = refs.config_maps.get(&name) else {
+            self.invalid(
+                key,
+                raw,
+                &format!("ConfigMap {name} not found"),
+                "no header is set until it exists",
+            );
+            return BTreeMap::new();
+        };
+        let (found, refused) = super::headers::read(
+            cm.data.as_ref().unwrap_or(&BTreeMap::new()),
+            super::headers::Direction::Response,
+            refs.allowed_response_headers,
+        );
+        for (header, why) in refused {
+            self.warnings.error(
+                self.ingress,
+                Reason::InvalidAnnotation,
+                format!("metadata.annotations[{key}]: ConfigMap {name}, header {header:?}: {why}; the header is skipped"),
+            );
+        }
+        found
     }
 
     /// `temporal-redirect` (302 unless `temporal-redirect-code`) wins over `permanent-redirect`
@@ -578,12 +638,26 @@ impl Ctx<'_, '_> {
             "session-cookie-expires",
             "session-cookie-samesite",
             "session-cookie-secure",
+            "session-cookie-change-on-failure",
+            "affinity-canary-behavior",
         ];
         if affinity.is_some() {
             let _mode = self.value("affinity-mode", |v| match v {
                 "balanced" | "persistent" => Ok(()),
                 _ => Err("expected balanced or persistent".to_string()),
             });
+            // weir always moves a session whose endpoint failed to the endpoint that answered
+            // (and says so in a new cookie): `true`'s behaviour. `false` would keep sending the
+            // session to an endpoint that just failed.
+            if self.value("session-cookie-change-on-failure", values::boolean) == Some(false)
+                && let Some((key, _)) = self.reader.get("session-cookie-change-on-failure")
+            {
+                self.warnings.warn(
+                    self.ingress,
+                    Reason::InvalidAnnotation,
+                    format!("metadata.annotations[{key}]: weir always moves a session whose endpoint failed to the endpoint that answered; \"false\" is not available"),
+                );
+            }
             return Balance::Cookie(CookieAffinity {
                 name: self
                     .value("session-cookie-name", values::header_name)
@@ -599,6 +673,13 @@ impl Ctx<'_, '_> {
                     _ => Err("expected None, Lax or Strict".to_string()),
                 }),
                 secure: self.value("session-cookie-secure", values::boolean).unwrap_or(false),
+                legacy_canary: self
+                    .value("affinity-canary-behavior", |v| match v {
+                        "sticky" => Ok(false),
+                        "legacy" => Ok(true),
+                        _ => Err("expected sticky or legacy".to_string()),
+                    })
+                    .unwrap_or(false),
             });
         }
         if self.reader.get("affinity").is_none() {

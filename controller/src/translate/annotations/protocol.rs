@@ -3,7 +3,7 @@
 //! the annotation's default applies.
 
 use k8s_openapi::api::networking::v1::Ingress;
-use weir_dataplane::model::{ClientVerify, ObjectRef, UpstreamProtocol, UpstreamTls};
+use weir_dataplane::model::{ClientAuth, ClientVerify, HostMatch, ObjectRef, UpstreamProtocol, UpstreamTls};
 
 use crate::translate::Snapshot;
 
@@ -39,6 +39,13 @@ pub(crate) const AUTH_TLS_VERIFY_DEPTH: &str = "nginx.ingress.kubernetes.io/auth
 /// `"true"`: forward the client certificate upstream in `ssl-client-cert`.
 pub(crate) const AUTH_TLS_PASS_CERTIFICATE: &str =
     "nginx.ingress.kubernetes.io/auth-tls-pass-certificate-to-upstream";
+
+/// `auth-tls-match-cn`: a regex the client certificate's subject must match.
+pub(crate) const AUTH_TLS_MATCH_CN: &str = "nginx.ingress.kubernetes.io/auth-tls-match-cn";
+/// `auth-tls-error-page`: where certificate failures are redirected.
+pub(crate) const AUTH_TLS_ERROR_PAGE: &str = "nginx.ingress.kubernetes.io/auth-tls-error-page";
+/// `service-upstream`: the Service's ClusterIP is the backend's one endpoint.
+pub(crate) const SERVICE_UPSTREAM: &str = "nginx.ingress.kubernetes.io/service-upstream";
 
 /// The annotation's value, if set: `key` is the `nginx.ingress.kubernetes.io/` name, and the
 /// same name under `weir.dev/` wins.
@@ -152,31 +159,21 @@ pub(crate) fn upstream_tls(
                 return None;
             }
         };
-        let ca = snapshot
-            .secrets
-            .get(&secret_ref)
-            .and_then(|s| s.data.as_ref())
-            .and_then(|d| d.get("ca.crt"))
-            .and_then(|b| String::from_utf8(b.0.clone()).ok())
-            .filter(|pem| pem.contains("-----BEGIN CERTIFICATE-----"));
-        if ca.is_none() {
-            let (reason, why) = match snapshot.secrets.get(&secret_ref) {
-                None => (Reason::SecretNotFound, "not found"),
-                Some(_) => (Reason::InvalidSecret, "has no PEM ca.crt"),
-            };
-            warnings.error(
-                object,
-                reason,
-                format!("metadata.annotations[{PROXY_SSL_SECRET}]: Secret {secret_ref} {why}; the system roots verify backends"),
-            );
-        }
-        ca
+        secret_ca(snapshot, &secret_ref)
+            .map_err(|(reason, why)| {
+                warnings.error(
+                    object,
+                    reason,
+                    format!("metadata.annotations[{PROXY_SSL_SECRET}]: Secret {secret_ref} {why}; the system roots verify backends"),
+                );
+            })
+            .ok()
     });
     UpstreamTls { ca_pem, server_name, insecure_skip_verify: !verify, no_sni: !sni }
 }
 
-/// The client certificate policy of an Ingress's hosts (`auth-tls-*`), if it asks for one:
-/// (CA PEM, verify mode, depth, pass certificate). A Secret that is missing or has no `ca.crt`
+/// The client certificate policy of an Ingress's hosts (`auth-tls-*`), if it asks for one, for
+/// host [`HostMatch::Any`] (the caller sets each host). A Secret that is missing or has no `ca.crt`
 /// is an error and the policy still applies with no usable CA (every request refused), so a
 /// mistake never opens a protected host.
 pub(crate) fn client_auth(
@@ -184,8 +181,24 @@ pub(crate) fn client_auth(
     object: &ObjectRef,
     snapshot: &Snapshot,
     warnings: &mut Warnings,
-) -> Option<(String, ClientVerify, u8, bool)> {
-    let value = get(ingress, AUTH_TLS_SECRET).filter(|v| !v.is_empty())?;
+) -> Option<ClientAuth> {
+    let Some(value) = get(ingress, AUTH_TLS_SECRET).filter(|v| !v.is_empty()) else {
+        let dependent = [
+            AUTH_TLS_VERIFY_CLIENT,
+            AUTH_TLS_VERIFY_DEPTH,
+            AUTH_TLS_PASS_CERTIFICATE,
+            AUTH_TLS_MATCH_CN,
+            AUTH_TLS_ERROR_PAGE,
+        ];
+        for key in dependent.into_iter().filter(|key| get(ingress, key).is_some()) {
+            warnings.warn(
+                object,
+                Reason::InvalidAnnotation,
+                format!("metadata.annotations[{key}]: has no effect without {AUTH_TLS_SECRET}"),
+            );
+        }
+        return None;
+    };
     let verify = match get(ingress, AUTH_TLS_VERIFY_CLIENT).map(str::to_ascii_lowercase).as_deref() {
         None | Some("on") => ClientVerify::On,
         Some("optional") => ClientVerify::Optional,
@@ -219,20 +232,9 @@ pub(crate) fn client_auth(
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() => ObjectRef::new(ns, name),
         _ => ObjectRef::new(object.namespace.clone(), value),
     };
-    let ca = snapshot
-        .secrets
-        .get(&secret_ref)
-        .and_then(|s| s.data.as_ref())
-        .and_then(|d| d.get("ca.crt"))
-        .and_then(|b| String::from_utf8(b.0.clone()).ok())
-        .filter(|pem| pem.contains("-----BEGIN CERTIFICATE-----"));
-    let ca = match ca {
-        Some(ca) => ca,
-        None => {
-            let (reason, why) = match snapshot.secrets.get(&secret_ref) {
-                None => (Reason::SecretNotFound, "not found"),
-                Some(_) => (Reason::InvalidSecret, "has no PEM ca.crt"),
-            };
+    let ca = match secret_ca(snapshot, &secret_ref) {
+        Ok(ca) => ca,
+        Err((reason, why)) => {
             warnings.error(
                 object,
                 reason,
@@ -241,5 +243,61 @@ pub(crate) fn client_auth(
             String::new()
         }
     };
-    Some((ca, verify, depth, pass))
+    // `auth-tls-match-cn` protects: a value that cannot be used matches no client (403 for
+    // all), never every client.
+    let match_cn = get(ingress, AUTH_TLS_MATCH_CN).map(|value| match super::values::regex(value) {
+        Ok(re) => {
+            if !re.contains("CN=") {
+                warnings.warn(
+                    object,
+                    Reason::InvalidAnnotation,
+                    format!("metadata.annotations[{AUTH_TLS_MATCH_CN}]: {value:?} does not mention CN=; it is matched against the whole subject DN"),
+                );
+            }
+            re
+        }
+        Err(why) => {
+            warnings.error(
+                object,
+                Reason::InvalidAnnotation,
+                format!("metadata.annotations[{AUTH_TLS_MATCH_CN}]: invalid value {value:?}: {why}; no client certificate matches (403) until it is fixed"),
+            );
+            NO_MATCH.to_string()
+        }
+    });
+    let error_page = get(ingress, AUTH_TLS_ERROR_PAGE).and_then(|value| match super::values::redirect_url(value) {
+        Ok(url) => Some(url),
+        Err(why) => {
+            warnings.error(
+                object,
+                Reason::InvalidAnnotation,
+                format!("metadata.annotations[{AUTH_TLS_ERROR_PAGE}]: invalid value {value:?}: {why}; ignored (certificate failures answer 400)"),
+            );
+            None
+        }
+    });
+    Some(ClientAuth {
+        host: HostMatch::Any,
+        ca_pem: ca,
+        verify,
+        depth,
+        pass_certificate: pass,
+        match_cn,
+        error_page,
+    })
 }
+
+/// The PEM `ca.crt` of a Secret, or why there is none (the warning's reason and wording).
+fn secret_ca(snapshot: &Snapshot, secret: &ObjectRef) -> Result<String, (Reason, &'static str)> {
+    let Some(found) = snapshot.secrets.get(secret) else { return Err((Reason::SecretNotFound, "not found")) };
+    found
+        .data
+        .as_ref()
+        .and_then(|d| d.get("ca.crt"))
+        .and_then(|b| String::from_utf8(b.0.clone()).ok())
+        .filter(|pem| pem.contains("-----BEGIN CERTIFICATE-----"))
+        .ok_or((Reason::InvalidSecret, "has no PEM ca.crt"))
+}
+
+/// A regex no string matches.
+const NO_MATCH: &str = r"[^\s\S]";

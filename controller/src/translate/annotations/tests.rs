@@ -8,7 +8,10 @@ use crate::translate::warnings::{Severity, Warning};
 fn parse_all(pairs: &[(&str, &str)]) -> (RoutePolicy, Vec<Warning>) {
     let map: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let mut warnings = Warnings::default();
-    let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &secrets(), &mut warnings);
+    let secrets = secrets();
+    let config_maps = config_maps();
+    let refs = Refs { secrets: &secrets, config_maps: &config_maps, allowed_response_headers: None };
+    let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &refs, &mut warnings);
     (parsed.policy, warnings.finish())
 }
 
@@ -27,6 +30,13 @@ fn secrets() -> crate::translate::Objects<k8s_openapi::api::core::v1::Secret> {
         (ObjectRef::new("ns", "users"), secret(&[("carol", "{SHA}5en6G6MezRroT3XKqkdPOmY/BfQ=")])),
     ]))
 }
+
+fn refs(secrets: &crate::translate::Objects<k8s_openapi::api::core::v1::Secret>) -> Refs<'_> {
+    Refs { secrets, config_maps: &EMPTY_CONFIG_MAPS, allowed_response_headers: None }
+}
+
+static EMPTY_CONFIG_MAPS: crate::translate::Objects<k8s_openapi::api::core::v1::ConfigMap> =
+    crate::translate::Objects::new();
 
 fn nginx(name: &str) -> String {
     format!("{NGINX_PREFIX}{name}")
@@ -159,11 +169,12 @@ fn snippets_refused_unsupported_warned_unknown_warned() {
 }
 
 #[test]
-fn unsupported_auth_fails_closed() {
+fn client_certificate_annotations_do_not_close_the_routes() {
+    // auth-tls-match-cn is applied per host by the TLS layer (see tls-client-auth's golden
+    // fixture), not by the route's source filter.
     let (p, w) = parse_all(&[(&nginx("auth-tls-match-cn"), "CN=admin")]);
-    assert!(!p.source.permits("127.0.0.1".parse().unwrap()));
-    assert_eq!(reasons(&w), [(Severity::Error, Reason::UnsupportedAnnotation)]);
-    assert!(w[0].message.contains("deny every client"), "{}", w[0].message);
+    assert!(p.source.permits("127.0.0.1".parse().unwrap()));
+    assert!(w.is_empty(), "{w:?}");
 }
 
 #[test]
@@ -254,6 +265,13 @@ fn timeouts_and_tries() {
     let (p, w) = one("proxy-read-timeout", "forever");
     assert_eq!(p.read_timeout_ms, None);
     assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+    let (p, w) = one("proxy-connect-timeout", "500ms");
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(p.connect_timeout_ms, Some(500));
+    assert_eq!(one("proxy-connect-timeout", "15").0.connect_timeout_ms, Some(15_000));
+    let (p, w) = one("proxy-connect-timeout", "0");
+    assert_eq!(p.connect_timeout_ms, None);
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
 }
 
 #[test]
@@ -317,7 +335,7 @@ fn canary_rules() {
     .map(|(k, v)| (k, v.to_string()))
     .collect();
     let mut warnings = Warnings::default();
-    let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &secrets(), &mut warnings);
+    let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &refs(&secrets()), &mut warnings);
     assert!(warnings.finish().is_empty());
     let canary = parsed.canary.unwrap().with_backend("ns/v2:80".parse().unwrap());
     assert_eq!((canary.weight, canary.weight_total), (30, 1000));
@@ -360,6 +378,26 @@ fn balancing() {
     }
     let (_, w) = one("session-cookie-name", "x");
     assert!(w[0].message.contains("no effect without affinity"), "{}", w[0].message);
+
+    // session-cookie-change-on-failure: weir always re-pins; "false" is warned, junk rejected.
+    let change = |v: &str| {
+        parse_all(&[(&nginx("affinity"), "cookie"), (&nginx("session-cookie-change-on-failure"), v)]).1
+    };
+    assert!(change("true").is_empty());
+    assert_eq!(reasons(&change("false")), [(Severity::Warning, Reason::InvalidAnnotation)]);
+    assert_eq!(reasons(&change("sometimes")), [(Severity::Error, Reason::InvalidAnnotation)]);
+
+    // affinity-canary-behavior: sticky (default) or legacy.
+    let canary =
+        |v: &str| parse_all(&[(&nginx("affinity"), "cookie"), (&nginx("affinity-canary-behavior"), v)]);
+    let legacy = |p: &RoutePolicy| matches!(&p.balance, Balance::Cookie(c) if c.legacy_canary);
+    assert!(legacy(&canary("legacy").0) && canary("legacy").1.is_empty());
+    assert!(!legacy(&canary("sticky").0) && canary("sticky").1.is_empty());
+    let (p, w) = canary("always");
+    assert!(!legacy(&p));
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+    let (_, w) = one("affinity-canary-behavior", "legacy");
+    assert!(w[0].message.contains("no effect without affinity"), "{}", w[0].message);
 }
 
 #[test]
@@ -370,7 +408,7 @@ fn custom_errors() {
             .map(|(k, v)| (k, v.to_string()))
             .collect();
     let mut warnings = Warnings::default();
-    let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &secrets(), &mut warnings);
+    let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &refs(&secrets()), &mut warnings);
     assert!(warnings.finish().is_empty());
     assert_eq!(parsed.custom_errors, Some((vec![404, 503], Some("error-pages".to_string()))));
     let (_, w) = one("custom-http-errors", "404,302");
@@ -385,11 +423,84 @@ fn aliases_and_buffering() {
             .map(|(k, v)| (k, v.to_string()))
             .collect();
     let mut warnings = Warnings::default();
-    let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &secrets(), &mut warnings);
+    let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &refs(&secrets()), &mut warnings);
     assert!(warnings.finish().is_empty());
     assert_eq!(parsed.server_aliases.len(), 2);
     for (name, bad) in [("server-alias", "not a host!"), ("server-alias", "*"), ("proxy-buffering", "yes")] {
         let (_, w) = one(name, bad);
         assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)], "{name}: {bad}");
     }
+}
+
+/// ConfigMaps: `ns/hdrs` (custom headers, one with a variable) and `other/hdrs`.
+fn config_maps() -> crate::translate::Objects<k8s_openapi::api::core::v1::ConfigMap> {
+    let cm = |pairs: &[(&str, &str)]| k8s_openapi::api::core::v1::ConfigMap {
+        data: Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        ..Default::default()
+    };
+    [
+        (
+            ObjectRef::new("ns", "hdrs"),
+            cm(&[("X-Frame-Options", "DENY"), ("X-Id", "$request_id"), ("Content-Length", "1")]),
+        ),
+        (ObjectRef::new("other", "hdrs"), cm(&[("X-A", "1")])),
+    ]
+    .into_iter()
+    .collect()
+}
+
+#[test]
+fn custom_headers_accepted_and_rejected() {
+    // The valid header is set; the variable and the framing header are each reported and skipped.
+    let (p, w) = one("custom-headers", "ns/hdrs");
+    assert_eq!(p.response_headers, BTreeMap::from([("x-frame-options".into(), "DENY".into())]));
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation); 2]);
+    let key = nginx("custom-headers");
+    let messages: Vec<&str> = w.iter().map(|w| w.message.as_str()).collect();
+    assert!(
+        messages.iter().any(|m| m.starts_with(&format!(
+            "metadata.annotations[{key}]: ConfigMap ns/hdrs, header \"X-Id\": nginx variables"
+        ))),
+        "{messages:?}"
+    );
+    assert!(
+        messages.iter().any(|m| m.contains("\"Content-Length\": a connection or framing header")),
+        "{messages:?}"
+    );
+    // The bare name is in the Ingress's namespace; weir's prefix works too.
+    let (p, _) = parse_all(&[(&format!("{WEIR_PREFIX}custom-headers"), "hdrs")]);
+    assert_eq!(p.response_headers.len(), 1);
+
+    // Missing ConfigMap: an error, and the other annotations still apply.
+    let (p, w) = parse_all(&[(&key, "ns/nope"), (&nginx("proxy-body-size"), "1k")]);
+    assert!(p.response_headers.is_empty());
+    assert_eq!(p.max_body_bytes, Some(1024));
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
+    assert!(w[0].message.contains("ConfigMap ns/nope not found"), "{}", w[0].message);
+
+    // Another namespace's ConfigMap is refused, as Secrets are.
+    let (p, w) = one("custom-headers", "other/hdrs");
+    assert!(p.response_headers.is_empty());
+    assert!(w[0].message.contains("must be in the Ingress's namespace"), "{}", w[0].message);
+    let (_, w) = one("custom-headers", "a/b/c");
+    assert!(w[0].message.contains("invalid value"), "{}", w[0].message);
+}
+
+#[test]
+fn custom_headers_limited_by_global_allowed_response_headers() {
+    let map = BTreeMap::from([(nginx("custom-headers"), "hdrs".to_string())]);
+    let (secrets, config_maps) = (secrets(), config_maps());
+    let allowed = std::collections::BTreeSet::from(["x-other".to_string()]);
+    let refs =
+        Refs { secrets: &secrets, config_maps: &config_maps, allowed_response_headers: Some(&allowed) };
+    let mut warnings = Warnings::default();
+    let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &refs, &mut warnings);
+    assert!(parsed.policy.response_headers.is_empty());
+    let w = warnings.finish();
+    assert!(
+        w.iter().any(|w| w
+            .message
+            .contains("\"X-Frame-Options\": not listed in the global-allowed-response-headers")),
+        "{w:?}"
+    );
 }

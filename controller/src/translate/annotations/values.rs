@@ -17,7 +17,7 @@ pub(super) fn redirect_url(s: &str) -> Result<String, String> {
 }
 
 /// A boolean as ingress-nginx (Go's `strconv.ParseBool`) reads it.
-pub(super) fn boolean(s: &str) -> Result<bool, String> {
+pub(crate) fn boolean(s: &str) -> Result<bool, String> {
     match s {
         "true" | "True" | "TRUE" | "t" | "T" | "1" => Ok(true),
         "false" | "False" | "FALSE" | "f" | "F" | "0" => Ok(false),
@@ -103,7 +103,7 @@ fn token_list(s: &str, ok: impl Fn(u8) -> bool, what: &str) -> Result<String, St
 }
 
 /// A positive whole number (a rate or a multiplier).
-pub(super) fn rate(s: &str) -> Result<u32, String> {
+pub(crate) fn rate(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
         Ok(n) if n > 0 => Ok(n),
         _ => Err("expected a whole number greater than 0".into()),
@@ -116,7 +116,7 @@ pub(super) fn seconds(s: &str) -> Result<u32, String> {
 }
 
 /// An nginx timeout: seconds (`60`), or with a unit (`500ms`, `30s`, `5m`, `1h`); 1 ms to 1 day.
-pub(super) fn timeout_ms(s: &str) -> Result<u64, String> {
+pub(crate) fn timeout_ms(s: &str) -> Result<u64, String> {
     let err = || "expected seconds (60) or a duration such as 500ms, 30s, 5m".to_string();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(split);
@@ -136,7 +136,7 @@ pub(super) fn timeout_ms(s: &str) -> Result<u64, String> {
 }
 
 /// `proxy-next-upstream-tries`: a whole number, `0` for every endpoint.
-pub(super) fn tries(s: &str) -> Result<u32, String> {
+pub(crate) fn tries(s: &str) -> Result<u32, String> {
     s.parse().map_err(|_| "expected a whole number (0 for every endpoint)".to_string())
 }
 
@@ -193,7 +193,7 @@ pub(super) fn method(s: &str) -> Result<String, String> {
 }
 
 /// A header (or cookie) name: letters, digits, `-` and `_`.
-pub(super) fn header_name(s: &str) -> Result<String, String> {
+pub(crate) fn header_name(s: &str) -> Result<String, String> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
         return Err("expected a name of letters, digits, - and _".into());
     }
@@ -241,7 +241,7 @@ pub(super) fn status_codes(s: &str) -> Result<Vec<u16>, String> {
 }
 
 /// `on` or `off`.
-pub(super) fn on_off(s: &str) -> Result<bool, String> {
+pub(crate) fn on_off(s: &str) -> Result<bool, String> {
     match s {
         "on" => Ok(true),
         "off" => Ok(false),
@@ -325,7 +325,7 @@ pub(super) fn host_and_port(s: &str) -> Result<String, String> {
 }
 
 /// An nginx size: bytes, or a number with `k`, `m` or `g` (either case); `0` is unlimited.
-pub(super) fn size(s: &str) -> Result<u64, String> {
+pub(crate) fn size(s: &str) -> Result<u64, String> {
     let err = || "expected a size like 8m, 512k, 1g or 1048576 (0 for no limit)".to_string();
     let (digits, unit) = match s.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], Some(c.to_ascii_lowercase())),
@@ -346,7 +346,7 @@ pub(super) fn size(s: &str) -> Result<u64, String> {
 }
 
 /// A comma-separated list of CIDRs or addresses (`10.0.0.0/8, 192.168.1.1`); all must be valid.
-pub(super) fn cidr_list(s: &str) -> Result<Vec<IpNet>, String> {
+pub(crate) fn cidr_list(s: &str) -> Result<Vec<IpNet>, String> {
     let mut nets = Vec::new();
     for item in s.split(',').map(str::trim) {
         if item.is_empty() {

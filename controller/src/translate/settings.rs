@@ -1,0 +1,870 @@
+//! The settings ConfigMap: ingress-nginx's global keys, parsed into typed [`Settings`] for the
+//! dataplane and route policy defaults for translation. Never an injection surface: every value
+//! is parsed into a type, and the snippet keys that pasted raw nginx configuration are refused.
+//!
+//! Every key is accounted for, as annotations are (`annotations::CATALOGUE`):
+//! - supported: parsed; an invalid value is an error naming the key, the value and the reason,
+//!   and that key keeps its default while the others apply;
+//! - refused (snippets, Lua): an error saying why;
+//! - not supported yet: a warning; where ignoring it would open access (global authentication,
+//!   client blocklists), every route denies every client (403) until it is removed;
+//! - unknown (a typo): a warning.
+//!
+//! [`CATALOGUE`] is the one list of keys; `docs/migrating-from-ingress-nginx.md` is checked
+//! against it by a test. Precedence: an annotation beats the ConfigMap, which beats weir's
+//! command-line flags, which beat the built-in defaults.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+
+use weir_dataplane::accesslog::Template;
+use weir_dataplane::model::{
+    Forwarded, Hsts, IpNet, LogField, ObjectRef, RoutePolicy, Settings, SourceFilter, TlsVersion,
+};
+
+use super::annotations::{Support, deny_all, values};
+use super::headers::{self, Direction};
+use super::warnings::{ObjectKind, Reason, Warnings};
+use super::{Objects, Snapshot, TranslateConfig};
+
+const SNIPPET: &str = "raw nginx configuration is an injection surface (CVE-2021-25742; the injections behind CVE-2025-1974 are of the same kind); use the typed settings and annotations instead";
+const LUA: &str = "weir runs no Lua";
+
+/// Every ConfigMap key ingress-nginx documents, with what weir does with it.
+pub const CATALOGUE: &[(&str, Support)] = {
+    use Support::*;
+    &[
+        // Client address and forwarded headers.
+        ("use-forwarded-headers", Supported),
+        ("enable-real-ip", Supported),
+        ("forwarded-for-header", Supported),
+        ("compute-full-forwarded-for", Supported),
+        ("proxy-real-ip-cidr", Supported),
+        ("use-proxy-protocol", Supported),
+        ("proxy-protocol-header-timeout", Unsupported),
+        ("proxy-add-original-uri-header", Unsupported),
+        ("generate-request-id", Supported),
+        // TLS.
+        ("hsts", Supported),
+        ("hsts-max-age", Supported),
+        ("hsts-include-subdomains", Supported),
+        ("hsts-preload", Supported),
+        ("ssl-protocols", Supported),
+        ("ssl-redirect", Supported),
+        ("force-ssl-redirect", Supported),
+        ("http-redirect-code", Supported),
+        ("no-tls-redirect-locations", Unsupported),
+        ("ssl-ciphers", Unsupported),
+        ("ssl-ecdh-curve", Unsupported),
+        ("ssl-dh-param", Unsupported),
+        ("ssl-early-data", Unsupported),
+        ("ssl-session-cache", Unsupported),
+        ("ssl-session-cache-size", Unsupported),
+        ("ssl-session-tickets", Unsupported),
+        ("ssl-session-ticket-key", Unsupported),
+        ("ssl-session-timeout", Unsupported),
+        ("ssl-buffer-size", Unsupported),
+        ("ssl-reject-handshake", Unsupported),
+        ("enable-ocsp", Unsupported),
+        ("proxy-ssl-location-only", Unsupported),
+        // Client connections.
+        ("keep-alive", Supported),
+        ("keep-alive-requests", Supported),
+        ("worker-shutdown-timeout", Supported),
+        ("enable-underscores-in-headers", Supported),
+        ("ignore-invalid-headers", Unsupported),
+        ("use-http2", Supported),
+        ("http2-max-concurrent-streams", Unsupported),
+        ("http2-max-field-size", Unsupported),
+        ("http2-max-header-size", Unsupported),
+        ("http2-max-requests", Unsupported),
+        ("client-header-buffer-size", Unsupported),
+        ("client-header-timeout", Unsupported),
+        ("client-body-buffer-size", Unsupported),
+        ("client-body-timeout", Unsupported),
+        ("large-client-header-buffers", Unsupported),
+        ("server-tokens", Supported),
+        // Upstreams: route defaults and connections.
+        ("proxy-body-size", Supported),
+        ("proxy-read-timeout", Supported),
+        ("proxy-next-upstream-tries", Supported),
+        ("proxy-connect-timeout", Supported),
+        ("proxy-send-timeout", Unsupported),
+        ("proxy-next-upstream", Unsupported),
+        ("proxy-next-upstream-timeout", Unsupported),
+        ("retry-non-idempotent", Unsupported),
+        ("proxy-buffering", Supported),
+        ("proxy-request-buffering", Supported),
+        ("proxy-buffer-size", Unsupported),
+        ("proxy-buffers-number", Unsupported),
+        ("proxy-max-temp-file-size", Unsupported),
+        ("proxy-http-version", Unsupported),
+        ("proxy-cookie-domain", Unsupported),
+        ("proxy-cookie-path", Unsupported),
+        ("proxy-redirect-from", Unsupported),
+        ("proxy-redirect-to", Unsupported),
+        ("proxy-set-headers", Supported),
+        ("add-headers", Supported),
+        ("global-allowed-response-headers", Supported),
+        ("hide-headers", Unsupported),
+        ("allow-backend-server-header", Unsupported),
+        ("upstream-keepalive-connections", Supported),
+        ("upstream-keepalive-time", Unsupported),
+        ("upstream-keepalive-timeout", Unsupported),
+        ("upstream-keepalive-requests", Unsupported),
+        ("load-balance", Unsupported),
+        ("upstream-hash-by", Unsupported),
+        ("upstream-hash-by-subset", Unsupported),
+        ("upstream-hash-by-subset-size", Unsupported),
+        ("service-upstream", Unsupported),
+        ("preserve-trailing-slash", Unsupported),
+        ("use-port-in-redirects", Unsupported),
+        ("custom-http-errors", Unsupported),
+        ("disable-proxy-intercept-errors", Unsupported),
+        ("default-type", Unsupported),
+        // Access.
+        ("whitelist-source-range", Supported),
+        ("denylist-source-range", Supported),
+        ("block-cidrs", Supported),
+        ("block-user-agents", UnsupportedFailClosed),
+        ("block-referers", UnsupportedFailClosed),
+        ("limit-req-status-code", Supported),
+        ("limit-conn-status-code", Unsupported),
+        ("limit-conn-zone-variable", Unsupported),
+        ("limit-rate", Unsupported),
+        ("limit-rate-after", Unsupported),
+        ("global-auth-url", UnsupportedFailClosed),
+        ("global-auth-method", Unsupported),
+        ("global-auth-signin", Unsupported),
+        ("global-auth-signin-redirect-param", Unsupported),
+        ("global-auth-response-headers", Unsupported),
+        ("global-auth-request-redirect", Unsupported),
+        ("global-auth-cache-key", Unsupported),
+        ("global-auth-cache-duration", Unsupported),
+        ("global-auth-always-set-cookie", Unsupported),
+        ("no-auth-locations", Unsupported),
+        ("global-rate-limit-memcached-host", Unsupported),
+        ("global-rate-limit-memcached-port", Unsupported),
+        ("global-rate-limit-memcached-connect-timeout", Unsupported),
+        ("global-rate-limit-memcached-max-idle-timeout", Unsupported),
+        ("global-rate-limit-memcached-pool-size", Unsupported),
+        ("global-rate-limit-status-code", Unsupported),
+        ("allow-cross-namespace-resources", Unsupported),
+        ("annotation-value-word-blocklist", Unsupported),
+        ("annotations-risk-level", Unsupported),
+        ("strict-validate-path-type", Unsupported),
+        // Logs.
+        ("log-format-upstream", Supported),
+        ("log-format-escape-json", Supported),
+        ("log-format-escape-none", Supported),
+        ("disable-access-log", Supported),
+        ("disable-http-access-log", Supported),
+        ("disable-stream-access-log", Unsupported),
+        ("log-format-stream", Unsupported),
+        ("access-log-path", Unsupported),
+        ("http-access-log-path", Unsupported),
+        ("stream-access-log-path", Unsupported),
+        ("access-log-params", Unsupported),
+        ("enable-access-log-for-default-backend", Unsupported),
+        ("enable-auth-access-log", Unsupported),
+        ("skip-access-log-urls", Unsupported),
+        ("error-log-path", Unsupported),
+        ("error-log-level", Unsupported),
+        ("enable-syslog", Unsupported),
+        ("syslog-host", Unsupported),
+        ("syslog-port", Unsupported),
+        // Tracing.
+        ("enable-opentelemetry", Unsupported),
+        ("opentelemetry-config", Unsupported),
+        ("opentelemetry-operation-name", Unsupported),
+        ("opentelemetry-trust-incoming-span", Unsupported),
+        ("otlp-collector-host", Unsupported),
+        ("otlp-collector-port", Unsupported),
+        ("otel-service-name", Unsupported),
+        ("otel-sampler", Unsupported),
+        ("otel-sampler-ratio", Unsupported),
+        ("otel-sampler-parent-based", Unsupported),
+        ("otel-max-queuesize", Unsupported),
+        ("otel-schedule-delay-millis", Unsupported),
+        ("otel-max-export-batch-size", Unsupported),
+        ("enable-opentracing", Unsupported),
+        ("opentracing-operation-name", Unsupported),
+        ("opentracing-location-operation-name", Unsupported),
+        ("opentracing-trust-incoming-span", Unsupported),
+        ("zipkin-collector-host", Unsupported),
+        ("zipkin-collector-port", Unsupported),
+        ("zipkin-service-name", Unsupported),
+        ("zipkin-sample-rate", Unsupported),
+        ("jaeger-collector-host", Unsupported),
+        ("jaeger-collector-port", Unsupported),
+        ("jaeger-endpoint", Unsupported),
+        ("jaeger-service-name", Unsupported),
+        ("jaeger-propagation-format", Unsupported),
+        ("jaeger-sampler-type", Unsupported),
+        ("jaeger-sampler-param", Unsupported),
+        ("jaeger-sampler-host", Unsupported),
+        ("jaeger-sampler-port", Unsupported),
+        ("jaeger-trace-context-header-name", Unsupported),
+        ("jaeger-debug-header", Unsupported),
+        ("jaeger-baggage-header", Unsupported),
+        ("jaeger-tracer-baggage-header-prefix", Unsupported),
+        ("datadog-collector-host", Unsupported),
+        ("datadog-collector-port", Unsupported),
+        ("datadog-service-name", Unsupported),
+        ("datadog-environment", Unsupported),
+        ("datadog-operation-name-override", Unsupported),
+        ("datadog-priority-sampling", Unsupported),
+        ("datadog-sample-rate", Unsupported),
+        // Compression, GeoIP, WAF.
+        ("use-gzip", Unsupported),
+        ("gzip-level", Unsupported),
+        ("gzip-min-length", Unsupported),
+        ("gzip-types", Unsupported),
+        ("gzip-disable", Unsupported),
+        ("enable-brotli", Unsupported),
+        ("brotli-level", Unsupported),
+        ("brotli-min-length", Unsupported),
+        ("brotli-types", Unsupported),
+        ("use-geoip", Unsupported),
+        ("use-geoip2", Unsupported),
+        ("enable-modsecurity", Unsupported),
+        ("enable-owasp-modsecurity-crs", Unsupported),
+        // nginx process tuning (weir has no equivalent knob).
+        ("worker-processes", Unsupported),
+        ("worker-cpu-affinity", Unsupported),
+        ("max-worker-connections", Unsupported),
+        ("max-worker-open-files", Unsupported),
+        ("enable-multi-accept", Unsupported),
+        ("reuse-port", Unsupported),
+        ("bind-address", Unsupported),
+        ("disable-ipv6", Unsupported),
+        ("disable-ipv6-dns", Unsupported),
+        ("enable-aio-write", Unsupported),
+        ("map-hash-bucket-size", Unsupported),
+        ("server-name-hash-max-size", Unsupported),
+        ("server-name-hash-bucket-size", Unsupported),
+        ("proxy-headers-hash-max-size", Unsupported),
+        ("proxy-headers-hash-bucket-size", Unsupported),
+        ("variables-hash-bucket-size", Unsupported),
+        ("variables-hash-max-size", Unsupported),
+        ("nginx-status-ipv4-whitelist", Unsupported),
+        ("nginx-status-ipv6-whitelist", Unsupported),
+        ("debug-connections", Unsupported),
+        // TCP/UDP streams.
+        ("proxy-stream-timeout", Unsupported),
+        ("proxy-stream-next-upstream", Unsupported),
+        ("proxy-stream-next-upstream-timeout", Unsupported),
+        ("proxy-stream-next-upstream-tries", Unsupported),
+        ("proxy-stream-responses", Unsupported),
+        // Refused.
+        ("allow-snippet-annotations", Refused(SNIPPET)),
+        ("main-snippet", Refused(SNIPPET)),
+        ("http-snippet", Refused(SNIPPET)),
+        ("server-snippet", Refused(SNIPPET)),
+        ("location-snippet", Refused(SNIPPET)),
+        ("stream-snippet", Refused(SNIPPET)),
+        ("modsecurity-snippet", Refused(SNIPPET)),
+        ("global-auth-snippet", Refused(SNIPPET)),
+        ("lua-shared-dicts", Refused(LUA)),
+        ("plugins", Refused(LUA)),
+    ]
+};
+
+/// The settings ConfigMap read from a manifest directory when `--configmap` names none.
+pub fn default_configmap() -> ObjectRef {
+    ObjectRef::new("default", "weir-settings")
+}
+
+/// What weir does with ConfigMap key `key`; `None` for a key it does not know.
+pub fn support(key: &str) -> Option<Support> {
+    CATALOGUE.iter().find(|(n, _)| *n == key).map(|(_, s)| *s)
+}
+
+/// ingress-nginx's `hsts-max-age` default: a year.
+const HSTS_MAX_AGE: u64 = 31_536_000;
+/// ingress-nginx's `upstream-keepalive-connections` default, which weir's pool keeps.
+const UPSTREAM_IDLE: u64 = 320;
+
+/// What the settings ConfigMap says, typed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Parsed {
+    /// Global settings for the dataplane.
+    pub(crate) settings: Settings,
+    /// Defaults of the route policies.
+    pub(crate) routes: RouteDefaults,
+    /// `global-allowed-response-headers` (lower case): when set, the only header names
+    /// `custom-headers` may set.
+    pub(crate) allowed_response_headers: Option<BTreeSet<String>>,
+}
+
+/// Route policy defaults from the ConfigMap; an Ingress's annotations beat them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RouteDefaults {
+    /// `ssl-redirect` (true).
+    pub(crate) ssl_redirect: bool,
+    /// `force-ssl-redirect` (false).
+    pub(crate) force_ssl_redirect: bool,
+    /// `whitelist-source-range`: for routes without an allow list of their own.
+    allow: Vec<IpNet>,
+    /// `denylist-source-range`: for routes without a deny list of their own.
+    deny: Vec<IpNet>,
+    /// `block-cidrs`: denied on every route.
+    block: Vec<IpNet>,
+    /// An unsupported or invalid access setting: every route denies every client.
+    fail_closed: bool,
+    /// `limit-req-status-code`.
+    limit_status: Option<u16>,
+}
+
+impl Default for RouteDefaults {
+    fn default() -> Self {
+        RouteDefaults {
+            ssl_redirect: true,
+            force_ssl_redirect: false,
+            allow: Vec::new(),
+            deny: Vec::new(),
+            block: Vec::new(),
+            fail_closed: false,
+            limit_status: None,
+        }
+    }
+}
+
+impl RouteDefaults {
+    /// Fills in what `policy` (an Ingress's annotations) leaves unset.
+    pub(crate) fn apply(&self, policy: &mut RoutePolicy) {
+        if let Some(status) = self.limit_status
+            && let Some(limit) = &mut policy.rate_limit
+        {
+            limit.status = status;
+        }
+        if self.fail_closed {
+            policy.source = SourceFilter { allow: Vec::new(), deny: deny_all() };
+            return;
+        }
+        let source = &mut policy.source;
+        if source.allow.is_empty() {
+            source.allow.clone_from(&self.allow);
+        }
+        if source.deny.is_empty() {
+            source.deny.clone_from(&self.deny);
+        }
+        if !self.block.is_empty() {
+            source.deny.extend(self.block.iter().copied());
+            source.deny.sort();
+            source.deny.dedup();
+        }
+    }
+}
+
+/// Reads the settings ConfigMap `config` names, if the snapshot has it; defaults otherwise.
+pub(crate) fn read(snapshot: &Snapshot, config: &TranslateConfig, warnings: &mut Warnings) -> Parsed {
+    let Some(name) = &config.settings else { return Parsed::default() };
+    match snapshot.config_maps.get(name) {
+        Some(cm) => {
+            parse(name, cm.data.as_ref().unwrap_or(&BTreeMap::new()), &snapshot.config_maps, warnings)
+        }
+        None => Parsed::default(),
+    }
+}
+
+/// Parses a settings ConfigMap's `data` (`config_maps`: those `add-headers` and
+/// `proxy-set-headers` may name); every problem becomes a finding about the ConfigMap.
+pub(crate) fn parse(
+    configmap: &ObjectRef,
+    data: &BTreeMap<String, String>,
+    config_maps: &Objects<ConfigMap>,
+    warnings: &mut Warnings,
+) -> Parsed {
+    let mut ctx = Ctx { configmap, data, warnings, fail_closed: false };
+    ctx.classify();
+    let mut parsed = Parsed::default();
+    let s = &mut parsed.settings;
+    s.forwarded = ctx.forwarded();
+    s.hsts = ctx.hsts();
+    s.tls_versions = ctx.tls_versions();
+    s.max_body_bytes = ctx.value("proxy-body-size", values::size, "no limit");
+    s.read_timeout_ms = ctx.value("proxy-read-timeout", values::timeout_ms, "60s");
+    s.connect_timeout_ms = ctx.value("proxy-connect-timeout", values::timeout_ms, "5s");
+    s.connect_tries = ctx.value("proxy-next-upstream-tries", values::tries, "3");
+    s.keepalive_secs = ctx.value("keep-alive", whole_seconds, "the 30 s request head timeout");
+    s.keepalive_requests = ctx.value("keep-alive-requests", values::rate, "no limit");
+    s.upstream_keepalive = ctx.upstream_keepalive();
+    s.drain_secs =
+        ctx.value("worker-shutdown-timeout", |v| values::timeout_ms(v).map(|ms| ms.div_ceil(1000)), "30s");
+    s.underscores_in_headers = ctx.value("enable-underscores-in-headers", values::boolean, "false");
+    s.proxy_protocol = ctx.value("use-proxy-protocol", values::boolean, "--proxy-protocol");
+    s.access_log = ctx.access_log();
+    s.response_headers = ctx.headers("add-headers", Direction::Response, config_maps);
+    s.upstream_headers = ctx.headers("proxy-set-headers", Direction::Upstream, config_maps);
+    parsed.allowed_response_headers = ctx.raw("global-allowed-response-headers").map(|list| {
+        list.split(',').map(|h| h.trim().to_ascii_lowercase()).filter(|h| !h.is_empty()).collect()
+    });
+    ctx.fixed_values();
+    parsed.routes = ctx.route_defaults();
+    parsed
+}
+
+/// Parsing context: the ConfigMap, its data, and where problems go.
+struct Ctx<'a, 'w> {
+    configmap: &'a ObjectRef,
+    data: &'a BTreeMap<String, String>,
+    warnings: &'w mut Warnings,
+    fail_closed: bool,
+}
+
+impl<'a> Ctx<'a, '_> {
+    /// Reports every key that is refused, not supported or unknown.
+    fn classify(&mut self) {
+        for (key, value) in self.data {
+            let at = format!("data[{key}]");
+            match support(key) {
+                Some(Support::Supported) => {}
+                // weir never runs snippets: saying so is fine.
+                Some(Support::Refused(_))
+                    if key == "allow-snippet-annotations" && values::boolean(value.trim()) == Ok(false) => {}
+                Some(Support::Refused(why)) => {
+                    self.error(Reason::RefusedSetting, format!("{at}: refused and ignored: {why}"))
+                }
+                Some(Support::Unsupported) => {
+                    self.warn(Reason::UnsupportedSetting, format!("{at}: not supported by weir; ignored"))
+                }
+                Some(Support::UnsupportedFailClosed) if value.trim().is_empty() => {}
+                Some(Support::UnsupportedFailClosed) => {
+                    self.fail_closed = true;
+                    self.error(
+                        Reason::UnsupportedSetting,
+                        format!("{at}: not supported by weir; every route denies every client (403) rather than serve unprotected"),
+                    );
+                }
+                None => self.warn(Reason::UnknownSetting, format!("{at}: unknown key; ignored")),
+            }
+        }
+    }
+
+    fn error(&mut self, reason: Reason, message: String) {
+        self.warnings.error_on(ObjectKind::ConfigMap, self.configmap, reason, message);
+    }
+
+    fn warn(&mut self, reason: Reason, message: String) {
+        self.warnings.warn_on(ObjectKind::ConfigMap, self.configmap, reason, message);
+    }
+
+    /// The trimmed value of `key`; an empty value is no value.
+    fn raw(&self, key: &str) -> Option<&'a str> {
+        self.data.get(key).map(|v| v.trim()).filter(|v| !v.is_empty())
+    }
+
+    /// The value of `key` parsed by `parse`; an invalid one is reported and `default` stays.
+    fn value<T>(
+        &mut self,
+        key: &str,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+        default: &str,
+    ) -> Option<T> {
+        self.value_or(key, parse, &format!("the default ({default}) is kept"))
+    }
+
+    /// [`Ctx::value`] with the consequence of an invalid value spelled out.
+    fn value_or<T>(
+        &mut self,
+        key: &str,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+        consequence: &str,
+    ) -> Option<T> {
+        let raw = self.raw(key)?;
+        match parse(raw) {
+            Ok(v) => Some(v),
+            Err(why) => {
+                self.error(
+                    Reason::InvalidSetting,
+                    format!("data[{key}]: invalid value {raw:?}: {why}; {consequence}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// Reports each of `keys` that is set: it has no effect without `without`.
+    fn unused_without(&mut self, keys: &[&str], without: &str) {
+        for key in keys {
+            if self.raw(key).is_some() {
+                self.warn(Reason::InvalidSetting, format!("data[{key}]: has no effect without {without}"));
+            }
+        }
+    }
+
+    /// `add-headers` or `proxy-set-headers`: the headers of the ConfigMap `key` names. A missing
+    /// ConfigMap is an error and adds nothing; each unusable header is an error and is skipped.
+    fn headers(
+        &mut self,
+        key: &str,
+        direction: Direction,
+        config_maps: &Objects<ConfigMap>,
+    ) -> BTreeMap<String, String> {
+        let configmap = self.configmap;
+        let Some(name) =
+            self.value_or(key, |v| headers::configmap_ref(v, &configmap.namespace), "no header is set")
+        else {
+            return BTreeMap::new();
+        };
+        let Some(cm) = config_maps.get(&name) else {
+            self.error(
+                Reason::InvalidSetting,
+                format!("data[{key}]: ConfigMap {name} not found; no header is set until it exists"),
+            );
+            return BTreeMap::new();
+        };
+        let (found, refused) = headers::read(cm.data.as_ref().unwrap_or(&BTreeMap::new()), direction, None);
+        for (header, why) in refused {
+            self.error(
+                Reason::InvalidSetting,
+                format!("data[{key}]: ConfigMap {name}, header {header:?}: {why}; the header is skipped"),
+            );
+        }
+        found
+    }
+
+    /// `use-forwarded-headers` / `enable-real-ip` with `forwarded-for-header`,
+    /// `proxy-real-ip-cidr` and `compute-full-forwarded-for`.
+    fn forwarded(&mut self) -> Option<Forwarded> {
+        let trust_headers = self.value("use-forwarded-headers", values::boolean, "false").unwrap_or(false);
+        let real_ip = self.value("enable-real-ip", values::boolean, "false").unwrap_or(false);
+        if !trust_headers && !real_ip {
+            self.unused_without(
+                &["forwarded-for-header", "proxy-real-ip-cidr", "compute-full-forwarded-for"],
+                "use-forwarded-headers or enable-real-ip (a PROXY protocol address is taken from every peer)",
+            );
+            return None;
+        }
+        let client_header = self
+            .value(
+                "forwarded-for-header",
+                |v| values::header_name(v).map(|h| h.to_ascii_lowercase()),
+                "X-Forwarded-For",
+            )
+            .unwrap_or_else(|| "x-forwarded-for".to_string());
+        // An unusable list trusts no one: falling back to 0.0.0.0/0 would let clients pick
+        // their address.
+        let trusted = match self.raw("proxy-real-ip-cidr") {
+            None => "0.0.0.0/0".parse::<IpNet>().into_iter().collect(),
+            Some(_) => self
+                .value_or("proxy-real-ip-cidr", values::cidr_list, "no peer is trusted until it is fixed")
+                .unwrap_or_default(),
+        };
+        let full_chain = self.value("compute-full-forwarded-for", values::boolean, "false").unwrap_or(false);
+        if full_chain && !trust_headers {
+            self.unused_without(&["compute-full-forwarded-for"], "use-forwarded-headers");
+        }
+        Some(Forwarded { trust_headers, client_header, trusted, full_chain: full_chain && trust_headers })
+    }
+
+    /// `hsts`, `hsts-max-age`, `hsts-include-subdomains`, `hsts-preload`: any of them set turns
+    /// the header on with ingress-nginx's defaults for the others.
+    fn hsts(&mut self) -> Option<Hsts> {
+        const KEYS: [&str; 4] = ["hsts", "hsts-max-age", "hsts-include-subdomains", "hsts-preload"];
+        if KEYS.iter().all(|k| self.raw(k).is_none()) {
+            return None;
+        }
+        let whole = |v: &str| v.parse::<u64>().map_err(|_| "expected a whole number of seconds".to_string());
+        Some(Hsts {
+            enabled: self.value("hsts", values::boolean, "true").unwrap_or(true),
+            max_age: self.value("hsts-max-age", whole, "31536000").unwrap_or(HSTS_MAX_AGE),
+            include_subdomains: self
+                .value("hsts-include-subdomains", values::boolean, "true")
+                .unwrap_or(true),
+            preload: self.value("hsts-preload", values::boolean, "false").unwrap_or(false),
+        })
+    }
+
+    /// `ssl-protocols`: nginx's list; versions before TLS 1.2 are left out with a warning.
+    fn tls_versions(&mut self) -> Option<Vec<TlsVersion>> {
+        let mut old = Vec::new();
+        let versions = self.value(
+            "ssl-protocols",
+            |v| {
+                let mut versions = Vec::new();
+                for token in v.split_whitespace() {
+                    match token {
+                        "TLSv1.2" => versions.push(TlsVersion::Tls12),
+                        "TLSv1.3" => versions.push(TlsVersion::Tls13),
+                        "SSLv2" | "SSLv3" | "TLSv1" | "TLSv1.1" => old.push(token.to_string()),
+                        _ => return Err(format!("{token:?} is not a protocol (TLSv1.2, TLSv1.3)")),
+                    }
+                }
+                versions.sort();
+                versions.dedup();
+                if versions.is_empty() {
+                    return Err("weir offers only TLSv1.2 and TLSv1.3".into());
+                }
+                Ok(versions)
+            },
+            "TLSv1.2 TLSv1.3",
+        )?;
+        if !old.is_empty() {
+            self.warn(
+                Reason::InvalidSetting,
+                format!(
+                    "data[ssl-protocols]: {} not offered: weir supports TLSv1.2 and TLSv1.3 only",
+                    old.join(" ")
+                ),
+            );
+        }
+        Some(versions)
+    }
+
+    /// `upstream-keepalive-connections`: `0` turns upstream keep-alive off; the pool size itself
+    /// stays ingress-nginx's default.
+    fn upstream_keepalive(&mut self) -> Option<bool> {
+        let idle = self.value(
+            "upstream-keepalive-connections",
+            |v| v.parse::<u64>().map_err(|_| "expected a whole number (0 turns keep-alive off)".to_string()),
+            "320",
+        )?;
+        if idle != 0 && idle != UPSTREAM_IDLE {
+            self.warn(
+                Reason::UnsupportedSetting,
+                format!("data[upstream-keepalive-connections]: only 0 (no upstream keep-alive) is applied; weir keeps up to {UPSTREAM_IDLE} idle connections per endpoint"),
+            );
+        }
+        Some(idle != 0)
+    }
+
+    /// `log-format-upstream` as a JSON field selection, unless `disable-access-log`.
+    fn access_log(&mut self) -> Option<Vec<LogField>> {
+        let escape = "weir writes every line as JSON with JSON escaping";
+        if self.value("log-format-escape-none", values::boolean, "false") == Some(true) {
+            self.warn(Reason::UnsupportedSetting, format!("data[log-format-escape-none]: ignored: {escape}"));
+        }
+        let _ = self.value("log-format-escape-json", values::boolean, "false");
+        let all = self.value("disable-access-log", values::boolean, "false") == Some(true);
+        let http = self.value("disable-http-access-log", values::boolean, "false") == Some(true);
+        let raw = self.raw("log-format-upstream")?;
+        if all || http {
+            self.unused_without(&["log-format-upstream"], "the access log (disable-access-log is set)");
+            return None;
+        }
+        let (fields, dropped) = match log_format(raw) {
+            Ok(parsed) => parsed,
+            Err(why) => {
+                self.error(
+                    Reason::InvalidSetting,
+                    format!("data[log-format-upstream]: invalid value: {why}; no access log is written"),
+                );
+                return None;
+            }
+        };
+        for (key, why) in dropped {
+            self.warn(
+                Reason::InvalidSetting,
+                format!("data[log-format-upstream]: field {key:?}: {why}; the field is left out"),
+            );
+        }
+        if fields.is_empty() {
+            self.error(
+                Reason::InvalidSetting,
+                "data[log-format-upstream]: no field left; no access log is written".to_string(),
+            );
+            return None;
+        }
+        Some(fields)
+    }
+
+    /// Keys weir accepts with the one value it implements (or that change nothing in a proxy
+    /// that streams); another value is reported.
+    fn fixed_values(&mut self) {
+        let number =
+            |v: &str| v.parse::<u16>().map(u64::from).map_err(|_| "expected a status code".to_string());
+        type Parse = fn(&str) -> Result<bool, String>;
+        let checks: [(&str, Parse, bool, &str); 4] = [
+            ("generate-request-id", values::boolean, true, "weir always generates a missing X-Request-ID"),
+            ("server-tokens", values::boolean, false, "weir sends no Server header of its own"),
+            ("use-http2", values::boolean, true, "weir always offers HTTP/2 by ALPN"),
+            ("proxy-buffering", values::on_off, false, "weir streams responses"),
+        ];
+        for (key, parse, expected, why) in checks {
+            if let Some(v) = self.value(key, parse, &expected.to_string())
+                && v != expected
+            {
+                self.warn(Reason::UnsupportedSetting, format!("data[{key}]: ignored: {why}"));
+            }
+        }
+        // weir streams request bodies either way.
+        let _ = self.value("proxy-request-buffering", values::on_off, "on");
+        if let Some(code) = self.value("http-redirect-code", number, "308")
+            && code != 308
+        {
+            self.warn(
+                Reason::UnsupportedSetting,
+                "data[http-redirect-code]: ignored: weir's HTTPS redirects are 308".to_string(),
+            );
+        }
+    }
+
+    /// `ssl-redirect`, `force-ssl-redirect`, the address lists and `limit-req-status-code`.
+    fn route_defaults(&mut self) -> RouteDefaults {
+        let mut routes = RouteDefaults {
+            ssl_redirect: self.value("ssl-redirect", values::boolean, "true").unwrap_or(true),
+            force_ssl_redirect: self.value("force-ssl-redirect", values::boolean, "false").unwrap_or(false),
+            limit_status: self.value(
+                "limit-req-status-code",
+                |v| match v.parse::<u16>() {
+                    Ok(code @ 400..=599) => Ok(code),
+                    _ => Err("expected a status from 400 to 599".to_string()),
+                },
+                "503",
+            ),
+            ..RouteDefaults::default()
+        };
+        let closed = "every route denies every client (403) until it is fixed";
+        for (key, list) in [
+            ("whitelist-source-range", &mut routes.allow),
+            ("denylist-source-range", &mut routes.deny),
+            ("block-cidrs", &mut routes.block),
+        ] {
+            if self.raw(key).is_none() {
+                continue;
+            }
+            match self.value_or(key, values::cidr_list, closed) {
+                Some(nets) => *list = nets,
+                None => self.fail_closed = true,
+            }
+        }
+        routes.fail_closed = self.fail_closed;
+        routes
+    }
+}
+
+/// `keep-alive`: whole seconds, at most a day.
+fn whole_seconds(v: &str) -> Result<u64, String> {
+    match v.parse::<u64>() {
+        Ok(n) if n <= 86_400 => Ok(n),
+        _ => Err("expected a whole number of seconds up to a day (0 turns keep-alive off)".into()),
+    }
+}
+
+/// The fields of a log format, and those left out (key, why).
+type LogFormat = (Vec<LogField>, Vec<(String, String)>);
+
+/// `log-format-upstream`: a JSON object whose values are strings with `$variables` or bare
+/// variables (`{"time": "$time_iso8601", "status": $status}`, as ingress-nginx users write
+/// them), or a JSON list of variables (`["$remote_addr", "$status"]`, keyed by their names).
+/// Returns the fields, and those left out with the reason.
+fn log_format(raw: &str) -> Result<LogFormat, String> {
+    let mut fields = Vec::new();
+    let mut dropped = Vec::new();
+    let mut push = |key: String, template: &str, bare: bool| match template.parse::<Template>() {
+        Ok(value) => fields.push(LogField { key, value, bare }),
+        Err(unknown) => dropped.push((key, unknown.to_string())),
+    };
+    if let Ok(list) = serde_json::from_str::<Vec<String>>(raw) {
+        for item in list {
+            let name = item.trim().trim_start_matches('$').trim_start_matches('{').trim_end_matches('}');
+            push(name.to_string(), &format!("${{{name}}}"), true);
+        }
+        return Ok((fields, dropped));
+    }
+    let mut scan = Scanner { text: raw, at: 0 };
+    scan.expect('{').map_err(|_| {
+        "weir writes JSON lines: expected a JSON object such as {\"time\": \"$time_iso8601\", \"status\": $status} or a list of variables".to_string()
+    })?;
+    if scan.eat('}') {
+        return scan.end().map(|()| (fields, dropped));
+    }
+    loop {
+        let key = scan.string()?;
+        scan.expect(':')?;
+        match scan.peek() {
+            Some('"') => {
+                let text = scan.string()?;
+                push(key, &text, false);
+            }
+            Some('$') => {
+                let var = scan.variable()?;
+                push(key, var, true);
+            }
+            _ => return Err(format!("field {key:?}: expected a \"string\" or a $variable")),
+        }
+        if scan.eat('}') {
+            return scan.end().map(|()| (fields, dropped));
+        }
+        scan.expect(',')?;
+    }
+}
+
+/// A small reader for the nginx-flavoured JSON of `log-format-upstream`.
+struct Scanner<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Scanner<'a> {
+    fn skip_space(&mut self) {
+        let rest = &self.text[self.at..];
+        self.at += rest.len() - rest.trim_start().len();
+    }
+
+    fn peek(&mut self) -> Option<char> {
+        self.skip_space();
+        self.text[self.at..].chars().next()
+    }
+
+    fn eat(&mut self, c: char) -> bool {
+        if self.peek() == Some(c) {
+            self.at += c.len_utf8();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect(&mut self, c: char) -> Result<(), String> {
+        if self.eat(c) { Ok(()) } else { Err(format!("expected {c:?} at byte {}", self.at)) }
+    }
+
+    fn end(&mut self) -> Result<(), String> {
+        match self.peek() {
+            None => Ok(()),
+            Some(_) => Err(format!("unexpected text after the object at byte {}", self.at)),
+        }
+    }
+
+    /// A JSON string (escapes decoded).
+    fn string(&mut self) -> Result<String, String> {
+        if self.peek() != Some('"') {
+            return Err(format!("expected a \"string\" at byte {}", self.at));
+        }
+        let bytes = self.text.as_bytes();
+        let mut end = self.at + 1;
+        while end < bytes.len() && bytes[end] != b'"' {
+            end += if bytes[end] == b'\\' { 2 } else { 1 };
+        }
+        if end >= bytes.len() {
+            return Err("unterminated string".into());
+        }
+        let literal = &self.text[self.at..=end];
+        self.at = end + 1;
+        serde_json::from_str(literal).map_err(|e| format!("invalid string {literal}: {e}"))
+    }
+
+    /// A bare `$name` or `${name}`.
+    fn variable(&mut self) -> Result<&'a str, String> {
+        self.skip_space();
+        let rest = &self.text[self.at..];
+        let len = match rest.strip_prefix("${") {
+            Some(inner) => inner.find('}').map(|i| i + 3).ok_or("unterminated ${")?,
+            None => {
+                1 + rest[1..]
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len() - 1)
+            }
+        };
+        self.at += len;
+        Ok(&rest[..len])
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;

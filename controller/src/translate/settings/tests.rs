@@ -1,0 +1,453 @@
+use super::*;
+use crate::translate::warnings::{Severity, Warning};
+use weir_dataplane::model::RateLimit;
+
+fn parse_pairs(pairs: &[(&str, &str)]) -> (Parsed, Vec<Warning>) {
+    let data: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let mut warnings = Warnings::default();
+    let parsed = parse(
+        &ObjectRef::new("ingress-nginx", "controller"),
+        &data,
+        &crate::translate::Objects::new(),
+        &mut warnings,
+    );
+    (parsed, warnings.finish())
+}
+
+/// The settings of `pairs`, which must produce no finding.
+fn clean(pairs: &[(&str, &str)]) -> Parsed {
+    let (parsed, warnings) = parse_pairs(pairs);
+    assert!(warnings.is_empty(), "{pairs:?}: {warnings:#?}");
+    parsed
+}
+
+/// The one finding of `pairs`, checked to be about the ConfigMap and to name `key`.
+fn finding(pairs: &[(&str, &str)], key: &str) -> (Parsed, Warning) {
+    let (parsed, mut warnings) = parse_pairs(pairs);
+    assert_eq!(warnings.len(), 1, "{pairs:?}: {warnings:#?}");
+    let w = warnings.remove(0);
+    assert_eq!(w.kind, ObjectKind::ConfigMap);
+    assert_eq!(w.object, ObjectRef::new("ingress-nginx", "controller"));
+    assert!(w.message.starts_with(&format!("data[{key}]: ")), "{}", w.message);
+    (parsed, w)
+}
+
+/// `pairs` must be rejected: one error naming `key`, with `reason`, and `parsed` as if unset.
+fn rejected(pairs: &[(&str, &str)], key: &str) -> Parsed {
+    let (parsed, w) = finding(pairs, key);
+    assert_eq!((w.severity, w.reason), (Severity::Error, Reason::InvalidSetting), "{w:?}");
+    assert!(w.message.contains("invalid value"), "{}", w.message);
+    parsed
+}
+
+#[test]
+fn the_catalogue_has_each_key_once_and_knows_the_keys_weir_reads() {
+    let mut names: Vec<&str> = CATALOGUE.iter().map(|(n, _)| *n).collect();
+    names.sort_unstable();
+    let before = names.len();
+    names.dedup();
+    assert_eq!(names.len(), before, "a key is listed twice");
+    for key in ["use-forwarded-headers", "hsts", "ssl-protocols", "log-format-upstream", "keep-alive"] {
+        assert_eq!(support(key), Some(Support::Supported), "{key}");
+    }
+}
+
+#[test]
+fn an_empty_configmap_changes_nothing() {
+    let parsed = clean(&[]);
+    assert_eq!(parsed, Parsed::default());
+    assert!(parsed.settings.is_empty());
+    assert!(parsed.routes.ssl_redirect && !parsed.routes.force_ssl_redirect);
+    // An empty value is no value.
+    assert_eq!(clean(&[("hsts", " "), ("keep-alive", "")]), Parsed::default());
+}
+
+#[test]
+fn unsupported_unknown_and_refused_keys_are_reported() {
+    let (_, w) = finding(&[("use-gzip", "true")], "use-gzip");
+    assert_eq!((w.severity, w.reason), (Severity::Warning, Reason::UnsupportedSetting));
+    let (_, w) = finding(&[("use-gzipp", "true")], "use-gzipp");
+    assert_eq!((w.severity, w.reason), (Severity::Warning, Reason::UnknownSetting));
+    for key in ["http-snippet", "server-snippet", "location-snippet", "main-snippet", "stream-snippet"] {
+        let (_, w) = finding(&[(key, "return 200;")], key);
+        assert_eq!((w.severity, w.reason), (Severity::Error, Reason::RefusedSetting), "{key}");
+        assert!(w.message.contains("injection"), "{}", w.message);
+    }
+    let (_, w) = finding(&[("lua-shared-dicts", "x: 1")], "lua-shared-dicts");
+    assert!(w.message.contains("Lua"), "{}", w.message);
+    let (_, w) = finding(&[("allow-snippet-annotations", "true")], "allow-snippet-annotations");
+    assert_eq!(w.reason, Reason::RefusedSetting);
+    // Saying what weir does anyway is fine.
+    clean(&[("allow-snippet-annotations", "false")]);
+}
+
+#[test]
+fn unsupported_access_controls_fail_closed() {
+    for key in ["global-auth-url", "block-user-agents", "block-referers"] {
+        let (parsed, w) = finding(&[(key, "x")], key);
+        assert_eq!((w.severity, w.reason), (Severity::Error, Reason::UnsupportedSetting));
+        let mut policy = RoutePolicy::default();
+        parsed.routes.apply(&mut policy);
+        assert!(!policy.source.permits("192.0.2.1".parse().unwrap()), "{key}");
+    }
+    // Empty: nothing to protect.
+    let parsed = clean(&[("block-user-agents", "")]);
+    assert!(!parsed.routes.fail_closed);
+}
+
+#[test]
+fn forwarded_headers() {
+    let f = clean(&[("use-forwarded-headers", "true")]).settings.forwarded.unwrap();
+    assert!(f.trust_headers && !f.full_chain);
+    assert_eq!(f.client_header, "x-forwarded-for");
+    assert_eq!(f.trusted, vec!["0.0.0.0/0".parse().unwrap()]);
+
+    let f = clean(&[
+        ("use-forwarded-headers", "true"),
+        ("forwarded-for-header", "CF-Connecting-IP"),
+        ("proxy-real-ip-cidr", "10.0.0.0/8, 192.0.2.1"),
+        ("compute-full-forwarded-for", "true"),
+    ])
+    .settings
+    .forwarded
+    .unwrap();
+    assert_eq!(f.client_header, "cf-connecting-ip");
+    assert_eq!(f.trusted, vec!["10.0.0.0/8".parse().unwrap(), "192.0.2.1/32".parse().unwrap()]);
+    assert!(f.full_chain);
+
+    // enable-real-ip: the address only, not X-Forwarded-Proto & co.
+    let f = clean(&[("enable-real-ip", "true")]).settings.forwarded.unwrap();
+    assert!(!f.trust_headers);
+    assert_eq!(clean(&[("use-forwarded-headers", "false")]).settings.forwarded, None);
+}
+
+#[test]
+fn forwarded_headers_rejected() {
+    assert_eq!(
+        rejected(&[("use-forwarded-headers", "yes")], "use-forwarded-headers").settings.forwarded,
+        None
+    );
+    assert_eq!(rejected(&[("enable-real-ip", "on")], "enable-real-ip").settings.forwarded, None);
+    let f = rejected(
+        &[("use-forwarded-headers", "true"), ("forwarded-for-header", "X Real")],
+        "forwarded-for-header",
+    )
+    .settings
+    .forwarded
+    .unwrap();
+    assert_eq!(f.client_header, "x-forwarded-for");
+    // A broken trust list trusts no one (the default would let any client pick its address).
+    let (parsed, w) = finding(
+        &[("use-forwarded-headers", "true"), ("proxy-real-ip-cidr", "10.0.0.1/8")],
+        "proxy-real-ip-cidr",
+    );
+    assert!(w.message.contains("no peer is trusted"), "{}", w.message);
+    assert!(parsed.settings.forwarded.unwrap().trusted.is_empty());
+    let f = rejected(
+        &[("use-forwarded-headers", "true"), ("compute-full-forwarded-for", "2")],
+        "compute-full-forwarded-for",
+    )
+    .settings
+    .forwarded
+    .unwrap();
+    assert!(!f.full_chain);
+    // Companions alone do nothing, which is said.
+    for key in ["forwarded-for-header", "proxy-real-ip-cidr", "compute-full-forwarded-for"] {
+        let value = if key == "proxy-real-ip-cidr" { "10.0.0.0/8" } else { "true" };
+        let (parsed, w) = finding(&[(key, value)], key);
+        assert_eq!(w.severity, Severity::Warning);
+        assert!(w.message.contains("no effect without use-forwarded-headers"), "{}", w.message);
+        assert_eq!(parsed.settings.forwarded, None);
+    }
+    let (parsed, w) = finding(
+        &[("enable-real-ip", "true"), ("compute-full-forwarded-for", "true")],
+        "compute-full-forwarded-for",
+    );
+    assert!(w.message.contains("no effect without use-forwarded-headers"), "{}", w.message);
+    assert!(!parsed.settings.forwarded.unwrap().full_chain);
+}
+
+#[test]
+fn hsts() {
+    let hsts = |pairs: &[(&str, &str)]| clean(pairs).settings.hsts.unwrap();
+    // Any key turns it on with ingress-nginx's defaults for the rest.
+    assert_eq!(
+        hsts(&[("hsts", "true")]),
+        Hsts { enabled: true, max_age: 31_536_000, include_subdomains: true, preload: false }
+    );
+    assert_eq!(
+        hsts(&[("hsts-max-age", "600"), ("hsts-include-subdomains", "false"), ("hsts-preload", "true")]),
+        Hsts { enabled: true, max_age: 600, include_subdomains: false, preload: true }
+    );
+    assert!(!hsts(&[("hsts", "false")]).enabled);
+    let hsts = rejected(&[("hsts-max-age", "1y")], "hsts-max-age").settings.hsts.unwrap();
+    assert_eq!(hsts.max_age, 31_536_000);
+    rejected(&[("hsts", "maybe")], "hsts");
+    rejected(&[("hsts-include-subdomains", "x")], "hsts-include-subdomains");
+    rejected(&[("hsts-preload", "x")], "hsts-preload");
+}
+
+#[test]
+fn ssl_protocols() {
+    let versions = |v: &str| clean(&[("ssl-protocols", v)]).settings.tls_versions.unwrap();
+    assert_eq!(versions("TLSv1.3"), [TlsVersion::Tls13]);
+    assert_eq!(versions("TLSv1.3 TLSv1.2"), [TlsVersion::Tls12, TlsVersion::Tls13]);
+    let (parsed, w) = finding(&[("ssl-protocols", "TLSv1.1 TLSv1.2")], "ssl-protocols");
+    assert_eq!(w.severity, Severity::Warning);
+    assert!(w.message.contains("TLSv1.1 not offered"), "{}", w.message);
+    assert_eq!(parsed.settings.tls_versions.unwrap(), [TlsVersion::Tls12]);
+    assert_eq!(rejected(&[("ssl-protocols", "TLSv1 SSLv3")], "ssl-protocols").settings.tls_versions, None);
+    assert_eq!(rejected(&[("ssl-protocols", "TLSv1.2 QUIC")], "ssl-protocols").settings.tls_versions, None);
+}
+
+#[test]
+fn route_defaults_for_the_dataplane() {
+    let s =
+        clean(&[("proxy-body-size", "8m"), ("proxy-read-timeout", "30"), ("proxy-next-upstream-tries", "0")])
+            .settings;
+    assert_eq!(s.max_body_bytes, Some(8 << 20));
+    assert_eq!(s.read_timeout_ms, Some(30_000));
+    assert_eq!(s.connect_tries, Some(0));
+    assert_eq!(clean(&[("proxy-body-size", "0")]).settings.max_body_bytes, Some(0));
+    assert_eq!(rejected(&[("proxy-body-size", "8mb")], "proxy-body-size").settings.max_body_bytes, None);
+    assert_eq!(
+        rejected(&[("proxy-read-timeout", "soon")], "proxy-read-timeout").settings.read_timeout_ms,
+        None
+    );
+    assert_eq!(clean(&[("proxy-connect-timeout", "2s")]).settings.connect_timeout_ms, Some(2_000));
+    assert_eq!(
+        rejected(&[("proxy-connect-timeout", "2 s")], "proxy-connect-timeout").settings.connect_timeout_ms,
+        None
+    );
+    assert_eq!(
+        rejected(&[("proxy-next-upstream-tries", "-1")], "proxy-next-upstream-tries").settings.connect_tries,
+        None
+    );
+}
+
+#[test]
+fn connections() {
+    let s = clean(&[
+        ("keep-alive", "75"),
+        ("keep-alive-requests", "100"),
+        ("worker-shutdown-timeout", "240s"),
+        ("enable-underscores-in-headers", "true"),
+        ("use-proxy-protocol", "true"),
+    ])
+    .settings;
+    assert_eq!(s.keepalive_secs, Some(75));
+    assert_eq!(s.keepalive_requests, Some(100));
+    assert_eq!(s.drain_secs, Some(240));
+    assert_eq!(s.underscores_in_headers, Some(true));
+    assert_eq!(s.proxy_protocol, Some(true));
+    assert_eq!(clean(&[("keep-alive", "0")]).settings.keepalive_secs, Some(0));
+    assert_eq!(clean(&[("worker-shutdown-timeout", "1500ms")]).settings.drain_secs, Some(2));
+    for bad in ["75s", "-1", "100000"] {
+        assert_eq!(rejected(&[("keep-alive", bad)], "keep-alive").settings.keepalive_secs, None, "{bad}");
+    }
+    assert_eq!(
+        rejected(&[("keep-alive-requests", "0")], "keep-alive-requests").settings.keepalive_requests,
+        None
+    );
+    assert_eq!(
+        rejected(&[("worker-shutdown-timeout", "later")], "worker-shutdown-timeout").settings.drain_secs,
+        None
+    );
+    rejected(&[("enable-underscores-in-headers", "yes")], "enable-underscores-in-headers");
+    rejected(&[("use-proxy-protocol", "1x")], "use-proxy-protocol");
+}
+
+#[test]
+fn upstream_keepalive() {
+    assert_eq!(clean(&[("upstream-keepalive-connections", "0")]).settings.upstream_keepalive, Some(false));
+    assert_eq!(clean(&[("upstream-keepalive-connections", "320")]).settings.upstream_keepalive, Some(true));
+    let (parsed, w) = finding(&[("upstream-keepalive-connections", "64")], "upstream-keepalive-connections");
+    assert_eq!((w.severity, w.reason), (Severity::Warning, Reason::UnsupportedSetting));
+    assert_eq!(parsed.settings.upstream_keepalive, Some(true));
+    let parsed = rejected(&[("upstream-keepalive-connections", "many")], "upstream-keepalive-connections");
+    assert_eq!(parsed.settings.upstream_keepalive, None);
+}
+
+#[test]
+fn access_log_formats() {
+    let fields = |raw: &str| clean(&[("log-format-upstream", raw)]).settings.access_log.unwrap();
+    // What ingress-nginx users write: strings with variables, bare variables.
+    let f = fields(
+        r#"{"time": "$time_iso8601", "status": $status, "who": "${remote_addr} via \"x\"", "ua": "$http_user_agent"}"#,
+    );
+    let keys: Vec<&str> = f.iter().map(|f| f.key.as_str()).collect();
+    assert_eq!(keys, ["time", "status", "who", "ua"]);
+    assert!(!f[0].bare && f[1].bare);
+    assert_eq!(f[2].value.to_string(), "${remote_addr} via \"x\"");
+    // A list of variables, keyed by name.
+    let f = fields(r#"["$remote_addr", "status", "${upstream_addr}"]"#);
+    let keys: Vec<&str> = f.iter().map(|f| f.key.as_str()).collect();
+    assert_eq!(keys, ["remote_addr", "status", "upstream_addr"]);
+    assert!(f.iter().all(|f| f.bare));
+
+    // Unknown variables: that field is left out, with a warning naming them.
+    let (parsed, w) = finding(
+        &[("log-format-upstream", r#"{"a": "$remote_addr", "b": $bytes_sent}"#)],
+        "log-format-upstream",
+    );
+    assert_eq!(w.severity, Severity::Warning);
+    assert!(w.message.contains("\"b\"") && w.message.contains("$bytes_sent"), "{}", w.message);
+    assert_eq!(parsed.settings.access_log.unwrap().len(), 1);
+
+    // nginx's text format is not JSON: no access log, and why.
+    let default_format = r#"$remote_addr - $remote_user [$time_local] "$request" $status"#;
+    assert_eq!(
+        rejected(&[("log-format-upstream", default_format)], "log-format-upstream").settings.access_log,
+        None
+    );
+    for bad in [r#"{"a": 1}"#, r#"{"a": "$status""#, r#"{"a": "$status"} x"#, r#"{"a": "$nope"}"#] {
+        let (parsed, warnings) = parse_pairs(&[("log-format-upstream", bad)]);
+        assert_eq!(parsed.settings.access_log, None, "{bad}");
+        assert!(warnings.iter().any(|w| w.severity == Severity::Error), "{bad}: {warnings:?}");
+    }
+
+    // Turned off: the format is not used, which is said.
+    let (parsed, w) = finding(
+        &[("log-format-upstream", r#"{"s": $status}"#), ("disable-access-log", "true")],
+        "log-format-upstream",
+    );
+    assert_eq!(parsed.settings.access_log, None);
+    assert!(w.message.contains("no effect"), "{}", w.message);
+    rejected(&[("disable-access-log", "nope")], "disable-access-log");
+    clean(&[("log-format-escape-json", "true")]);
+    let (_, w) = finding(&[("log-format-escape-none", "true")], "log-format-escape-none");
+    assert_eq!(w.reason, Reason::UnsupportedSetting);
+}
+
+#[test]
+fn keys_with_the_one_value_weir_implements() {
+    clean(&[
+        ("generate-request-id", "true"),
+        ("server-tokens", "false"),
+        ("use-http2", "true"),
+        ("proxy-buffering", "off"),
+        ("proxy-request-buffering", "on"),
+        ("http-redirect-code", "308"),
+    ]);
+    for (key, value) in [
+        ("generate-request-id", "false"),
+        ("server-tokens", "true"),
+        ("use-http2", "false"),
+        ("proxy-buffering", "on"),
+        ("http-redirect-code", "301"),
+    ] {
+        let (_, w) = finding(&[(key, value)], key);
+        assert_eq!((w.severity, w.reason), (Severity::Warning, Reason::UnsupportedSetting), "{key}");
+    }
+    rejected(&[("proxy-buffering", "maybe")], "proxy-buffering");
+    rejected(&[("http-redirect-code", "abc")], "http-redirect-code");
+}
+
+#[test]
+fn route_policy_defaults() {
+    let parsed = clean(&[
+        ("ssl-redirect", "false"),
+        ("force-ssl-redirect", "true"),
+        ("whitelist-source-range", "10.0.0.0/8"),
+        ("denylist-source-range", "10.9.0.0/16"),
+        ("block-cidrs", "192.0.2.0/24"),
+        ("limit-req-status-code", "429"),
+    ]);
+    assert!(!parsed.routes.ssl_redirect && parsed.routes.force_ssl_redirect);
+    let limited = || RoutePolicy {
+        rate_limit: Some(RateLimit {
+            rps: Some(1),
+            rpm: None,
+            burst_multiplier: 5,
+            exempt: vec![],
+            status: 503,
+        }),
+        ..RoutePolicy::default()
+    };
+    let mut policy = limited();
+    parsed.routes.apply(&mut policy);
+    assert_eq!(policy.rate_limit.unwrap().status, 429);
+    assert!(policy.source.permits("10.1.1.1".parse().unwrap()));
+    assert!(!policy.source.permits("10.9.1.1".parse().unwrap()));
+    assert!(!policy.source.permits("172.16.0.1".parse().unwrap()));
+    // An Ingress's own lists win; block-cidrs applies everywhere.
+    let mut own = RoutePolicy {
+        source: SourceFilter {
+            allow: vec!["192.0.2.0/23".parse().unwrap()],
+            deny: vec!["10.0.0.0/8".parse().unwrap()],
+        },
+        ..RoutePolicy::default()
+    };
+    parsed.routes.apply(&mut own);
+    assert!(own.source.permits("192.0.3.1".parse().unwrap()));
+    assert!(!own.source.permits("192.0.2.1".parse().unwrap()));
+    assert_eq!(own.source.deny.len(), 2);
+
+    assert!(rejected(&[("ssl-redirect", "sure")], "ssl-redirect").routes.ssl_redirect);
+    assert!(!rejected(&[("force-ssl-redirect", "sure")], "force-ssl-redirect").routes.force_ssl_redirect);
+    let mut policy = limited();
+    rejected(&[("limit-req-status-code", "200")], "limit-req-status-code").routes.apply(&mut policy);
+    assert_eq!(policy.rate_limit.unwrap().status, 503);
+    // A broken access list fails closed.
+    for key in ["whitelist-source-range", "denylist-source-range", "block-cidrs"] {
+        let parsed = rejected(&[(key, "10.0.0.0/33")], key);
+        let mut policy = RoutePolicy::default();
+        parsed.routes.apply(&mut policy);
+        assert!(!policy.source.permits("10.1.1.1".parse().unwrap()), "{key}");
+    }
+}
+
+#[test]
+fn header_configmaps() {
+    let cm = |pairs: &[(&str, &str)]| ConfigMap {
+        data: Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        ..Default::default()
+    };
+    let config_maps = crate::translate::Objects::from(BTreeMap::from([
+        (ObjectRef::new("ingress-nginx", "resp"), cm(&[("X-Served-By", "weir"), ("Transfer-Encoding", "x")])),
+        (ObjectRef::new("ops", "up"), cm(&[("X-Team", "ops"), ("Host", "h"), ("X-Uri", "$request_uri")])),
+    ]));
+    let data: BTreeMap<String, String> = [
+        ("add-headers", "resp"),
+        ("proxy-set-headers", "ops/up"),
+        ("global-allowed-response-headers", "X-Frame-Options, x-served-by"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let mut warnings = Warnings::default();
+    let parsed = parse(&ObjectRef::new("ingress-nginx", "controller"), &data, &config_maps, &mut warnings);
+    assert_eq!(parsed.settings.response_headers, BTreeMap::from([("x-served-by".into(), "weir".into())]));
+    assert_eq!(parsed.settings.upstream_headers, BTreeMap::from([("x-team".into(), "ops".into())]));
+    assert_eq!(
+        parsed.allowed_response_headers,
+        Some(["x-frame-options".to_string(), "x-served-by".to_string()].into())
+    );
+    let w = warnings.finish();
+    let messages: Vec<&str> = w.iter().map(|w| w.message.as_str()).collect();
+    assert_eq!(messages.len(), 3, "{messages:?}");
+    assert!(w.iter().all(|w| w.severity == Severity::Error && w.reason == Reason::InvalidSetting));
+    assert!(messages.contains(&"data[add-headers]: ConfigMap ingress-nginx/resp, header \"Transfer-Encoding\": a connection or framing header, which weir sets itself; the header is skipped"), "{messages:?}");
+    assert!(
+        messages.iter().any(|m| m.starts_with("data[proxy-set-headers]: ConfigMap ops/up, header \"Host\""))
+    );
+    assert!(messages.iter().any(|m| {
+        m.starts_with("data[proxy-set-headers]: ConfigMap ops/up, header \"X-Uri\": nginx variables")
+    }));
+
+    // A missing ConfigMap is an error; the other keys still apply.
+    let data = BTreeMap::from([
+        ("add-headers".to_string(), "gone".to_string()),
+        ("hsts".to_string(), "true".to_string()),
+    ]);
+    let mut warnings = Warnings::default();
+    let parsed = parse(&ObjectRef::new("ingress-nginx", "controller"), &data, &config_maps, &mut warnings);
+    assert!(parsed.settings.response_headers.is_empty());
+    assert!(parsed.settings.hsts.is_some());
+    let w = warnings.finish();
+    assert_eq!(w.len(), 1);
+    assert_eq!(
+        w[0].message,
+        "data[add-headers]: ConfigMap ingress-nginx/gone not found; no header is set until it exists"
+    );
+}

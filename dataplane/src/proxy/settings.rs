@@ -1,0 +1,162 @@
+//! The table's global settings applied to the proxy: each key set in the ConfigMap overrides
+//! the [`ProxyConfig`] value (a command-line flag or the built-in default) for as long as the
+//! table is live, so a settings change takes effect with the next publish, without a restart.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Proxy, ProxyConfig, Publisher};
+use crate::accesslog::{Format, Writer};
+use crate::model::Settings;
+use crate::realip::RealIp;
+use crate::tls;
+
+/// Upper bound of `proxy-next-upstream-tries` (`0` means every endpoint, up to this many).
+const MAX_TRIES: usize = 8;
+
+impl ProxyConfig {
+    /// This configuration with `settings` applied over it.
+    pub fn with_settings(&self, settings: &Settings) -> ProxyConfig {
+        let mut config = self.clone();
+        if let Some(forwarded) = &settings.forwarded {
+            match RealIp::new(forwarded) {
+                Ok(real_ip) => config.real_ip = Some(real_ip),
+                Err(error) => {
+                    tracing::warn!(header = forwarded.client_header, %error, "forwarded-for-header unusable; ignored")
+                }
+            }
+        }
+        if let Some(hsts) = &settings.hsts {
+            config.hsts = hsts.header_value().and_then(|v| http::HeaderValue::from_str(&v).ok());
+        }
+        if let Some(limit) = settings.max_body_bytes {
+            config.max_request_body = (limit > 0).then_some(limit);
+        }
+        if let Some(ms) = settings.read_timeout_ms {
+            config.upstream_timeout = Duration::from_millis(ms);
+        }
+        if let Some(ms) = settings.connect_timeout_ms {
+            config.connect_timeout = Duration::from_millis(ms);
+        }
+        if let Some(tries) = settings.connect_tries {
+            config.connect_tries = if tries == 0 { MAX_TRIES } else { (tries as usize).min(MAX_TRIES) };
+        }
+        if let Some(secs) = settings.keepalive_secs {
+            config.keepalive = Some(Duration::from_secs(secs));
+        }
+        if let Some(requests) = settings.keepalive_requests {
+            config.keepalive_requests = Some(requests);
+        }
+        if let Some(reuse) = settings.upstream_keepalive {
+            config.upstream_keepalive = reuse;
+        }
+        if let Some(secs) = settings.drain_secs {
+            config.drain_timeout = Duration::from_secs(secs);
+        }
+        if let Some(pass) = settings.underscores_in_headers {
+            config.underscores_in_headers = pass;
+        }
+        if let Some(on) = settings.proxy_protocol {
+            config.proxy_protocol = on;
+        }
+        if let Some(fields) = &settings.access_log {
+            config.access_log = Some(Arc::new(Format::new(fields)));
+        }
+        for (list, field, headers) in [
+            (&mut config.response_headers, "add-headers", &settings.response_headers),
+            (&mut config.upstream_headers, "proxy-set-headers", &settings.upstream_headers),
+        ] {
+            for (name, value) in headers {
+                let one = std::collections::BTreeMap::from([(name.clone(), value.clone())]);
+                match crate::policy::compile_headers(field, &one) {
+                    Ok(parsed) => list.extend(parsed),
+                    Err(error) => tracing::warn!(%error, "header unusable; ignored"),
+                }
+            }
+        }
+        config
+    }
+}
+
+impl Proxy {
+    /// The TLS server config offering the table's `ssl-protocols`, reused (with its session
+    /// cache) while they stay the same; `None`: the listener's own (TLS 1.2 and 1.3).
+    pub(super) fn tls_config(
+        &self,
+        settings: &Settings,
+        publisher: &mut Publisher,
+    ) -> Option<Arc<rustls::ServerConfig>> {
+        let wanted = settings.tls_versions.clone().filter(|v| !v.is_empty())?;
+        if let Some((versions, config)) = &publisher.tls
+            && *versions == wanted
+        {
+            return Some(config.clone());
+        }
+        match tls::server_config_with(self.resolver(), &tls::versions(settings)) {
+            Ok(config) => {
+                let config = Arc::new(config);
+                publisher.tls = Some((wanted, config.clone()));
+                Some(config)
+            }
+            Err(error) => {
+                tracing::error!(%error, "ssl-protocols: building the TLS configuration failed; TLS 1.2 and 1.3 stay offered");
+                None
+            }
+        }
+    }
+
+    /// The access-log writer (started with the first line).
+    pub(super) fn access_log(&self) -> &Writer {
+        self.inner.access_log.get_or_init(|| Writer::start(&self.inner.config.access_log_output))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::model::{Forwarded, Hsts};
+
+    #[test]
+    fn settings_override_the_flags_and_none_keeps_them() {
+        let base =
+            ProxyConfig { hsts: Some(http::HeaderValue::from_static("max-age=5")), ..ProxyConfig::default() };
+        let same = base.with_settings(&Settings::default());
+        assert_eq!(same.hsts, base.hsts);
+        assert_eq!(same.max_request_body, None);
+        assert!(same.upstream_keepalive);
+
+        let settings = Settings {
+            hsts: Some(Hsts { enabled: true, max_age: 100, include_subdomains: false, preload: true }),
+            max_body_bytes: Some(1024),
+            connect_tries: Some(0),
+            keepalive_secs: Some(0),
+            upstream_keepalive: Some(false),
+            drain_secs: Some(7),
+            forwarded: Some(Forwarded {
+                trust_headers: true,
+                client_header: "x-forwarded-for".into(),
+                trusted: vec!["10.0.0.0/8".parse().unwrap()],
+                full_chain: false,
+            }),
+            ..Settings::default()
+        };
+        let c = base.with_settings(&settings);
+        assert_eq!(c.hsts.unwrap(), "max-age=100; preload");
+        assert_eq!(c.max_request_body, Some(1024));
+        assert_eq!(c.connect_tries, MAX_TRIES);
+        assert_eq!(c.keepalive, Some(Duration::ZERO));
+        assert!(!c.upstream_keepalive);
+        assert_eq!(c.drain_timeout, Duration::from_secs(7));
+        assert!(c.real_ip.unwrap().is_trusted("10.1.2.3".parse().unwrap()));
+
+        let off = Settings {
+            hsts: Some(Hsts { enabled: false, max_age: 1, include_subdomains: true, preload: false }),
+            max_body_bytes: Some(0),
+            ..Settings::default()
+        };
+        let c = base.with_settings(&off);
+        assert_eq!(c.hsts, None);
+        assert_eq!(c.max_request_body, None);
+    }
+}
