@@ -13,6 +13,10 @@ use weir::source::manifest::Object;
 use weir::translate::{TranslateConfig, Translator};
 use weir_dataplane::proxy::{Proxy, ProxyConfig};
 
+/// The binary's allocator (controller/src/main.rs), so timings and RSS are the server's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
