@@ -2,14 +2,14 @@
 # Scale benchmark: generates 10,000 Ingresses / 20,000 Services / 100,000 endpoints (bench/scale/
 # gen.py), serves them with `weir serve --manifests`, and measures start-up (parse, translate,
 # compile + swap, from weir's own "routing table published" log line), RSS after load, change
-# propagation (file written -> first request routed by the new rule) over CHANGES edits, and
-# failed requests while CHURN route changes happen under continuous wrk load.
+# propagation (file written -> first request routed by the new rule) over CHANGES edits, FULL
+# full rebuilds, and failed requests while CHURN route changes happen under continuous wrk load.
 #
 #   bench/scale/run.sh
 #   INGRESSES=1000 SERVICES=2000 ENDPOINTS=10000 CHANGES=20 CHURN=100 bench/scale/run.sh
 #
 # Environment: WEIR_BIN (default: build with cargo), INGRESSES, SERVICES, ENDPOINTS, CHANGES
-# (default 100), CHURN (default 1000), CHURN_INTERVAL_MS (default 50), WORKDIR.
+# (default 100), FULL (default 10), CHURN (default 1000), CHURN_INTERVAL_MS (default 50), WORKDIR.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)

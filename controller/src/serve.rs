@@ -1,6 +1,6 @@
 //! `weir serve`: the proxy fed by a source of Kubernetes objects.
 //!
-//! Data flow (shared/ARCHITECTURE.md): source → [`Snapshot`] → [`translate`] → `RouteTable` →
+//! Data flow (shared/ARCHITECTURE.md): source → [`Snapshot`] → [`Translator`] → `RouteTable` →
 //! [`Proxy::publish`] (one atomic swap). The admin listener serves `/healthz`, `/readyz` (ready
 //! after the first publish) and `/metrics`.
 
@@ -25,7 +25,7 @@ use crate::metrics::Metrics;
 use crate::source::files::{self, ManifestDir};
 use crate::source::kube::{self as kube_source, KubeOptions, KubeSource};
 use crate::status::{self, Outcome, StatusOptions};
-use crate::translate::{self, Snapshot, TranslateConfig};
+use crate::translate::{self, Snapshot, SnapshotKey, TranslateConfig, Translator};
 
 /// Where `weir serve` reads objects from when it talks to a Kubernetes API server.
 #[derive(Clone, Debug, Default)]
@@ -156,6 +156,9 @@ impl Running {
             versions: version_tx,
             reported: BTreeSet::new(),
             cert_files: opts.default_certificate_files.clone().map(CertFiles::new),
+            translator: Translator::new(),
+            in_sync: false,
+            kube_snapshot: None,
         };
 
         let mut tasks = Vec::new();
@@ -164,7 +167,7 @@ impl Running {
             let client = kube_source::connect(kube.source.kubeconfig.as_deref()).await?;
             tasks.push(tokio::spawn(kube_loop(client, kube.clone(), publisher, shutdown_rx.clone())));
         } else {
-            tasks.push(Self::start_files(&opts, publisher, shutdown_rx.clone())?);
+            tasks.push(Self::start_files(&opts, publisher, shutdown_rx.clone()).await?);
         }
         let serve_proxy = proxy.clone();
         let stop = wait_for(shutdown_rx.clone());
@@ -188,28 +191,38 @@ impl Running {
         Ok(Running { http_addr, https_addr, admin_addr, proxy, versions, shutdown, tasks })
     }
 
-    /// Loads the manifest directory, publishes the first table and watches the directory.
-    fn start_files(
+    /// Loads the manifest directory, publishes the first table and watches the directory, all
+    /// on a thread of its own (see [`spawn_dedicated`]).
+    async fn start_files(
         opts: &ServeOptions,
         mut publisher: Publisher,
         shutdown_rx: watch::Receiver<bool>,
     ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-        let mut dir = ManifestDir::new(&opts.manifests);
-        // A missing directory is a usage error; a broken file is not (it is reported and skipped).
-        dir.rescan(true).with_context(|| format!("reading --manifests {}", opts.manifests.display()))?;
-        let (change_tx, change_rx) = mpsc::channel(1);
-        let guard = files::watch(&opts.manifests, change_tx, opts.poll_interval)?;
-        publisher.publish(&dir);
-        tracing::info!(manifests = %opts.manifests.display(), "serving the manifest directory");
-        Ok(tokio::spawn(watch_loop(
-            dir,
-            change_rx,
-            guard,
-            publisher,
-            opts.debounce,
-            shutdown_rx,
-            opts.poll_interval,
-        )))
+        let root = opts.manifests.clone();
+        let (debounce, poll) = (opts.debounce, opts.poll_interval);
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<anyhow::Result<()>>();
+        let task = spawn_dedicated("weir-manifests", async move {
+            let mut dir = ManifestDir::new(&root);
+            // A missing directory is a usage error; a broken file is not (it is reported and
+            // skipped).
+            let started = dir.rescan(true).with_context(|| format!("reading --manifests {}", root.display()));
+            let (change_tx, change_rx) = mpsc::channel(1);
+            let watched = started.and_then(|_| Ok(files::watch_paths(&root, change_tx, poll)?));
+            let (guard, seen) = match watched {
+                Ok(watched) => watched,
+                Err(error) => {
+                    let _ = ready_tx.send(Err(error));
+                    return;
+                }
+            };
+            publisher.publish(&mut dir, Waited::default());
+            tracing::info!(manifests = %root.display(), "serving the manifest directory");
+            let _ = ready_tx.send(Ok(()));
+            let watcher = Watcher { changes: change_rx, seen, _guard: guard };
+            watch_loop(dir, watcher, publisher, debounce, shutdown_rx, poll).await;
+        })?;
+        ready_rx.await.unwrap_or_else(|_| Err(anyhow::anyhow!("the manifest thread stopped")))?;
+        Ok(task)
     }
 
     /// The version of the routing table currently served (0 before the first publish).
@@ -247,6 +260,30 @@ impl Running {
             }
         }
     }
+}
+
+/// Runs `future` on a thread of its own, in a single-threaded runtime; the returned task ends
+/// with it. Rebuilds allocate and free a table's worth of memory: on one thread, the allocator
+/// reuses it, where rebuilds moving between runtime workers would keep a copy per thread's
+/// arena (glibc).
+fn spawn_dedicated(
+    name: &str,
+    future: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime.block_on(future),
+                Err(error) => tracing::error!(%error, "cannot start a runtime for the manifest thread"),
+            }
+            let _ = done_tx.send(());
+        })
+        .context("starting the manifest thread")?;
+    Ok(tokio::spawn(async move {
+        let _ = done_rx.await;
+    }))
 }
 
 /// Resolves when `rx` turns true (or its sender is gone).
@@ -287,6 +324,13 @@ struct Publisher {
     versions: watch::Sender<u64>,
     reported: BTreeSet<String>,
     cert_files: Option<CertFiles>,
+    /// Translates only what changed since its last update.
+    translator: Translator,
+    /// Whether the proxy serves the translator's last table, so that the next publish can
+    /// compile only what changed (not after a rejected table).
+    in_sync: bool,
+    /// The Kubernetes source's last snapshot, to tell what changed since.
+    kube_snapshot: Option<Snapshot>,
 }
 
 /// The default certificate from a file pair: re-read when a file changes; the last good one is
@@ -344,42 +388,53 @@ impl CertFiles {
 }
 
 impl Publisher {
-    fn publish(&mut self, dir: &ManifestDir) {
-        let (snapshot, duplicates) = dir.snapshot();
-        let mut problems: BTreeSet<String> = duplicates.into_iter().collect();
+    fn publish(&mut self, dir: &mut ManifestDir, waited: Waited) {
+        let mut problems: BTreeSet<String> = dir.duplicates().into_iter().collect();
         problems.extend(dir.errors().iter().map(|e| e.to_string()));
         self.metrics.manifest_errors.set(dir.errors().len() as i64);
-        self.publish_snapshot(&snapshot, problems);
+        let changes = dir.take_changes();
+        self.publish_snapshot(dir.current(), Some(&changes), problems, waited);
     }
 
     fn publish_kube(&mut self, source: &KubeSource) -> Outcome {
-        self.publish_snapshot(&source.snapshot(), BTreeSet::new())
-    }
-
-    fn publish_snapshot(&mut self, snapshot: &Snapshot, mut problems: BTreeSet<String>) -> Outcome {
-        let started = std::time::Instant::now();
-        let translation = translate::translate(snapshot, &self.config);
-        let translated = started.elapsed();
-        self.metrics.translation_warnings.set(translation.warnings.len() as i64);
-        problems.extend(translation.warnings.iter().map(|w| w.to_string()));
-        let outcome = Outcome {
+        let snapshot = source.snapshot();
+        let changes = self.kube_snapshot.as_ref().map(|old| snapshot.changes_since(old));
+        self.publish_snapshot(&snapshot, changes.as_deref(), BTreeSet::new(), Waited::default());
+        self.kube_snapshot = Some(snapshot);
+        let translation = self.translator.translation();
+        Outcome {
             ingresses: translation.ingresses.iter().cloned().collect(),
             warnings: translation.warnings.clone(),
-        };
+        }
+    }
+
+    /// Translates what changed (`changed` keys; `None`: everything) and publishes the table.
+    fn publish_snapshot(
+        &mut self,
+        snapshot: &Snapshot,
+        changed: Option<&[SnapshotKey]>,
+        mut problems: BTreeSet<String>,
+        waited: Waited,
+    ) {
+        let started = std::time::Instant::now();
+        if let Some(files) = &mut self.cert_files {
+            files.refresh();
+            self.translator
+                .set_default_certificate(files.good.clone().map(|cert| (file_certificate_ref(), cert)));
+        }
+        let update = self.translator.update(snapshot, changed, &self.config);
+        let translated = started.elapsed();
+        let translation = self.translator.translation();
+        self.metrics.translation_warnings.set(translation.warnings.len() as i64);
+        problems.extend(translation.warnings.iter().map(|w| w.to_string()));
         for problem in problems.difference(&self.reported) {
             tracing::warn!("{problem}");
         }
         self.reported = problems;
-        let mut table = translation.table;
-        if let Some(files) = &mut self.cert_files {
-            files.refresh();
-            if let Some(cert) = &files.good {
-                table.certificates.insert(file_certificate_ref(), cert.clone());
-                table.default_certificate = Some(file_certificate_ref());
-            }
-        }
-        match self.proxy.publish(table) {
+        let changes = update.changes.as_ref().filter(|_| self.in_sync);
+        match self.proxy.publish_changes(&translation.table, changes) {
             Ok(version) => {
+                self.in_sync = true;
                 self.metrics.reloads_ok.inc();
                 self.metrics.table_version.set(version as i64);
                 self.ready.store(true, Ordering::Release);
@@ -388,6 +443,10 @@ impl Publisher {
                     version,
                     ingresses = translation.ingresses.len(),
                     warnings = translation.warnings.len(),
+                    retranslated = update.translated,
+                    changed_hosts = changes.map_or(translation.table.hosts.len(), |c| c.hosts.len()),
+                    debounce_ms = waited.debounce.as_secs_f64() * 1e3,
+                    scan_ms = waited.scan.as_secs_f64() * 1e3,
                     translate_ms = translated.as_secs_f64() * 1e3,
                     total_ms = started.elapsed().as_secs_f64() * 1e3,
                     "routing table published"
@@ -395,18 +454,39 @@ impl Publisher {
             }
             Err(error) => {
                 // The last good table keeps serving.
+                self.in_sync = false;
                 self.metrics.reloads_failed.inc();
                 tracing::error!(%error, "routing table rejected; the previous table keeps serving");
             }
         }
-        outcome
+        // After the swap: what only the next change needs.
+        self.translator.prepare();
     }
 }
 
+/// The file watcher's side of the watch loop.
+struct Watcher {
+    /// `true`: a notification; `false`: the poll.
+    changes: mpsc::Receiver<bool>,
+    /// What the notifications named.
+    seen: files::SeenCell,
+    _guard: files::WatchGuard,
+}
+
+/// What a publish waited for before translating: the settling of a burst of notifications,
+/// then the scan of the directory.
+#[derive(Clone, Copy, Debug, Default)]
+struct Waited {
+    debounce: Duration,
+    scan: Duration,
+}
+
+/// After the last notification of a burst of complete writes, how long to wait for another.
+const QUIET: Duration = Duration::from_millis(10);
+
 async fn watch_loop(
     mut dir: ManifestDir,
-    mut changes: mpsc::Receiver<bool>,
-    _guard: files::WatchGuard,
+    mut watcher: Watcher,
     mut publisher: Publisher,
     debounce: Duration,
     mut shutdown: watch::Receiver<bool>,
@@ -416,29 +496,29 @@ async fn watch_loop(
     let mut cert_poll = tokio::time::interval(poll.min(Duration::from_secs(1)));
     cert_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let force = tokio::select! {
+        let notified = tokio::select! {
             _ = shutdown.wait_for(|s| *s) => return,
-            change = changes.recv() => match change {
-                Some(force) => force,
+            change = watcher.changes.recv() => match change {
+                Some(notified) => notified,
                 None => return,
             },
             _ = cert_poll.tick(), if publisher.cert_files.is_some() => {
                 if publisher.cert_files.as_mut().is_some_and(CertFiles::refresh) {
-                    publisher.publish(&dir);
+                    publisher.publish(&mut dir, Waited::default());
                 }
                 continue;
             }
         };
-        // Debounce: editors write in bursts (truncate, write, rename).
-        let mut force = force;
-        if force {
-            tokio::time::sleep(debounce).await;
-            while let Ok(more) = changes.try_recv() {
-                force |= more;
-            }
+        let mut waited = Waited::default();
+        if notified {
+            waited.debounce = settle(&mut watcher, debounce).await;
         }
-        match dir.rescan(force) {
-            Ok(scan) if scan.changed => publisher.publish(&dir),
+        let seen = std::mem::take(&mut *watcher.seen.lock().unwrap_or_else(|p| p.into_inner()));
+        let started = std::time::Instant::now();
+        let scan = if seen.everything { dir.rescan(true) } else { dir.rescan_paths(&seen.paths) };
+        waited.scan = started.elapsed();
+        match scan {
+            Ok(scan) if scan.changed => publisher.publish(&mut dir, waited),
             // Nothing to translate, but a file may have broken or healed: keep the metric true.
             Ok(_) => {
                 publisher.metrics.manifest_errors.set(dir.errors().len() as i64);
@@ -446,6 +526,28 @@ async fn watch_loop(
             Err(error) => {
                 tracing::warn!(%error, "rescanning the manifest directory failed; keeping the current table")
             }
+        }
+    }
+}
+
+/// Waits for a burst of notifications to end: [`QUIET`] after the last one while every file
+/// they name is complete (closed after writing, or renamed into place: an isolated change is
+/// read at once), else `debounce` after the first (editors write in bursts: truncate, write,
+/// rename). Returns how long it waited.
+async fn settle(watcher: &mut Watcher, debounce: Duration) -> Duration {
+    let first = tokio::time::Instant::now();
+    let latest = first + debounce;
+    loop {
+        let complete = {
+            let seen = watcher.seen.lock().unwrap_or_else(|p| p.into_inner());
+            !seen.everything && seen.writing.is_empty()
+        };
+        let until = if complete { (tokio::time::Instant::now() + QUIET).min(latest) } else { latest };
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => return first.elapsed(),
+            more = watcher.changes.recv() => if more.is_none() {
+                return first.elapsed();
+            },
         }
     }
 }

@@ -4,8 +4,8 @@
 //! picks (a smooth interleaving, see [`schedule`]) and a request does one atomic `fetch_add` on
 //! the backend's cursor.
 //!
-//! State that must outlive a table swap (the cursor, per-endpoint state) lives in a
-//! [`Registry`] keyed by [`BackendId`] and [`EndpointKey`]. [`Registry::update`] reuses it for
+//! State that must outlive a table swap (the cursor, per-endpoint state) is shared between a
+//! backend's balancer and the one [`Balancer::next`] builds from it for the next table, for the
 //! backends and endpoints that still exist (pingora's `Backends::do_update`), so a swap does not
 //! reset round robin to the first endpoint nor forget what was learnt about an endpoint.
 
@@ -67,9 +67,11 @@ impl EndpointState {
     fn new(key: EndpointKey) -> Self {
         // Built once per endpoint, so requests clone it instead of formatting an address.
         let text = key.to_string();
-        let authority = Authority::try_from(text.as_str()).ok();
+        let id = stable_hash(text.as_bytes());
+        // `Bytes` takes the string's buffer: no copy.
+        let authority = Authority::from_maybe_shared(bytes::Bytes::from(text)).ok();
         EndpointState {
-            id: stable_hash(text.as_bytes()),
+            id,
             key,
             authority,
             failures: AtomicU64::new(0),
@@ -173,6 +175,19 @@ pub struct Balancer {
 }
 
 impl Balancer {
+    /// A balancer with no endpoint (requests to it answer 503).
+    pub(crate) fn empty() -> Balancer {
+        Balancer {
+            protocol: UpstreamProtocol::default(),
+            tls: None,
+            cursor: Arc::default(),
+            endpoints: Box::default(),
+            cycle: Box::default(),
+            weights: Box::default(),
+            ring: std::sync::OnceLock::new(),
+        }
+    }
+
     /// The protocol spoken to this backend's endpoints.
     pub fn protocol(&self) -> UpstreamProtocol {
         self.protocol
@@ -277,80 +292,86 @@ impl Balancer {
     }
 }
 
-/// Balancer state kept across table swaps, keyed by backend and endpoint identity.
-#[derive(Debug, Default)]
-pub struct Registry {
-    backends: HashMap<BackendId, BackendEntry>,
+// === state across tables ===
+
+/// Endpoints looked up by key: a scan for a few, a hash map for many.
+enum ByKey<'a> {
+    Few(&'a [Arc<EndpointState>]),
+    Many(HashMap<&'a EndpointKey, &'a Arc<EndpointState>>),
 }
 
-#[derive(Debug, Default)]
-struct BackendEntry {
-    cursor: Arc<AtomicUsize>,
-    endpoints: HashMap<EndpointKey, Arc<EndpointState>>,
-}
-
-impl Registry {
-    /// Builds the balancers of a new table, in the iteration order of `backends`, reusing the
-    /// state of backends and endpoints that still exist and forgetting the rest.
-    pub fn update<'a>(
-        &mut self,
-        backends: impl IntoIterator<Item = (&'a BackendId, &'a Backend)>,
-    ) -> Vec<Balancer> {
-        let mut next: HashMap<BackendId, BackendEntry> = HashMap::new();
-        let mut balancers = Vec::new();
-        for (id, backend) in backends {
-            let mut old = self.backends.remove(id).unwrap_or_default();
-            let mut entry = BackendEntry { cursor: old.cursor.clone(), endpoints: HashMap::new() };
-            let weighted: Vec<(EndpointKey, u32)> = match &backend.target {
-                Target::Endpoints(eps) => {
-                    eps.iter().map(|e| (EndpointKey::Addr(e.address), e.weight)).collect()
-                }
-                Target::Dns { host, port } => {
-                    vec![(EndpointKey::Dns { host: host.as_str().into(), port: *port }, 1)]
-                }
-            };
-            let mut endpoints = Vec::with_capacity(weighted.len());
-            let mut weights = Vec::with_capacity(weighted.len());
-            for (key, weight) in weighted {
-                if weight == 0 || entry.endpoints.contains_key(&key) {
-                    continue; // weight 0 means drained; duplicates keep their first weight
-                }
-                let state =
-                    old.endpoints.remove(&key).unwrap_or_else(|| Arc::new(EndpointState::new(key.clone())));
-                entry.endpoints.insert(key, state.clone());
-                endpoints.push(state);
-                weights.push(weight);
-            }
-            let tls = if backend.protocol.is_tls() {
-                match crate::tls::upstream_config(&backend.tls.clone().unwrap_or_default(), backend.protocol)
-                {
-                    Ok(config) => Some(Arc::new(config)),
-                    Err(error) => {
-                        tracing::warn!(backend = %id, %error, "upstream TLS configuration unusable; requests to it answer 502");
-                        None
-                    }
-                }
-            } else {
-                None
-            };
-            balancers.push(Balancer {
-                protocol: backend.protocol,
-                tls,
-                cursor: entry.cursor.clone(),
-                endpoints: endpoints.into(),
-                cycle: schedule(&weights).into(),
-                weights: weights.into(),
-                ring: std::sync::OnceLock::new(),
-            });
-            next.insert(id.clone(), entry);
+impl<'a> ByKey<'a> {
+    fn new(endpoints: &'a [Arc<EndpointState>]) -> Self {
+        if endpoints.len() <= 16 {
+            ByKey::Few(endpoints)
+        } else {
+            ByKey::Many(endpoints.iter().map(|e| (&e.key, e)).collect())
         }
-        self.backends = next;
-        balancers
     }
 
-    /// The state of an endpoint of a backend, if both are in the last table.
-    pub fn endpoint(&self, backend: &BackendId, key: &EndpointKey) -> Option<&Arc<EndpointState>> {
-        self.backends.get(backend)?.endpoints.get(key)
+    fn get(&self, key: &EndpointKey) -> Option<&'a Arc<EndpointState>> {
+        match self {
+            ByKey::Few(list) => list.iter().find(|e| e.key == *key),
+            ByKey::Many(map) => map.get(key).copied(),
+        }
+    }
+}
+
+impl Balancer {
+    /// The balancer of `backend` (`id`) in a new table. `previous` is its balancer in the last
+    /// table, if it was there: the cursor and the state of the endpoints still in the backend
+    /// carry over; endpoints that left are forgotten.
+    pub fn next(previous: Option<&Balancer>, id: &BackendId, backend: &Backend) -> Balancer {
+        let weighted: Vec<(EndpointKey, u32)> = match &backend.target {
+            Target::Endpoints(eps) => eps.iter().map(|e| (EndpointKey::Addr(e.address), e.weight)).collect(),
+            Target::Dns { host, port } => {
+                vec![(EndpointKey::Dns { host: host.as_str().into(), port: *port }, 1)]
+            }
+        };
+        let old = ByKey::new(previous.map_or(&[][..], |p| &p.endpoints));
+        let mut endpoints: Vec<Arc<EndpointState>> = Vec::with_capacity(weighted.len());
+        let mut weights = Vec::with_capacity(weighted.len());
+        let large = weighted.len() > 16;
+        let mut seen = std::collections::HashSet::new();
+        for (key, weight) in weighted {
+            // Weight 0 means drained; duplicates keep their first weight.
+            let duplicate =
+                if large { !seen.insert(key.clone()) } else { endpoints.iter().any(|e| e.key == key) };
+            if weight == 0 || duplicate {
+                continue;
+            }
+            let state = match old.get(&key) {
+                Some(state) => state.clone(),
+                None => Arc::new(EndpointState::new(key)),
+            };
+            endpoints.push(state);
+            weights.push(weight);
+        }
+        let tls = if backend.protocol.is_tls() {
+            match crate::tls::upstream_config(&backend.tls.clone().unwrap_or_default(), backend.protocol) {
+                Ok(config) => Some(Arc::new(config)),
+                Err(error) => {
+                    tracing::warn!(backend = %id, %error, "upstream TLS configuration unusable; requests to it answer 502");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Balancer {
+            protocol: backend.protocol,
+            tls,
+            cursor: previous.map(|p| p.cursor.clone()).unwrap_or_default(),
+            endpoints: endpoints.into(),
+            cycle: schedule(&weights).into(),
+            weights: weights.into(),
+            ring: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The state of the endpoint `key`, if it is in this balancer.
+    pub fn endpoint(&self, key: &EndpointKey) -> Option<&Arc<EndpointState>> {
+        self.endpoints.iter().find(|e| e.key == *key)
     }
 }
 
@@ -444,11 +465,13 @@ mod tests {
         c
     }
 
+    /// A fresh balancer of backend `ns/a:80` with these endpoints (port, weight).
+    fn fresh(eps: &[(u16, u32)]) -> Balancer {
+        Balancer::next(None, &"ns/a:80".parse().unwrap(), &backend(eps))
+    }
+
     fn many(n: u16) -> Balancer {
-        let mut r = Registry::default();
-        let id: BackendId = "ns/b:80".parse().unwrap();
-        let b = backend(&(0..n).map(|i| (1000 + i, 1)).collect::<Vec<_>>());
-        r.update([(&id, &b)]).remove(0)
+        fresh(&(0..n).map(|i| (1000 + i, 1)).collect::<Vec<_>>())
     }
 
     #[test]
@@ -494,9 +517,7 @@ mod tests {
 
     #[test]
     fn equal_weights_round_robin_in_order() {
-        let id: BackendId = "ns/a:80".parse().unwrap();
-        let mut reg = Registry::default();
-        let b = reg.update([(&id, &backend(&[(1, 1), (2, 1), (3, 1)]))]).pop().unwrap();
+        let b = fresh(&[(1, 1), (2, 1), (3, 1)]);
         let seq: Vec<_> = (0..6).map(|_| b.pick().unwrap()).collect();
         assert_eq!(seq, [0, 1, 2, 0, 1, 2]);
     }
@@ -506,8 +527,7 @@ mod tests {
         assert_eq!(schedule(&[5, 1, 1]), [0, 0, 0, 1, 2, 0, 0]);
         assert_eq!(schedule(&[2, 4]), [1, 0, 1]); // gcd 2 → [1, 2]
         assert_eq!(schedule(&[3, 3]), Vec::<u32>::new());
-        let id: BackendId = "ns/a:80".parse().unwrap();
-        let b = Registry::default().update([(&id, &backend(&[(1, 3), (2, 1)]))]).pop().unwrap();
+        let b = fresh(&[(1, 3), (2, 1)]);
         assert_eq!(counts(&b, 400), [300, 100]);
     }
 
@@ -520,46 +540,51 @@ mod tests {
 
     #[test]
     fn zero_weight_and_empty() {
-        let id: BackendId = "ns/a:80".parse().unwrap();
-        let b = Registry::default().update([(&id, &backend(&[(1, 0), (2, 1)]))]).pop().unwrap();
+        let b = fresh(&[(1, 0), (2, 1)]);
         assert_eq!(b.endpoints().len(), 1);
-        let b = Registry::default().update([(&id, &backend(&[]))]).pop().unwrap();
+        let b = fresh(&[]);
         assert!(b.is_empty());
         assert_eq!(b.pick(), None);
     }
 
     #[test]
     fn pick_untried_skips_tried_endpoints() {
-        let id: BackendId = "ns/a:80".parse().unwrap();
-        let b = Registry::default().update([(&id, &backend(&[(1, 5), (2, 1), (3, 1)]))]).pop().unwrap();
+        let b = fresh(&[(1, 5), (2, 1), (3, 1)]);
         assert_eq!(b.pick_untried(&[0, 2]), Some(1));
         assert_eq!(b.pick_untried(&[0, 1, 2]), None);
     }
 
     #[test]
-    fn state_is_carried_over_across_updates() {
+    fn state_is_carried_over_to_the_next_table() {
         let a: BackendId = "ns/a:80".parse().unwrap();
-        let gone: BackendId = "ns/gone:80".parse().unwrap();
-        let mut reg = Registry::default();
-        let first = reg.update([(&a, &backend(&[(1, 1), (2, 1)])), (&gone, &backend(&[(9, 1)]))]);
-        let kept = first[0].endpoints()[1].clone();
+        let first = Balancer::next(None, &a, &backend(&[(1, 1), (2, 1)]));
+        let kept = first.endpoints()[1].clone();
         kept.record_failure();
-        assert_eq!(first[0].pick(), Some(0));
+        assert_eq!(first.pick(), Some(0));
 
-        // Endpoint 1 leaves, 3 arrives, 2 stays; `gone` is removed.
-        let second = reg.update([(&a, &backend(&[(2, 1), (3, 1)]))]);
-        let b = &second[0];
+        // Endpoint 1 leaves, 3 arrives, 2 stays.
+        let b = Balancer::next(Some(&first), &a, &backend(&[(2, 1), (3, 1)]));
         assert!(Arc::ptr_eq(&b.endpoints()[0], &kept), "endpoint state is reused");
         assert_eq!(b.endpoints()[0].failures(), 1);
         assert_eq!(b.endpoints()[1].failures(), 0);
         // The cursor continues where the previous table left it (1 pick so far).
         assert_eq!(b.pick(), Some(1));
-        assert!(reg.endpoint(&a, &EndpointKey::Addr(SocketAddr::from(([127, 0, 0, 1], 1)))).is_none());
-        assert!(reg.endpoint(&gone, &EndpointKey::Addr(SocketAddr::from(([127, 0, 0, 1], 9)))).is_none());
+        assert!(b.endpoint(&EndpointKey::Addr(SocketAddr::from(([127, 0, 0, 1], 1)))).is_none());
 
-        // A backend that comes back starts afresh.
-        let third = reg.update([(&a, &backend(&[(2, 1)])), (&gone, &backend(&[(9, 1)]))]);
-        assert_eq!(third[1].endpoints()[0].failures(), 0);
-        assert!(Arc::ptr_eq(&third[0].endpoints()[0], &kept));
+        // Without a previous balancer (a backend that comes back), it starts afresh.
+        let again = Balancer::next(None, &a, &backend(&[(2, 1)]));
+        assert_eq!(again.endpoints()[0].failures(), 0);
+        assert_eq!(again.pick(), Some(0));
+    }
+
+    #[test]
+    fn many_endpoints_carry_over_and_duplicates_keep_the_first() {
+        let a: BackendId = "ns/a:80".parse().unwrap();
+        let eps: Vec<(u16, u32)> = (1..=40).map(|p| (p, 1)).chain([(5, 3)]).collect();
+        let first = Balancer::next(None, &a, &backend(&eps));
+        assert_eq!(first.endpoints().len(), 40, "the duplicate of port 5 is dropped");
+        let next = Balancer::next(Some(&first), &a, &backend(&eps[10..40]));
+        assert_eq!(next.endpoints().len(), 30);
+        assert!(next.endpoints().iter().zip(&first.endpoints()[10..]).all(|(n, f)| Arc::ptr_eq(n, f)));
     }
 }

@@ -22,12 +22,11 @@
 //! segments real paths have.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::canary::CompiledCanary;
-use crate::model::{BackendId, HostMatch, ObjectRef, PathMatch, RouteAction, RouteTable};
+use crate::model::{BackendId, HostMatch, ObjectRef, PathMatch, RouteAction, RouteTable, VirtualHost};
 use crate::policy::{CompiledPolicy, PolicyError};
 use crate::ratelimit::LimiterCache;
 
@@ -72,6 +71,39 @@ pub enum CompileError {
 /// `Result` with [`CompileError`].
 pub type Result<T, E = CompileError> = std::result::Result<T, E>;
 
+/// What differs between a table and the one before it: the virtual hosts added, removed or
+/// changed, and the backends added, removed or changed. Lets a publish recompile only those.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableChanges {
+    /// Hosts whose [`crate::model::VirtualHost`] is new, gone or different.
+    pub hosts: BTreeSet<HostMatch>,
+    /// Backends that are new, gone or different.
+    pub backends: BTreeSet<BackendId>,
+}
+
+impl TableChanges {
+    /// Everything that differs between `old` and `new` (a full comparison; translation
+    /// reports its changes without one).
+    pub fn between(old: &RouteTable, new: &RouteTable) -> TableChanges {
+        fn hosts(t: &RouteTable) -> HashMap<&HostMatch, &VirtualHost> {
+            t.hosts.iter().map(|v| (&v.host, v)).collect()
+        }
+        let (old_hosts, new_hosts) = (hosts(old), hosts(new));
+        let mut changes = TableChanges::default();
+        for host in old_hosts.keys().chain(new_hosts.keys()) {
+            if old_hosts.get(host) != new_hosts.get(host) {
+                changes.hosts.insert((*host).clone());
+            }
+        }
+        for id in old.backends.keys().chain(new.backends.keys()) {
+            if old.backends.get(id) != new.backends.get(id) {
+                changes.backends.insert(id.clone());
+            }
+        }
+        changes
+    }
+}
+
 /// Index of a backend in [`Router::backend_ids`]: a typed, allocation-free handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BackendIdx(pub u32);
@@ -113,19 +145,31 @@ struct Vhost {
 }
 
 /// A compiled [`RouteTable`]: answers `(host, path) → route`.
+///
+/// Virtual hosts are shared (`Arc`) between a router and the one [`Router::update`] makes from
+/// it, and backends keep their [`BackendIdx`] across updates, so an update compiles only the
+/// virtual hosts that changed.
 #[derive(Debug, Default)]
 pub struct Router {
-    exact: HashMap<Box<str>, usize>,
-    wildcard: HashMap<Box<str>, usize>,
-    any: Option<usize>,
-    vhosts: Vec<Vhost>,
+    exact: HashMap<Box<str>, Arc<Vhost>>,
+    wildcard: HashMap<Box<str>, Arc<Vhost>>,
+    any: Option<Arc<Vhost>>,
     default: Option<CompiledRoute>,
-    backend_ids: Vec<BackendId>,
+    backend_ids: Arc<Vec<BackendId>>,
+    backend_index: Arc<HashMap<BackendId, BackendIdx>>,
+    /// Indexes of backends that are gone (their [`Router::backend_ids`] entry is a placeholder
+    /// that names no Service), reused first.
+    free: Vec<BackendIdx>,
 }
 
 /// A regex path as the router matches it: anchored at the start of the path.
 pub fn compile_path_regex(pattern: &str) -> std::result::Result<regex::Regex, regex::Error> {
     regex::Regex::new(&format!("^(?:{pattern})"))
+}
+
+/// The [`Router::backend_ids`] entry of a backend that is gone.
+fn placeholder() -> BackendId {
+    BackendId { namespace: String::new(), service: String::new(), port: crate::model::ServicePort::Number(0) }
 }
 
 // === impl Router ===
@@ -139,118 +183,184 @@ impl Router {
     /// [`Router::compile`], reusing the live rate limiters of `limiters`.
     pub fn compile_with(table: &RouteTable, limiters: &LimiterCache) -> Result<Router> {
         let backend_ids: Vec<BackendId> = table.backends.keys().cloned().collect();
-        let index: HashMap<&BackendId, BackendIdx> =
-            backend_ids.iter().enumerate().map(|(i, id)| (id, BackendIdx(i as u32))).collect();
-        let resolve = |id: &BackendId, referrer: &dyn Fn() -> String| {
-            index
-                .get(id)
-                .copied()
-                .ok_or_else(|| CompileError::UnknownBackend { referrer: referrer(), backend: id.clone() })
+        let index: HashMap<BackendId, BackendIdx> =
+            backend_ids.iter().enumerate().map(|(i, id)| (id.clone(), BackendIdx(i as u32))).collect();
+        let mut router = Router {
+            backend_ids: Arc::new(backend_ids),
+            backend_index: Arc::new(index),
+            ..Router::default()
         };
-
-        let mut router = Router { backend_ids: Vec::new(), ..Router::default() };
         for vh in &table.hosts {
-            let slot = router.vhosts.len();
-            let dup = match &vh.host {
-                HostMatch::Exact(h) => insert_unique(&mut router.exact, h, slot),
-                HostMatch::Wildcard(s) => insert_unique(&mut router.wildcard, s, slot),
-                HostMatch::Any => router.any.replace(slot).is_some(),
-            };
-            if dup {
+            let compiled = Arc::new(router.compile_vhost(vh, limiters)?);
+            if router.insert_vhost(&vh.host, compiled) {
                 return Err(CompileError::DuplicateHost(vh.host.clone()));
             }
-
-            let mut compiled = Vhost::default();
-            let mut regexes: Vec<(usize, regex::Regex, usize)> = Vec::new();
-            for route in &vh.routes {
-                let RouteAction::Forward(id) = &route.action;
-                let backend = resolve(id, &|| format!("host {} path {:?}", vh.host, route.path))?;
-                let regex = match &route.path {
-                    PathMatch::Regex(pattern) => {
-                        Some(compile_path_regex(pattern).map_err(|e| CompileError::InvalidRegex {
-                            host: vh.host.clone(),
-                            pattern: pattern.clone(),
-                            source: Box::new(e),
-                        })?)
-                    }
-                    _ => None,
-                };
-                let mut policy =
-                    CompiledPolicy::compile(&route.policy, regex.as_ref(), &route.origin, limiters).map_err(
-                        |source| CompileError::InvalidPolicy {
-                            host: vh.host.clone(),
-                            path: route.path.clone(),
-                            source,
-                        },
-                    )?;
-                if let (Some(policy), Some(auth)) = (policy.as_mut(), &route.policy.external_auth) {
-                    policy.auth_cache =
-                        limiters.auth_caches().get(&route.origin, &vh.host, &route.path, auth);
-                }
-                if let (Some(policy), Some(errors)) = (policy.as_mut(), &route.policy.custom_errors) {
-                    let idx = resolve(&errors.backend, &|| {
-                        format!("the custom error backend of host {} path {:?}", vh.host, route.path)
-                    })?;
-                    policy.custom_errors = Some((errors.codes.clone(), idx));
-                }
-                if let (Some(policy), Some(canary)) = (policy.as_mut(), &route.policy.canary) {
-                    let idx = resolve(&canary.backend, &|| {
-                        format!("the canary of host {} path {:?}", vh.host, route.path)
-                    })?;
-                    policy.canary = Some(CompiledCanary::compile(canary, idx).map_err(|e| {
-                        CompileError::InvalidPolicy {
-                            host: vh.host.clone(),
-                            path: route.path.clone(),
-                            source: PolicyError::Canary(e),
-                        }
-                    })?);
-                }
-                let idx = compiled.routes.len();
-                compiled.routes.push(CompiledRoute {
-                    backend,
-                    host: Some(vh.host.clone()),
-                    path: Some(route.path.clone()),
-                    origin: Some(route.origin.clone()),
-                    policy: policy.map(Arc::new),
-                    ssl_redirect: route.policy.ssl_redirect,
-                });
-                // On duplicates the first route wins (translation already resolved conflicts).
-                match (&route.path, regex) {
-                    (PathMatch::Exact(p), _) => {
-                        compiled.exact.entry(p.as_str().into()).or_insert(idx);
-                    }
-                    (PathMatch::Prefix(p), _) => {
-                        let p = p.trim_end_matches('/');
-                        if p.is_empty() {
-                            compiled.root.get_or_insert(idx);
-                        } else {
-                            compiled.prefix.entry(p.into()).or_insert(idx);
-                        }
-                    }
-                    (PathMatch::Regex(pattern), Some(re)) => regexes.push((pattern.len(), re, idx)),
-                    (PathMatch::Regex(_), None) => {}
-                }
-            }
-            // Longest pattern first (nginx tries regex locations in order; translation and
-            // ingress-nginx sort them by length); ties keep table order (stable sort).
-            regexes.sort_by_key(|r| std::cmp::Reverse(r.0));
-            compiled.regex = regexes.into_iter().map(|(_, re, idx)| (re, idx)).collect();
-            router.vhosts.push(compiled);
         }
-
-        if let Some(id) = &table.default_backend {
-            let backend = resolve(id, &|| "default backend".to_string())?;
-            router.default = Some(CompiledRoute {
-                backend,
-                host: None,
-                path: None,
-                origin: None,
-                policy: None,
-                ssl_redirect: false,
-            });
-        }
-        router.backend_ids = backend_ids;
+        router.default = router.compile_default(table)?;
         Ok(router)
+    }
+
+    /// The router of `table`, which differs from the table this router was compiled from only
+    /// in `changes`: the changed virtual hosts are compiled, the others shared with this router;
+    /// backends that stay keep their index, new ones take the index of a gone one or a new one.
+    /// `changes` must name every difference (a virtual host not named is not looked at).
+    pub fn update(
+        &self,
+        table: &RouteTable,
+        changes: &TableChanges,
+        limiters: &LimiterCache,
+    ) -> Result<Router> {
+        let mut router = Router {
+            exact: self.exact.clone(),
+            wildcard: self.wildcard.clone(),
+            any: self.any.clone(),
+            default: None,
+            backend_ids: self.backend_ids.clone(),
+            backend_index: self.backend_index.clone(),
+            free: self.free.clone(),
+        };
+        let (gone, new): (Vec<&BackendId>, Vec<&BackendId>) =
+            changes.backends.iter().partition(|id| !table.backends.contains_key(*id));
+        for id in gone {
+            if let Some(idx) = Arc::make_mut(&mut router.backend_index).remove(id) {
+                Arc::make_mut(&mut router.backend_ids)[idx.0 as usize] = placeholder();
+                router.free.push(idx);
+            }
+        }
+        for id in new {
+            if router.backend_index.contains_key(id) {
+                continue;
+            }
+            let ids = Arc::make_mut(&mut router.backend_ids);
+            let idx = router.free.pop().unwrap_or(BackendIdx(ids.len() as u32));
+            match ids.get_mut(idx.0 as usize) {
+                Some(slot) => *slot = id.clone(),
+                None => ids.push(id.clone()),
+            }
+            Arc::make_mut(&mut router.backend_index).insert(id.clone(), idx);
+        }
+        for host in &changes.hosts {
+            router.remove_vhost(host);
+        }
+        for vh in table.hosts.iter().filter(|vh| changes.hosts.contains(&vh.host)) {
+            let compiled = Arc::new(router.compile_vhost(vh, limiters)?);
+            if router.insert_vhost(&vh.host, compiled) {
+                return Err(CompileError::DuplicateHost(vh.host.clone()));
+            }
+        }
+        router.default = router.compile_default(table)?;
+        Ok(router)
+    }
+
+    /// The index of backend `id`, if the table has it.
+    pub fn backend_index(&self, id: &BackendId) -> Option<BackendIdx> {
+        self.backend_index.get(id).copied()
+    }
+
+    fn resolve(&self, id: &BackendId, referrer: &dyn Fn() -> String) -> Result<BackendIdx> {
+        self.backend_index(id)
+            .ok_or_else(|| CompileError::UnknownBackend { referrer: referrer(), backend: id.clone() })
+    }
+
+    /// Adds a compiled virtual host; true if its host already had one.
+    fn insert_vhost(&mut self, host: &HostMatch, vhost: Arc<Vhost>) -> bool {
+        match host {
+            HostMatch::Exact(h) => self.exact.insert(h.as_str().into(), vhost).is_some(),
+            HostMatch::Wildcard(s) => self.wildcard.insert(s.as_str().into(), vhost).is_some(),
+            HostMatch::Any => self.any.replace(vhost).is_some(),
+        }
+    }
+
+    fn remove_vhost(&mut self, host: &HostMatch) {
+        match host {
+            HostMatch::Exact(h) => drop(self.exact.remove(h.as_str())),
+            HostMatch::Wildcard(s) => drop(self.wildcard.remove(s.as_str())),
+            HostMatch::Any => self.any = None,
+        }
+    }
+
+    fn compile_default(&self, table: &RouteTable) -> Result<Option<CompiledRoute>> {
+        let Some(id) = &table.default_backend else { return Ok(None) };
+        Ok(Some(CompiledRoute {
+            backend: self.resolve(id, &|| "default backend".to_string())?,
+            host: None,
+            path: None,
+            origin: None,
+            policy: None,
+            ssl_redirect: false,
+        }))
+    }
+
+    fn compile_vhost(&self, vh: &VirtualHost, limiters: &LimiterCache) -> Result<Vhost> {
+        let mut compiled = Vhost::default();
+        let mut regexes: Vec<(usize, regex::Regex, usize)> = Vec::new();
+        for route in &vh.routes {
+            let RouteAction::Forward(id) = &route.action;
+            let backend = self.resolve(id, &|| format!("host {} path {:?}", vh.host, route.path))?;
+            let regex = match &route.path {
+                PathMatch::Regex(pattern) => {
+                    Some(compile_path_regex(pattern).map_err(|e| CompileError::InvalidRegex {
+                        host: vh.host.clone(),
+                        pattern: pattern.clone(),
+                        source: Box::new(e),
+                    })?)
+                }
+                _ => None,
+            };
+            let invalid = |source| CompileError::InvalidPolicy {
+                host: vh.host.clone(),
+                path: route.path.clone(),
+                source,
+            };
+            let mut policy = CompiledPolicy::compile(&route.policy, regex.as_ref(), &route.origin, limiters)
+                .map_err(invalid)?;
+            if let (Some(policy), Some(auth)) = (policy.as_mut(), &route.policy.external_auth) {
+                policy.auth_cache = limiters.auth_caches().get(&route.origin, &vh.host, &route.path, auth);
+            }
+            if let (Some(policy), Some(errors)) = (policy.as_mut(), &route.policy.custom_errors) {
+                let idx = self.resolve(&errors.backend, &|| {
+                    format!("the custom error backend of host {} path {:?}", vh.host, route.path)
+                })?;
+                policy.custom_errors = Some((errors.codes.clone(), idx));
+            }
+            if let (Some(policy), Some(canary)) = (policy.as_mut(), &route.policy.canary) {
+                let idx = self.resolve(&canary.backend, &|| {
+                    format!("the canary of host {} path {:?}", vh.host, route.path)
+                })?;
+                policy.canary =
+                    Some(CompiledCanary::compile(canary, idx).map_err(|e| invalid(PolicyError::Canary(e)))?);
+            }
+            let idx = compiled.routes.len();
+            compiled.routes.push(CompiledRoute {
+                backend,
+                host: Some(vh.host.clone()),
+                path: Some(route.path.clone()),
+                origin: Some(route.origin.clone()),
+                policy: policy.map(Arc::new),
+                ssl_redirect: route.policy.ssl_redirect,
+            });
+            // On duplicates the first route wins (translation already resolved conflicts).
+            match (&route.path, regex) {
+                (PathMatch::Exact(p), _) => {
+                    compiled.exact.entry(p.as_str().into()).or_insert(idx);
+                }
+                (PathMatch::Prefix(p), _) => {
+                    let p = p.trim_end_matches('/');
+                    if p.is_empty() {
+                        compiled.root.get_or_insert(idx);
+                    } else {
+                        compiled.prefix.entry(p.into()).or_insert(idx);
+                    }
+                }
+                (PathMatch::Regex(pattern), Some(re)) => regexes.push((pattern.len(), re, idx)),
+                (PathMatch::Regex(_), None) => {}
+            }
+        }
+        // Longest pattern first (nginx tries regex locations in order; translation and
+        // ingress-nginx sort them by length); ties keep table order (stable sort).
+        regexes.sort_by_key(|r| std::cmp::Reverse(r.0));
+        compiled.regex = regexes.into_iter().map(|(_, re, idx)| (re, idx)).collect();
+        Ok(compiled)
     }
 
     /// Finds the route for a request `Host` (as sent: any case, optional port, optional trailing
@@ -269,26 +379,16 @@ impl Router {
     }
 
     fn vhost_for(&self, host: &str) -> Option<&Vhost> {
-        let slot = self.exact.get(host).copied().or_else(|| {
+        let vhost = self.exact.get(host).or_else(|| {
             // One label only: `a.example.com` → `example.com`; `*.example.com` does not cover
             // `a.b.example.com` because its suffix `b.example.com` is a different key.
             let (label, suffix) = host.split_once('.')?;
             if label.is_empty() {
                 return None;
             }
-            self.wildcard.get(suffix).copied()
+            self.wildcard.get(suffix)
         });
-        slot.or(self.any).map(|i| &self.vhosts[i])
-    }
-}
-
-fn insert_unique(map: &mut HashMap<Box<str>, usize>, key: &str, slot: usize) -> bool {
-    match map.entry(key.into()) {
-        Entry::Occupied(_) => true,
-        Entry::Vacant(v) => {
-            v.insert(slot);
-            false
-        }
+        vhost.or(self.any.as_ref()).map(|v| &**v)
     }
 }
 
@@ -560,5 +660,85 @@ mod tests {
         let mut t = T::new().0;
         t.default_backend = Some(id("missing"));
         assert!(matches!(Router::compile(&t), Err(CompileError::UnknownBackend { .. })));
+    }
+
+    /// What a router answers for every host and path of a small vocabulary: the backend (by
+    /// name), the route's path and whether it is the default backend.
+    fn answers(r: &Router) -> Vec<Option<(String, Option<PathMatch>)>> {
+        let mut out = Vec::new();
+        for host in ["a.test", "b.test", "c.test", "x.wild.test", "other.test"] {
+            for path in ["/", "/api", "/api/v1", "/x"] {
+                out.push(r.lookup(host, path).map(|route| {
+                    (r.backend_ids()[route.backend.0 as usize].service.clone(), route.path.clone())
+                }));
+            }
+        }
+        out
+    }
+
+    /// A router updated with the changes of each step of random table edits answers like one
+    /// compiled from scratch, and keeps the index of every backend that stays.
+    #[test]
+    fn update_matches_compiling_from_scratch() {
+        let hosts = ["a.test", "b.test", "c.test", "*.wild.test", "*"];
+        let paths = [prefix("/"), prefix("/api"), exact("/api/v1"), regex("/x.*")];
+        let backends = ["one", "two", "three", "four"];
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: usize| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % n as u64) as usize
+        };
+        let mut table = T::new().0;
+        let mut router = Router::compile(&table).unwrap();
+        for step in 0..500 {
+            let old = table.clone();
+            let host = HostMatch::parse(hosts[next(hosts.len())]).unwrap();
+            let backend = backends[next(backends.len())];
+            match next(5) {
+                0 => table.hosts.retain(|v| v.host != host),
+                1 => {
+                    let path = paths[next(paths.len())].clone();
+                    table = T(table).route(&host.to_string(), path, backend).0;
+                }
+                2 => {
+                    table.backends.remove(&id(backend));
+                    table
+                        .hosts
+                        .retain(|v| v.routes.iter().all(|r| r.action != RouteAction::Forward(id(backend))));
+                    if table.default_backend == Some(id(backend)) {
+                        table.default_backend = None;
+                    }
+                }
+                3 => {
+                    if let Some(b) = table.backends.get_mut(&id(backend)) {
+                        b.target = Target::Endpoints(vec![Endpoint::new(
+                            format!("127.0.0.{}:1", next(9) + 1).parse().unwrap(),
+                        )]);
+                    }
+                }
+                _ => table = T(table).default_backend(backend).0,
+            }
+            let changes = TableChanges::between(&old, &table);
+            let updated = router.update(&table, &changes, &LimiterCache::default()).unwrap();
+            let fresh = Router::compile(&table).unwrap();
+            assert_eq!(answers(&updated), answers(&fresh), "step {step}: {changes:?}");
+            for id in table.backends.keys() {
+                if old.backends.contains_key(id) {
+                    assert_eq!(
+                        updated.backend_index(id),
+                        router.backend_index(id),
+                        "step {step}: {id} moved"
+                    );
+                }
+                assert_eq!(updated.backend_ids()[updated.backend_index(id).unwrap().0 as usize], *id);
+            }
+            assert!(updated.backend_ids().len() <= backends.len(), "gone backends' indexes are reused");
+            for id in updated.backend_ids() {
+                assert!(id.service.is_empty() || table.backends.contains_key(id), "step {step}: stale {id}");
+            }
+            router = updated;
+        }
     }
 }

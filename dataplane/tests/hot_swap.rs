@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use support::*;
 use weir_dataplane::model::RouteTable;
+use weir_dataplane::router::TableChanges;
 
 const ECHOS: usize = 8;
 const HOSTS: usize = 4;
@@ -35,6 +36,18 @@ fn expected(k: usize, host: usize) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hot_swap_under_load_never_fails_nor_mixes_tables() {
+    hot_swap(false).await;
+}
+
+/// The same with each table published as its changes from the one before
+/// ([`weir_dataplane::proxy::Proxy::publish_changes`]): only what changed is compiled, the
+/// rest shared with the live table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn incremental_hot_swap_under_load_never_fails_nor_mixes_tables() {
+    hot_swap(true).await;
+}
+
+async fn hot_swap(incremental: bool) {
     let mut echos = Vec::new();
     for n in 0..ECHOS {
         echos.push(echo(&format!("e{n}")).await);
@@ -75,7 +88,13 @@ async fn hot_swap_under_load_never_fails_nor_mixes_tables() {
     }
 
     for k in 1..TABLES {
-        let v = p.proxy.publish(table_k(k, &echos)).unwrap();
+        let table = table_k(k, &echos);
+        let v = if incremental {
+            let changes = TableChanges::between(&table_k(k - 1, &echos), &table);
+            p.proxy.publish_changes(&table, Some(&changes)).unwrap()
+        } else {
+            p.proxy.publish(table).unwrap()
+        };
         assert_eq!(v as usize, k + 1);
         // Once published, the table's own route answers at once.
         let host = k % HOSTS;

@@ -6,6 +6,7 @@ mod support;
 use std::collections::BTreeMap;
 
 use support::*;
+use weir_dataplane::router::TableChanges;
 
 #[tokio::test]
 async fn host_exact_wildcard_any() {
@@ -128,6 +129,33 @@ async fn round_robin_state_survives_table_swaps() {
     }
     assert_eq!(seen, BTreeMap::from([("a".into(), 5), ("b".into(), 5)]));
     assert_eq!(p.proxy.version(), 11);
+}
+
+/// The same through incremental publishes ([`Proxy::publish_changes`]) where the backend itself
+/// changes every other time (a drained endpoint comes and goes) and another host every time.
+#[tokio::test]
+async fn round_robin_state_survives_incremental_swaps() {
+    let (a, b, c) = (echo("a").await, echo("b").await, echo("c").await);
+    let t = |k: usize| {
+        let drained = if k.is_multiple_of(2) {
+            vec![(a.addr, 1), (b.addr, 1)]
+        } else {
+            vec![(a.addr, 1), (b.addr, 1), (c.addr, 0)]
+        };
+        let (be, other) = (weighted("rr", &drained), backend("other", &[c.addr]));
+        table().host("a.test").prefix("/", &be).host(&format!("x{k}.test")).prefix("/", &other).build()
+    };
+    let p = proxy(t(0)).await;
+    let mut seen = BTreeMap::<String, usize>::new();
+    for k in 1..=10 {
+        let changes = TableChanges::between(&t(k - 1), &t(k));
+        assert!(!changes.hosts.is_empty() && !changes.backends.is_empty());
+        p.proxy.publish_changes(&t(k), Some(&changes)).unwrap();
+        *seen.entry(p.get("a.test", "/").await.name()).or_default() += 1;
+        assert_eq!(p.get(&format!("x{k}.test"), "/").await.status, 200);
+        assert_eq!(p.get(&format!("x{}.test", k - 1), "/").await.status, 404, "the old host is gone");
+    }
+    assert_eq!(seen, BTreeMap::from([("a".into(), 5), ("b".into(), 5)]));
 }
 
 #[tokio::test]

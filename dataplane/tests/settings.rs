@@ -433,3 +433,22 @@ async fn worker_shutdown_timeout_is_the_drain_time() {
         .unwrap();
     in_flight.abort();
 }
+
+/// Settings travel with the table through an incremental publish too
+/// ([`weir_dataplane::proxy::Proxy::publish_changes`] naming no host nor backend): the
+/// effective configuration is built again from the new table's settings.
+#[tokio::test]
+async fn an_incremental_publish_applies_changed_settings() {
+    use weir_dataplane::router::TableChanges;
+    let e = echo("e").await;
+    let base = table().host("a.test").prefix("/", &to(&e)).build();
+    let p = proxy(base.clone()).await;
+    assert_eq!(seen(&p, &[CHAIN]).await.headers["x-real-ip"], "127.0.0.1");
+
+    let trusted = with_settings(base.clone(), forwarded(&["127.0.0.0/8"], false));
+    p.proxy.publish_changes(&trusted, Some(&TableChanges::default())).unwrap();
+    assert_eq!(seen(&p, &[CHAIN]).await.headers["x-real-ip"], "10.0.0.5");
+
+    p.proxy.publish_changes(&base, Some(&TableChanges::default())).unwrap();
+    assert_eq!(seen(&p, &[CHAIN]).await.headers["x-real-ip"], "127.0.0.1", "back to the defaults");
+}

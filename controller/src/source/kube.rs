@@ -29,8 +29,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use weir_dataplane::model::ObjectRef;
 
-use super::manifest::Object;
-use crate::translate::Snapshot;
+use crate::translate::{SharedObject, Snapshot};
 
 /// Errors of the Kubernetes source.
 #[derive(Debug, thiserror::Error)]
@@ -201,26 +200,28 @@ pub struct Stores {
 }
 
 impl Stores {
-    /// A snapshot of the stores' current content.
+    /// A snapshot of the stores' current content. The objects are shared with the stores, not
+    /// copied, and keep their identity while unchanged (what incremental translation relies on).
     pub fn snapshot(&self) -> Snapshot {
-        fn add<K>(snapshot: &mut Snapshot, stores: &[Store<K>], wrap: fn(Box<K>) -> Object)
+        fn add<K>(snapshot: &mut Snapshot, stores: &[Store<K>], wrap: fn(Arc<K>) -> SharedObject)
         where
             K: Resource<DynamicType = ()> + Clone + 'static,
         {
             for store in stores {
                 for object in store.state() {
-                    snapshot.insert(wrap(Box::new((*object).clone())));
+                    let object = wrap(object);
+                    snapshot.insert_shared(object.key(), object);
                 }
             }
         }
         let mut snapshot = Snapshot::default();
-        add(&mut snapshot, &self.ingress_classes, Object::IngressClass);
-        add(&mut snapshot, &self.ingresses, Object::Ingress);
-        add(&mut snapshot, &self.services, Object::Service);
-        add(&mut snapshot, &self.endpoint_slices, Object::EndpointSlice);
-        add(&mut snapshot, &self.endpoints, Object::Endpoints);
-        add(&mut snapshot, &self.secrets, Object::Secret);
-        add(&mut snapshot, &self.configmap, Object::ConfigMap);
+        add(&mut snapshot, &self.ingress_classes, SharedObject::IngressClass);
+        add(&mut snapshot, &self.ingresses, SharedObject::Ingress);
+        add(&mut snapshot, &self.services, SharedObject::Service);
+        add(&mut snapshot, &self.endpoint_slices, SharedObject::EndpointSlice);
+        add(&mut snapshot, &self.endpoints, SharedObject::Endpoints);
+        add(&mut snapshot, &self.secrets, SharedObject::Secret);
+        add(&mut snapshot, &self.configmap, SharedObject::ConfigMap);
         snapshot
     }
 
@@ -411,12 +412,14 @@ impl KubeSource {
         let mut snapshot = self.stores.snapshot();
         for (store, _) in self.referenced.values() {
             for secret in store.state() {
-                snapshot.insert(Object::Secret(Box::new((*secret).clone())));
+                let secret = SharedObject::Secret(secret);
+                snapshot.insert_shared(secret.key(), secret);
             }
         }
         for (store, _) in self.referenced_config_maps.values() {
             for cm in store.state() {
-                snapshot.insert(Object::ConfigMap(Box::new((*cm).clone())));
+                let cm = SharedObject::ConfigMap(cm);
+                snapshot.insert_shared(cm.key(), cm);
             }
         }
         snapshot

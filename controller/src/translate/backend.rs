@@ -5,8 +5,9 @@
 //! Service (missing, no such port) still yields a backend with no endpoints, so the route exists
 //! and answers 503, as ingress-nginx does, rather than falling through to another route.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Endpoints, Service, ServicePort as K8sServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -54,36 +55,108 @@ impl Error {
     }
 }
 
-/// Resolves backends against a snapshot, each at most once.
+/// The EndpointSlices of each Service (by the `kubernetes.io/service-name` label). A slice is in
+/// its Service's namespace: names are enough.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SliceIndex {
+    /// Slices (their names and the objects, shared with the snapshot) by Service.
+    by_service: HashMap<ObjectRef, Vec<(String, Arc<EndpointSlice>)>>,
+    /// The Service name of each indexed slice, made on the first [`SliceIndex::update`] (only
+    /// updates need it).
+    service_of: Option<HashMap<ObjectRef, String>>,
+}
+
+impl SliceIndex {
+    /// The index of every slice of `snapshot`.
+    pub(crate) fn new(snapshot: &Snapshot) -> Self {
+        let mut index = SliceIndex::default();
+        for (key, slice) in snapshot.endpoint_slices.shared() {
+            index.insert(key, slice);
+        }
+        index
+    }
+
+    /// Indexes `slice`; returns its Service.
+    fn insert(&mut self, key: &ObjectRef, slice: &Arc<EndpointSlice>) -> Option<ObjectRef> {
+        let service = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
+        let service = ObjectRef::new(key.namespace.clone(), service.filter(|s| !s.is_empty())?.clone());
+        if let Some(reverse) = &mut self.service_of {
+            reverse.insert(key.clone(), service.name.clone());
+        }
+        let entry = (key.name.clone(), slice.clone());
+        match self.by_service.get_mut(&service) {
+            Some(slices) => {
+                slices.push(entry);
+                slices.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            }
+            None => {
+                self.by_service.insert(service.clone(), vec![entry]);
+            }
+        }
+        Some(service)
+    }
+
+    /// Makes the slice → Service map, if it is not made yet.
+    pub(crate) fn prepare(&mut self) {
+        if self.service_of.is_none() {
+            let reverse = self
+                .by_service
+                .iter()
+                .flat_map(|(service, slices)| {
+                    slices.iter().map(|(n, _)| {
+                        (ObjectRef::new(service.namespace.clone(), n.clone()), service.name.clone())
+                    })
+                })
+                .collect();
+            self.service_of = Some(reverse);
+        }
+    }
+
+    /// Re-indexes the slice `key` as it is in `snapshot` (or drops it if it is gone); returns the
+    /// Services whose slices changed (its old and its new one).
+    pub(crate) fn update(&mut self, key: &ObjectRef, snapshot: &Snapshot) -> Vec<ObjectRef> {
+        self.prepare();
+        let mut touched = Vec::new();
+        if let Some(old) = self.service_of.as_mut().and_then(|r| r.remove(key)) {
+            let old = ObjectRef::new(key.namespace.clone(), old);
+            if let Some(slices) = self.by_service.get_mut(&old) {
+                slices.retain(|(n, _)| *n != key.name);
+                if slices.is_empty() {
+                    self.by_service.remove(&old);
+                }
+            }
+            touched.push(old);
+        }
+        if let Some(new) = snapshot.endpoint_slices.get_shared(key).and_then(|slice| self.insert(key, slice))
+            && !touched.contains(&new)
+        {
+            touched.push(new);
+        }
+        touched
+    }
+
+    fn slices(&self, service: &ObjectRef) -> Option<Vec<&EndpointSlice>> {
+        Some(self.by_service.get(service)?.iter().map(|(_, slice)| &**slice).collect())
+    }
+}
+
+/// Resolves backends against a snapshot.
 pub(crate) struct Resolver<'a> {
     snapshot: &'a Snapshot,
-    /// EndpointSlices by the Service they belong to.
-    slices: BTreeMap<ObjectRef, Vec<&'a EndpointSlice>>,
-    cache: BTreeMap<BackendId, (Backend, Option<Error>)>,
+    slices: &'a SliceIndex,
 }
 
 impl<'a> Resolver<'a> {
-    pub(crate) fn new(snapshot: &'a Snapshot) -> Self {
-        let mut slices: BTreeMap<ObjectRef, Vec<&EndpointSlice>> = BTreeMap::new();
-        for (key, slice) in &snapshot.endpoint_slices {
-            let service = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
-            if let Some(service) = service.filter(|s| !s.is_empty()) {
-                slices.entry(ObjectRef::new(key.namespace.clone(), service.clone())).or_default().push(slice);
-            }
-        }
-        Resolver { snapshot, slices, cache: BTreeMap::new() }
+    pub(crate) fn new(snapshot: &'a Snapshot, slices: &'a SliceIndex) -> Self {
+        Resolver { snapshot, slices }
     }
 
-    /// The backend for `id`, and what is wrong with it if anything.
-    pub(crate) fn resolve(&mut self, id: &BackendId) -> &(Backend, Option<Error>) {
-        if !self.cache.contains_key(id) {
-            let resolved = match self.resolve_uncached(id) {
-                Ok(backend) => (backend, None),
-                Err(error) => (empty(), Some(error)),
-            };
-            self.cache.insert(id.clone(), resolved);
+    /// The backend for `id` (one that answers 503 if the Service cannot serve it, and why).
+    pub(crate) fn resolve(&self, id: &BackendId) -> (Backend, Option<Error>) {
+        match self.resolve_uncached(id) {
+            Ok(backend) => (backend, None),
+            Err(error) => (empty(), Some(error)),
         }
-        &self.cache[id]
     }
 
     fn resolve_uncached(&self, id: &BackendId) -> Result<Backend, Error> {
@@ -121,8 +194,8 @@ impl<'a> Resolver<'a> {
         let port =
             port.ok_or_else(|| Error::PortNotFound { service: service_ref.clone(), port: id.port.clone() })?;
         let port_name = port.name.as_deref().unwrap_or("");
-        let endpoints = match self.slices.get(&service_ref) {
-            Some(slices) => from_slices(slices, port_name),
+        let endpoints = match self.slices.slices(&service_ref) {
+            Some(slices) => from_slices(&slices, port_name),
             None => self
                 .snapshot
                 .endpoints
@@ -182,13 +255,16 @@ fn find_port<'s>(service: &'s Service, port: &ServicePort) -> Option<&'s K8sServ
 }
 
 /// Ready, non-terminating endpoints of a Service's slices, on the slice port named like the
-/// Service port (an unnamed port is named "").
-fn from_slices(slices: &[&EndpointSlice], port_name: &str) -> BTreeSet<SocketAddr> {
-    let mut out = BTreeSet::new();
+/// Service port (an unnamed port is named ""), sorted and without duplicates.
+fn from_slices(slices: &[&EndpointSlice], port_name: &str) -> Vec<SocketAddr> {
+    let mut out = Vec::new();
     for slice in slices {
-        if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
-            continue; // FQDN slices (deprecated) name hosts, not addresses
-        }
+        // FQDN slices (deprecated) name hosts, not addresses.
+        let parse: fn(&str) -> Option<IpAddr> = match slice.address_type.as_str() {
+            "IPv4" => |a| a.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4),
+            "IPv6" => |a| a.parse::<IpAddr>().ok(),
+            _ => continue,
+        };
         let Some(port) = slice
             .ports
             .as_deref()
@@ -209,18 +285,20 @@ fn from_slices(slices: &[&EndpointSlice], port_name: &str) -> BTreeSet<SocketAdd
                 continue;
             }
             // The API server validates addresses; anything unparsable is skipped.
-            if let Some(ip) = endpoint.addresses.first().and_then(|a| a.parse::<IpAddr>().ok()) {
-                out.insert(SocketAddr::new(ip, port));
+            if let Some(ip) = endpoint.addresses.first().and_then(|a| parse(a)) {
+                out.push(SocketAddr::new(ip, port));
             }
         }
     }
+    out.sort_unstable();
+    out.dedup();
     out
 }
 
 /// Ready addresses of a core v1 Endpoints object (never `notReadyAddresses`), on the subset port
 /// named like the Service port.
-fn from_endpoints(endpoints: &Endpoints, port_name: &str) -> BTreeSet<SocketAddr> {
-    let mut out = BTreeSet::new();
+fn from_endpoints(endpoints: &Endpoints, port_name: &str) -> Vec<SocketAddr> {
+    let mut out = Vec::new();
     for subset in endpoints.subsets.as_deref().unwrap_or_default() {
         let Some(port) = subset
             .ports
@@ -235,9 +313,11 @@ fn from_endpoints(endpoints: &Endpoints, port_name: &str) -> BTreeSet<SocketAddr
         };
         for address in subset.addresses.as_deref().unwrap_or_default() {
             if let Ok(ip) = address.ip.parse::<IpAddr>() {
-                out.insert(SocketAddr::new(ip, port));
+                out.push(SocketAddr::new(ip, port));
             }
         }
     }
+    out.sort_unstable();
+    out.dedup();
     out
 }

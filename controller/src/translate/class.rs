@@ -6,11 +6,10 @@
 //! name exists, when the name is our configured class name (clusters without IngressClass
 //! objects, and manifest directories, work without one).
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 
 use super::TranslateConfig;
+use super::snapshot::Objects;
 
 /// The deprecated annotation naming an Ingress's class.
 pub(crate) const LEGACY_CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
@@ -30,14 +29,14 @@ pub(crate) enum Selected<'a> {
 
 /// Decides class membership for one translation.
 pub(crate) struct ClassSelector<'a> {
-    classes: &'a BTreeMap<String, IngressClass>,
+    classes: &'a Objects<IngressClass, String>,
     config: &'a TranslateConfig,
     /// Whether class-less Ingresses are ours.
     take_classless: bool,
 }
 
 impl<'a> ClassSelector<'a> {
-    pub(crate) fn new(classes: &'a BTreeMap<String, IngressClass>, config: &'a TranslateConfig) -> Self {
+    pub(crate) fn new(classes: &'a Objects<IngressClass, String>, config: &'a TranslateConfig) -> Self {
         let default_is_ours = classes.values().any(|class| {
             is_our_controller(class, config)
                 && class

@@ -9,6 +9,7 @@ pub mod annotations;
 mod backend;
 mod class;
 mod headers;
+mod incremental;
 mod rank;
 mod routes;
 pub mod settings;
@@ -19,18 +20,20 @@ mod warnings;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};
 use weir_dataplane::model::{
-    BackendId, ClientAuth, Endpoint, HostMatch, ObjectRef, Passthrough, PathMatch, Route, RouteAction,
-    RoutePolicy, RouteTable, ServicePort, Target, UpstreamProtocol, UpstreamTls, VirtualHost,
+    Backend, BackendId, ClientAuth, Endpoint, HostMatch, ObjectRef, Passthrough, PathMatch, Route,
+    RouteAction, RoutePolicy, RouteTable, ServicePort, Target, UpstreamProtocol, UpstreamTls, VirtualHost,
 };
 
-pub use snapshot::Snapshot;
+pub use incremental::{Translator, Update};
+pub use snapshot::{Objects, SharedObject, Snapshot, SnapshotKey};
 pub use warnings::{ObjectKind, Reason, Severity, Warning};
 
+use backend::SliceIndex;
 use class::{ClassSelector, LEGACY_CLASS_ANNOTATION, Selected};
 use rank::Rank;
 use warnings::Warnings;
@@ -91,6 +94,29 @@ type BackendUse<'a> = (&'a Rank, UpstreamProtocol, Option<UpstreamTls>, bool);
 
 /// Translates a snapshot into a routing table and warnings.
 pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
+    let slices = SliceIndex::new(snapshot);
+    let mut translation = translate_part(snapshot, snapshot.ingresses.iter(), &slices, config, None);
+    if let Some(secret) = &config.default_certificate {
+        let mut warnings = Warnings::default();
+        if let Some(cert) = tls::default_certificate(secret, snapshot, &mut warnings) {
+            translation.table.certificates.insert(secret.clone(), cert);
+            translation.table.default_certificate = Some(secret.clone());
+        }
+        translation.warnings.extend(warnings.finish());
+    }
+    translation
+}
+
+/// Translates `ingresses` (some or all of the snapshot's), reading the rest of the snapshot
+/// only by key. The default certificate is left to the caller. With `couplings`, each Ingress
+/// of our class also reports what ties its translation to others' ([`incremental`]).
+fn translate_part<'s>(
+    snapshot: &'s Snapshot,
+    ingresses: impl IntoIterator<Item = (&'s ObjectRef, &'s Ingress)>,
+    slices: &SliceIndex,
+    config: &TranslateConfig,
+    mut couplings: Option<&mut Vec<(ObjectRef, incremental::Couplings)>>,
+) -> Translation {
     let mut warnings = Warnings::default();
     // Global settings: the dataplane's, and the defaults of every route's policy.
     let settings = settings::read(snapshot, config, &mut warnings);
@@ -98,7 +124,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
     // Class selection: Ingresses of other classes are ignored entirely.
     let selector = ClassSelector::new(&snapshot.ingress_classes, config);
     let mut ours = Vec::new();
-    for (key, ingress) in &snapshot.ingresses {
+    for (key, ingress) in ingresses {
         let Some(how) = selector.select(ingress) else { continue };
         if let Selected::LegacyAnnotation(class) = how {
             warnings.warn(
@@ -114,7 +140,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
 
     // Annotations: one typed policy per Ingress, applied to each of its routes.
     // `use-regex` and `rewrite-target` make every path of the Ingress's hosts a regex.
-    let mut policies: BTreeMap<&ObjectRef, RoutePolicy> = BTreeMap::new();
+    let mut policies: HashMap<&ObjectRef, RoutePolicy> = HashMap::new();
     let mut canary_specs = BTreeMap::new();
     let mut aliases = Vec::new();
     let mut www_redirects = Vec::new();
@@ -131,6 +157,9 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
             },
             &mut warnings,
         );
+        if let Some(list) = couplings.as_deref_mut() {
+            list.push((o.rank.object.clone(), incremental::Couplings::of(o, &parsed)));
+        }
         if parsed.regex_paths {
             let rules = o.ingress.spec.as_ref().and_then(|s| s.rules.as_deref()).unwrap_or_default();
             regex_hosts
@@ -233,7 +262,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
                     Reason::CanaryWithoutMain,
                     format!(
                         "{}: no main Ingress serves {} on {}; the canary is ignored",
-                        claim.field,
+                        claim.field.claim(),
                         routes::describe_path(path),
                         routes::describe_host(host)
                     ),
@@ -244,12 +273,12 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
 
     // TLS first: which hosts have it decides their routes' ssl-redirect.
     let tls = tls::plan(&ours, snapshot, &mut warnings);
-    let ingresses: std::collections::BTreeMap<&ObjectRef, &Ingress> =
-        ours.iter().map(|o| (&o.rank.object, o.ingress)).collect();
-    let mut redirects = std::collections::BTreeMap::new();
+    let ingresses: HashMap<&ObjectRef, &Ingress> = ours.iter().map(|o| (&o.rank.object, o.ingress)).collect();
+    let mut redirects: HashMap<&ObjectRef, (bool, bool)> = HashMap::new();
+    let coverage = tls::Coverage::new(&tls.entries);
     let mut ssl_redirect = |object: &ObjectRef, host: &HostMatch, warnings: &mut Warnings| {
-        let Some(ingress) = ingresses.get(object) else { return false };
-        let (ssl, force) = *redirects.entry(object.clone()).or_insert_with(|| {
+        let Some((object, ingress)) = ingresses.get_key_value(object) else { return false };
+        let (ssl, force) = *redirects.entry(object).or_insert_with(|| {
             (
                 annotations::flag(
                     ingress,
@@ -267,34 +296,44 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
                 ),
             )
         });
-        force || (ssl && tls::covers(&tls.entries, host))
+        force || (ssl && coverage.covers(host))
     };
 
     // Backends: only those a winning route or the default backend uses.
-    let mut resolver = backend::Resolver::new(snapshot);
+    // Each is resolved once; what is wrong with one is told to every claim that uses it.
+    let resolver = backend::Resolver::new(snapshot, slices);
     let mut table = RouteTable::default();
-    let mut resolve = |claim: &routes::Claim, warnings: &mut Warnings, table: &mut RouteTable| {
-        let (backend, error) = resolver.resolve(&claim.backend);
-        if let Some(error) = error {
-            let field = match error {
-                backend::Error::PortNotFound { .. } => format!("{}.service.port", claim.backend_field),
-                _ => format!("{}.service.name", claim.backend_field),
-            };
-            warnings.error(
-                &claim.rank.object,
-                error.reason(),
-                format!("{field}: {error}; requests routed to it answer 503"),
-            );
-        }
-        table.backends.insert(claim.backend.clone(), backend.clone());
-    };
+    let mut unusable: HashMap<BackendId, backend::Error> = HashMap::new();
+    // (A hash map while building; the table's is sorted.)
+    let mut backends: HashMap<BackendId, Backend> = HashMap::new();
+    let mut resolve =
+        |claim: &routes::Claim, warnings: &mut Warnings, backends: &mut HashMap<BackendId, Backend>| {
+            if !backends.contains_key(&claim.backend) {
+                let (backend, error) = resolver.resolve(&claim.backend);
+                backends.insert(claim.backend.clone(), backend);
+                if let Some(error) = error {
+                    unusable.insert(claim.backend.clone(), error);
+                }
+            }
+            if let Some(error) = unusable.get(&claim.backend) {
+                let field = match error {
+                    backend::Error::PortNotFound { .. } => "service.port",
+                    _ => "service.name",
+                };
+                warnings.error(
+                    &claim.rank.object,
+                    error.reason(),
+                    format!("{}.{field}: {error}; requests routed to it answer 503", claim.field.backend()),
+                );
+            }
+        };
     for (host, paths) in &plan.hosts {
         let mut routes = Vec::with_capacity(paths.len());
         for (path, claim) in paths {
-            resolve(claim, &mut warnings, &mut table);
+            resolve(claim, &mut warnings, &mut backends);
             let canary = canary_plan.hosts.get(host).and_then(|c| c.get(path)).and_then(|c| {
                 let spec: &annotations::CanarySpec = canary_specs.get(&c.rank.object)?;
-                resolve(c, &mut warnings, &mut table);
+                resolve(c, &mut warnings, &mut backends);
                 Some(spec.with_backend(c.backend.clone()))
             });
             // `custom-http-errors`: pages from the `default-backend` Service (its first port) or
@@ -318,10 +357,9 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
                             backend: id.clone(),
                             rank: claim.rank.clone(),
                             seq: 0,
-                            field: "metadata.annotations[default-backend]".into(),
-                            backend_field: "metadata.annotations[default-backend]".into(),
+                            field: routes::Field::DefaultBackendAnnotation,
                         };
-                        resolve(&pages, &mut warnings, &mut table);
+                        resolve(&pages, &mut warnings, &mut backends);
                         id
                     }
                     None => match plan.default_backend.as_ref() {
@@ -358,14 +396,13 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         table.hosts.push(VirtualHost { host: host.clone(), routes });
     }
     if let Some(claim) = &plan.default_backend {
-        resolve(claim, &mut warnings, &mut table);
+        resolve(claim, &mut warnings, &mut backends);
         table.default_backend = Some(claim.backend.clone());
     }
 
     // Upstream protocols: a backend used by several Ingresses takes the `backend-protocol` of
     // the oldest one; the others are told when theirs differs.
-    let mut users: std::collections::BTreeMap<&BackendId, Vec<BackendUse<'_>>> =
-        std::collections::BTreeMap::new();
+    let mut users: HashMap<&BackendId, Vec<BackendUse<'_>>> = HashMap::new();
     let attached = canary_plan.hosts.iter().flat_map(|(host, paths)| {
         paths
             .iter()
@@ -446,7 +483,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         } else {
             None
         };
-        if let Some(backend) = table.backends.get_mut(id) {
+        if let Some(backend) = backends.get_mut(id) {
             backend.protocol = protocol;
             backend.tls = tls;
             if let Some(addr) = cluster_ip {
@@ -454,6 +491,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
             }
         }
     }
+    table.backends = backends.into_iter().collect();
 
     // TLS passthrough: the hosts of an `ssl-passthrough` Ingress go, undecrypted, to the backend
     // of its `/` path (as in ingress-nginx, other paths do not matter for TLS connections).
@@ -523,12 +561,6 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
 
     table.tls = tls.entries;
     table.certificates = tls.certificates;
-    if let Some(secret) = &config.default_certificate
-        && let Some(cert) = tls::default_certificate(secret, snapshot, &mut warnings)
-    {
-        table.certificates.insert(secret.clone(), cert);
-        table.default_certificate = Some(secret.clone());
-    }
 
     table.settings = settings.settings;
     Translation {
@@ -541,7 +573,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
 /// The policy of the route `claim` won on `path`: its Ingress's, less a rewrite where the path
 /// is not a regex (an implicit `/` for a default backend), which has nothing to capture from.
 fn route_policy(
-    policies: &BTreeMap<&ObjectRef, RoutePolicy>,
+    policies: &HashMap<&ObjectRef, RoutePolicy>,
     claim: &routes::Claim,
     path: &PathMatch,
     defaults: &settings::RouteDefaults,

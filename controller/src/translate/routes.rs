@@ -22,10 +22,43 @@ pub(crate) struct Claim {
     pub(crate) rank: Rank,
     /// Order of the claim within its Ingress (earlier entries win ties within one Ingress).
     pub(crate) seq: usize,
+    /// The claiming field.
+    pub(crate) field: Field,
+}
+
+/// Where a claim is written in its Ingress (spelled out only for messages).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Field {
+    /// `spec.rules[rule].http.paths[path]`.
+    Path {
+        /// Index of the rule.
+        rule: usize,
+        /// Index of the path in the rule.
+        path: usize,
+    },
+    /// `spec.defaultBackend`.
+    DefaultBackend,
+    /// The `default-backend` annotation (custom error pages).
+    DefaultBackendAnnotation,
+}
+
+impl Field {
     /// The claiming field, e.g. `spec.rules[0].http.paths[1]`.
-    pub(crate) field: String,
+    pub(crate) fn claim(self) -> String {
+        match self {
+            Field::Path { rule, path } => format!("spec.rules[{rule}].http.paths[{path}]"),
+            Field::DefaultBackend => "spec.defaultBackend".to_string(),
+            Field::DefaultBackendAnnotation => "metadata.annotations[default-backend]".to_string(),
+        }
+    }
+
     /// The backend's field, e.g. `spec.rules[0].http.paths[1].backend`.
-    pub(crate) backend_field: String,
+    pub(crate) fn backend(self) -> String {
+        match self {
+            Field::Path { .. } => format!("{}.backend", self.claim()),
+            _ => self.claim(),
+        }
+    }
 }
 
 impl Claim {
@@ -46,7 +79,7 @@ pub(crate) struct Plan {
 /// Builds the plan from our Ingresses, warning about every rejected part. Every path on a host
 /// of `regex_hosts` is a case-insensitive regex (ingress-nginx's `use-regex` rule).
 pub(crate) fn plan(ours: &[Ours<'_>], regex_hosts: &BTreeSet<HostMatch>, warnings: &mut Warnings) -> Plan {
-    let mut explicit: BTreeMap<(HostMatch, PathMatch), Vec<Claim>> = BTreeMap::new();
+    let mut explicit: BTreeMap<HostMatch, BTreeMap<PathMatch, Vec<Claim>>> = BTreeMap::new();
     let mut implicit: BTreeMap<HostMatch, Vec<Claim>> = BTreeMap::new();
     let mut defaults: Vec<Claim> = Vec::new();
 
@@ -55,7 +88,7 @@ pub(crate) fn plan(ours: &[Ours<'_>], regex_hosts: &BTreeSet<HostMatch>, warning
         let ns = ing.rank.object.namespace.as_str();
         let rules = spec.rules.as_deref().unwrap_or_default();
         let default = spec.default_backend.as_ref().and_then(|b| {
-            backend_id(ns, b, "spec.defaultBackend")
+            backend_id(ns, b, Field::DefaultBackend)
                 .map_err(|(reason, msg)| {
                     warnings.error(&ing.rank.object, reason, format!("{msg}; the default backend is ignored"))
                 })
@@ -75,24 +108,26 @@ pub(crate) fn plan(ours: &[Ours<'_>], regex_hosts: &BTreeSet<HostMatch>, warning
                     continue;
                 }
             };
-            hosts.insert(host.clone());
+            if default.is_some() {
+                hosts.insert(host.clone());
+            }
             let paths = rule.http.as_ref().map(|h| h.paths.as_slice()).unwrap_or_default();
+            let regex = regex_hosts.contains(&host);
+            let mut claims = Vec::new();
             for (j, path) in paths.iter().enumerate() {
-                let field = format!("spec.rules[{i}].http.paths[{j}]");
-                let regex = regex_hosts.contains(&host);
+                let field = Field::Path { rule: i, path: j };
                 let path_match = match path_match(path.path.as_deref(), &path.path_type, regex) {
                     Ok(m) => m,
                     Err(msg) => {
                         warnings.error(
                             &ing.rank.object,
                             Reason::InvalidPath,
-                            format!("{field}: {msg}; the path is ignored"),
+                            format!("{}: {msg}; the path is ignored", field.claim()),
                         );
                         continue;
                     }
                 };
-                let backend_field = format!("{field}.backend");
-                let backend = match backend_id(ns, &path.backend, &backend_field) {
+                let backend = match backend_id(ns, &path.backend, field) {
                     Ok(b) => b,
                     Err((reason, msg)) => {
                         warnings.error(&ing.rank.object, reason, format!("{msg}; the path is ignored"));
@@ -100,13 +135,13 @@ pub(crate) fn plan(ours: &[Ours<'_>], regex_hosts: &BTreeSet<HostMatch>, warning
                     }
                 };
                 seq += 1;
-                explicit.entry((host.clone(), path_match)).or_default().push(Claim {
-                    backend,
-                    rank: ing.rank.clone(),
-                    seq,
-                    field,
-                    backend_field,
-                });
+                claims.push((path_match, Claim { backend, rank: ing.rank.clone(), seq, field }));
+            }
+            if !claims.is_empty() {
+                let host_paths = explicit.entry(host).or_default();
+                for (path, claim) in claims {
+                    host_paths.entry(path).or_default().push(claim);
+                }
             }
         }
         let Some(default) = default else { continue };
@@ -114,8 +149,7 @@ pub(crate) fn plan(ours: &[Ours<'_>], regex_hosts: &BTreeSet<HostMatch>, warning
             backend: default.clone(),
             rank: ing.rank.clone(),
             seq,
-            field: "spec.defaultBackend".to_string(),
-            backend_field: "spec.defaultBackend".to_string(),
+            field: Field::DefaultBackend,
         };
         if rules.is_empty() {
             defaults.push(claim(0));
@@ -127,20 +161,28 @@ pub(crate) fn plan(ours: &[Ours<'_>], regex_hosts: &BTreeSet<HostMatch>, warning
         }
     }
 
-    let mut plan = Plan::default();
-    for ((host, path), claims) in explicit {
-        if let Some(winner) = pick(claims, warnings, |loser, winner| {
-            format!(
-                "{}: {} on {} is already served by {}; this path is ignored",
-                loser.field,
-                describe_path(&path),
-                describe_host(&host),
-                winner.rank.explain_win(&loser.rank),
-            )
-        }) {
-            plan.hosts.entry(host).or_default().insert(path, winner);
-        }
-    }
+    let hosts = explicit
+        .into_iter()
+        .map(|(host, paths)| {
+            let winners = paths
+                .into_iter()
+                .filter_map(|(path, claims)| {
+                    let winner = pick(claims, warnings, |loser, winner| {
+                        format!(
+                            "{}: {} on {} is already served by {}; this path is ignored",
+                            loser.field.claim(),
+                            describe_path(&path),
+                            describe_host(&host),
+                            winner.rank.explain_win(&loser.rank),
+                        )
+                    })?;
+                    Some((path, winner))
+                })
+                .collect();
+            (host, winners)
+        })
+        .collect();
+    let mut plan = Plan { hosts, default_backend: None };
     let root = PathMatch::Prefix("/".to_string());
     for (host, claims) in implicit {
         let routes = plan.hosts.entry(host.clone()).or_default();
@@ -181,27 +223,30 @@ fn pick(
     Some(winner)
 }
 
-/// The backend an Ingress names: its Service and port, exactly as written.
+/// The backend an Ingress names at `field`: its Service and port, exactly as written.
 pub(crate) fn backend_id(
     namespace: &str,
     backend: &IngressBackend,
-    field: &str,
+    field: Field,
 ) -> Result<BackendId, (Reason, String)> {
+    let field = || field.backend();
     if let Some(resource) = &backend.resource {
         let group = resource.api_group.as_deref().map(|g| format!("{g}/")).unwrap_or_default();
         return Err((
             Reason::UnsupportedBackend,
             format!(
-                "{field}.resource: resource backends ({group}{} {}) are not supported, only Service backends",
-                resource.kind, resource.name
+                "{}.resource: resource backends ({group}{} {}) are not supported, only Service backends",
+                field(),
+                resource.kind,
+                resource.name
             ),
         ));
     }
     let Some(service) = &backend.service else {
-        return Err((Reason::InvalidBackend, format!("{field}: names neither a service nor a resource")));
+        return Err((Reason::InvalidBackend, format!("{}: names neither a service nor a resource", field())));
     };
     if service.name.is_empty() {
-        return Err((Reason::InvalidBackend, format!("{field}.service.name: empty")));
+        return Err((Reason::InvalidBackend, format!("{}.service.name: empty", field())));
     }
     let port = service.port.as_ref();
     let port = match (port.and_then(|p| p.number), port.and_then(|p| p.name.as_deref())) {
@@ -210,13 +255,16 @@ pub(crate) fn backend_id(
             _ => {
                 return Err((
                     Reason::InvalidBackend,
-                    format!("{field}.service.port.number: {n} is not a port number (1-65535)"),
+                    format!("{}.service.port.number: {n} is not a port number (1-65535)", field()),
                 ));
             }
         },
         (None, Some(name)) if !name.is_empty() => ServicePort::Name(name.to_string()),
         _ => {
-            return Err((Reason::InvalidBackend, format!("{field}.service.port: needs a number or a name")));
+            return Err((
+                Reason::InvalidBackend,
+                format!("{}.service.port: needs a number or a name", field()),
+            ));
         }
     };
     Ok(BackendId { namespace: namespace.to_string(), service: service.name.clone(), port })

@@ -27,7 +27,7 @@ use weir_dataplane::model::{
 use super::annotations::{Support, deny_all, values};
 use super::headers::{self, Direction};
 use super::warnings::{ObjectKind, Reason, Warnings};
-use super::{Snapshot, TranslateConfig};
+use super::{Objects, Snapshot, TranslateConfig};
 
 const SNIPPET: &str = "raw nginx configuration is an injection surface (CVE-2021-25742; the injections behind CVE-2025-1974 are of the same kind); use the typed settings and annotations instead";
 const LUA: &str = "weir runs no Lua";
@@ -409,7 +409,7 @@ pub(crate) fn read(snapshot: &Snapshot, config: &TranslateConfig, warnings: &mut
 pub(crate) fn parse(
     configmap: &ObjectRef,
     data: &BTreeMap<String, String>,
-    config_maps: &BTreeMap<ObjectRef, ConfigMap>,
+    config_maps: &Objects<ConfigMap>,
     warnings: &mut Warnings,
 ) -> Parsed {
     let mut ctx = Ctx { configmap, data, warnings, fail_closed: false };
@@ -545,7 +545,7 @@ impl<'a> Ctx<'a, '_> {
         &mut self,
         key: &str,
         direction: Direction,
-        config_maps: &BTreeMap<ObjectRef, ConfigMap>,
+        config_maps: &Objects<ConfigMap>,
     ) -> BTreeMap<String, String> {
         let configmap = self.configmap;
         let Some(name) =

@@ -1,6 +1,12 @@
 //! The input of translation: every object of interest, keyed and sorted.
+//!
+//! Objects are shared (`Arc`) between the source that holds them and the snapshots built from
+//! it, so a snapshot costs a pointer per object, not a copy, and an unchanged object keeps its
+//! identity from one snapshot to the next (what [`super::Translator`] keys its cache on).
 
-use std::collections::BTreeMap;
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, btree_map};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -12,24 +18,24 @@ use crate::source::manifest::Object;
 
 /// A consistent view of the cluster (or manifest directory) that translation reads.
 ///
-/// Every collection is a `BTreeMap`, so iteration order, and with it the translation, does not
+/// Every collection is sorted by key, so iteration order, and with it the translation, does not
 /// depend on the order objects arrived in.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Snapshot {
     /// IngressClasses by name (they are cluster-scoped).
-    pub ingress_classes: BTreeMap<String, IngressClass>,
+    pub ingress_classes: Objects<IngressClass, String>,
     /// Ingresses by namespace/name.
-    pub ingresses: BTreeMap<ObjectRef, Ingress>,
+    pub ingresses: Objects<Ingress>,
     /// Services by namespace/name.
-    pub services: BTreeMap<ObjectRef, Service>,
+    pub services: Objects<Service>,
     /// EndpointSlices by namespace/name (of the slice, not of its Service).
-    pub endpoint_slices: BTreeMap<ObjectRef, EndpointSlice>,
+    pub endpoint_slices: Objects<EndpointSlice>,
     /// Core v1 Endpoints by namespace/name (the same as their Service's).
-    pub endpoints: BTreeMap<ObjectRef, Endpoints>,
+    pub endpoints: Objects<Endpoints>,
     /// Secrets by namespace/name.
-    pub secrets: BTreeMap<ObjectRef, Secret>,
+    pub secrets: Objects<Secret>,
     /// ConfigMaps by namespace/name (the settings ConfigMap is one of them).
-    pub config_maps: BTreeMap<ObjectRef, ConfigMap>,
+    pub config_maps: Objects<ConfigMap>,
 }
 
 /// The namespace/name key of a namespaced object (`default` when the namespace is unset).
@@ -38,35 +44,244 @@ pub(crate) fn key(meta: &ObjectMeta) -> ObjectRef {
     ObjectRef::new(namespace, meta.name.as_deref().unwrap_or_default())
 }
 
+/// One object shared between a source and its snapshots: [`Object`] with `Arc` instead of `Box`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SharedObject {
+    /// An Ingress.
+    Ingress(Arc<Ingress>),
+    /// An IngressClass.
+    IngressClass(Arc<IngressClass>),
+    /// A Service.
+    Service(Arc<Service>),
+    /// An EndpointSlice.
+    EndpointSlice(Arc<EndpointSlice>),
+    /// A core v1 Endpoints.
+    Endpoints(Arc<Endpoints>),
+    /// A Secret.
+    Secret(Arc<Secret>),
+    /// A ConfigMap.
+    ConfigMap(Arc<ConfigMap>),
+}
+
+/// Which collection of a [`Snapshot`] an object is in, and its key there.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SnapshotKey {
+    /// An IngressClass, by name.
+    IngressClass(String),
+    /// An Ingress.
+    Ingress(ObjectRef),
+    /// A Service.
+    Service(ObjectRef),
+    /// An EndpointSlice.
+    EndpointSlice(ObjectRef),
+    /// A core v1 Endpoints.
+    Endpoints(ObjectRef),
+    /// A Secret.
+    Secret(ObjectRef),
+    /// A ConfigMap.
+    ConfigMap(ObjectRef),
+}
+
+impl SharedObject {
+    /// Shares a parsed object; `None` for kinds weir does not read ([`Object::Other`]).
+    pub fn new(object: Object) -> Option<SharedObject> {
+        Some(match object {
+            Object::Ingress(o) => SharedObject::Ingress(Arc::from(o)),
+            Object::IngressClass(o) => SharedObject::IngressClass(Arc::from(o)),
+            Object::Service(o) => SharedObject::Service(Arc::from(o)),
+            Object::EndpointSlice(o) => SharedObject::EndpointSlice(Arc::from(o)),
+            Object::Endpoints(o) => SharedObject::Endpoints(Arc::from(o)),
+            Object::Secret(o) => SharedObject::Secret(Arc::from(o)),
+            Object::ConfigMap(o) => SharedObject::ConfigMap(Arc::from(o)),
+            Object::Other { .. } => return None,
+        })
+    }
+
+    /// Its metadata.
+    pub fn metadata(&self) -> &ObjectMeta {
+        match self {
+            SharedObject::Ingress(o) => &o.metadata,
+            SharedObject::IngressClass(o) => &o.metadata,
+            SharedObject::Service(o) => &o.metadata,
+            SharedObject::EndpointSlice(o) => &o.metadata,
+            SharedObject::Endpoints(o) => &o.metadata,
+            SharedObject::Secret(o) => &o.metadata,
+            SharedObject::ConfigMap(o) => &o.metadata,
+        }
+    }
+
+    /// Where it goes in a snapshot.
+    pub fn key(&self) -> SnapshotKey {
+        match self {
+            SharedObject::IngressClass(o) => {
+                SnapshotKey::IngressClass(o.metadata.name.clone().unwrap_or_default())
+            }
+            SharedObject::Ingress(o) => SnapshotKey::Ingress(key(&o.metadata)),
+            SharedObject::Service(o) => SnapshotKey::Service(key(&o.metadata)),
+            SharedObject::EndpointSlice(o) => SnapshotKey::EndpointSlice(key(&o.metadata)),
+            SharedObject::Endpoints(o) => SnapshotKey::Endpoints(key(&o.metadata)),
+            SharedObject::Secret(o) => SnapshotKey::Secret(key(&o.metadata)),
+            SharedObject::ConfigMap(o) => SnapshotKey::ConfigMap(key(&o.metadata)),
+        }
+    }
+
+    /// True when both are the same allocation (not merely equal).
+    pub fn same(&self, other: &SharedObject) -> bool {
+        match (self, other) {
+            (SharedObject::Ingress(a), SharedObject::Ingress(b)) => Arc::ptr_eq(a, b),
+            (SharedObject::IngressClass(a), SharedObject::IngressClass(b)) => Arc::ptr_eq(a, b),
+            (SharedObject::Service(a), SharedObject::Service(b)) => Arc::ptr_eq(a, b),
+            (SharedObject::EndpointSlice(a), SharedObject::EndpointSlice(b)) => Arc::ptr_eq(a, b),
+            (SharedObject::Endpoints(a), SharedObject::Endpoints(b)) => Arc::ptr_eq(a, b),
+            (SharedObject::Secret(a), SharedObject::Secret(b)) => Arc::ptr_eq(a, b),
+            (SharedObject::ConfigMap(a), SharedObject::ConfigMap(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// A short description for messages: `Ingress default/web`, `IngressClass weir`.
+    pub fn describe(&self) -> String {
+        match self.key() {
+            SnapshotKey::IngressClass(name) => format!("IngressClass {name}"),
+            SnapshotKey::Ingress(k) => format!("Ingress {k}"),
+            SnapshotKey::Service(k) => format!("Service {k}"),
+            SnapshotKey::EndpointSlice(k) => format!("EndpointSlice {k}"),
+            SnapshotKey::Endpoints(k) => format!("Endpoints {k}"),
+            SnapshotKey::Secret(k) => format!("Secret {k}"),
+            SnapshotKey::ConfigMap(k) => format!("ConfigMap {k}"),
+        }
+    }
+}
+
 impl Snapshot {
     /// Adds or replaces an object. Returns the replaced object of the same kind and key, if any.
     /// Kinds weir does not read ([`Object::Other`]) are dropped.
-    pub fn insert(&mut self, obj: Object) -> Option<Object> {
-        match obj {
-            Object::Ingress(o) => {
-                self.ingresses.insert(key(&o.metadata), *o).map(|old| Object::Ingress(Box::new(old)))
+    pub fn insert(&mut self, obj: Object) -> Option<SharedObject> {
+        let shared = SharedObject::new(obj)?;
+        let key = shared.key();
+        self.insert_shared(key, shared)
+    }
+
+    /// Adds or replaces a shared object under `key` (which must be `object.key()`).
+    pub fn insert_shared(&mut self, key: SnapshotKey, object: SharedObject) -> Option<SharedObject> {
+        match (key, object) {
+            (SnapshotKey::IngressClass(k), SharedObject::IngressClass(o)) => {
+                self.ingress_classes.insert(k, o).map(SharedObject::IngressClass)
             }
-            Object::IngressClass(o) => {
-                let name = o.metadata.name.clone().unwrap_or_default();
-                self.ingress_classes.insert(name, *o).map(|old| Object::IngressClass(Box::new(old)))
+            (SnapshotKey::Ingress(k), SharedObject::Ingress(o)) => {
+                self.ingresses.insert(k, o).map(SharedObject::Ingress)
             }
-            Object::Service(o) => {
-                self.services.insert(key(&o.metadata), *o).map(|old| Object::Service(Box::new(old)))
+            (SnapshotKey::Service(k), SharedObject::Service(o)) => {
+                self.services.insert(k, o).map(SharedObject::Service)
             }
-            Object::EndpointSlice(o) => self
-                .endpoint_slices
-                .insert(key(&o.metadata), *o)
-                .map(|old| Object::EndpointSlice(Box::new(old))),
-            Object::Endpoints(o) => {
-                self.endpoints.insert(key(&o.metadata), *o).map(|old| Object::Endpoints(Box::new(old)))
+            (SnapshotKey::EndpointSlice(k), SharedObject::EndpointSlice(o)) => {
+                self.endpoint_slices.insert(k, o).map(SharedObject::EndpointSlice)
             }
-            Object::Secret(o) => {
-                self.secrets.insert(key(&o.metadata), *o).map(|old| Object::Secret(Box::new(old)))
+            (SnapshotKey::Endpoints(k), SharedObject::Endpoints(o)) => {
+                self.endpoints.insert(k, o).map(SharedObject::Endpoints)
             }
-            Object::ConfigMap(o) => {
-                self.config_maps.insert(key(&o.metadata), *o).map(|old| Object::ConfigMap(Box::new(old)))
+            (SnapshotKey::Secret(k), SharedObject::Secret(o)) => {
+                self.secrets.insert(k, o).map(SharedObject::Secret)
             }
-            Object::Other { .. } => None,
+            (SnapshotKey::ConfigMap(k), SharedObject::ConfigMap(o)) => {
+                self.config_maps.insert(k, o).map(SharedObject::ConfigMap)
+            }
+            (key, object) => {
+                debug_assert!(false, "{key:?} is not the key of {}", object.describe());
+                None
+            }
+        }
+    }
+
+    /// The object under `key`, if any.
+    pub fn get(&self, key: &SnapshotKey) -> Option<SharedObject> {
+        match key {
+            SnapshotKey::IngressClass(k) => {
+                self.ingress_classes.get_shared(k).cloned().map(SharedObject::IngressClass)
+            }
+            SnapshotKey::Ingress(k) => self.ingresses.get_shared(k).cloned().map(SharedObject::Ingress),
+            SnapshotKey::Service(k) => self.services.get_shared(k).cloned().map(SharedObject::Service),
+            SnapshotKey::EndpointSlice(k) => {
+                self.endpoint_slices.get_shared(k).cloned().map(SharedObject::EndpointSlice)
+            }
+            SnapshotKey::Endpoints(k) => self.endpoints.get_shared(k).cloned().map(SharedObject::Endpoints),
+            SnapshotKey::Secret(k) => self.secrets.get_shared(k).cloned().map(SharedObject::Secret),
+            SnapshotKey::ConfigMap(k) => self.config_maps.get_shared(k).cloned().map(SharedObject::ConfigMap),
+        }
+    }
+
+    /// Removes the object under `key`; returns it.
+    pub fn remove(&mut self, key: &SnapshotKey) -> Option<SharedObject> {
+        match key {
+            SnapshotKey::IngressClass(k) => self.ingress_classes.remove(k).map(SharedObject::IngressClass),
+            SnapshotKey::Ingress(k) => self.ingresses.remove(k).map(SharedObject::Ingress),
+            SnapshotKey::Service(k) => self.services.remove(k).map(SharedObject::Service),
+            SnapshotKey::EndpointSlice(k) => self.endpoint_slices.remove(k).map(SharedObject::EndpointSlice),
+            SnapshotKey::Endpoints(k) => self.endpoints.remove(k).map(SharedObject::Endpoints),
+            SnapshotKey::Secret(k) => self.secrets.remove(k).map(SharedObject::Secret),
+            SnapshotKey::ConfigMap(k) => self.config_maps.remove(k).map(SharedObject::ConfigMap),
+        }
+    }
+
+    /// The keys whose object differs between `old` and `self` (added, removed or replaced by
+    /// another allocation), in key order. Objects are compared by identity, so this is a walk
+    /// over both snapshots without copying anything.
+    pub fn changes_since(&self, old: &Snapshot) -> Vec<SnapshotKey> {
+        let mut out = Vec::new();
+        diff(&old.ingress_classes, &self.ingress_classes, |k| SnapshotKey::IngressClass(k.clone()), &mut out);
+        diff(&old.ingresses, &self.ingresses, |k| SnapshotKey::Ingress(k.clone()), &mut out);
+        diff(&old.services, &self.services, |k| SnapshotKey::Service(k.clone()), &mut out);
+        diff(
+            &old.endpoint_slices,
+            &self.endpoint_slices,
+            |k| SnapshotKey::EndpointSlice(k.clone()),
+            &mut out,
+        );
+        diff(&old.endpoints, &self.endpoints, |k| SnapshotKey::Endpoints(k.clone()), &mut out);
+        diff(&old.secrets, &self.secrets, |k| SnapshotKey::Secret(k.clone()), &mut out);
+        diff(&old.config_maps, &self.config_maps, |k| SnapshotKey::ConfigMap(k.clone()), &mut out);
+        out
+    }
+}
+
+/// Appends the keys that differ between two sorted collections (a merge walk).
+fn diff<T, K: Ord>(
+    old: &Objects<T, K>,
+    new: &Objects<T, K>,
+    key: impl Fn(&K) -> SnapshotKey,
+    out: &mut Vec<SnapshotKey>,
+) {
+    use std::cmp::Ordering;
+    let mut a = old.0.iter().peekable();
+    let mut b = new.0.iter().peekable();
+    loop {
+        match (a.peek(), b.peek()) {
+            (None, None) => return,
+            (Some((k, _)), None) => {
+                out.push(key(k));
+                a.next();
+            }
+            (None, Some((k, _))) => {
+                out.push(key(k));
+                b.next();
+            }
+            (Some((ka, va)), Some((kb, vb))) => match ka.cmp(kb) {
+                Ordering::Less => {
+                    out.push(key(ka));
+                    a.next();
+                }
+                Ordering::Greater => {
+                    out.push(key(kb));
+                    b.next();
+                }
+                Ordering::Equal => {
+                    if !Arc::ptr_eq(va, vb) {
+                        out.push(key(ka));
+                    }
+                    a.next();
+                    b.next();
+                }
+            },
         }
     }
 }
@@ -84,5 +299,144 @@ impl Extend<Object> for Snapshot {
         for obj in iter {
             self.insert(obj);
         }
+    }
+}
+
+// === impl Objects ===
+
+/// Objects of one kind by key, sorted, each behind an `Arc`: cloning the collection shares the
+/// objects. Reads hand out plain references (`&T`), as a `BTreeMap<K, T>` would.
+#[derive(Debug, PartialEq)]
+pub struct Objects<T, K = ObjectRef>(BTreeMap<K, Arc<T>>);
+
+impl<T, K: Clone> Clone for Objects<T, K> {
+    fn clone(&self) -> Self {
+        Objects(self.0.clone())
+    }
+}
+
+impl<T, K> Default for Objects<T, K> {
+    fn default() -> Self {
+        Objects::new()
+    }
+}
+
+impl<T, K> Objects<T, K> {
+    /// No objects.
+    pub const fn new() -> Self {
+        Objects(BTreeMap::new())
+    }
+}
+
+impl<T, K: Ord> Objects<T, K> {
+    /// The object under `key`.
+    pub fn get<Q: Ord + ?Sized>(&self, key: &Q) -> Option<&T>
+    where
+        K: Borrow<Q>,
+    {
+        self.0.get(key).map(|o| &**o)
+    }
+
+    /// The shared object under `key`.
+    pub fn get_shared<Q: Ord + ?Sized>(&self, key: &Q) -> Option<&Arc<T>>
+    where
+        K: Borrow<Q>,
+    {
+        self.0.get(key)
+    }
+
+    /// Whether there is an object under `key`.
+    pub fn contains_key<Q: Ord + ?Sized>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+    {
+        self.0.contains_key(key)
+    }
+
+    /// Adds or replaces; returns the replaced object.
+    pub fn insert(&mut self, key: K, object: Arc<T>) -> Option<Arc<T>> {
+        self.0.insert(key, object)
+    }
+
+    /// Removes and returns the object under `key`.
+    pub fn remove<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<Arc<T>>
+    where
+        K: Borrow<Q>,
+    {
+        self.0.remove(key)
+    }
+
+    /// Number of objects.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when there is none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Objects in key order.
+    pub fn iter(&self) -> Iter<'_, T, K> {
+        Iter(self.0.iter())
+    }
+
+    /// Keys in order.
+    pub fn keys(&self) -> btree_map::Keys<'_, K, Arc<T>> {
+        self.0.keys()
+    }
+
+    /// Objects in key order.
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &T> + ExactSizeIterator {
+        self.0.values().map(|o| &**o)
+    }
+
+    /// The shared objects in key order.
+    pub fn shared(&self) -> &BTreeMap<K, Arc<T>> {
+        &self.0
+    }
+}
+
+/// Iterator over `(&key, &object)` of [`Objects`].
+pub struct Iter<'a, T, K>(btree_map::Iter<'a, K, Arc<T>>);
+
+impl<'a, T, K> Iterator for Iter<'a, T, K> {
+    type Item = (&'a K, &'a T);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next().map(|(k, v)| (k, &**v))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+impl<T, K> DoubleEndedIterator for Iter<'_, T, K> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.0.next_back().map(|(k, v)| (k, &**v))
+    }
+}
+
+impl<T, K> ExactSizeIterator for Iter<'_, T, K> {}
+
+impl<'a, T, K: Ord> IntoIterator for &'a Objects<T, K> {
+    type Item = (&'a K, &'a T);
+    type IntoIter = Iter<'a, T, K>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<T, K: Ord> FromIterator<(K, T)> for Objects<T, K> {
+    fn from_iter<I: IntoIterator<Item = (K, T)>>(iter: I) -> Self {
+        Objects(iter.into_iter().map(|(k, v)| (k, Arc::new(v))).collect())
+    }
+}
+
+impl<T, K: Ord> From<BTreeMap<K, T>> for Objects<T, K> {
+    fn from(map: BTreeMap<K, T>) -> Self {
+        map.into_iter().collect()
     }
 }

@@ -1,14 +1,12 @@
 //! Focused tests of translation rules: one test per precedence, conflict or class rule.
 //! (The golden fixtures in `tests/fixtures` cover the whole pipeline.)
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use weir_dataplane::model::{BackendId, HostMatch, ObjectRef, PathMatch, ServicePort};
 
 use super::class::{ClassSelector, Selected};
 use super::rank::Rank;
-use super::routes::{backend_id, path_match};
+use super::routes::{Field, backend_id, path_match};
 use super::*;
 use crate::source::manifest::{Object, parse_manifests};
 
@@ -49,7 +47,7 @@ fn ingress(yaml: &str) -> Ingress {
     }
 }
 
-fn classes(yaml: &str) -> BTreeMap<String, IngressClass> {
+fn classes(yaml: &str) -> Objects<IngressClass, String> {
     snapshot(yaml).ingress_classes
 }
 
@@ -65,7 +63,7 @@ fn class_name_resolves_through_the_ingress_class_object() {
     assert!(sel.is_ours("edge"), "a class of our controller, whatever its name");
     assert!(!sel.is_ours("weir"), "an existing class of another controller, even named like ours");
     assert!(!sel.is_ours("nginx"), "no such class and not our configured name");
-    let none = BTreeMap::new();
+    let none = Objects::default();
     let sel = ClassSelector::new(&none, &config);
     assert!(sel.is_ours("weir"), "no IngressClass objects: the configured name");
 }
@@ -73,7 +71,7 @@ fn class_name_resolves_through_the_ingress_class_object() {
 #[test]
 fn class_field_then_annotation_then_default() {
     let config = TranslateConfig::default();
-    let none = BTreeMap::new();
+    let none = Objects::default();
     let sel = ClassSelector::new(&none, &config);
     let with_annotation = |field: Option<&str>, annotation: &str| {
         let mut ing = ingress(&ingress_yaml("a", None, field, "a.example.com", "/", "s"));
@@ -223,7 +221,7 @@ fn backend_ids_keep_the_port_as_written() {
         let i = ing(port);
         let rules = i.spec.unwrap().rules.unwrap();
         let backend = &rules[0].http.as_ref().unwrap().paths[0].backend;
-        backend_id("ns", backend, "f").map_err(|(reason, _)| reason)
+        backend_id("ns", backend, Field::DefaultBackend).map_err(|(reason, _)| reason)
     };
     assert_eq!(
         id("number: 8080"),

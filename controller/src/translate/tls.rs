@@ -9,7 +9,7 @@
 //! oldest Ingress wins and the others are told. A missing or unusable secret leaves the host on
 //! the default certificate (still TLS, as ingress-nginx does), with a warning.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use k8s_openapi::api::core::v1::Secret;
 use weir_dataplane::model::{Certificate, HostMatch, ObjectRef, TlsEntry};
@@ -241,10 +241,31 @@ pub(crate) fn default_certificate(
     }
 }
 
-/// Whether a route host has TLS: a TLS entry names it, or a wildcard entry covers it.
-pub(crate) fn covers(entries: &[TlsEntry], host: &HostMatch) -> bool {
-    entries.iter().flat_map(|e| &e.hosts).any(|tls| {
-        tls == host
-            || matches!((tls, host), (HostMatch::Wildcard(_), HostMatch::Exact(name)) if tls.matches(name))
-    })
+/// Which route hosts have TLS: those a TLS entry names, and those a wildcard entry covers.
+pub(crate) struct Coverage<'a> {
+    hosts: HashSet<&'a HostMatch>,
+    /// The suffixes of wildcard entries (`example.com` for `*.example.com`).
+    wildcards: HashSet<&'a str>,
+}
+
+impl<'a> Coverage<'a> {
+    pub(crate) fn new(entries: &'a [TlsEntry]) -> Self {
+        let hosts: HashSet<&HostMatch> = entries.iter().flat_map(|e| &e.hosts).collect();
+        let wildcards = hosts
+            .iter()
+            .filter_map(|h| match h {
+                HostMatch::Wildcard(suffix) => Some(suffix.as_str()),
+                _ => None,
+            })
+            .collect();
+        Coverage { hosts, wildcards }
+    }
+
+    /// Whether `host` has TLS.
+    pub(crate) fn covers(&self, host: &HostMatch) -> bool {
+        self.hosts.contains(host)
+            || matches!(host, HostMatch::Exact(name) if name
+                .split_once('.')
+                .is_some_and(|(label, suffix)| !label.is_empty() && self.wildcards.contains(suffix)))
+    }
 }

@@ -309,7 +309,7 @@ impl Clients {
 
     /// Closes HTTP/1.1 connections idle for longer than `idle_timeout` (and those the upstream
     /// closed) in the pools of `balancers`' endpoints and the keyed pools.
-    pub(super) fn sweep(&self, balancers: &[Balancer], idle_timeout: Duration) {
+    pub(super) fn sweep(&self, balancers: &[Arc<Balancer>], idle_timeout: Duration) {
         let expiry = Instant::now().checked_sub(idle_timeout);
         let expiry = Some(expiry.unwrap_or_else(Instant::now));
         for balancer in balancers.iter().filter(|b| b.protocol() == UpstreamProtocol::Http1) {

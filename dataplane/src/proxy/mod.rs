@@ -22,11 +22,11 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use crate::balance::{Balancer, Registry};
-use crate::model::{HostMatch, RouteTable};
+use crate::balance::Balancer;
+use crate::model::{BackendId, HostMatch, RouteTable};
 use crate::mtls::ClientAuthIndex;
 use crate::ratelimit::LimiterCache;
-use crate::router::{CompileError, Router};
+use crate::router::{CompileError, Router, TableChanges};
 use crate::tls::{CertCache, CertIndex};
 
 mod client;
@@ -183,7 +183,6 @@ type TlsChoice = (Vec<crate::model::TlsVersion>, Vec<String>);
 /// Only touched by `publish`, serialized by its mutex.
 #[derive(Default)]
 struct Publisher {
-    registry: Registry,
     certs: CertCache,
     last_version: u64,
     /// The TLS config of the last `ssl-protocols` and `ssl-ciphers`, kept (with its session
@@ -196,7 +195,7 @@ struct Compiled {
     version: u64,
     router: Router,
     /// Indexed by [`crate::router::BackendIdx`].
-    balancers: Vec<Balancer>,
+    balancers: Vec<Arc<Balancer>>,
     /// SNI → certificate.
     certs: CertIndex,
     /// SNI → passthrough backend (an index into `balancers`).
@@ -241,7 +240,7 @@ impl PassIndex {
     fn compile(table: &RouteTable, router: &Router) -> PassIndex {
         let mut index = PassIndex::default();
         for pass in &table.passthrough {
-            let Some(idx) = router.backend_ids().iter().position(|id| *id == pass.backend) else {
+            let Some(idx) = router.backend_index(&pass.backend).map(|i| i.0 as usize) else {
                 tracing::warn!(host = %pass.host, backend = %pass.backend, "passthrough backend has no route; host ignored");
                 continue;
             };
@@ -301,24 +300,64 @@ impl Proxy {
     /// Compiles `table` and makes it the live table; returns the version stamped on it.
     /// On error the live table is unchanged. Requests in flight finish on the table they started
     /// with; balancer state of backends that still exist is carried over.
-    pub fn publish(&self, mut table: RouteTable) -> Result<u64, CompileError> {
-        let router = Router::compile_with(&table, &self.inner.limiters)?;
+    pub fn publish(&self, table: RouteTable) -> Result<u64, CompileError> {
+        self.publish_changes(&table, None)
+    }
+
+    /// [`Proxy::publish`] for a table that differs from the live one only in `changes` (`None`:
+    /// in anything): only the virtual hosts and backends named are compiled again, the rest is
+    /// shared with the live state.
+    pub fn publish_changes(
+        &self,
+        table: &RouteTable,
+        changes: Option<&TableChanges>,
+    ) -> Result<u64, CompileError> {
         let config = self.inner.config.with_settings(&table.settings);
         let http = Arc::new(server::http_builder(&config));
         // Serializes publishers (versions stay monotonic, registry updates don't interleave);
         // requests never take this lock.
         let mut publisher = self.inner.publisher.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let live = self.inner.state.load_full();
         let version = publisher.last_version + 1;
-        table.version = version;
-        let balancers = publisher
-            .registry
-            .update(router.backend_ids().iter().filter_map(|id| table.backends.get_key_value(id)));
-        let certs = CertIndex::compile(&table, &mut publisher.certs);
-        let passthrough = PassIndex::compile(&table, &router);
+        // Each backend's balancer starts from its balancer in the live table, if any.
+        let previous =
+            |id: &BackendId| live.router.backend_index(id).and_then(|i| live.balancers.get(i.0 as usize));
+        let next = |id: &BackendId| {
+            Arc::new(match table.backends.get(id) {
+                Some(backend) => Balancer::next(previous(id).map(|b| &**b), id, backend),
+                None => Balancer::empty(),
+            })
+        };
+        let (router, balancers) = match changes {
+            Some(changes) if live.version != 0 => {
+                let router = live.router.update(table, changes, &self.inner.limiters)?;
+                let mut balancers = live.balancers.clone();
+                balancers.resize_with(router.backend_ids().len(), || Arc::new(Balancer::empty()));
+                // Gone backends first: a new one may take the index of a gone one.
+                let (gone, present): (Vec<&BackendId>, Vec<&BackendId>) =
+                    changes.backends.iter().partition(|id| router.backend_index(id).is_none());
+                let slots = gone.iter().filter_map(|id| Some((live.router.backend_index(id)?, *id)));
+                let slots =
+                    slots.chain(present.iter().filter_map(|id| Some((router.backend_index(id)?, *id))));
+                for (index, id) in slots.collect::<Vec<_>>() {
+                    if let Some(slot) = balancers.get_mut(index.0 as usize) {
+                        *slot = next(id);
+                    }
+                }
+                (router, balancers)
+            }
+            _ => {
+                let router = Router::compile_with(table, &self.inner.limiters)?;
+                let balancers = router.backend_ids().iter().map(next).collect();
+                (router, balancers)
+            }
+        };
+        let certs = CertIndex::compile(table, &mut publisher.certs);
+        let passthrough = PassIndex::compile(table, &router);
         let client_auth = if table.client_auth.is_empty() {
             ClientAuthIndex::default()
         } else {
-            ClientAuthIndex::compile(&table, &self.resolver())
+            ClientAuthIndex::compile(table, &self.resolver())
         };
         let tls = self.tls_config(&table.settings, &mut publisher);
         self.inner.state.store(Arc::new(Compiled {
@@ -332,6 +371,7 @@ impl Proxy {
             http,
             tls,
         }));
+        drop(live);
         self.inner.clients.prune();
         publisher.last_version = version;
         tracing::debug!(

@@ -29,6 +29,7 @@ use weir_dataplane::model::{
     RoutePolicy, SourceFilter,
 };
 
+use super::snapshot::Objects;
 use super::warnings::{Reason, Warnings};
 
 /// ingress-nginx's annotation prefix.
@@ -318,9 +319,9 @@ impl<'a> Reader<'a> {
 /// The objects annotations may name, and the settings that limit them.
 pub(crate) struct Refs<'a> {
     /// Secrets (`auth-secret`).
-    pub(crate) secrets: &'a BTreeMap<ObjectRef, Secret>,
+    pub(crate) secrets: &'a Objects<Secret>,
     /// ConfigMaps (`custom-headers`).
-    pub(crate) config_maps: &'a BTreeMap<ObjectRef, ConfigMap>,
+    pub(crate) config_maps: &'a Objects<ConfigMap>,
     /// `global-allowed-response-headers`, when set (lower case).
     pub(crate) allowed_response_headers: Option<&'a std::collections::BTreeSet<String>>,
 }
@@ -434,7 +435,7 @@ pub(crate) fn deny_all() -> Vec<IpNet> {
 struct Ctx<'a, 'w> {
     ingress: &'a ObjectRef,
     reader: &'a Reader<'a>,
-    secrets: &'a BTreeMap<ObjectRef, Secret>,
+    secrets: &'a Objects<Secret>,
     warnings: &'w mut Warnings,
 }
 

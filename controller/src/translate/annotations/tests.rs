@@ -16,26 +16,27 @@ fn parse_all(pairs: &[(&str, &str)]) -> (RoutePolicy, Vec<Warning>) {
 }
 
 /// Secrets in namespace `ns`: `htpasswd` (auth-file) and `users` (auth-map).
-fn secrets() -> BTreeMap<ObjectRef, k8s_openapi::api::core::v1::Secret> {
+fn secrets() -> crate::translate::Objects<k8s_openapi::api::core::v1::Secret> {
     use k8s_openapi::ByteString;
     let secret = |pairs: &[(&str, &str)]| k8s_openapi::api::core::v1::Secret {
         data: Some(pairs.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect()),
         ..Default::default()
     };
-    BTreeMap::from([
+    crate::translate::Objects::from(BTreeMap::from([
         (
             ObjectRef::new("ns", "htpasswd"),
             secret(&[("auth", "alice:$apr1$abcdefgh$r/p0TRuenjeL4j5EsxbGb/\nbob:nohash\n")]),
         ),
         (ObjectRef::new("ns", "users"), secret(&[("carol", "{SHA}5en6G6MezRroT3XKqkdPOmY/BfQ=")])),
-    ])
+    ]))
 }
 
-fn refs(secrets: &BTreeMap<ObjectRef, k8s_openapi::api::core::v1::Secret>) -> Refs<'_> {
+fn refs(secrets: &crate::translate::Objects<k8s_openapi::api::core::v1::Secret>) -> Refs<'_> {
     Refs { secrets, config_maps: &EMPTY_CONFIG_MAPS, allowed_response_headers: None }
 }
 
-static EMPTY_CONFIG_MAPS: BTreeMap<ObjectRef, k8s_openapi::api::core::v1::ConfigMap> = BTreeMap::new();
+static EMPTY_CONFIG_MAPS: crate::translate::Objects<k8s_openapi::api::core::v1::ConfigMap> =
+    crate::translate::Objects::new();
 
 fn nginx(name: &str) -> String {
     format!("{NGINX_PREFIX}{name}")
@@ -477,19 +478,21 @@ fn aliases_and_buffering() {
 }
 
 /// ConfigMaps: `ns/hdrs` (custom headers, one with a variable) and `other/hdrs`.
-fn config_maps() -> BTreeMap<ObjectRef, k8s_openapi::api::core::v1::ConfigMap> {
+fn config_maps() -> crate::translate::Objects<k8s_openapi::api::core::v1::ConfigMap> {
     let cm = |pairs: &[(&str, &str)]| k8s_openapi::api::core::v1::ConfigMap {
         data: Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
         ..Default::default()
     };
-    BTreeMap::from([
+    [
         (
             ObjectRef::new("ns", "hdrs"),
             cm(&[("X-Frame-Options", "DENY"), ("X-Id", "$request_id"), ("Content-Length", "1")]),
         ),
         (ObjectRef::new("other", "hdrs"), cm(&[("X-A", "1")])),
         (ObjectRef::new("ns", "auth-hdrs"), cm(&[("X-Auth-Tenant", "shop"), ("Host", "evil.example")])),
-    ])
+    ]
+    .into_iter()
+    .collect()
 }
 
 #[test]
@@ -620,7 +623,8 @@ fn enable_global_auth() {
     assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
 }
 
-static EMPTY_SECRETS: BTreeMap<ObjectRef, k8s_openapi::api::core::v1::Secret> = BTreeMap::new();
+static EMPTY_SECRETS: crate::translate::Objects<k8s_openapi::api::core::v1::Secret> =
+    crate::translate::Objects::new();
 
 /// `auth-url` plus `extra` annotations.
 fn with_auth(extra: &[(&str, &str)]) -> (RoutePolicy, Vec<Warning>) {

@@ -46,8 +46,12 @@ mod tests {
         let data: BTreeMap<String, String> =
             pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let mut warnings = Warnings::default();
-        let parsed =
-            parse(&ObjectRef::new("ingress-nginx", "controller"), &data, &BTreeMap::new(), &mut warnings);
+        let parsed = parse(
+            &ObjectRef::new("ingress-nginx", "controller"),
+            &data,
+            &crate::translate::Objects::new(),
+            &mut warnings,
+        );
         (parsed.routes, warnings.finish())
     }
 

@@ -5,8 +5,12 @@ use weir_dataplane::model::RateLimit;
 fn parse_pairs(pairs: &[(&str, &str)]) -> (Parsed, Vec<Warning>) {
     let data: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let mut warnings = Warnings::default();
-    let parsed =
-        parse(&ObjectRef::new("ingress-nginx", "controller"), &data, &BTreeMap::new(), &mut warnings);
+    let parsed = parse(
+        &ObjectRef::new("ingress-nginx", "controller"),
+        &data,
+        &crate::translate::Objects::new(),
+        &mut warnings,
+    );
     (parsed, warnings.finish())
 }
 
@@ -486,10 +490,10 @@ fn header_configmaps() {
         data: Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
         ..Default::default()
     };
-    let config_maps = BTreeMap::from([
+    let config_maps = crate::translate::Objects::from(BTreeMap::from([
         (ObjectRef::new("ingress-nginx", "resp"), cm(&[("X-Served-By", "weir"), ("Transfer-Encoding", "x")])),
         (ObjectRef::new("ops", "up"), cm(&[("X-Team", "ops"), ("Host", "h"), ("X-Uri", "$request_uri")])),
-    ]);
+    ]));
     let data: BTreeMap<String, String> = [
         ("add-headers", "resp"),
         ("proxy-set-headers", "ops/up"),
