@@ -861,22 +861,12 @@ impl<'a> Ctx<'a, '_> {
     /// `global-auth-cache-key` with `global-auth-cache-duration`, read as the `auth-cache-*`
     /// annotations are.
     fn global_auth_cache(&mut self) -> Option<weir_dataplane::model::AuthCacheSpec> {
-        let key = self.value(
-            "global-auth-cache-key",
-            |v| weir_dataplane::authcache::AuthKey::parse(v).map(|_| v.to_string()),
-            "no caching",
-        );
+        let key = self.value("global-auth-cache-key", values::auth_cache_key, "no caching");
         let valid = self.value("global-auth-cache-duration", values::cache_durations, "200 202 401 5m");
-        let Some(key) = key else {
-            if self.raw("global-auth-cache-key").is_none() {
-                self.unused_without(&["global-auth-cache-duration"], "global-auth-cache-key");
-            }
-            return None;
-        };
-        let valid = valid.unwrap_or_else(|| {
-            vec![weir_dataplane::model::CacheValid { codes: vec![200, 202, 401], seconds: 300 }]
-        });
-        Some(weir_dataplane::model::AuthCacheSpec { key, valid })
+        if key.is_none() && self.raw("global-auth-cache-key").is_none() {
+            self.unused_without(&["global-auth-cache-duration"], "global-auth-cache-key");
+        }
+        Some(values::auth_cache(key?, valid))
     }
 }
 

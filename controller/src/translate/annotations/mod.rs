@@ -478,39 +478,50 @@ impl Ctx<'_, '_> {
     /// valid HTTP, a variable, a framing header, not in `global-allowed-response-headers` when
     /// that is set) is reported and skipped.
     fn custom_headers(&mut self, refs: &Refs<'_>) -> BTreeMap<String, String> {
+        let allowed = refs.allowed_response_headers;
+        self.header_configmap("custom-headers", refs, super::headers::Direction::Response, allowed)
+    }
+
+    /// The headers of the ConfigMap annotation `name` names, in the Ingress's namespace, checked
+    /// for `direction` (and `allowed`, when set). A missing ConfigMap gives none; each unusable
+    /// header is reported and skipped.
+    fn header_configmap(
+        &mut self,
+        name: &str,
+        refs: &Refs<'_>,
+        direction: super::headers::Direction,
+        allowed: Option<&std::collections::BTreeSet<String>>,
+    ) -> BTreeMap<String, String> {
         let ingress = self.ingress;
-        let Some(name) = self.value("custom-headers", |v| {
-            let name = super::headers::configmap_ref(v, &ingress.namespace)?;
-            if name.namespace != ingress.namespace {
+        let Some(cm_name) = self.value(name, |v| {
+            let cm_name = super::headers::configmap_ref(v, &ingress.namespace)?;
+            if cm_name.namespace != ingress.namespace {
                 return Err(format!(
                     "the ConfigMap must be in the Ingress's namespace {:?}, not {:?}",
-                    ingress.namespace, name.namespace
+                    ingress.namespace, cm_name.namespace
                 ));
             }
-            Ok(name)
+            Ok(cm_name)
         }) else {
             return BTreeMap::new();
         };
-        let Some((key, raw)) = self.reader.get("custom-headers") else { return BTreeMap::new() };
-        let Some(cm) = refs.config_maps.get(&name) else {
+        let Some((key, raw)) = self.reader.get(name) else { return BTreeMap::new() };
+        let Some(cm) = refs.config_maps.get(&cm_name) else {
             self.invalid(
                 key,
                 raw,
-                &format!("ConfigMap {name} not found"),
+                &format!("ConfigMap {cm_name} not found"),
                 "no header is set until it exists",
             );
             return BTreeMap::new();
         };
-        let (found, refused) = super::headers::read(
-            cm.data.as_ref().unwrap_or(&BTreeMap::new()),
-            super::headers::Direction::Response,
-            refs.allowed_response_headers,
-        );
+        let (found, refused) =
+            super::headers::read(cm.data.as_ref().unwrap_or(&BTreeMap::new()), direction, allowed);
         for (header, why) in refused {
             self.warnings.error(
                 self.ingress,
                 Reason::InvalidAnnotation,
-                format!("metadata.annotations[{key}]: ConfigMap {name}, header {header:?}: {why}; the header is skipped"),
+                format!("metadata.annotations[{key}]: ConfigMap {cm_name}, header {header:?}: {why}; the header is skipped"),
             );
         }
         found
@@ -719,60 +730,18 @@ impl Ctx<'_, '_> {
     /// `auth-cache-key` with `auth-cache-duration` (default `200 202 401 5m`, as ingress-nginx).
     /// Without a key nothing is cached, as in ingress-nginx.
     fn auth_cache(&mut self) -> Option<weir_dataplane::model::AuthCacheSpec> {
-        let key = self
-            .value("auth-cache-key", |v| weir_dataplane::authcache::AuthKey::parse(v).map(|_| v.to_string()));
+        let key = self.value("auth-cache-key", values::auth_cache_key);
         let valid = self.value("auth-cache-duration", values::cache_durations);
-        let Some(key) = key else {
-            if self.reader.get("auth-cache-key").is_none() {
-                self.unused_without(&["auth-cache-duration"], "auth-cache-key");
-            }
-            return None;
-        };
-        let valid = valid.unwrap_or_else(|| {
-            vec![weir_dataplane::model::CacheValid { codes: vec![200, 202, 401], seconds: 300 }]
-        });
-        Some(weir_dataplane::model::AuthCacheSpec { key, valid })
+        if key.is_none() && self.reader.get("auth-cache-key").is_none() {
+            self.unused_without(&["auth-cache-duration"], "auth-cache-key");
+        }
+        Some(values::auth_cache(key?, valid))
     }
 
     /// `auth-proxy-set-headers`: the headers of a ConfigMap in the Ingress's namespace, set on
     /// the authentication subrequest. Each unusable header is reported and skipped.
     fn auth_proxy_set_headers(&mut self, refs: &Refs<'_>) -> BTreeMap<String, String> {
-        let ingress = self.ingress;
-        let Some(name) = self.value("auth-proxy-set-headers", |v| {
-            let name = super::headers::configmap_ref(v, &ingress.namespace)?;
-            if name.namespace != ingress.namespace {
-                return Err(format!(
-                    "the ConfigMap must be in the Ingress's namespace {:?}, not {:?}",
-                    ingress.namespace, name.namespace
-                ));
-            }
-            Ok(name)
-        }) else {
-            return BTreeMap::new();
-        };
-        let Some((key, raw)) = self.reader.get("auth-proxy-set-headers") else { return BTreeMap::new() };
-        let Some(cm) = refs.config_maps.get(&name) else {
-            self.invalid(
-                key,
-                raw,
-                &format!("ConfigMap {name} not found"),
-                "no header is set until it exists",
-            );
-            return BTreeMap::new();
-        };
-        let (found, refused) = super::headers::read(
-            cm.data.as_ref().unwrap_or(&BTreeMap::new()),
-            super::headers::Direction::Upstream,
-            None,
-        );
-        for (header, why) in refused {
-            self.warnings.error(
-                self.ingress,
-                Reason::InvalidAnnotation,
-                format!("metadata.annotations[{key}]: ConfigMap {name}, header {header:?}: {why}; the header is skipped"),
-            );
-        }
-        found
+        self.header_configmap("auth-proxy-set-headers", refs, super::headers::Direction::Upstream, None)
     }
 
     /// `affinity: cookie` (with `session-cookie-*` and `affinity-mode`), else `upstream-hash-by`,

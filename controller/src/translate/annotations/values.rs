@@ -480,6 +480,23 @@ pub(crate) fn cache_durations(s: &str) -> Result<Vec<weir_dataplane::model::Cach
     Ok(rules)
 }
 
+/// `auth-cache-key`: a template of request variables, as the dataplane's cache reads it.
+pub(crate) fn auth_cache_key(s: &str) -> Result<String, String> {
+    weir_dataplane::authcache::AuthKey::parse(s).map(|_| s.to_string())
+}
+
+/// `auth-cache-key` (`key`) with `auth-cache-duration` (`valid`; ingress-nginx's default
+/// `200 202 401 5m` when unset).
+pub(crate) fn auth_cache(
+    key: String,
+    valid: Option<Vec<weir_dataplane::model::CacheValid>>,
+) -> weir_dataplane::model::AuthCacheSpec {
+    let valid = valid.unwrap_or_else(|| {
+        vec![weir_dataplane::model::CacheValid { codes: vec![200, 202, 401], seconds: 300 }]
+    });
+    weir_dataplane::model::AuthCacheSpec { key, valid }
+}
+
 /// A query parameter name (`auth-signin-redirect-param`).
 pub(crate) fn query_param(s: &str) -> Result<String, String> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'~'))
