@@ -69,51 +69,29 @@ impl AuthKey {
     /// `$cookie_NAME`, `$arg_NAME`; `${name}` delimits a name. Any other variable is an error,
     /// as is a template without variable (every client would share one answer).
     pub fn parse(template: &str) -> Result<AuthKey, String> {
+        use crate::hashkey::{Piece, RequestVariable, pieces, request_variable};
         let mut parts = Vec::new();
-        let mut rest = template;
-        while !rest.is_empty() {
-            let Some(at) = rest.find('$') else {
-                parts.push(Part::Literal(rest.to_string()));
-                break;
-            };
-            if at > 0 {
-                parts.push(Part::Literal(rest[..at].to_string()));
-            }
-            rest = &rest[at + 1..];
-            let (name, tail) = match rest.strip_prefix('{') {
-                Some(braced) => braced.split_once('}').ok_or("unclosed ${")?,
-                None => {
-                    let len = rest.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'_').count();
-                    rest.split_at(len)
-                }
-            };
-            rest = tail;
-            parts.push(match name {
-                "remote_addr" | "binary_remote_addr" => Part::RemoteAddr,
-                "remote_user" => Part::RemoteUser,
-                "scheme" => Part::Scheme,
-                "host" | "http_host" => Part::Host,
-                "request_method" => Part::RequestMethod,
-                "request_uri" => Part::RequestUri,
-                "uri" | "document_uri" => Part::Uri,
-                "args" | "query_string" => Part::Args,
-                "" => return Err("a lone $ (write a variable name after it)".into()),
-                _ => {
-                    if let Some(h) = name.strip_prefix("http_").filter(|h| !h.is_empty()) {
-                        let h = h.replace('_', "-").to_ascii_lowercase();
-                        Part::Header(
-                            HeaderName::from_bytes(h.as_bytes()).map_err(|_| format!("bad header in ${name}"))?,
-                        )
-                    } else if let Some(c) = name.strip_prefix("cookie_").filter(|c| !c.is_empty()) {
-                        Part::Cookie(c.to_string())
-                    } else if let Some(a) = name.strip_prefix("arg_").filter(|a| !a.is_empty()) {
-                        Part::Arg(a.to_string())
-                    } else {
+        for piece in pieces(template)? {
+            parts.push(match piece {
+                Piece::Literal(text) => Part::Literal(text.to_string()),
+                Piece::Var("remote_addr" | "binary_remote_addr") => Part::RemoteAddr,
+                Piece::Var("remote_user") => Part::RemoteUser,
+                Piece::Var("scheme") => Part::Scheme,
+                Piece::Var("host" | "http_host") => Part::Host,
+                Piece::Var("request_method") => Part::RequestMethod,
+                Piece::Var("request_uri") => Part::RequestUri,
+                Piece::Var("uri" | "document_uri") => Part::Uri,
+                Piece::Var("args" | "query_string") => Part::Args,
+                Piece::Var(name) => match request_variable(name)? {
+                    Some(RequestVariable::Header(h)) => Part::Header(h),
+                    Some(RequestVariable::Cookie(c)) => Part::Cookie(c),
+                    Some(RequestVariable::Arg(a)) => Part::Arg(a),
+                    None => {
                         return Err(format!(
                             "unsupported variable ${name} (use $http_NAME, $cookie_NAME, $arg_NAME, $remote_user, $remote_addr, $host, $scheme, $request_method, $request_uri, $uri or $args)"
                         ));
                     }
-                }
+                },
             });
         }
         if parts.iter().all(|p| matches!(p, Part::Literal(_))) {

@@ -36,48 +36,87 @@ pub struct Request<'a> {
     pub headers: &'a HeaderMap,
 }
 
+/// A piece of an nginx-style template: literal text, or the name of a `$name` / `${name}`
+/// variable.
+pub(crate) enum Piece<'a> {
+    Literal(&'a str),
+    Var(&'a str),
+}
+
+/// Splits `template` into literal text and variables; an empty name (a lone `$`) is an error.
+pub(crate) fn pieces(template: &str) -> Result<Vec<Piece<'_>>, String> {
+    let mut pieces = Vec::new();
+    let mut rest = template;
+    while !rest.is_empty() {
+        let Some(at) = rest.find('$') else {
+            pieces.push(Piece::Literal(rest));
+            break;
+        };
+        if at > 0 {
+            pieces.push(Piece::Literal(&rest[..at]));
+        }
+        rest = &rest[at + 1..];
+        let (name, tail) = match rest.strip_prefix('{') {
+            Some(braced) => braced.split_once('}').ok_or("unclosed ${")?,
+            None => {
+                let len = rest.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'_').count();
+                rest.split_at(len)
+            }
+        };
+        if name.is_empty() {
+            return Err("a lone $ (write a variable name after it)".into());
+        }
+        pieces.push(Piece::Var(name));
+        rest = tail;
+    }
+    Ok(pieces)
+}
+
+/// A variable naming part of the request: `$http_NAME`, `$cookie_NAME`, `$arg_NAME`.
+pub(crate) enum RequestVariable {
+    Header(HeaderName),
+    Cookie(String),
+    Arg(String),
+}
+
+/// The request variable `name` stands for; `None` when it is none of them.
+pub(crate) fn request_variable(name: &str) -> Result<Option<RequestVariable>, String> {
+    Ok(Some(if let Some(h) = name.strip_prefix("http_").filter(|h| !h.is_empty()) {
+        let h = h.replace('_', "-").to_ascii_lowercase();
+        RequestVariable::Header(
+            HeaderName::from_bytes(h.as_bytes()).map_err(|_| format!("bad header in ${name}"))?,
+        )
+    } else if let Some(c) = name.strip_prefix("cookie_").filter(|c| !c.is_empty()) {
+        RequestVariable::Cookie(c.to_string())
+    } else if let Some(a) = name.strip_prefix("arg_").filter(|a| !a.is_empty()) {
+        RequestVariable::Arg(a.to_string())
+    } else {
+        return Ok(None);
+    }))
+}
+
 impl HashKey {
     /// Parses `template`: text with `$remote_addr` (or `$binary_remote_addr`), `$request_uri`,
     /// `$uri`, `$host`, `$http_NAME`, `$cookie_NAME`, `$arg_NAME`; `${name}` delimits a name.
     pub fn parse(template: &str) -> Result<HashKey, String> {
         let mut parts = Vec::new();
-        let mut rest = template;
-        while !rest.is_empty() {
-            let Some(at) = rest.find('$') else {
-                parts.push(Part::Literal(rest.to_string()));
-                break;
-            };
-            if at > 0 {
-                parts.push(Part::Literal(rest[..at].to_string()));
-            }
-            rest = &rest[at + 1..];
-            let (name, tail) = match rest.strip_prefix('{') {
-                Some(braced) => braced.split_once('}').ok_or("unclosed ${")?,
-                None => {
-                    let len = rest.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'_').count();
-                    rest.split_at(len)
-                }
-            };
-            rest = tail;
-            parts.push(match name {
-                "remote_addr" | "binary_remote_addr" => Part::RemoteAddr,
-                "request_uri" => Part::RequestUri,
-                "uri" => Part::Uri,
-                "host" => Part::Host,
-                _ => {
-                    if let Some(h) = name.strip_prefix("http_") {
-                        let h = h.replace('_', "-").to_ascii_lowercase();
-                        Part::Header(HeaderName::from_bytes(h.as_bytes()).map_err(|_| format!("bad header in ${name}"))?)
-                    } else if let Some(c) = name.strip_prefix("cookie_").filter(|c| !c.is_empty()) {
-                        Part::Cookie(c.to_string())
-                    } else if let Some(a) = name.strip_prefix("arg_").filter(|a| !a.is_empty()) {
-                        Part::Arg(a.to_string())
-                    } else {
+        for piece in pieces(template)? {
+            parts.push(match piece {
+                Piece::Literal(text) => Part::Literal(text.to_string()),
+                Piece::Var("remote_addr" | "binary_remote_addr") => Part::RemoteAddr,
+                Piece::Var("request_uri") => Part::RequestUri,
+                Piece::Var("uri") => Part::Uri,
+                Piece::Var("host") => Part::Host,
+                Piece::Var(name) => match request_variable(name)? {
+                    Some(RequestVariable::Header(h)) => Part::Header(h),
+                    Some(RequestVariable::Cookie(c)) => Part::Cookie(c),
+                    Some(RequestVariable::Arg(a)) => Part::Arg(a),
+                    None => {
                         return Err(format!(
                             "unsupported variable ${name} (use $remote_addr, $request_uri, $uri, $host, $http_NAME, $cookie_NAME or $arg_NAME)"
                         ));
                     }
-                }
+                },
             });
         }
         if parts.iter().all(|p| matches!(p, Part::Literal(_))) {

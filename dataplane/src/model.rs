@@ -1303,6 +1303,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn route_size_stays_bounded() {
+        // Every route of a table carries its whole policy inline, set or not: at 10,000
+        // Ingresses this is most of the table's memory and of a full rebuild's page faults
+        // (bench/RESULTS.md, "What limits weir"). Rarely-set policies belong behind a `Box`.
+        let (route, policy) = (std::mem::size_of::<Route>(), std::mem::size_of::<RoutePolicy>());
+        eprintln!("Route: {route} bytes, RoutePolicy: {policy} bytes");
+        assert!(route <= 2048, "Route grew to {route} bytes");
+    }
+
+    #[test]
     fn host_match_parses_and_matches() {
         let w = HostMatch::parse("*.Example.com").unwrap();
         assert_eq!(w, HostMatch::Wildcard("example.com".into()));

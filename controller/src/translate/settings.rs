@@ -624,28 +624,7 @@ impl<'a> Ctx<'a, '_> {
 
     /// `ssl-protocols`: nginx's list; versions before TLS 1.2 are left out with a warning.
     fn tls_versions(&mut self) -> Option<Vec<TlsVersion>> {
-        let mut old = Vec::new();
-        let versions = self.value(
-            "ssl-protocols",
-            |v| {
-                let mut versions = Vec::new();
-                for token in v.split_whitespace() {
-                    match token {
-                        "TLSv1.2" => versions.push(TlsVersion::Tls12),
-                        "TLSv1.3" => versions.push(TlsVersion::Tls13),
-                        "SSLv2" | "SSLv3" | "TLSv1" | "TLSv1.1" => old.push(token.to_string()),
-                        _ => return Err(format!("{token:?} is not a protocol (TLSv1.2, TLSv1.3)")),
-                    }
-                }
-                versions.sort();
-                versions.dedup();
-                if versions.is_empty() {
-                    return Err("weir offers only TLSv1.2 and TLSv1.3".into());
-                }
-                Ok(versions)
-            },
-            "TLSv1.2 TLSv1.3",
-        )?;
+        let (versions, old) = self.value("ssl-protocols", values::tls_versions, "TLSv1.2 TLSv1.3")?;
         if !old.is_empty() {
             self.warn(
                 Reason::InvalidSetting,

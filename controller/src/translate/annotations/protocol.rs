@@ -202,7 +202,7 @@ pub(crate) fn upstream_tls(
             None
         }
     });
-    let versions = get(ingress, PROXY_SSL_PROTOCOLS).and_then(|value| match tls_versions(value) {
+    let versions = get(ingress, PROXY_SSL_PROTOCOLS).and_then(|value| match super::values::tls_versions(value) {
         Ok((versions, old)) => {
             if !old.is_empty() {
                 warnings.warn(
@@ -238,26 +238,6 @@ pub(crate) fn upstream_tls(
         versions,
         verify_depth,
     }
-}
-
-/// nginx's protocol list (`TLSv1.2 TLSv1.3`): the versions weir has, and the older ones named.
-fn tls_versions(value: &str) -> Result<(Vec<weir_dataplane::model::TlsVersion>, Vec<String>), String> {
-    use weir_dataplane::model::TlsVersion;
-    let (mut versions, mut old) = (Vec::new(), Vec::new());
-    for token in value.split_whitespace() {
-        match token {
-            "TLSv1.2" => versions.push(TlsVersion::Tls12),
-            "TLSv1.3" => versions.push(TlsVersion::Tls13),
-            "SSLv2" | "SSLv3" | "TLSv1" | "TLSv1.1" => old.push(token.to_string()),
-            _ => return Err(format!("{token:?} is not a protocol (TLSv1.2, TLSv1.3)")),
-        }
-    }
-    versions.sort();
-    versions.dedup();
-    if versions.is_empty() {
-        return Err("weir offers only TLSv1.2 and TLSv1.3".into());
-    }
-    Ok((versions, old))
 }
 
 /// The client certificate policy of an Ingress's hosts (`auth-tls-*`), if it asks for one, for

@@ -242,6 +242,28 @@ pub(super) fn mirror_target(s: &str) -> Result<String, String> {
     auth_url(s, true)
 }
 
+/// nginx's protocol list (`TLSv1.2 TLSv1.3`): the versions weir has, and the older ones named.
+pub(crate) fn tls_versions(
+    value: &str,
+) -> Result<(Vec<weir_dataplane::model::TlsVersion>, Vec<String>), String> {
+    use weir_dataplane::model::TlsVersion;
+    let (mut versions, mut old) = (Vec::new(), Vec::new());
+    for token in value.split_whitespace() {
+        match token {
+            "TLSv1.2" => versions.push(TlsVersion::Tls12),
+            "TLSv1.3" => versions.push(TlsVersion::Tls13),
+            "SSLv2" | "SSLv3" | "TLSv1" | "TLSv1.1" => old.push(token.to_string()),
+            _ => return Err(format!("{token:?} is not a protocol (TLSv1.2, TLSv1.3)")),
+        }
+    }
+    versions.sort();
+    versions.dedup();
+    if versions.is_empty() {
+        return Err("weir offers only TLSv1.2 and TLSv1.3".into());
+    }
+    Ok((versions, old))
+}
+
 /// An HTTP method name.
 pub(crate) fn method(s: &str) -> Result<String, String> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_uppercase()) {
