@@ -130,7 +130,7 @@ pub struct ServeArgs {
     /// an L4 load balancer); connections without one are closed.
     #[arg(long)]
     pub proxy_protocol: bool,
-    /// Worker threads (default: the number of CPUs).
+    /// Worker threads (default: the number of CPUs); 1 runs the proxy on a single thread.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
     /// The Kubernetes API source (used when `--manifests` is not given).

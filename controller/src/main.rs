@@ -48,11 +48,19 @@ fn main() -> ExitCode {
     }
 }
 
+/// The proxy's runtime. `--threads 1` is a single-threaded runtime that runs every task on the
+/// main thread (nginx's one worker): no run queues shared between threads, no cross-thread
+/// wake-ups, and the I/O driver polled by the same thread that runs the connections.
 fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    let mut builder = match threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(n);
+            builder
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
     builder.enable_all().thread_name("weir-worker");
-    if let Some(n) = threads {
-        builder.worker_threads(n);
-    }
     Ok(builder.build()?)
 }
