@@ -61,6 +61,40 @@ async fn slow_response_head_is_504() {
     assert_eq!(p.get("a.test", "/").await.name(), "slow");
 }
 
+/// Each request on one keep-alive connection gets its own response-head deadline (the
+/// connection's timer is re-armed lazily, not per request): requests that together outlast the
+/// timeout pass, a slow one later on the same connection is 504 after its own timeout, and the
+/// connection keeps serving.
+#[tokio::test]
+async fn each_request_on_a_connection_has_its_own_response_deadline() {
+    let slow = echo("slow").await;
+    let config = ProxyConfig { upstream_timeout: Duration::from_millis(400), ..test_config() };
+    let p = proxy_with(config, table().host("a.test").prefix("/", &to(&slow)).build()).await;
+    let tcp = TcpStream::connect(p.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.unwrap();
+    tokio::spawn(conn);
+    let get = |delay_ms: u64| {
+        Request::get("/")
+            .header("host", "a.test")
+            .header("x-echo-delay-ms", delay_ms.to_string())
+            .body(Empty::<Bytes>::new())
+            .unwrap()
+    };
+    // 4 x 250 ms: each under the timeout, together well over it.
+    for _ in 0..4 {
+        send.ready().await.unwrap();
+        assert_eq!(send.send_request(get(250)).await.unwrap().status(), StatusCode::OK);
+    }
+    send.ready().await.unwrap();
+    let started = Instant::now();
+    let resp = send.send_request(get(3000)).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::GATEWAY_TIMEOUT);
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(350) && took < Duration::from_secs(2), "504 after {took:?}");
+    send.ready().await.unwrap();
+    assert_eq!(send.send_request(get(0)).await.unwrap().status(), StatusCode::OK);
+}
+
 #[tokio::test]
 async fn upstream_status_is_passed_through() {
     let e = echo("e").await;

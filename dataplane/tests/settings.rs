@@ -8,7 +8,7 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -286,6 +286,27 @@ async fn keep_alive_bounds_idle_client_connections() {
     assert!(!task.is_finished());
     send.ready().await.unwrap();
     assert_eq!(send.send_request(get_a()).await.unwrap().status(), 200);
+}
+
+/// The idle deadline restarts with every request on a connection (each connection keeps one
+/// lazily re-armed timer): requests spaced closer than the keep-alive timeout keep it open well
+/// past that timeout, and it closes once it has idled for the timeout.
+#[tokio::test]
+async fn keep_alive_deadline_restarts_with_each_request() {
+    let e = echo("e").await;
+    let settings = Settings { keepalive_secs: Some(1), ..Settings::default() };
+    let p = proxy(with_settings(table().host("a.test").prefix("/", &to(&e)).build(), settings)).await;
+    let (mut send, task) = h1_conn(p.addr).await;
+    let opened = Instant::now();
+    for _ in 0..6 {
+        send.ready().await.expect("the connection is still open");
+        assert_eq!(send.send_request(get_a()).await.unwrap().status(), 200);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(!task.is_finished(), "open after {:?} of requests every 500 ms", opened.elapsed());
+    let idle = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), task).await.expect("an idle connection is closed").unwrap();
+    assert!(idle.elapsed() >= Duration::from_millis(400), "closed too early: {:?}", idle.elapsed());
 }
 
 #[tokio::test]

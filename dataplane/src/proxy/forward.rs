@@ -40,6 +40,7 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
 use super::client::{BodyTooLarge, Exchange, ResponseBody, SendError, UpstreamBody, is_send_timeout};
+use super::deadline::Deadline;
 use super::error::{ProxyError, grpc_local_response, is_grpc, local_response};
 use super::{Compiled, Proxy, ProxyConfig, extauth, mirror, upgrade};
 use crate::accesslog;
@@ -90,6 +91,8 @@ pub(super) struct ConnCtx {
     pub(super) client_cert: Option<crate::mtls::ClientCert>,
     /// Requests served so far (counted only under `keep-alive-requests`).
     pub(super) requests: AtomicU32,
+    /// The response-head deadline of an HTTP/1 connection's requests (one at a time).
+    pub(super) upstream_deadline: Deadline,
 }
 
 const SSL_CLIENT_CERT: HeaderName = HeaderName::from_static("ssl-client-cert");
@@ -453,6 +456,7 @@ impl ConnCtx {
         // A WebSocket over HTTP/2 (RFC 8441 extended CONNECT) goes to an HTTP/1.1 upstream as
         // the classic GET + Upgrade handshake; the upstream's 101 becomes the client's 200.
         let h2_websocket = !h2 && is_h2_websocket(&req);
+        let one_at_a_time = req.version() < Version::HTTP_2;
         let is_upgrade = !h2 && (h2_websocket || is_upgrade_request(&req));
         let downstream_upgrade = is_upgrade.then(|| hyper::upgrade::on(&mut req));
         if h2_websocket {
@@ -610,7 +614,14 @@ impl ConnCtx {
             // (copied whole) as the request's future is built and handed to hyper.
             let exchange =
                 Box::pin(clients.send(protocol, endpoint, balancer.tls(), host_str, attempt, opts));
-            let sent = tokio::time::timeout(head_timeout, exchange).await;
+            // An HTTP/1 client connection has one request at a time: its own lazily armed
+            // timer waits for the response head (no timer-wheel work per request). HTTP/2
+            // streams run concurrently, each with a tokio timer.
+            let sent = if one_at_a_time {
+                self.upstream_deadline.timeout(head_timeout, exchange).await.map_err(|_| ())
+            } else {
+                tokio::time::timeout(head_timeout, exchange).await.map_err(|_| ())
+            };
             let (on, failure) = match sent {
                 Ok(Ok(resp)) => {
                     if let Some(flight) = flight {

@@ -30,6 +30,7 @@ use crate::router::{CompileError, Router, TableChanges};
 use crate::tls::{CertCache, CertIndex};
 
 mod client;
+mod deadline;
 pub mod error;
 mod extauth;
 mod forward;

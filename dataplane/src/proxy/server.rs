@@ -25,6 +25,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use super::Proxy;
+use super::deadline::ConnTimer;
 use super::forward::ConnCtx;
 use super::proxy_protocol;
 use crate::balance::EndpointKey;
@@ -73,6 +74,7 @@ impl Conn {
             https,
             client_cert,
             requests: std::sync::atomic::AtomicU32::new(0),
+            upstream_deadline: Default::default(),
         })
     }
 
@@ -231,6 +233,8 @@ pub(super) fn http_builder(config: &super::ProxyConfig) -> HttpBuilder {
         Some(idle) => (idle, true),
         None => (config.header_read_timeout, true),
     };
+    // The HTTP/1 timer is replaced per connection (`serve_http`); this one is a placeholder
+    // hyper requires alongside `header_read_timeout`.
     builder.http1().timer(TokioTimer::new()).header_read_timeout(idle).keep_alive(keep_alive);
     // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
     builder.http2().timer(TokioTimer::new()).enable_connect_protocol();
@@ -247,6 +251,10 @@ where
         let ctx = ctx.clone();
         async move { Ok::<_, Infallible>(ctx.handle(req).await) }
     });
+    // The connection's own timer for its request-head deadlines (see `deadline`): hyper drops
+    // and asks for a new one at every request.
+    let mut builder = (*builder).clone();
+    builder.http1().timer(ConnTimer::default());
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
     if let Err(error) = watcher.watch(conn.into_owned()).await {
         tracing::debug!(%peer, %error, "connection error");
