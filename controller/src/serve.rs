@@ -164,8 +164,17 @@ impl Running {
         let mut tasks = Vec::new();
         if let Some(kube) = &opts.kube {
             // A configuration problem is a usage error; an unreachable API server is retried.
-            let client = kube_source::connect(kube.source.kubeconfig.as_deref()).await?;
-            tasks.push(tokio::spawn(kube_loop(client, kube.clone(), publisher, shutdown_rx.clone())));
+            let config = kube_source::config(kube.source.kubeconfig.as_deref()).await?;
+            // Watches, translation and status writes on a thread of their own: a full rebuild
+            // of a large table never stalls the proxy's workers (with `--threads 1`, its only
+            // one).
+            let (kube, stop) = (kube.clone(), shutdown_rx.clone());
+            tasks.push(spawn_dedicated("weir-kube", async move {
+                match kube_source::client(config) {
+                    Ok(client) => kube_loop(client, kube, publisher, stop).await,
+                    Err(error) => tracing::error!(%error, "cannot make a Kubernetes API client"),
+                }
+            })?);
         } else {
             tasks.push(Self::start_files(&opts, publisher, shutdown_rx.clone()).await?);
         }
@@ -276,11 +285,11 @@ fn spawn_dedicated(
         .spawn(move || {
             match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(runtime) => runtime.block_on(future),
-                Err(error) => tracing::error!(%error, "cannot start a runtime for the manifest thread"),
+                Err(error) => tracing::error!(%error, "cannot start a runtime for a dedicated thread"),
             }
             let _ = done_tx.send(());
         })
-        .context("starting the manifest thread")?;
+        .with_context(|| format!("starting the {name} thread"))?;
     Ok(tokio::spawn(async move {
         let _ = done_rx.await;
     }))

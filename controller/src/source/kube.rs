@@ -112,6 +112,18 @@ impl Default for KubeOptions {
 /// Builds a client from `--kubeconfig`, else in-cluster configuration, else the default
 /// kubeconfig (`$KUBECONFIG`, `~/.kube/config`).
 pub async fn connect(kubeconfig: Option<&Path>) -> Result<Client> {
+    client(config(kubeconfig).await?)
+}
+
+/// The client of `config` (from [`config`]). Its connection pool lives on the runtime it is made
+/// in.
+pub fn client(config: kube::Config) -> Result<Client> {
+    Client::try_from(config).map_err(Error::Client)
+}
+
+/// The API server's address and credentials, as [`connect`] finds them; a missing or broken
+/// kubeconfig is an error here, before anything is started.
+pub async fn config(kubeconfig: Option<&Path>) -> Result<kube::Config> {
     use kube::config::{Config, KubeConfigOptions, Kubeconfig};
     let config = match kubeconfig {
         Some(path) => {
@@ -130,7 +142,7 @@ pub async fn connect(kubeconfig: Option<&Path>) -> Result<Client> {
         },
     };
     tracing::info!(server = %config.cluster_url, "connecting to the Kubernetes API");
-    Client::try_from(config).map_err(Error::Client)
+    Ok(config)
 }
 
 /// Which API weir reads endpoints from.
