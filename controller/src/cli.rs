@@ -27,7 +27,8 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
-    /// Log filter (tracing EnvFilter syntax); RUST_LOG overrides it.
+    /// Log filter (tracing EnvFilter syntax); RUST_LOG overrides it. Release builds log at most
+    /// `debug` (trace-level events are compiled out).
     #[arg(long, global = true, default_value = "info")]
     pub log_level: String,
 }

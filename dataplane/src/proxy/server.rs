@@ -100,7 +100,11 @@ impl Conn {
         match accepted {
             Ok(Ok((client, Accepted::Terminated(stream, cert)))) => {
                 let ctx = self.ctx(client, true, cert.map(|c| *c));
-                serve_http(self.builder, stream, ctx, self.watcher).await;
+                if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    serve_h2(self.builder, stream, ctx, self.watcher).await;
+                } else {
+                    serve_http(self.builder, stream, ctx, self.watcher).await;
+                }
             }
             Ok(Ok((_, Accepted::PassedThrough))) => {}
             Ok(Err(reason)) => self.failures.log(self.peer, &reason),
@@ -255,6 +259,26 @@ where
     // and asks for a new one at every request.
     let mut builder = (*builder).clone();
     builder.http1().timer(ConnTimer::default());
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+    if let Err(error) = watcher.watch(conn.into_owned()).await {
+        tracing::debug!(%peer, %error, "connection error");
+    }
+}
+
+/// [`serve_http`] for a connection that negotiated HTTP/2 (ALPN): each request's future is
+/// boxed where it is made. hyper moves a stream's future several times as it spawns a task for
+/// it (`spawn`, `bind`, `set_stage`: each a copy of the request's whole state, ~3 KB); a pointer
+/// is cheaper to move. On HTTP/1 the box would add a copy instead (hyper keeps the future in
+/// its dispatcher's slot), hence two services.
+async fn serve_h2<S>(builder: Arc<HttpBuilder>, stream: S, ctx: Arc<ConnCtx>, watcher: Watcher)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let peer = ctx.peer;
+    let service = hyper::service::service_fn(move |req| {
+        let handled = Box::pin(ctx.clone().handle(req));
+        async move { Ok::<_, Infallible>(handled.await) }
+    });
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
     if let Err(error) = watcher.watch(conn.into_owned()).await {
         tracing::debug!(%peer, %error, "connection error");
