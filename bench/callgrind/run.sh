@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Instructions per proxied request, counted by callgrind: a deterministic figure (to ~1 %) for
+# comparing weir builds on a shared or noisy machine, where wall-clock and CPU-time figures are
+# not. User-space instructions only (the kernel's share is not counted); no timing.
+#
+#   bench/callgrind/run.sh WEIR_BIN [WEIR_BIN...]
+#   SCENARIOS=h1,h2-tls REQUESTS=20000 bench/callgrind/run.sh old/weir new/weir
+#
+# For each binary: an upstream nginx (the bench's fixed small body) on 127.0.0.1, weir under
+# `valgrind --tool=callgrind` with `--threads 1` in front of it, then per scenario 2,000 requests
+# of warm-up, the counters zeroed, REQUESTS requests with h2load (32 HTTP/1.1 connections, or
+# 8 HTTP/2 connections x 16 streams), the counters dumped: Ir / REQUESTS. PROFILE_DIR keeps the
+# dumps (callgrind_annotate reads them); by default they are deleted.
+set -euo pipefail
+[ $# -ge 1 ] || { echo "usage: $0 WEIR_BIN [WEIR_BIN...]" >&2; exit 2; }
+export PATH=$PATH:/usr/sbin
+for tool in valgrind:valgrind callgrind_control:valgrind nginx:nginx-light h2load:nghttp2-client \
+  openssl:openssl curl:curl; do
+  command -v "${tool%%:*}" >/dev/null || { echo "missing ${tool%%:*} (apt-get install -y ${tool#*:})" >&2; exit 2; }
+done
+scenarios=${SCENARIOS:-h1,h1-tls,h2-tls}
+requests=${REQUESTS:-10000}
+up=${UP_PORT:-18480} http=${HTTP_PORT:-18481} https=${HTTPS_PORT:-18482} admin=${ADMIN_PORT:-18483}
+work=$(mktemp -d /tmp/weir-bench-callgrind.XXXXXX)
+upstream_pid=
+weir_pid=
+cleanup() {
+  if [ -n "$weir_pid" ]; then kill "$weir_pid" 2>/dev/null || true; wait "$weir_pid" 2>/dev/null || true; fi
+  if [ -n "$upstream_pid" ]; then kill "$upstream_pid" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+mkdir -p "$work/up" "$work/manifests"
+cat >"$work/up/nginx.conf" <<EOF
+worker_processes 1;
+pid $work/up/nginx.pid;
+error_log $work/up/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 100000000;
+  keepalive_timeout 300s;
+  client_body_temp_path $work/up/body;
+  server {
+    listen 127.0.0.1:$up backlog=4096;
+    location / { default_type text/plain; return 200 "hello from the upstream, a small fixed body\n"; }
+  }
+}
+EOF
+openssl ecparam -name prime256v1 -genkey -noout -out "$work/key.pem" 2>/dev/null
+openssl req -x509 -new -key "$work/key.pem" -out "$work/cert.pem" -days 2 -subj /CN=bench.local \
+  -addext subjectAltName=DNS:bench.local 2>/dev/null
+cat >"$work/manifests/bench.yaml" <<EOF
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata:
+  name: weir
+  annotations: {ingressclass.kubernetes.io/is-default-class: "true"}
+spec: {controller: weir.dev/ingress-controller}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: bench-tls, namespace: bench}
+type: kubernetes.io/tls
+data:
+  tls.crt: $(base64 -w0 "$work/cert.pem")
+  tls.key: $(base64 -w0 "$work/key.pem")
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: bench, namespace: bench}
+spec:
+  rules:
+  - http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: up, port: {number: 80}}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: up, namespace: bench}
+spec:
+  ports: [{name: http, port: 80, targetPort: $up}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: up-1
+  namespace: bench
+  labels: {kubernetes.io/service-name: up}
+addressType: IPv4
+ports: [{name: http, port: $up, protocol: TCP}]
+endpoints:
+- addresses: ["127.0.0.1"]
+  conditions: {ready: true}
+EOF
+
+nginx -p "$work/up" -e "$work/up/error.log" -c "$work/up/nginx.conf" -g "daemon off;" &
+upstream_pid=$!
+for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$up/" && break; sleep 0.1; done
+kill -0 "$upstream_pid" 2>/dev/null || { echo "the upstream nginx did not start (port $up in use?)" >&2; exit 1; }
+
+load() { # scenario count
+  case $1 in
+    h1) h2load --h1 -c 32 -t 1 -n "$2" "http://127.0.0.1:$http/" ;;
+    h1-tls) h2load --h1 -c 32 -t 1 -n "$2" "https://127.0.0.1:$https/" ;;
+    h2-tls) h2load -c 8 -m 16 -t 1 -n "$2" "https://127.0.0.1:$https/" ;;
+    *) echo "unknown scenario $1" >&2; return 2 ;;
+  esac
+}
+
+printf '%-40s %-8s %12s\n' binary scenario "Ir/request"
+for bin in "$@"; do
+  valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out.%p" --compress-strings=no \
+    --compress-pos=no "$bin" --log-level warn serve --manifests "$work/manifests" \
+    --listen-http "127.0.0.1:$http" --listen-https "127.0.0.1:$https" --listen-admin "127.0.0.1:$admin" \
+    --threads 1 --default-certificate bench/bench-tls >"$work/weir.log" 2>&1 &
+  weir_pid=$!
+  for _ in $(seq 200); do curl -fs -o /dev/null "http://127.0.0.1:$http/" && break; sleep 0.3; done
+  curl -fs -o /dev/null "http://127.0.0.1:$http/" || { echo "weir did not serve; its log:" >&2; cat "$work/weir.log" >&2; exit 1; }
+  for scenario in ${scenarios//,/ }; do
+    load "$scenario" 2000 >/dev/null
+    callgrind_control -z "$weir_pid" >/dev/null 2>&1
+    out=$(load "$scenario" "$requests")
+    callgrind_control -d "$weir_pid" >/dev/null 2>&1
+    sleep 0.5
+    dump=$(ls -t "$work"/callgrind.out."$weir_pid".* | head -1)
+    ok=$(sed -n 's/.* \([0-9]*\) succeeded.*/\1/p' <<<"$out")
+    [ "$ok" = "$requests" ] || { echo "$scenario: $ok of $requests requests succeeded" >&2; exit 1; }
+    ir=$(sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$dump" | head -1)
+    printf '%-40s %-8s %12d\n' "$(basename "$bin")" "$scenario" $((ir / requests))
+    if [ -n "${PROFILE_DIR:-}" ]; then
+      mkdir -p "$PROFILE_DIR" && mv "$dump" "$PROFILE_DIR/$(basename "$bin").$scenario.callgrind"
+    else
+      rm -f "$dump"
+    fi
+  done
+  kill "$weir_pid"; wait "$weir_pid" 2>/dev/null || true
+  weir_pid=
+  rm -f "$work"/callgrind.out.*
+done
