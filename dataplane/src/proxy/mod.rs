@@ -33,6 +33,7 @@ mod client;
 pub mod error;
 mod extauth;
 mod forward;
+mod h1;
 pub(crate) mod mirror;
 pub mod proxy_protocol;
 mod retry;
