@@ -309,6 +309,9 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Er
                 })
             })?;
         let httparse::Status::Complete(len) = status else { return Ok(None) };
+        if len > MAX_HEAD {
+            return Err(Error::Parse("response head too large"));
+        }
         let base = buf.as_ptr() as usize;
         let offset = |s: &[u8]| (s.as_ptr() as usize - base) as u32;
         for (span, h) in spans.iter_mut().zip(parsed.headers.iter()) {
