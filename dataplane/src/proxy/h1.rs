@@ -327,7 +327,7 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Er
     let mut headers = HeaderMap::with_capacity(count);
     let (mut close, mut keep_alive_token, mut chunked) = (false, false, false);
     let mut length: Option<u64> = None;
-    let mut bad_length = false;
+    let (mut bad_length, mut has_te) = (false, false);
     for &(ns, ne, vs, ve) in &spans[..count] {
         let name = HeaderName::from_bytes(&head[ns as usize..ne as usize])
             .map_err(|_| Error::Parse("invalid header name"))?;
@@ -341,6 +341,7 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Er
                 }
             }
         } else if name == TRANSFER_ENCODING {
+            has_te = true;
             // Only the last coding counts: chunked must be it.
             for coding in value.as_bytes().split(|&b| b == b',') {
                 let coding = coding.trim_ascii();
@@ -358,7 +359,6 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Er
         }
         headers.append(name, value);
     }
-    let has_te = headers.contains_key(TRANSFER_ENCODING);
     let version = if version == 0 { Version::HTTP_10 } else { Version::HTTP_11 };
     let mut keep_alive = !close && (version == Version::HTTP_11 || keep_alive_token);
     let decode = if interim
@@ -423,7 +423,7 @@ pub(super) struct Sent {
 /// Sends `req` on `conn` and reads the response head.
 pub(super) async fn send(conn: &mut Conn, req: Request<UpstreamBody>) -> Result<Sent, Failed> {
     let head_request = req.method() == Method::HEAD;
-    let framing = encode_head(&req, &mut conn.wbuf);
+    let Encoded { framing, close: close_asked, trailers } = encode_head(&req, &mut conn.wbuf);
     let whole = match framing {
         Framing::Empty => Bytes::new(),
         _ => req.body().whole().cloned().unwrap_or_default(),
@@ -434,8 +434,6 @@ pub(super) async fn send(conn: &mut Conn, req: Request<UpstreamBody>) -> Result<
         return Err(if at == 0 { Failed::Unsent(Box::new(req), Error::Io(e)) } else { sent(Error::Io(e)) });
     }
     conn.wbuf.clear();
-    let close_asked = connection_close(req.headers());
-    let trailers = req.headers().get(TRAILER).cloned();
     let mut body = req.into_body();
     let streamed = match framing {
         Framing::Empty => false,
@@ -476,34 +474,19 @@ fn sent(e: Error) -> Failed {
     Failed::Sent(Box::new(e))
 }
 
-/// Whether `headers` say `Connection: close`.
-fn connection_close(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(CONNECTION)
-        .iter()
-        .any(|v| v.as_bytes().split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close")))
+/// What encoding a request head found out.
+struct Encoded {
+    framing: Framing,
+    /// The request says `Connection: close`.
+    close: bool,
+    /// Its `Trailer` header (the trailers it may send).
+    trailers: Option<HeaderValue>,
 }
 
-/// Encodes `req`'s head into `dst`; returns how its body is framed.
-fn encode_head(req: &Request<UpstreamBody>, dst: &mut BytesMut) -> Framing {
+/// Encodes `req`'s head into `dst` in one pass over its headers; the framing header comes last.
+fn encode_head(req: &Request<UpstreamBody>, dst: &mut BytesMut) -> Encoded {
     use http_body::Body as _;
     let headers = req.headers();
-    let body = req.body();
-    let declared = headers.get(CONTENT_LENGTH).and_then(|v| parse_decimal(v.as_bytes()));
-    let (framing, add_length) = if body.is_end_stream() {
-        (Framing::Empty, None)
-    } else if headers.contains_key(TRANSFER_ENCODING) {
-        (Framing::Chunked, None)
-    } else if let Some(n) = declared {
-        (Framing::Length(n), None)
-    } else if let Some(n) = body.size_hint().exact() {
-        (Framing::Length(n), Some(n))
-    } else if matches!(*req.method(), Method::GET | Method::HEAD | Method::CONNECT) {
-        // As hyper: these methods almost never have a body; sending a chunked one would surprise.
-        (Framing::Empty, None)
-    } else {
-        (Framing::Chunked, None)
-    };
     dst.reserve(256 + headers.len() * 32);
     dst.extend_from_slice(req.method().as_str().as_bytes());
     dst.extend_from_slice(b" ");
@@ -517,27 +500,60 @@ fn encode_head(req: &Request<UpstreamBody>, dst: &mut BytesMut) -> Framing {
     } else {
         b" HTTP/1.1\r\n"
     });
+    let (mut declared, mut chunked, mut close, mut trailers) = (None, false, false, None);
     for (name, value) in headers {
-        let framing_header = name == TRANSFER_ENCODING || name == CONTENT_LENGTH;
-        if framing_header
-            && (framing == Framing::Chunked || (framing == Framing::Empty && name == TRANSFER_ENCODING))
-        {
+        if name == CONTENT_LENGTH {
+            declared = declared.or(Some(value));
             continue;
+        }
+        if name == TRANSFER_ENCODING {
+            chunked = true;
+            continue;
+        }
+        if name == CONNECTION {
+            close |=
+                value.as_bytes().split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
+        } else if name == TRAILER {
+            trailers = Some(value.clone());
         }
         dst.extend_from_slice(name.as_str().as_bytes());
         dst.extend_from_slice(b": ");
         dst.extend_from_slice(value.as_bytes());
         dst.extend_from_slice(b"\r\n");
     }
-    if let Some(n) = add_length {
-        dst.extend_from_slice(b"content-length: ");
-        dst.extend_from_slice(itoa(n, &mut [0; 20]));
-        dst.extend_from_slice(b"\r\n");
-    } else if framing == Framing::Chunked {
-        dst.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    // As hyper frames it: no body when empty; a `Transfer-Encoding` given means chunked; a
+    // `Content-Length` given is kept; else the body's exact size, else chunked.
+    let body = req.body();
+    let framing = if body.is_end_stream() {
+        Framing::Empty
+    } else if chunked {
+        Framing::Chunked
+    } else if let Some(n) = declared.and_then(|v| parse_decimal(v.as_bytes())) {
+        Framing::Length(n)
+    } else if let Some(n) = body.size_hint().exact() {
+        Framing::Length(n)
+    } else if matches!(*req.method(), Method::GET | Method::HEAD | Method::CONNECT) {
+        // These methods almost never have a body: a chunked one would surprise (hyper).
+        Framing::Empty
+    } else {
+        Framing::Chunked
+    };
+    match (framing, declared) {
+        (Framing::Chunked, _) => dst.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        (_, Some(value)) => {
+            dst.extend_from_slice(b"content-length: ");
+            dst.extend_from_slice(value.as_bytes());
+            dst.extend_from_slice(b"\r\n");
+        }
+        (Framing::Length(n), None) => {
+            dst.extend_from_slice(b"content-length: ");
+            dst.extend_from_slice(itoa(n, &mut [0; 20]));
+            dst.extend_from_slice(b"\r\n");
+        }
+        (Framing::Empty, None) => {}
     }
     dst.extend_from_slice(b"\r\n");
-    framing
+    Encoded { framing, close, trailers }
 }
 
 /// `n` in decimal, written into `buf`.
@@ -967,7 +983,7 @@ mod tests {
     fn request_heads_are_framed_as_hyper_frames_them() {
         let encode = |req: Request<UpstreamBody>| {
             let mut dst = BytesMut::new();
-            let framing = encode_head(&req, &mut dst);
+            let framing = encode_head(&req, &mut dst).framing;
             (String::from_utf8(dst.to_vec()).unwrap(), framing)
         };
         let req = Request::get("/a?b").header("host", "x").body(UpstreamBody::empty()).unwrap();
