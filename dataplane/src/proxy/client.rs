@@ -276,7 +276,7 @@ impl Clients {
         key: &EndpointKey,
         tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
         connect_timeout: Duration,
-    ) -> Result<Conn, ConnectFailed> {
+    ) -> Result<Box<Conn>, ConnectFailed> {
         let tcp = connect_tcp(key, connect_timeout).await?;
         let io = match tls {
             None => h1::Io::Tcp(tcp),
@@ -284,7 +284,8 @@ impl Clients {
                 h1::Io::Tls(Box::new(tls_handshake(config, name, tcp, connect_timeout).await?))
             }
         };
-        Ok(Conn::new(io, Arc::new(ConnMeta::new())))
+        // Boxed: it moves between the pool and the response body.
+        Ok(Box::new(Conn::new(io, Arc::new(ConnMeta::new()))))
     }
 
     /// Drops pooled connections of endpoints no longer in use and closed ones.
@@ -399,7 +400,7 @@ pub(crate) struct Http1Pool(Mutex<VecDeque<Idle>>);
 /// A connection ready for its next request, and since when.
 struct Idle {
     since: Instant,
-    conn: Conn,
+    conn: Box<Conn>,
 }
 
 /// What the pool knows of one upstream HTTP/1.1 connection, shared with its I/O ([`SendTimed`]).
@@ -435,7 +436,7 @@ impl std::fmt::Debug for Http1Pool {
 impl Http1Pool {
     /// The most recently returned connection that is still open (and younger than
     /// `max_lifetime`).
-    fn checkout(&self, max_lifetime: Option<Duration>) -> Option<Conn> {
+    fn checkout(&self, max_lifetime: Option<Duration>) -> Option<Box<Conn>> {
         let mut idle = lock(&self.0);
         while let Some(Idle { mut conn, .. }) = idle.pop_back() {
             // One the upstream has closed since it came back (or that has bytes to read, which
@@ -448,7 +449,7 @@ impl Http1Pool {
     }
 
     /// Keeps an idle connection, unless `max` are kept already (then it is closed).
-    fn checkin(&self, conn: Conn, max: usize) {
+    fn checkin(&self, conn: Box<Conn>, max: usize) {
         let since = Instant::now();
         let mut idle = lock(&self.0);
         if idle.len() < max {
@@ -492,7 +493,7 @@ pub(super) struct Home {
 
 impl Home {
     /// Back to the pool (closed if the pool is full).
-    pub(super) fn put(self, conn: Conn) {
+    pub(super) fn put(self, conn: Box<Conn>) {
         self.pool.get().checkin(conn, self.max);
     }
 }

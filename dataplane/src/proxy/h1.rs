@@ -689,7 +689,7 @@ impl Sent {
 
     /// The response, its body reading from `conn`, which goes `home` at the body's end when
     /// the exchange allows it (`home` is `None` when the connection is not to be reused).
-    pub(super) fn into_response(self, conn: Conn, home: Option<Home>) -> Response<Body> {
+    pub(super) fn into_response(self, conn: Box<Conn>, home: Option<Home>) -> Response<Body> {
         let upgrade = self.response.status() == StatusCode::SWITCHING_PROTOCOLS;
         let home = home.filter(|_| self.reusable && !upgrade);
         let mut body = Body { decode: self.decode, conn: Some(conn), home, upgrade };
@@ -707,7 +707,7 @@ impl Sent {
 pub(crate) struct Body {
     decode: Decode,
     /// Held while the body streams (and after a 101, for the upgrade).
-    conn: Option<Conn>,
+    conn: Option<Box<Conn>>,
     /// Where the connection goes at the end, if it may be reused.
     home: Option<Home>,
     upgrade: bool,
@@ -726,7 +726,7 @@ impl Body {
         if !self.upgrade {
             return None;
         }
-        let conn = self.conn.take()?;
+        let conn = *self.conn.take()?;
         Some(Upgraded { io: conn.io, read: conn.rbuf.freeze() })
     }
 
