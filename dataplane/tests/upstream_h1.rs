@@ -27,6 +27,8 @@ struct Reply {
     close: bool,
     /// Written as soon as the request head is in, before its body is read.
     early: bool,
+    /// After it, everything read is echoed back (an upgraded connection).
+    echo: bool,
 }
 
 fn reply(s: &str) -> Reply {
@@ -111,6 +113,12 @@ async fn serve(
         buf.drain(..body_end);
         requests.lock().unwrap().push(head + &body);
         write(&mut tcp, &reply).await;
+        if reply.echo {
+            let _ = tcp.write_all(&buf).await;
+            let (mut rd, mut wr) = tcp.split();
+            let _ = tokio::io::copy(&mut rd, &mut wr).await;
+            return;
+        }
         if reply.close {
             return;
         }
@@ -378,4 +386,34 @@ async fn request_bodies_are_framed_as_declared_or_chunked() {
     assert!(!seen[2].contains("content-length") && !seen[2].contains("transfer-encoding"), "{}", seen[2]);
     assert!(seen[2].contains("host: a.test\r\n"), "{}", seen[2]);
     assert_eq!(up.accepted.load(SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_upgrade_hands_the_connection_and_the_bytes_past_the_101_to_the_client() {
+    // The upstream's first bytes after its 101 arrive with the head: they must reach the client.
+    let up = raw(|_| Reply {
+        echo: true,
+        ..reply("HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: x-test\r\n\r\nHELLO")
+    })
+    .await;
+    let p = proxy_to(&up).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"GET /up HTTP/1.1\r\nhost: a.test\r\nconnection: upgrade\r\nupgrade: x-test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    read_until(&mut s, &mut got, "\r\n\r\nHELLO").await;
+    assert!(got.starts_with(b"HTTP/1.1 101 "), "{:?}", String::from_utf8_lossy(&got));
+    s.write_all(b"ping").await.unwrap();
+    read_until(&mut s, &mut got, "HELLOping").await;
+}
+
+/// Reads from `s` into `got` until it holds `want` (5 s at most).
+async fn read_until(s: &mut TcpStream, got: &mut Vec<u8>, want: &str) {
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(got).contains(want) {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await.expect(want).unwrap();
+        assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(got));
+        got.extend_from_slice(&buf[..n]);
+    }
 }
