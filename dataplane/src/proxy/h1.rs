@@ -324,7 +324,9 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Er
     let head = buf.split_to(len).freeze();
     let status = StatusCode::from_u16(code).map_err(|_| Error::Parse("invalid status"))?;
     let interim = status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS;
-    let mut headers = HeaderMap::with_capacity(count);
+    // Room to spare: hyper's server keeps a response's map for the next request's headers, to
+    // which the proxy adds up to 8 (`forward_route` reserves them); a growth rehashes them all.
+    let mut headers = HeaderMap::with_capacity(count + 8);
     let (mut close, mut keep_alive_token, mut chunked) = (false, false, false);
     let mut length: Option<u64> = None;
     let (mut bad_length, mut has_te) = (false, false);
