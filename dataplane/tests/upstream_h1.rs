@@ -93,8 +93,13 @@ async fn serve(
             .and_then(|v| v.trim().parse::<usize>().ok());
         let body_end = if lower.contains("transfer-encoding: chunked") {
             loop {
-                if let Some(i) = buf.windows(5).position(|w| w == b"0\r\n\r\n") {
-                    break i + 5;
+                // The last chunk, then trailers (if any) up to an empty line.
+                let last = buf.windows(5).position(|w| w == b"\r\n0\r\n").map(|i| i + 2);
+                let last = last.or_else(|| buf.starts_with(b"0\r\n").then_some(0));
+                if let Some(i) = last
+                    && let Some(j) = buf[i + 1..].windows(4).position(|w| w == b"\r\n\r\n")
+                {
+                    break i + 1 + j + 4;
                 }
                 if !read_more(&mut tcp, &mut buf).await {
                     return;
@@ -416,4 +421,23 @@ async fn read_until(s: &mut TcpStream, got: &mut Vec<u8>, want: &str) {
         assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(got));
         got.extend_from_slice(&buf[..n]);
     }
+}
+
+#[tokio::test]
+async fn request_trailers_named_by_the_trailer_header_go_upstream() {
+    let up = raw(|_| reply("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")).await;
+    let p = proxy_to(&up).await;
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("x-sum", http::HeaderValue::from_static("6"));
+    trailers.insert("x-unnamed", http::HeaderValue::from_static("no"));
+    let frames: Vec<Result<http_body::Frame<Bytes>, std::convert::Infallible>> = vec![
+        Ok(http_body::Frame::data(Bytes::from_static(b"abc"))),
+        Ok(http_body::Frame::trailers(trailers)),
+    ];
+    let body = http_body_util::StreamBody::new(futures_util::stream::iter(frames)).boxed();
+    let req = p.req("a.test", "/t").method("POST").header("trailer", "x-sum").body(body).unwrap();
+    assert_eq!(p.send(req).await.text(), "ok");
+    let seen = up.requests.lock().unwrap().clone();
+    let body = &seen[0][seen[0].find("\r\n\r\n").unwrap() + 4..];
+    assert_eq!(body, "3\r\nabc\r\n0\r\nx-sum: 6\r\n\r\n", "{}", seen[0]);
 }
