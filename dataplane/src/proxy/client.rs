@@ -1,7 +1,8 @@
 //! The upstream clients: pooled HTTP/1.1 (plain and TLS), multiplexed HTTP/2 (h2c and h2 over
 //! TLS), and the request and response bodies that cross them.
 //!
-//! HTTP/1.1 runs on hyper's connection-level client (`hyper::client::conn::http1`) with our own
+//! HTTP/1.1 runs on our own client ([`super::h1`]: the request's task writes the request and
+//! reads the response on the connection, no task or channel per connection) with our own
 //! idle pool ([`Http1Pool`]): a stack per upstream of connections whose last response was read to
 //! its end, most recently used on top, at most [`super::ProxyConfig::pool_max_idle_per_host`] of
 //! them; [`Clients::sweep`] closes those idle longer than
@@ -13,10 +14,11 @@
 //! when the client has read the response body to its end ([`ResponseBody`]); a response body
 //! dropped before its end closes the connection.
 //!
-//! A connection is made *before* the request is handed to hyper, so when connecting fails the
+//! A connection is made *before* the request is written, so when connecting fails the
 //! request, body included, is handed back ([`SendError::Connect`]) and can go to another endpoint.
-//! A pooled connection the upstream closed in the meantime is noticed before or while sending
-//! (hyper hands back a request it did not send) and the request goes on another connection.
+//! A pooled connection the upstream closed in the meantime is noticed when taken from the pool
+//! (a read that does not wait) or when none of the request head could be written on it, and the
+//! request goes on another connection.
 //!
 //! h2c (and h2 over TLS) use one multiplexed connection per endpoint ([`H2Pool`]); `:authority`
 //! is the request's host (as nginx's `grpc_pass` does) while the connection goes to the
@@ -33,16 +35,17 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::uri::PathAndQuery;
-use http::{Request, Response, StatusCode, Uri};
+use http::{Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::ProxyConfig;
 use super::error::BoxError;
+use super::h1::{self, Conn};
 use crate::balance::{Balancer, EndpointKey, EndpointState};
 use crate::model::UpstreamProtocol;
 use crate::tls::UpstreamTlsConfig;
@@ -252,15 +255,18 @@ impl Clients {
             };
             conn.meta.send_timeout_ms.store(opts.send_timeout.as_millis() as u64, Relaxed);
             conn.meta.requests.fetch_add(1, Relaxed);
-            match conn.sender.try_send_request(req).await {
-                Ok(resp) => return Ok(ResponseBody::pooled(resp, conn, pool, opts)),
-                Err(mut err) => match err.take_message() {
-                    // The upstream closed the pooled connection since it was put back; the
-                    // request did not go out: the next connection takes it.
-                    Some(unsent) if !fresh => req = unsent,
-                    Some(unsent) => return Err(ConnectFailed::new(err.into_error()).with(unsent)),
-                    None => return Err(SendError::Request(Box::new(err.into_error()))),
-                },
+            match h1::send(&mut conn, req).await {
+                Ok(sent) => {
+                    // A connection at the end of its requests or lifetime never returns.
+                    let home = (opts.max_idle > 0 && conn.meta.reusable(&opts))
+                        .then(|| Home { pool, max: opts.max_idle });
+                    return Ok(sent.into_response(conn, home).map(ResponseBody::H1));
+                }
+                // The upstream closed the pooled connection since it was put back; the request
+                // did not go out: the next connection takes it.
+                Err(h1::Failed::Unsent(unsent, _)) if !fresh => req = *unsent,
+                Err(h1::Failed::Unsent(unsent, error)) => return Err(ConnectFailed::new(error).with(*unsent)),
+                Err(h1::Failed::Sent(error)) => return Err(SendError::Request(error)),
             }
         }
     }
@@ -270,35 +276,16 @@ impl Clients {
         key: &EndpointKey,
         tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
         connect_timeout: Duration,
-    ) -> Result<Conn, ConnectFailed> {
+    ) -> Result<Box<Conn>, ConnectFailed> {
         let tcp = connect_tcp(key, connect_timeout).await?;
-        let upstream = key.clone();
-        let handshake_error = |e: hyper::Error| ConnectFailed::new(e);
-        let meta = Arc::new(ConnMeta::new());
-        let sender = match tls {
-            None => {
-                let io = SendTimed::new(tcp, meta.clone());
-                let (sender, conn) = http1::handshake(TokioIo::new(io)).await.map_err(handshake_error)?;
-                tokio::spawn(async move {
-                    if let Err(error) = conn.with_upgrades().await {
-                        tracing::debug!(%upstream, %error, "upstream connection closed");
-                    }
-                });
-                sender
-            }
+        let io = match tls {
+            None => h1::Io::Tcp(tcp),
             Some((config, name)) => {
-                let stream = tls_handshake(config, name, tcp, connect_timeout).await?;
-                let io = SendTimed::new(stream, meta.clone());
-                let (sender, conn) = http1::handshake(TokioIo::new(io)).await.map_err(handshake_error)?;
-                tokio::spawn(async move {
-                    if let Err(error) = conn.with_upgrades().await {
-                        tracing::debug!(%upstream, %error, "https upstream connection closed");
-                    }
-                });
-                sender
+                h1::Io::Tls(Box::new(tls_handshake(config, name, tcp, connect_timeout).await?))
             }
         };
-        Ok(Conn { sender, meta })
+        // Boxed: it moves between the pool and the response body.
+        Ok(Box::new(Conn::new(io, Arc::new(ConnMeta::new()))))
     }
 
     /// Drops pooled connections of endpoints no longer in use and closed ones.
@@ -413,22 +400,16 @@ pub(crate) struct Http1Pool(Mutex<VecDeque<Idle>>);
 /// A connection ready for its next request, and since when.
 struct Idle {
     since: Instant,
-    conn: Conn,
-}
-
-/// An HTTP/1.1 connection: its request sender and what the pool knows of it.
-struct Conn {
-    sender: http1::SendRequest<UpstreamBody>,
-    meta: Arc<ConnMeta>,
+    conn: Box<Conn>,
 }
 
 /// What the pool knows of one upstream HTTP/1.1 connection, shared with its I/O ([`SendTimed`]).
-struct ConnMeta {
+pub(super) struct ConnMeta {
     created: Instant,
     /// Requests sent on it so far.
-    requests: AtomicU32,
+    pub(super) requests: AtomicU32,
     /// The send timeout of the request it carries, in milliseconds (0: none).
-    send_timeout_ms: AtomicU64,
+    pub(super) send_timeout_ms: AtomicU64,
 }
 
 impl ConnMeta {
@@ -455,12 +436,12 @@ impl std::fmt::Debug for Http1Pool {
 impl Http1Pool {
     /// The most recently returned connection that is still open (and younger than
     /// `max_lifetime`).
-    fn checkout(&self, max_lifetime: Option<Duration>) -> Option<Conn> {
+    fn checkout(&self, max_lifetime: Option<Duration>) -> Option<Box<Conn>> {
         let mut idle = lock(&self.0);
-        while let Some(Idle { conn, .. }) = idle.pop_back() {
-            // Ready means open and idle (it was ready when it came back): one the upstream has
-            // closed since is dropped here, as is one past its lifetime.
-            if conn.sender.is_ready() && conn.meta.young(max_lifetime) {
+        while let Some(Idle { mut conn, .. }) = idle.pop_back() {
+            // One the upstream has closed since it came back (or that has bytes to read, which
+            // no request asked for) is dropped here, as is one past its lifetime.
+            if conn.meta.young(max_lifetime) && conn.is_quiet() {
                 return Some(conn);
             }
         }
@@ -468,7 +449,7 @@ impl Http1Pool {
     }
 
     /// Keeps an idle connection, unless `max` are kept already (then it is closed).
-    fn checkin(&self, conn: Conn, max: usize) {
+    fn checkin(&self, conn: Box<Conn>, max: usize) {
         let since = Instant::now();
         let mut idle = lock(&self.0);
         if idle.len() < max {
@@ -480,7 +461,7 @@ impl Http1Pool {
     /// returns how many stay.
     fn sweep(&self, expiry: Option<Instant>) -> usize {
         let mut idle = lock(&self.0);
-        idle.retain(|c| c.conn.sender.is_ready() && expiry.is_none_or(|t| c.since > t));
+        idle.retain_mut(|c| expiry.is_none_or(|t| c.since > t) && c.conn.is_quiet());
         idle.len()
     }
 }
@@ -503,98 +484,66 @@ impl PoolRef {
     }
 }
 
-/// A connection to return to its pool once its response has been read.
-struct Reuse {
-    conn: Conn,
+/// Where a connection goes back to once its response has been read, and how many idle ones
+/// that pool keeps.
+pub(super) struct Home {
     pool: PoolRef,
     max: usize,
 }
 
-impl Reuse {
-    fn release(self) {
-        if self.conn.sender.is_ready() {
-            return self.pool.get().checkin(self.conn, self.max);
-        }
-        if self.conn.sender.is_closed() {
-            return;
-        }
-        // Its connection task has not caught up yet (another worker runs it), or the request
-        // body is still being sent after an early response: back to the pool once it is idle.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        let Reuse { mut conn, pool, max } = self;
-        runtime.spawn(async move {
-            if conn.sender.ready().await.is_ok() {
-                pool.get().checkin(conn, max);
-            }
-        });
+impl Home {
+    /// Back to the pool (closed if the pool is full).
+    pub(super) fn put(self, conn: Box<Conn>) {
+        self.pool.get().checkin(conn, self.max);
     }
 }
 
 // === impl ResponseBody ===
 
-/// An upstream response body, streamed; its HTTP/1.1 connection goes back to the pool once the
-/// body has been read to its end (a body dropped before that closes the connection).
-pub(crate) struct ResponseBody {
-    inner: Incoming,
-    reuse: Option<Reuse>,
+/// An upstream response body, streamed: HTTP/1.1's own ([`h1::Body`]: its connection goes
+/// back to the pool once the body has been read to its end, a body dropped before that closes
+/// the connection), or hyper's for h2.
+pub(crate) enum ResponseBody {
+    H1(h1::Body),
+    H2(Incoming),
 }
 
 impl ResponseBody {
-    /// A body whose connection is not pooled (h2, or no longer reusable).
-    fn plain(inner: Incoming) -> Self {
-        ResponseBody { inner, reuse: None }
-    }
-
-    /// Wraps `resp` so that `conn` returns to `pool` once its body ends. An upgraded
-    /// connection (101) never returns, nor one at the end of its requests or lifetime.
-    fn pooled(resp: Response<Incoming>, conn: Conn, pool: PoolRef, opts: Exchange) -> Response<ResponseBody> {
-        let max = opts.max_idle;
-        let reusable =
-            max > 0 && resp.status() != StatusCode::SWITCHING_PROTOCOLS && conn.meta.reusable(&opts);
-        resp.map(|inner| {
-            let reuse = Reuse { conn, pool, max };
-            if !reusable {
-                return ResponseBody::plain(inner);
-            }
-            if inner.is_end_stream() {
-                // No body to wait for (hyper may never poll it).
-                reuse.release();
-                return ResponseBody::plain(inner);
-            }
-            ResponseBody { inner, reuse: Some(reuse) }
-        })
+    /// The upstream connection of a `101 Switching Protocols` response, for the splice.
+    pub(super) fn take_upgrade(&mut self) -> Option<h1::Upgraded> {
+        match self {
+            ResponseBody::H1(body) => body.take_upgrade(),
+            ResponseBody::H2(_) => None,
+        }
     }
 }
 
 impl Body for ResponseBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let this = &mut *self;
-        let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
-        match &frame {
-            Some(Ok(_)) if !this.inner.is_end_stream() => {}
-            // The end (the last frame, or none): the connection is free for the next request.
-            Some(Ok(_)) | None => {
-                if let Some(reuse) = this.reuse.take() {
-                    reuse.release();
-                }
-            }
-            Some(Err(_)) => this.reuse = None,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            ResponseBody::H1(body) => Pin::new(body).poll_frame(cx),
+            ResponseBody::H2(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
         }
-        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match self {
+            ResponseBody::H1(body) => body.is_end_stream(),
+            ResponseBody::H2(body) => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match self {
+            ResponseBody::H1(body) => body.size_hint(),
+            ResponseBody::H2(body) => body.size_hint(),
+        }
     }
 }
 
@@ -642,7 +591,7 @@ impl H2Pool {
                 continue;
             }
             match sender.try_send_request(req).await {
-                Ok(resp) => return Ok(resp.map(ResponseBody::plain)),
+                Ok(resp) => return Ok(resp.map(ResponseBody::H2)),
                 Err(mut err) => match err.take_message() {
                     Some(unsent) => {
                         self.evict(&key);
@@ -746,7 +695,7 @@ pub(super) fn is_send_timeout(error: &(dyn std::error::Error + 'static)) -> bool
 /// An upstream connection's I/O whose writes fail with [`SendTimedOut`] when one waits longer
 /// than the send timeout of the request it carries (nginx's `proxy_send_timeout`: the time
 /// between two successive writes, not the whole transfer). Reads are untouched.
-struct SendTimed<T> {
+pub(super) struct SendTimed<T> {
     io: T,
     meta: Arc<ConnMeta>,
     /// Armed when a write is first refused, cleared when one makes progress.
@@ -754,7 +703,7 @@ struct SendTimed<T> {
 }
 
 impl<T> SendTimed<T> {
-    fn new(io: T, meta: Arc<ConnMeta>) -> Self {
+    pub(super) fn new(io: T, meta: Arc<ConnMeta>) -> Self {
         SendTimed { io, meta, stalled: None }
     }
 
@@ -864,6 +813,19 @@ impl UpstreamBody {
             buffered: (!bytes.is_empty()).then_some(bytes),
             mirror: None,
         }
+    }
+
+    /// The whole body, when it was read beforehand (and nothing of it was sent yet).
+    pub(super) fn whole(&self) -> Option<&Bytes> {
+        if self.body.is_some() || self.mirror.is_some() {
+            return None;
+        }
+        self.buffered.as_ref()
+    }
+
+    /// Marks the whole body ([`UpstreamBody::whole`]) as sent.
+    pub(super) fn take_whole(&mut self) {
+        self.buffered = None;
     }
 
     /// From now on this body's data frames also go to the body returned, which may lag `lag`

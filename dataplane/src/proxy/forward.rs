@@ -710,7 +710,8 @@ impl ConnCtx {
                     (RetryOn::Timeout, ProxyError::SendTimeout)
                 }
                 Ok(Err(SendError::Request(error))) => {
-                    let parse = error.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse);
+                    let parse = error.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse)
+                        || error.downcast_ref::<super::h1::Error>().is_some_and(super::h1::Error::is_parse);
                     (if parse { RetryOn::InvalidHeader } else { RetryOn::Error }, ProxyError::Upstream(error))
                 }
                 Err(_elapsed) => (RetryOn::Timeout, ProxyError::ResponseTimeout),
@@ -857,7 +858,7 @@ impl ConnCtx {
         if switching {
             // A 101 we did not ask for cannot be relayed meaningfully.
             let downstream = downstream_upgrade.ok_or(ProxyError::UnexpectedSwitch)?;
-            let upstream = hyper::upgrade::on(&mut resp);
+            let upstream = resp.body_mut().take_upgrade().ok_or(ProxyError::UnexpectedSwitch)?;
             upgrade::splice(downstream, upstream, self.peer);
         }
         strip_hop_by_hop(resp.headers_mut(), switching && !h2_websocket, false);

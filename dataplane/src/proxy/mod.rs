@@ -34,6 +34,7 @@ mod deadline;
 pub mod error;
 mod extauth;
 mod forward;
+mod h1;
 pub(crate) mod mirror;
 pub mod proxy_protocol;
 mod retry;
