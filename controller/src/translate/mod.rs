@@ -381,8 +381,8 @@ fn translate_part<'s>(
                 action: RouteAction::Forward(claim.backend.clone()),
                 policy: RoutePolicy {
                     ssl_redirect: ssl_redirect(&claim.rank.object, host, &mut warnings),
-                    canary,
-                    custom_errors,
+                    canary: canary.map(Box::new),
+                    custom_errors: custom_errors.map(Box::new),
                     host_redirect: host_redirects.get(host).cloned(),
                     ..route_policy(&policies, claim, path, &settings.routes)
                 },
