@@ -268,7 +268,7 @@ impl CompiledPolicy {
                 (Some(_), None) => return Err(PolicyError::RewriteWithoutRegex),
                 (None, _) => None,
             },
-            cors: policy.cors.as_ref().map(CompiledCors::compile).transpose()?,
+            cors: policy.cors.as_deref().map(CompiledCors::compile).transpose()?,
             read_timeout: policy.read_timeout_ms.map(std::time::Duration::from_millis),
             connect_timeout: policy.connect_timeout_ms.map(std::time::Duration::from_millis),
             connect_tries: policy.connect_tries,
@@ -277,16 +277,16 @@ impl CompiledPolicy {
                 .next_upstream_timeout_ms
                 .map(|ms| (ms > 0).then(|| std::time::Duration::from_millis(ms))),
             send_timeout: policy.send_timeout_ms.map(std::time::Duration::from_millis),
-            rate_limit: policy.rate_limit.as_ref().and_then(|l| limiters.get(origin, l)),
+            rate_limit: policy.rate_limit.as_deref().and_then(|l| limiters.get(origin, l)),
             basic_auth: match &policy.basic_auth {
                 Some(auth) => {
                     let realm = auth.realm.replace(['"', '\\'], "");
                     let challenge = header("auth-realm", &Some(format!("Basic realm=\"{realm}\"")))?;
-                    challenge.map(|c| (auth.clone(), c))
+                    challenge.map(|c| (BasicAuth::clone(auth), c))
                 }
                 None => None,
             },
-            external_auth: policy.external_auth.clone(),
+            external_auth: policy.external_auth.as_deref().cloned(),
             canary: None,
             balance: CompiledBalance::compile(&policy.balance)?,
             custom_errors: None,
@@ -301,8 +301,8 @@ impl CompiledPolicy {
                 Some(m) => Some(Box::new(crate::proxy::mirror::CompiledMirror::compile(m)?)),
                 None => None,
             },
-            conn_limit: policy.conn_limit.as_ref().map(|l| limiters.connections(origin, l)),
-            response_rate: policy.response_rate.clone().filter(|r| r.bytes_per_sec > 0),
+            conn_limit: policy.conn_limit.as_deref().map(|l| limiters.connections(origin, l)),
+            response_rate: policy.response_rate.as_deref().cloned().filter(|r| r.bytes_per_sec > 0),
             response_rewrite: crate::rewrite_response::ResponseRewrite::new(policy),
             preserve_trailing_slash: policy.preserve_trailing_slash,
             auth_cache: None,
@@ -398,7 +398,7 @@ mod tests {
     #[test]
     fn redirect_then_source() {
         let policy = RoutePolicy {
-            redirect: Some(Redirect { location: "https://new.example.com/".into(), code: 308 }),
+            redirect: Some(Box::new(Redirect { location: "https://new.example.com/".into(), code: 308 })),
             max_body_bytes: Some(10),
             source: SourceFilter { allow: vec![], deny: vec!["10.0.0.0/8".parse().unwrap()] },
             ..RoutePolicy::default()
@@ -472,7 +472,7 @@ mod tests {
     #[test]
     fn bad_values_are_refused() {
         let bad = RoutePolicy {
-            redirect: Some(Redirect { location: "https://x/".into(), code: 200 }),
+            redirect: Some(Box::new(Redirect { location: "https://x/".into(), code: 200 })),
             ..RoutePolicy::default()
         };
         assert!(matches!(

@@ -23,9 +23,9 @@ impl ResponseRewrite {
     /// The rewrites `policy` asks for; `None` when it asks for none.
     pub fn new(policy: &RoutePolicy) -> Option<ResponseRewrite> {
         let rewrite = ResponseRewrite {
-            redirect: policy.redirect_rewrite.clone(),
-            cookie_domain: policy.cookie_domain.clone(),
-            cookie_path: policy.cookie_path.clone(),
+            redirect: policy.redirect_rewrite.as_deref().cloned(),
+            cookie_domain: policy.cookie_domain.as_deref().cloned(),
+            cookie_path: policy.cookie_path.as_deref().cloned(),
         };
         let none =
             rewrite.redirect.is_none() && rewrite.cookie_domain.is_none() && rewrite.cookie_path.is_none();
@@ -121,8 +121,8 @@ fn rewrite_each(headers: &mut HeaderMap, name: HeaderName, rewrite: impl Fn(&str
 mod tests {
     use super::*;
 
-    fn replace(from: &str, to: &str) -> Option<Replace> {
-        Some(Replace { from: from.into(), to: to.into() })
+    fn replace(from: &str, to: &str) -> Option<Box<Replace>> {
+        Some(Box::new(Replace { from: from.into(), to: to.into() }))
     }
 
     fn rewrite() -> ResponseRewrite {

@@ -84,7 +84,7 @@ fn auth(addr: std::net::SocketAddr) -> ExternalAuth {
 }
 
 fn policy(auth: ExternalAuth) -> RoutePolicy {
-    RoutePolicy { external_auth: Some(auth), ..RoutePolicy::default() }
+    RoutePolicy { external_auth: Some(Box::new(auth)), ..RoutePolicy::default() }
 }
 
 async fn proxy_for(auth: ExternalAuth) -> (TestProxy, Echo) {

@@ -61,7 +61,7 @@ async fn passes_soon(
 
 fn conn_limited(max: u32) -> RoutePolicy {
     RoutePolicy {
-        conn_limit: Some(ConnLimit { max, exempt: Vec::new(), status: 503 }),
+        conn_limit: Some(Box::new(ConnLimit { max, exempt: Vec::new(), status: 503 })),
         ..RoutePolicy::default()
     }
 }
@@ -77,11 +77,11 @@ async fn limit_connections_counts_requests_in_flight_per_client() {
             .host("b.test")
             .prefix("/", &to(&e))
             .policy(RoutePolicy {
-                conn_limit: Some(ConnLimit {
+                conn_limit: Some(Box::new(ConnLimit {
                     max: 1,
                     exempt: vec!["127.0.0.0/8".parse().unwrap()],
                     status: 429,
-                }),
+                })),
                 ..RoutePolicy::default()
             })
             .build(),
@@ -139,7 +139,7 @@ async fn limit_connections_frees_the_slot_of_a_client_that_goes_away_mid_respons
 async fn limit_rate_paces_the_response_body() {
     let e = echo("e").await;
     let rate = |bytes_per_sec: u64, after_bytes: u64| RoutePolicy {
-        response_rate: Some(ResponseRate { bytes_per_sec, after_bytes }),
+        response_rate: Some(Box::new(ResponseRate { bytes_per_sec, after_bytes })),
         ..RoutePolicy::default()
     };
     let p = proxy(
@@ -201,7 +201,7 @@ async fn proxy_redirect_and_cookie_rewrites() {
     ])
     .await;
     let be = backend("fixed", &[upstream]);
-    let replace = |from: &str, to: &str| Some(Replace { from: from.into(), to: to.into() });
+    let replace = |from: &str, to: &str| Some(Box::new(Replace { from: from.into(), to: to.into() }));
     let p = proxy(
         table()
             .host("a.test")

@@ -13,7 +13,10 @@ use weir_dataplane::model::{Redirect, RoutePolicy, SourceFilter};
 use weir_dataplane::proxy::ProxyConfig;
 
 fn redirect(location: &str, code: u16) -> RoutePolicy {
-    RoutePolicy { redirect: Some(Redirect { location: location.into(), code }), ..RoutePolicy::default() }
+    RoutePolicy {
+        redirect: Some(Box::new(Redirect { location: location.into(), code })),
+        ..RoutePolicy::default()
+    }
 }
 
 #[tokio::test]
@@ -193,7 +196,7 @@ async fn cors_preflight_and_response_headers() {
         table()
             .host("api.test")
             .prefix("/", &to(&e))
-            .policy(RoutePolicy { cors: Some(cors), ..RoutePolicy::default() })
+            .policy(RoutePolicy { cors: Some(Box::new(cors)), ..RoutePolicy::default() })
             .build(),
     )
     .await;
@@ -265,13 +268,13 @@ async fn rate_limits_after_the_burst_and_survive_a_publish() {
     use weir_dataplane::model::RateLimit;
     let e = echo("e").await;
     let limited = |status: u16, exempt: &str| RoutePolicy {
-        rate_limit: Some(RateLimit {
+        rate_limit: Some(Box::new(RateLimit {
             rps: Some(1),
             rpm: None,
             burst_multiplier: 2,
             exempt: exempt.split(',').filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect(),
             status,
-        }),
+        })),
         ..RoutePolicy::default()
     };
     let build = || {
@@ -327,7 +330,7 @@ async fn basic_auth_challenge_and_success() {
         table()
             .host("a.test")
             .prefix("/", &to(&e))
-            .policy(RoutePolicy { basic_auth: Some(auth), ..RoutePolicy::default() })
+            .policy(RoutePolicy { basic_auth: Some(Box::new(auth)), ..RoutePolicy::default() })
             .build(),
     )
     .await;
@@ -391,14 +394,14 @@ async fn external_auth_subrequest() {
     let e = echo("e").await;
     let auth = auth_service().await;
     let ext = |signin: Option<&str>| RoutePolicy {
-        external_auth: Some(ExternalAuth {
+        external_auth: Some(Box::new(ExternalAuth {
             url: format!("http://{auth}/check?host=$host"),
             method: "GET".into(),
             signin: signin.map(str::to_string),
             response_headers: vec!["X-Auth-User".into()],
             request_redirect: None,
             ..ExternalAuth::default()
-        }),
+        })),
         ..RoutePolicy::default()
     };
     let p = proxy(
@@ -441,14 +444,14 @@ async fn external_auth_subrequest() {
             .host("app.test")
             .prefix("/", &to(&e))
             .policy(RoutePolicy {
-                external_auth: Some(ExternalAuth {
+                external_auth: Some(Box::new(ExternalAuth {
                     url: format!("http://{down}/check"),
                     method: "GET".into(),
                     signin: None,
                     response_headers: vec![],
                     request_redirect: None,
                     ..ExternalAuth::default()
-                }),
+                })),
                 ..RoutePolicy::default()
             })
             .build(),
@@ -465,7 +468,7 @@ async fn canary_by_header_cookie_and_weight() {
     let (main, canary) = (echo("main").await, echo("canary").await);
     let canary_be = to(&canary);
     let policy = |weight: u32| RoutePolicy {
-        canary: Some(Canary {
+        canary: Some(Box::new(Canary {
             backend: canary_be.id.clone(),
             weight,
             weight_total: 100,
@@ -473,7 +476,7 @@ async fn canary_by_header_cookie_and_weight() {
             header_value: None,
             header_pattern: None,
             cookie: Some("canary".into()),
-        }),
+        })),
         ..RoutePolicy::default()
     };
     let p = proxy(
@@ -529,7 +532,7 @@ async fn affinity_sticks_across_the_canary_unless_legacy() {
     let (main, canary) = (echo("main").await, echo("canary").await);
     let canary_be = to(&canary);
     let policy = |legacy_canary: bool| RoutePolicy {
-        canary: Some(Canary {
+        canary: Some(Box::new(Canary {
             backend: canary_be.id.clone(),
             weight: 50,
             weight_total: 100,
@@ -537,8 +540,8 @@ async fn affinity_sticks_across_the_canary_unless_legacy() {
             header_value: None,
             header_pattern: None,
             cookie: None,
-        }),
-        balance: Balance::Cookie(CookieAffinity { legacy_canary, ..route_cookie() }),
+        })),
+        balance: Balance::Cookie(Box::new(CookieAffinity { legacy_canary, ..route_cookie() })),
         ..RoutePolicy::default()
     };
     let p = proxy(
@@ -589,7 +592,7 @@ async fn cookie_affinity_sticks_and_moves_when_the_endpoint_goes() {
     let eps = [echo("e0").await, echo("e1").await, echo("e2").await];
     let addrs: Vec<_> = eps.iter().map(|e| e.addr).collect();
     let affinity = RoutePolicy {
-        balance: Balance::Cookie(CookieAffinity {
+        balance: Balance::Cookie(Box::new(CookieAffinity {
             name: "route".into(),
             path: "/".into(),
             max_age: Some(3600),
@@ -598,7 +601,7 @@ async fn cookie_affinity_sticks_and_moves_when_the_endpoint_goes() {
             same_site: Some("Lax".into()),
             secure: false,
             legacy_canary: false,
-        }),
+        })),
         ..RoutePolicy::default()
     };
     let build = |addrs: &[std::net::SocketAddr]| {
@@ -639,7 +642,7 @@ async fn cookie_affinity_moves_when_the_endpoint_fails() {
     use weir_dataplane::model::Balance;
     let live = echo("live").await;
     let dead = dead_addr().await;
-    let policy = RoutePolicy { balance: Balance::Cookie(route_cookie()), ..RoutePolicy::default() };
+    let policy = RoutePolicy { balance: Balance::Cookie(Box::new(route_cookie())), ..RoutePolicy::default() };
     let p =
         proxy(table().host("a.test").prefix("/", &backend("web", &[live.addr, dead])).policy(policy).build())
             .await;
@@ -751,7 +754,7 @@ async fn custom_http_errors_come_from_the_error_backend() {
     let pages_be = to(&pages);
     let empty_be = backend("empty", &[]);
     let errors = RoutePolicy {
-        custom_errors: Some(CustomErrors { codes: vec![404, 503], backend: pages_be.id.clone() }),
+        custom_errors: Some(Box::new(CustomErrors { codes: vec![404, 503], backend: pages_be.id.clone() })),
         ..RoutePolicy::default()
     };
     let p = proxy(

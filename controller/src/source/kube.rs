@@ -29,6 +29,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use weir_dataplane::model::ObjectRef;
 
+use super::trim::Trim;
 use crate::translate::{SharedObject, Snapshot};
 
 /// Errors of the Kubernetes source.
@@ -520,6 +521,7 @@ impl Reflect<'_> {
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
             + Resource<DynamicType = ()>
+            + Trim
             + Clone
             + DeserializeOwned
             + Debug
@@ -554,6 +556,7 @@ impl Reflect<'_> {
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
             + Resource<DynamicType = ()>
+            + Trim
             + Clone
             + DeserializeOwned
             + Debug
@@ -575,21 +578,21 @@ impl Reflect<'_> {
 
     fn cluster<K>(&mut self, config: watcher::Config) -> Store<K>
     where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K: Resource<DynamicType = ()> + Trim + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
         self.spawn(Api::<K>::all(self.client.clone()), config, None)
     }
 
     fn spawn<K>(&mut self, api: Api<K>, config: watcher::Config, namespace: Option<&str>) -> Store<K>
     where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K: Resource<DynamicType = ()> + Trim + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
         let kind = K::kind(&());
         let namespace = namespace.unwrap_or("*").to_string();
         let (reader, writer) = reflector::store();
         let stream = watcher(api, config)
             .backoff(WatchBackoff::default())
-            .modify(|o: &mut K| o.managed_fields_mut().clear())
+            .modify(|o: &mut K| o.trim())
             .reflect(writer);
         let changes = self.changes.clone();
         self.tasks.push(tokio::spawn(async move {

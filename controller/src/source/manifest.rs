@@ -21,6 +21,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_saphyr::{MessageFormatter, Spanned};
 
+use super::trim::Trim;
+
 /// One parsed Kubernetes object.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Object {
@@ -611,23 +613,16 @@ fn normalise(mut object: Object, known: Known) -> Object {
             data.insert(key, ByteString(value.into_bytes()));
         }
     }
-    // Endpoints are most of what a large cluster holds: lists grown while parsing keep no
-    // spare room.
+    // What nothing reads goes now, as the API source's reflectors drop it (`super::trim`).
     match &mut object {
-        Object::EndpointSlice(slice) => {
-            slice.endpoints.shrink_to_fit();
-            for endpoint in &mut slice.endpoints {
-                endpoint.addresses.shrink_to_fit();
-            }
-        }
-        Object::Endpoints(endpoints) => {
-            for subset in endpoints.subsets.iter_mut().flatten() {
-                for list in [&mut subset.addresses, &mut subset.not_ready_addresses].into_iter().flatten() {
-                    list.shrink_to_fit();
-                }
-            }
-        }
-        _ => {}
+        Object::Ingress(o) => o.trim(),
+        Object::IngressClass(o) => o.trim(),
+        Object::Service(o) => o.trim(),
+        Object::EndpointSlice(o) => o.trim(),
+        Object::Endpoints(o) => o.trim(),
+        Object::Secret(o) => o.trim(),
+        Object::ConfigMap(o) => o.trim(),
+        Object::Other { .. } => {}
     }
     object
 }

@@ -3,3 +3,4 @@
 pub mod files;
 pub mod kube;
 pub mod manifest;
+pub mod trim;

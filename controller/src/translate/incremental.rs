@@ -477,7 +477,7 @@ impl Translator {
         self.translation = Translation::default();
         self.index = Index::default();
         self.slices = SliceIndex::new(snapshot);
-        let mut couplings = Vec::new();
+        let mut couplings = Vec::with_capacity(snapshot.ingresses.len());
         self.translation = translate_part(
             snapshot,
             snapshot.ingresses.iter(),

@@ -123,7 +123,8 @@ fn translate_part<'s>(
 
     // Class selection: Ingresses of other classes are ignored entirely.
     let selector = ClassSelector::new(&snapshot.ingress_classes, config);
-    let mut ours = Vec::new();
+    let ingresses = ingresses.into_iter();
+    let mut ours = Vec::with_capacity(ingresses.size_hint().0);
     for (key, ingress) in ingresses {
         let Some(how) = selector.select(ingress) else { continue };
         if let Selected::LegacyAnnotation(class) = how {
@@ -140,7 +141,7 @@ fn translate_part<'s>(
 
     // Annotations: one typed policy per Ingress, applied to each of its routes.
     // `use-regex` and `rewrite-target` make every path of the Ingress's hosts a regex.
-    let mut policies: HashMap<&ObjectRef, RoutePolicy> = HashMap::new();
+    let mut policies: HashMap<&ObjectRef, RoutePolicy> = HashMap::with_capacity(ours.len());
     let mut canary_specs = BTreeMap::new();
     let mut aliases = Vec::new();
     let mut www_redirects = Vec::new();
@@ -303,9 +304,12 @@ fn translate_part<'s>(
     // Each is resolved once; what is wrong with one is told to every claim that uses it.
     let resolver = backend::Resolver::new(snapshot, slices);
     let mut table = RouteTable::default();
+    table.hosts.reserve(plan.hosts.len());
     let mut unusable: HashMap<BackendId, backend::Error> = HashMap::new();
-    // (A hash map while building; the table's is sorted.)
-    let mut backends: HashMap<BackendId, Backend> = HashMap::new();
+    // (A hash map while building; the table's is sorted.) Sized for a backend per route, the
+    // most there can be, so that it never grows by rehashing.
+    let claims = plan.hosts.values().map(|paths| paths.len()).sum::<usize>() + 1;
+    let mut backends: HashMap<BackendId, Backend> = HashMap::with_capacity(claims);
     let mut resolve =
         |claim: &routes::Claim, warnings: &mut Warnings, backends: &mut HashMap<BackendId, Backend>| {
             if !backends.contains_key(&claim.backend) {
@@ -381,8 +385,8 @@ fn translate_part<'s>(
                 action: RouteAction::Forward(claim.backend.clone()),
                 policy: RoutePolicy {
                     ssl_redirect: ssl_redirect(&claim.rank.object, host, &mut warnings),
-                    canary,
-                    custom_errors,
+                    canary: canary.map(Box::new),
+                    custom_errors: custom_errors.map(Box::new),
                     host_redirect: host_redirects.get(host).cloned(),
                     ..route_policy(&policies, claim, path, &settings.routes)
                 },
@@ -402,7 +406,7 @@ fn translate_part<'s>(
 
     // Upstream protocols: a backend used by several Ingresses takes the `backend-protocol` of
     // the oldest one; the others are told when theirs differs.
-    let mut users: HashMap<&BackendId, Vec<BackendUse<'_>>> = HashMap::new();
+    let mut users: HashMap<&BackendId, Vec<BackendUse<'_>>> = HashMap::with_capacity(backends.len());
     let attached = canary_plan.hosts.iter().flat_map(|(host, paths)| {
         paths
             .iter()

@@ -316,7 +316,7 @@ pub(crate) struct RouteDefaults {
     limit_status: Option<u16>,
     /// `global-auth-url` and its `global-auth-*` settings: the external authentication of every
     /// route whose Ingress has none of its own and does not say `enable-global-auth: "false"`.
-    pub(crate) global_auth: Option<ExternalAuth>,
+    pub(crate) global_auth: Option<Box<ExternalAuth>>,
     /// `no-auth-locations`: path prefixes exempt from the global authentication.
     no_auth_locations: Vec<String>,
     /// `limit-conn-status-code`.
@@ -788,7 +788,7 @@ impl<'a> Ctx<'a, '_> {
             routes.no_auth_locations =
                 locations.split(',').map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect();
         }
-        routes.global_auth = self.global_auth();
+        routes.global_auth = self.global_auth().map(Box::new);
         routes.fail_closed = self.fail_closed;
         routes
     }

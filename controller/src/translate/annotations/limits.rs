@@ -47,18 +47,21 @@ impl ResponseSettings {
     /// everything off).
     pub(crate) fn apply(&self, policy: &mut RoutePolicy) {
         policy.response_rate = match self.rate {
-            Some(rate) if rate > 0 => {
-                Some(ResponseRate { bytes_per_sec: rate, after_bytes: self.rate_after.unwrap_or(0) })
-            }
+            Some(rate) if rate > 0 => Some(Box::new(ResponseRate {
+                bytes_per_sec: rate,
+                after_bytes: self.rate_after.unwrap_or(0),
+            })),
             _ => None,
         };
         // ingress-nginx writes `proxy_redirect from to` only when neither is `off`.
         policy.redirect_rewrite = match (&self.redirect_from, &self.redirect_to) {
-            (Some(Some(from)), Some(Some(to))) => Some(Replace { from: from.clone(), to: to.clone() }),
+            (Some(Some(from)), Some(Some(to))) => {
+                Some(Box::new(Replace { from: from.clone(), to: to.clone() }))
+            }
             _ => None,
         };
-        policy.cookie_domain = self.cookie_domain.clone().flatten();
-        policy.cookie_path = self.cookie_path.clone().flatten();
+        policy.cookie_domain = self.cookie_domain.clone().flatten().map(Box::new);
+        policy.cookie_path = self.cookie_path.clone().flatten().map(Box::new);
         policy.preserve_trailing_slash = self.preserve_trailing_slash.unwrap_or(false);
     }
 }
@@ -207,15 +210,15 @@ mod tests {
         (parsed.policy, w)
     }
 
-    fn replace(from: &str, to: &str) -> Option<Replace> {
-        Some(Replace { from: from.into(), to: to.into() })
+    fn replace(from: &str, to: &str) -> Option<Box<Replace>> {
+        Some(Box::new(Replace { from: from.into(), to: to.into() }))
     }
 
     #[test]
     fn limit_connections_accepted_and_rejected() {
         let p = clean(&[("limit-connections", "2"), ("limit-allowlist", "10.0.0.0/8")]);
         let want = ConnLimit { max: 2, exempt: vec!["10.0.0.0/8".parse().unwrap()], status: 503 };
-        assert_eq!(p.conn_limit, Some(want));
+        assert_eq!(p.conn_limit, Some(Box::new(want)));
         assert_eq!(p.rate_limit, None, "the allowlist alone sets no rate limit");
         assert_eq!(clean(&[("limit-connections", "0")]).conn_limit, None, "0: no limit");
         // The old name of the allowlist works too, and the rate limit shares it.
@@ -233,7 +236,10 @@ mod tests {
     #[test]
     fn limit_rate_accepted_and_rejected() {
         let p = clean(&[("limit-rate", "64"), ("limit-rate-after", "128")]);
-        assert_eq!(p.response_rate, Some(ResponseRate { bytes_per_sec: 64 * 1024, after_bytes: 128 * 1024 }));
+        assert_eq!(
+            p.response_rate,
+            Some(Box::new(ResponseRate { bytes_per_sec: 64 * 1024, after_bytes: 128 * 1024 }))
+        );
         assert_eq!(clean(&[("limit-rate", "0")]).response_rate, None, "0: unlimited");
         assert_eq!(clean(&[("limit-rate-after", "10")]).response_rate, None, "nothing to pace");
 
@@ -242,7 +248,7 @@ mod tests {
         assert!(p.rate_limit.is_some());
         assert!(w.message.contains("kilobytes"), "{}", w.message);
         let (p, _) = rejected(&[("limit-rate", "8"), ("limit-rate-after", "lots")], "limit-rate-after");
-        assert_eq!(p.response_rate, Some(ResponseRate { bytes_per_sec: 8192, after_bytes: 0 }));
+        assert_eq!(p.response_rate, Some(Box::new(ResponseRate { bytes_per_sec: 8192, after_bytes: 0 })));
     }
 
     #[test]
@@ -336,8 +342,8 @@ mod tests {
             rate_after: Some(5000),
             redirect_from: Some(Some("http://in/".into())),
             redirect_to: Some(Some("https://out/".into())),
-            cookie_domain: Some(replace("a", "b")),
-            cookie_path: Some(replace("/x", "/")),
+            cookie_domain: Some(replace("a", "b").map(|r| *r)),
+            cookie_path: Some(replace("/x", "/").map(|r| *r)),
             preserve_trailing_slash: Some(true),
         };
         let annotations = parse_all(&[
@@ -350,7 +356,10 @@ mod tests {
         .response;
         let mut policy = RoutePolicy::default();
         annotations.or(&configmap).apply(&mut policy);
-        assert_eq!(policy.response_rate, Some(ResponseRate { bytes_per_sec: 2048, after_bytes: 5000 }));
+        assert_eq!(
+            policy.response_rate,
+            Some(Box::new(ResponseRate { bytes_per_sec: 2048, after_bytes: 5000 }))
+        );
         assert_eq!(policy.redirect_rewrite, replace("http://in/", "https://mine/"));
         assert_eq!(policy.cookie_domain, None, "an explicit off beats the ConfigMap");
         assert_eq!(policy.cookie_path, replace("/x", "/"));

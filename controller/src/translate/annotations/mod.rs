@@ -370,14 +370,14 @@ pub(crate) fn parse(
     }
 
     let mut ctx = Ctx { ingress, reader: &reader, secrets: refs.secrets, warnings };
-    parsed.policy.redirect = ctx.redirect();
+    parsed.policy.redirect = ctx.redirect().map(Box::new);
     parsed.policy.app_root = ctx.value("app-root", values::app_root);
     parsed.policy.forwarded_prefix = ctx.value("x-forwarded-prefix", values::header_text);
     parsed.policy.upstream_host = ctx.value("upstream-vhost", values::host_and_port);
     parsed.policy.max_body_bytes = ctx.value("proxy-body-size", values::size);
     parsed.policy.source = ctx.source_filter();
     parsed.policy.rewrite_target = ctx.value("rewrite-target", values::rewrite_target);
-    parsed.policy.cors = ctx.cors();
+    parsed.policy.cors = ctx.cors().map(Box::new);
     parsed.policy.read_timeout_ms = ctx.value("proxy-read-timeout", values::timeout_ms);
     parsed.policy.connect_timeout_ms = ctx.value("proxy-connect-timeout", values::timeout_ms);
     parsed.policy.connect_tries = ctx.value("proxy-next-upstream-tries", values::tries);
@@ -385,23 +385,23 @@ pub(crate) fn parse(
     parsed.policy.next_upstream_timeout_ms =
         ctx.value("proxy-next-upstream-timeout", values::timeout_ms_or_zero);
     parsed.policy.send_timeout_ms = ctx.value("proxy-send-timeout", values::timeout_ms);
-    parsed.policy.rate_limit = ctx.rate_limit();
-    parsed.policy.conn_limit = ctx.conn_limit();
+    parsed.policy.rate_limit = ctx.rate_limit().map(Box::new);
+    parsed.policy.conn_limit = ctx.conn_limit().map(Box::new);
     parsed.response = ctx.response_settings();
     parsed.response.apply(&mut parsed.policy);
     let (basic_auth, auth_failed) = ctx.basic_auth();
-    parsed.policy.basic_auth = basic_auth;
+    parsed.policy.basic_auth = basic_auth.map(Box::new);
     if auth_failed {
         fail_closed.push("auth-type");
     }
     let (external_auth, external_failed) = ctx.external_auth(refs);
-    parsed.policy.external_auth = external_auth;
+    parsed.policy.external_auth = external_auth.map(Box::new);
     parsed.canary = ctx.canary();
     parsed.policy.balance = ctx.balance();
     parsed.server_aliases = ctx.value("server-alias", values::host_list).unwrap_or_default();
     parsed.from_to_www = ctx.value("from-to-www-redirect", values::boolean).unwrap_or(false);
     parsed.policy.response_headers = ctx.custom_headers(refs);
-    parsed.policy.mirror = ctx.mirror();
+    parsed.policy.mirror = ctx.mirror().map(Box::new);
     parsed.global_auth = ctx.value("enable-global-auth", values::boolean).unwrap_or(true);
     // weir streams bodies both ways and never spools them to disk: buffering settings are
     // validated and have nothing to change.
@@ -781,7 +781,7 @@ impl Ctx<'_, '_> {
                     format!("metadata.annotations[{key}]: weir always moves a session whose endpoint failed to the endpoint that answered; \"false\" is not available"),
                 );
             }
-            return Balance::Cookie(CookieAffinity {
+            return Balance::Cookie(Box::new(CookieAffinity {
                 name: self
                     .value("session-cookie-name", values::header_name)
                     .unwrap_or_else(|| "INGRESSCOOKIE".into()),
@@ -803,7 +803,7 @@ impl Ctx<'_, '_> {
                         _ => Err("expected sticky or legacy".to_string()),
                     })
                     .unwrap_or(false),
-            });
+            }));
         }
         if self.reader.get("affinity").is_none() {
             self.unused_without(&cookie_settings, "affinity: cookie");

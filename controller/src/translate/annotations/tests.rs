@@ -53,7 +53,10 @@ fn reasons(w: &[Warning]) -> Vec<(Severity, Reason)> {
 #[test]
 fn redirects_accepted_and_rejected() {
     let (p, w) = one("permanent-redirect", "https://new.example.com/");
-    assert_eq!(p.redirect, Some(Redirect { location: "https://new.example.com/".into(), code: 301 }));
+    assert_eq!(
+        p.redirect,
+        Some(Box::new(Redirect { location: "https://new.example.com/".into(), code: 301 }))
+    );
     assert!(w.is_empty(), "{w:?}");
 
     let (p, _) = parse_all(&[
@@ -66,7 +69,7 @@ fn redirects_accepted_and_rejected() {
         (&nginx("permanent-redirect"), "https://p.example.com/"),
         (&nginx("temporal-redirect"), "https://t.example.com/"),
     ]);
-    assert_eq!(p.redirect, Some(Redirect { location: "https://t.example.com/".into(), code: 302 }));
+    assert_eq!(p.redirect, Some(Box::new(Redirect { location: "https://t.example.com/".into(), code: 302 })));
     assert_eq!(reasons(&w), [(Severity::Warning, Reason::InvalidAnnotation)]);
     assert!(w[0].message.contains("temporal-redirect takes precedence"), "{}", w[0].message);
 
@@ -556,7 +559,11 @@ fn mirror_accepted_and_rejected() {
     let (p, w) = one("mirror-target", "https://test.env.com$request_uri");
     assert_eq!(
         p.mirror,
-        Some(Mirror { target: "https://test.env.com$request_uri".into(), host: None, request_body: true })
+        Some(Box::new(Mirror {
+            target: "https://test.env.com$request_uri".into(),
+            host: None,
+            request_body: true
+        }))
     );
     assert!(w.is_empty(), "{w:?}");
 
@@ -567,11 +574,11 @@ fn mirror_accepted_and_rejected() {
     ]);
     assert_eq!(
         p.mirror,
-        Some(Mirror {
+        Some(Box::new(Mirror {
             target: "http://copy.ns.svc:8080/shadow$uri".into(),
             host: Some("shadow.example.com".into()),
             request_body: false,
-        })
+        }))
     );
     assert!(w.is_empty(), "{w:?}");
 
@@ -593,7 +600,11 @@ fn mirror_accepted_and_rejected() {
     ]);
     assert_eq!(
         p.mirror,
-        Some(Mirror { target: "http://copy.svc$request_uri".into(), host: None, request_body: true })
+        Some(Box::new(Mirror {
+            target: "http://copy.svc$request_uri".into(),
+            host: None,
+            request_body: true
+        }))
     );
     assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation); 2]);
 

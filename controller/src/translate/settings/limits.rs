@@ -69,15 +69,18 @@ mod tests {
         ]);
         assert!(w.is_empty(), "{w:#?}");
         let mut policy = RoutePolicy {
-            conn_limit: Some(ConnLimit { max: 1, exempt: Vec::new(), status: 503 }),
+            conn_limit: Some(Box::new(ConnLimit { max: 1, exempt: Vec::new(), status: 503 })),
             ..RoutePolicy::default()
         };
         defaults.apply(&mut policy, true);
         defaults.response.apply(&mut policy);
         assert_eq!(policy.conn_limit.unwrap().status, 429);
         // The ConfigMap's rate is in bytes, as nginx's `limit_rate` there.
-        assert_eq!(policy.response_rate, Some(ResponseRate { bytes_per_sec: 65536, after_bytes: 1 << 20 }));
-        let replace = |from: &str, to: &str| Some(Replace { from: from.into(), to: to.into() });
+        assert_eq!(
+            policy.response_rate,
+            Some(Box::new(ResponseRate { bytes_per_sec: 65536, after_bytes: 1 << 20 }))
+        );
+        let replace = |from: &str, to: &str| Some(Box::new(Replace { from: from.into(), to: to.into() }));
         assert_eq!(policy.redirect_rewrite, replace("http://internal/", "https://public/"));
         assert_eq!(policy.cookie_domain, replace("internal.svc", "example.org"));
         assert_eq!(policy.cookie_path, replace("/app/", "/"));
@@ -106,14 +109,14 @@ mod tests {
             assert_eq!(defaults.response, Default::default(), "{key}: the default is kept");
             // The other keys apply.
             let mut policy = RoutePolicy {
-                rate_limit: Some(weir_dataplane::model::RateLimit {
+                rate_limit: Some(Box::new(weir_dataplane::model::RateLimit {
                     rps: Some(1),
                     rpm: None,
                     burst_multiplier: 1,
                     exempt: Vec::new(),
                     status: 503,
-                }),
-                conn_limit: Some(ConnLimit { max: 1, exempt: Vec::new(), status: 503 }),
+                })),
+                conn_limit: Some(Box::new(ConnLimit { max: 1, exempt: Vec::new(), status: 503 })),
                 ..RoutePolicy::default()
             };
             defaults.apply(&mut policy, true);

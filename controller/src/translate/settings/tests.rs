@@ -442,13 +442,13 @@ fn route_policy_defaults() {
     ]);
     assert!(!parsed.routes.ssl_redirect && parsed.routes.force_ssl_redirect);
     let limited = || RoutePolicy {
-        rate_limit: Some(RateLimit {
+        rate_limit: Some(Box::new(RateLimit {
             rps: Some(1),
             rpm: None,
             burst_multiplier: 5,
             exempt: vec![],
             status: 503,
-        }),
+        })),
         ..RoutePolicy::default()
     };
     let mut policy = limited();
@@ -557,24 +557,25 @@ fn global_auth() {
         request_redirect: Some("/after".into()),
         ..ExternalAuth::default()
     };
-    assert_eq!(parsed.routes.global_auth, Some(global.clone()));
+    assert_eq!(parsed.routes.global_auth, Some(Box::new(global.clone())));
     // Routes without authentication of their own take it, unless their Ingress opts out.
     let mut policy = RoutePolicy::default();
     parsed.routes.apply(&mut policy, true);
-    assert_eq!(policy.external_auth, Some(global.clone()));
+    assert_eq!(policy.external_auth, Some(Box::new(global.clone())));
     let mut opted_out = RoutePolicy::default();
     parsed.routes.apply(&mut opted_out, false);
     assert_eq!(opted_out.external_auth, None);
     let own = ExternalAuth { url: "http://own.svc/check".into(), ..global.clone() };
-    let mut policy = RoutePolicy { external_auth: Some(own.clone()), ..RoutePolicy::default() };
+    let mut policy = RoutePolicy { external_auth: Some(Box::new(own.clone())), ..RoutePolicy::default() };
     parsed.routes.apply(&mut policy, true);
-    assert_eq!(policy.external_auth, Some(own.clone()));
+    assert_eq!(policy.external_auth, Some(Box::new(own.clone())));
     // `no-auth-locations`: ingress-nginx's default exempts ACME challenges, by prefix.
-    let global_policy = RoutePolicy { external_auth: Some(global.clone()), ..RoutePolicy::default() };
+    let global_policy =
+        RoutePolicy { external_auth: Some(Box::new(global.clone())), ..RoutePolicy::default() };
     let acme = PathMatch::Prefix("/.well-known/acme-challenge/".into());
     assert!(parsed.routes.exempt(&global_policy, &acme));
     assert!(!parsed.routes.exempt(&global_policy, &PathMatch::Prefix("/".into())));
-    let own_policy = RoutePolicy { external_auth: Some(own), ..RoutePolicy::default() };
+    let own_policy = RoutePolicy { external_auth: Some(Box::new(own)), ..RoutePolicy::default() };
     assert!(!parsed.routes.exempt(&own_policy, &acme), "an Ingress's own auth-url is never exempted");
     let parsed = clean(&[("global-auth-url", "http://auth.svc/"), ("no-auth-locations", "/public, /health")]);
     let global_policy =
