@@ -15,6 +15,10 @@
 //! - `client`: the upstream clients (HTTP/1.1 and HTTPS with our own idle pools, h2c/h2-over-TLS
 //!   multiplexed), the request body handed back on connect errors and the response body that
 //!   returns its connection to the pool.
+//! - `h1`: our own HTTP/1.1 client codec, driven by the request's task (no task, channel or
+//!   oneshot per connection; hyper serves h2/h2c upstreams).
+//! - `deadline`: an HTTP/1 connection's lazily re-armed timer for its request-head and
+//!   response-head deadlines.
 //! - [`error`]: errors classified by where they came from, and the responses they become.
 
 use std::sync::{Arc, Mutex, OnceLock};
