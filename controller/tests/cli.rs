@@ -178,6 +178,17 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn serve_routes_and_hot_reloads() {
+    routes_and_hot_reloads("2");
+}
+
+/// `--threads 1` runs everything on one thread (a current-thread runtime, as the benchmarks run
+/// weir): the same behaviour.
+#[test]
+fn serve_on_one_thread_routes_and_hot_reloads() {
+    routes_and_hot_reloads("1");
+}
+
+fn routes_and_hot_reloads(threads: &str) {
     let (_echo, echo_addrs) = spawn(&["echo", "--listen", "127.0.0.1:0", "--name", "backend-a"], &["listen"]);
     let dir = tempfile::tempdir().unwrap();
     manifests(dir.path(), echo_addrs[0], "/v1");
@@ -194,7 +205,7 @@ fn serve_routes_and_hot_reloads() {
             "--listen-admin",
             "127.0.0.1:0",
             "--threads",
-            "2",
+            threads,
         ],
         &["http", "admin"],
     );
@@ -226,40 +237,6 @@ fn serve_routes_and_hot_reloads() {
 }
 
 /// A CA and a leaf for `app.test`, made now: (CA PEM, Secret manifest with the leaf).
-/// `--threads 1` runs everything on one thread (a current-thread runtime, as the benchmarks run
-/// weir): it serves, and a manifest edit still reaches the proxy while requests are served.
-#[test]
-fn serve_on_one_thread_routes_and_hot_reloads() {
-    let (_echo, echo_addrs) = spawn(&["echo", "--listen", "127.0.0.1:0", "--name", "backend-a"], &["listen"]);
-    let dir = tempfile::tempdir().unwrap();
-    manifests(dir.path(), echo_addrs[0], "/v1");
-    let manifests_dir = dir.path().to_str().unwrap();
-    let (_weir, addrs) = spawn(
-        &[
-            "serve",
-            "--manifests",
-            manifests_dir,
-            "--listen-http",
-            "127.0.0.1:0",
-            "--listen-https",
-            "127.0.0.1:0",
-            "--listen-admin",
-            "127.0.0.1:0",
-            "--threads",
-            "1",
-        ],
-        &["http", "admin"],
-    );
-    let (http, admin) = (addrs[0], addrs[1]);
-    assert_eq!(get(admin, "x", "/readyz").0, 200);
-    let (status, body) = get(http, "app.test", "/v1/users");
-    assert_eq!(status, 200, "{body}");
-    assert!(body.contains("\"name\":\"backend-a\""), "{body}");
-    manifests(dir.path(), echo_addrs[0], "/v2");
-    wait_until("the edited route to serve", || get(http, "app.test", "/v2").0 == 200);
-    assert_eq!(get(http, "app.test", "/v1").0, 404);
-}
-
 fn tls_secret(name: &str) -> (String, String) {
     use base64::Engine as _;
     let (ca, leaf, key) = tls_pair(name);
