@@ -5,7 +5,7 @@
 //! Service (missing, no such port) still yields a backend with no endpoints, so the route exists
 //! and answers 503, as ingress-nginx does, rather than falling through to another route.
 
-use std::collections::HashMap;
+use super::fast::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 

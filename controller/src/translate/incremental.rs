@@ -24,7 +24,9 @@
 //! `service-upstream` needs no tie of its own: the ClusterIP is the Service's, which ties the
 //! Ingress already.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::fast::{HashMap, HashSet};
 
 use weir_dataplane::model::{
     Backend, BackendId, Certificate, HostMatch, ObjectRef, ServicePort, TlsEntry, VirtualHost,
@@ -276,7 +278,7 @@ impl Index {
         seeds: BTreeSet<ObjectRef>,
         fresh: &HashMap<ObjectRef, Couplings>,
     ) -> BTreeSet<ObjectRef> {
-        let mut reached: HashSet<Id> = HashSet::new();
+        let mut reached: HashSet<Id> = HashSet::default();
         let mut queue: Vec<Id> = Vec::new();
         let mut default_done = false;
         let mut visit = |c: &Couplings, reached: &mut HashSet<Id>, queue: &mut Vec<Id>| {
@@ -530,7 +532,7 @@ impl Translator {
         let old_hosts: HashSet<&HostMatch> = old.iter().flat_map(|c| &c.hosts).collect();
 
         // Virtual hosts: the group's hosts are its own; both lists are sorted by host.
-        let mut previous: HashMap<HostMatch, VirtualHost> = HashMap::new();
+        let mut previous: HashMap<HostMatch, VirtualHost> = HashMap::default();
         let mut kept = Vec::with_capacity(table.hosts.len());
         for vh in std::mem::take(&mut table.hosts) {
             if old_hosts.contains(&vh.host) {

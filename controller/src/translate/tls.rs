@@ -9,7 +9,9 @@
 //! oldest Ingress wins and the others are told. A missing or unusable secret leaves the host on
 //! the default certificate (still TLS, as ingress-nginx does), with a warning.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::fast::HashSet;
 
 use k8s_openapi::api::core::v1::Secret;
 use weir_dataplane::model::{Certificate, HostMatch, ObjectRef, TlsEntry};
