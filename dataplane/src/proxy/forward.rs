@@ -30,7 +30,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::{
-    AUTHORIZATION, CONNECTION, CONTENT_LENGTH, HOST, HeaderMap, HeaderName, HeaderValue, LOCATION,
+    AUTHORIZATION, CONNECTION, CONTENT_LENGTH, Entry, HOST, HeaderMap, HeaderName, HeaderValue, LOCATION,
     PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, STRICT_TRANSPORT_SECURITY, TE, TRANSFER_ENCODING, UPGRADE,
     WWW_AUTHENTICATE,
 };
@@ -1140,14 +1140,16 @@ fn is_body_too_large(error: &(dyn std::error::Error + 'static)) -> bool {
 
 /// Keeps a non-empty incoming `X-Request-ID`, else generates and sets one; returns it.
 fn request_id(headers: &mut HeaderMap) -> HeaderValue {
-    if let Some(v) = headers.get(X_REQUEST_ID)
-        && !v.is_empty()
-    {
-        return v.clone();
+    // One lookup (the name hashed once) whether it is kept or set.
+    match headers.entry(X_REQUEST_ID) {
+        Entry::Occupied(e) if !e.get().is_empty() => e.get().clone(),
+        Entry::Occupied(mut e) => {
+            let id = new_request_id();
+            e.insert(id.clone());
+            id
+        }
+        Entry::Vacant(e) => e.insert(new_request_id()).clone(),
     }
-    let id = new_request_id();
-    headers.insert(X_REQUEST_ID, id.clone());
-    id
 }
 
 /// 32 lower-case hex characters from 128 random bits, from a fast generator per thread (seeded
@@ -1161,8 +1163,9 @@ fn new_request_id() -> HeaderValue {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bits: u128 = IDS.with(|rng| rng.borrow_mut().random());
     let mut buf = [0u8; 32];
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = HEX[((bits >> (124 - 4 * i)) & 0xf) as usize];
+    for (pair, byte) in buf.chunks_exact_mut(2).zip(bits.to_be_bytes()) {
+        pair[0] = HEX[(byte >> 4) as usize];
+        pair[1] = HEX[(byte & 0xf) as usize];
     }
     HeaderValue::from_maybe_shared(Bytes::copy_from_slice(&buf))
         .unwrap_or_else(|_| HeaderValue::from_static("0"))
@@ -1214,19 +1217,19 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
 /// Which hop-by-hop header `name` is (never crossing the proxy, those listed in a request's
 /// `Connection` header aside): its bit for [`strip_hop_by_hop`], `Upgrade` and `TE` last.
 fn hop_by_hop_bit(name: &HeaderName) -> u8 {
-    // References to the constants: an array of the names themselves would be built and dropped
-    // at each call.
-    let names: [&HeaderName; 8] = [
-        &CONNECTION,
-        &KEEP_ALIVE,
-        &PROXY_CONNECTION,
-        &TRANSFER_ENCODING,
-        &PROXY_AUTHORIZATION,
-        &PROXY_AUTHENTICATE,
-        &UPGRADE,
-        &TE,
-    ];
-    names.iter().position(|h| *h == name).map_or(0, |i| 1 << i)
+    // Names are lower case; a match on the string compares lengths first, so most names cost
+    // one comparison (eight `HeaderName` comparisons per header before: ~2 % of a request).
+    match name.as_str() {
+        "connection" => 1,
+        "keep-alive" => 1 << 1,
+        "proxy-connection" => 1 << 2,
+        "transfer-encoding" => 1 << 3,
+        "proxy-authorization" => 1 << 4,
+        "proxy-authenticate" => 1 << 5,
+        "upgrade" => 1 << 6,
+        "te" => 1 << 7,
+        _ => 0,
+    }
 }
 
 /// Whether `name` is a hop-by-hop header that never crosses the proxy (those listed in a
@@ -1356,6 +1359,28 @@ mod tests {
     }
 
     #[test]
+    fn hop_by_hop_bits_follow_the_removal_order() {
+        // `strip_hop_by_hop` removes bit i's header by this order; the rest are not hop-by-hop,
+        // among them names as long as hop-by-hop ones (`user-agent`, `x-forwarded-proto`).
+        let order = [
+            CONNECTION,
+            KEEP_ALIVE,
+            PROXY_CONNECTION,
+            TRANSFER_ENCODING,
+            PROXY_AUTHORIZATION,
+            PROXY_AUTHENTICATE,
+            UPGRADE,
+            TE,
+        ];
+        for (i, name) in order.iter().enumerate() {
+            assert_eq!(hop_by_hop_bit(name), 1 << i, "{name}");
+        }
+        for name in ["user-agent", "x-forwarded-proto", "content-length", "host", "trailer", "tes"] {
+            assert_eq!(hop_by_hop_bit(&HeaderName::from_static(name)), 0, "{name}");
+        }
+    }
+
+    #[test]
     fn request_ids_are_32_hex() {
         let id = new_request_id();
         assert_eq!(id.len(), 32);
@@ -1364,5 +1389,12 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(X_REQUEST_ID, HeaderValue::from_static("abc"));
         assert_eq!(request_id(&mut h), "abc");
+        // An empty one is replaced, a missing one set; the map holds what is returned.
+        for mut h in [HeaderMap::new(), HeaderMap::from_iter([(X_REQUEST_ID, HeaderValue::from_static(""))])]
+        {
+            let id = request_id(&mut h);
+            assert_eq!(id.len(), 32);
+            assert_eq!(h.get_all(X_REQUEST_ID).iter().collect::<Vec<_>>(), [&id]);
+        }
     }
 }
