@@ -132,19 +132,14 @@ impl CompiledRoute {
     }
 }
 
-/// The router's maps, keyed by host names and paths from the table. A request's host and path
-/// are only looked up, never inserted, so a fast hasher (randomly seeded per process) is safe
-/// here: SipHash was ~1 % of a proxied request's instructions (three probes per request).
-type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-
 /// Routes of one virtual host, indexed for lookup.
 #[derive(Debug, Default)]
 struct Vhost {
-    exact: FastMap<Box<str>, usize>,
+    exact: crate::fast::HashMap<Box<str>, usize>,
     /// Anchored regexes, longest pattern first.
     regex: Vec<(regex::Regex, usize)>,
     /// Element-wise prefixes, stored without trailing slash; the root `/` is `root`.
-    prefix: FastMap<Box<str>, usize>,
+    prefix: crate::fast::HashMap<Box<str>, usize>,
     root: Option<usize>,
     routes: Vec<CompiledRoute>,
 }
@@ -156,8 +151,8 @@ struct Vhost {
 /// virtual hosts that changed.
 #[derive(Debug, Default)]
 pub struct Router {
-    exact: FastMap<Box<str>, Arc<Vhost>>,
-    wildcard: FastMap<Box<str>, Arc<Vhost>>,
+    exact: crate::fast::HashMap<Box<str>, Arc<Vhost>>,
+    wildcard: crate::fast::HashMap<Box<str>, Arc<Vhost>>,
     any: Option<Arc<Vhost>>,
     default: Option<CompiledRoute>,
     backend_ids: Arc<Vec<BackendId>>,

@@ -5,9 +5,9 @@
 //! Service (missing, no such port) still yields a backend with no endpoints, so the route exists
 //! and answers 503, as ingress-nginx does, rather than falling through to another route.
 
-use super::fast::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use weir_dataplane::fast::HashMap;
 
 use k8s_openapi::api::core::v1::{Endpoints, Service, ServicePort as K8sServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;

@@ -26,7 +26,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::fast::{HashMap, HashSet};
+use weir_dataplane::fast::{HashMap, HashSet};
 
 use weir_dataplane::model::{
     Backend, BackendId, Certificate, HostMatch, ObjectRef, ServicePort, TlsEntry, VirtualHost,

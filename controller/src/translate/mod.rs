@@ -17,19 +17,12 @@ mod snapshot;
 mod tls;
 mod warnings;
 
-/// Translate's hash maps: keyed by names from the API objects (never by request input), hashed
-/// with foldhash (seeded per process) rather than SipHash, which was ~4 % of a full rebuild.
-mod fast {
-    pub(super) type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
-    pub(super) type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
-}
-
 #[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fast::HashMap;
+use weir_dataplane::fast::HashMap;
 
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::fast::HashSet;
+use weir_dataplane::fast::HashSet;
 
 use k8s_openapi::api::core::v1::Secret;
 use weir_dataplane::model::{Certificate, HostMatch, ObjectRef, TlsEntry};

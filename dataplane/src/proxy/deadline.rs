@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use hyper::rt::Timer;
 use tokio::time::{Instant, Sleep};
 
 /// A connection's lazily re-armed timer (see the module docs).
@@ -123,9 +124,9 @@ impl<F: Future> Future for Timeout<'_, F> {
 #[derive(Clone, Default)]
 pub(super) struct ConnTimer(Arc<Deadline>);
 
-impl hyper::rt::Timer for ConnTimer {
+impl Timer for ConnTimer {
     fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
-        self.sleep_until(std::time::Instant::now() + duration)
+        self.sleep_until(self.now() + duration)
     }
 
     fn sleep_until(&self, deadline: std::time::Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {

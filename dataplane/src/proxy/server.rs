@@ -86,7 +86,7 @@ impl Conn {
             Err(_) => return self.failures.log(self.peer, "PROXY protocol header timed out"),
         };
         let ctx = self.ctx(client, false, None);
-        serve_http(self.builder, stream, ctx, self.watcher).await;
+        serve_http(self.builder, stream, ctx, self.watcher, false).await;
     }
 
     async fn serve_tls(self, mut stream: TcpStream, tls: Arc<TlsListener>, permit: OwnedSemaphorePermit) {
@@ -100,11 +100,8 @@ impl Conn {
         match accepted {
             Ok(Ok((client, Accepted::Terminated(stream, cert)))) => {
                 let ctx = self.ctx(client, true, cert.map(|c| *c));
-                if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-                    serve_h2(self.builder, stream, ctx, self.watcher).await;
-                } else {
-                    serve_http(self.builder, stream, ctx, self.watcher).await;
-                }
+                let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                serve_http(self.builder, stream, ctx, self.watcher, h2).await;
             }
             Ok(Ok((_, Accepted::PassedThrough))) => {}
             Ok(Err(reason)) => self.failures.log(self.peer, &reason),
@@ -246,41 +243,35 @@ pub(super) fn http_builder(config: &super::ProxyConfig) -> HttpBuilder {
 }
 
 /// Serves HTTP on one established connection (plain or TLS), watched for graceful shutdown.
-async fn serve_http<S>(builder: Arc<HttpBuilder>, stream: S, ctx: Arc<ConnCtx>, watcher: Watcher)
+///
+/// `h2`: the connection negotiated HTTP/2 (ALPN), and each request's future is boxed where it is
+/// made. hyper moves a stream's future several times as it spawns a task for it (`spawn`, `bind`,
+/// `set_stage`: each a copy of the request's whole state, ~3 KB); a pointer is cheaper to move.
+/// On HTTP/1 the box would add a copy instead (hyper keeps the future in its dispatcher's slot),
+/// so there the connection gets its own timer for its request-head deadlines (see `deadline`:
+/// hyper drops and asks for a new one at every request).
+async fn serve_http<S>(builder: Arc<HttpBuilder>, stream: S, ctx: Arc<ConnCtx>, watcher: Watcher, h2: bool)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let peer = ctx.peer;
-    let service = hyper::service::service_fn(move |req| {
-        let ctx = ctx.clone();
-        async move { Ok::<_, Infallible>(ctx.handle(req).await) }
-    });
-    // The connection's own timer for its request-head deadlines (see `deadline`): hyper drops
-    // and asks for a new one at every request.
-    let mut builder = (*builder).clone();
-    builder.http1().timer(ConnTimer::default());
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-    if let Err(error) = watcher.watch(conn.into_owned()).await {
-        tracing::debug!(%peer, %error, "connection error");
-    }
-}
-
-/// [`serve_http`] for a connection that negotiated HTTP/2 (ALPN): each request's future is
-/// boxed where it is made. hyper moves a stream's future several times as it spawns a task for
-/// it (`spawn`, `bind`, `set_stage`: each a copy of the request's whole state, ~3 KB); a pointer
-/// is cheaper to move. On HTTP/1 the box would add a copy instead (hyper keeps the future in
-/// its dispatcher's slot), hence two services.
-async fn serve_h2<S>(builder: Arc<HttpBuilder>, stream: S, ctx: Arc<ConnCtx>, watcher: Watcher)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let peer = ctx.peer;
-    let service = hyper::service::service_fn(move |req| {
-        let handled = Box::pin(ctx.clone().handle(req));
-        async move { Ok::<_, Infallible>(handled.await) }
-    });
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-    if let Err(error) = watcher.watch(conn.into_owned()).await {
+    let io = TokioIo::new(stream);
+    let served = if h2 {
+        let service = hyper::service::service_fn(move |req| {
+            let handled = Box::pin(ctx.clone().handle(req));
+            async move { Ok::<_, Infallible>(handled.await) }
+        });
+        watcher.watch(builder.serve_connection_with_upgrades(io, service).into_owned()).await
+    } else {
+        let service = hyper::service::service_fn(move |req| {
+            let ctx = ctx.clone();
+            async move { Ok::<_, Infallible>(ctx.handle(req).await) }
+        });
+        let mut builder = (*builder).clone();
+        builder.http1().timer(ConnTimer::default());
+        watcher.watch(builder.serve_connection_with_upgrades(io, service).into_owned()).await
+    };
+    if let Err(error) = served {
         tracing::debug!(%peer, %error, "connection error");
     }
 }
