@@ -59,8 +59,12 @@ fn main() -> anyhow::Result<()> {
         let publish = ms(t);
         let t = Instant::now();
         translator.prepare();
+        let prepare = ms(t);
+        let before = rss_mb();
+        let t = Instant::now();
+        weir::memory::release_free_memory();
         println!(
-            "full {round}: translate {translate:.1} ms, compile + swap {publish:.1} ms, then indexes {:.1} ms, RSS {:.0} MB",
+            "full {round}: translate {translate:.1} ms, compile + swap {publish:.1} ms, then indexes {prepare:.1} ms, RSS {before:.0} MB, free memory returned in {:.1} ms: RSS {:.0} MB",
             ms(t),
             rss_mb()
         );

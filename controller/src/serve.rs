@@ -470,6 +470,10 @@ impl Publisher {
         }
         // After the swap: what only the next change needs.
         self.translator.prepare();
+        if update.changes.is_none() {
+            // A full rebuild freed a table's worth: give it back now, not at the allocator's pace.
+            crate::memory::release_free_memory();
+        }
     }
 }
 

@@ -15,14 +15,12 @@ use std::fmt;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Endpoints, Service, ServicePort as K8sServicePort};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde::{Deserialize, Serialize};
 use weir_dataplane::model::ObjectRef;
 
+use crate::source::slice::SERVICE_NAME_LABEL;
+use crate::source::slice::Slice;
 use crate::translate::Snapshot;
-
-/// The label that ties an EndpointSlice to its Service.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// Default ClientIP affinity timeout (3 hours), as in the Service API.
 pub const DEFAULT_AFFINITY_TIMEOUT: u32 = 10_800;
@@ -363,15 +361,14 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig) -> Ruleset {
 fn slices_by_service<'a>(
     snapshot: &'a Snapshot,
     warnings: &mut Vec<PlanWarning>,
-) -> BTreeMap<ObjectRef, Vec<&'a EndpointSlice>> {
-    let mut out: BTreeMap<ObjectRef, Vec<&EndpointSlice>> = BTreeMap::new();
+) -> BTreeMap<ObjectRef, Vec<&'a Slice>> {
+    let mut out: BTreeMap<ObjectRef, Vec<&Slice>> = BTreeMap::new();
     for (key, slice) in &snapshot.endpoint_slices {
-        let service = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
-        match service {
-            Some(name) if !name.is_empty() => {
+        match &slice.service {
+            Some(name) => {
                 out.entry(ObjectRef::new(key.namespace.clone(), name.clone())).or_default().push(slice);
             }
-            _ => warnings.push(PlanWarning {
+            None => warnings.push(PlanWarning {
                 object: key.clone(),
                 reason: format!("EndpointSlice without label {SERVICE_NAME_LABEL}; ignored"),
             }),
@@ -385,13 +382,11 @@ fn port_u16(port: i32) -> Option<u16> {
 }
 
 /// Candidates per port identity, from a Service's slices.
-fn from_slices(slices: &[&EndpointSlice]) -> BTreeMap<PortId, Vec<Candidate>> {
+fn from_slices(slices: &[&Slice]) -> BTreeMap<PortId, Vec<Candidate>> {
     let mut out: BTreeMap<PortId, Vec<Candidate>> = BTreeMap::new();
     for slice in slices {
-        if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
-            continue; // FQDN slices are not proxied
-        }
-        for port in slice.ports.iter().flatten() {
+        // FQDN slices are not proxied: they have no endpoints here.
+        for port in &slice.ports {
             let (Some(number), Some(protocol)) =
                 (port.port.and_then(port_u16), Protocol::parse(port.protocol.as_deref()))
             else {
@@ -399,24 +394,16 @@ fn from_slices(slices: &[&EndpointSlice]) -> BTreeMap<PortId, Vec<Candidate>> {
             };
             let id = (port.name.clone().unwrap_or_default(), protocol);
             let list = out.entry(id).or_default();
-            for ep in &slice.endpoints {
-                let c = ep.conditions.as_ref();
-                let ready = c.and_then(|c| c.ready).unwrap_or(true);
-                let serving = c.and_then(|c| c.serving).unwrap_or(ready);
-                let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
-                // Only the first address counts (the API says consumers use the first one).
-                let Some(ip) = ep.addresses.first().and_then(|a| a.parse::<IpAddr>().ok()) else {
-                    continue;
-                };
-                list.push(Candidate {
-                    ip,
-                    port: number,
-                    node: ep.node_name.clone(),
-                    ready,
-                    serving,
-                    terminating,
-                });
-            }
+            // Only the first address of each endpoint is in a `Slice` (the API says consumers
+            // use the first one).
+            list.extend(slice.endpoints.iter().map(|ep| Candidate {
+                ip: ep.address,
+                port: number,
+                node: ep.node_name.as_deref().map(String::from),
+                ready: ep.ready,
+                serving: ep.serving,
+                terminating: ep.terminating,
+            }));
         }
     }
     out

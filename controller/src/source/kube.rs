@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
@@ -29,6 +29,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use weir_dataplane::model::ObjectRef;
 
+use super::slice::Slice;
 use super::trim::Trim;
 use crate::translate::{SharedObject, Snapshot};
 
@@ -202,8 +203,8 @@ pub struct Stores {
     pub ingresses: Vec<Store<Ingress>>,
     /// Services.
     pub services: Vec<Store<Service>>,
-    /// EndpointSlices (empty when the Endpoints fallback is used).
-    pub endpoint_slices: Vec<Store<EndpointSlice>>,
+    /// EndpointSlices, in weir's compact shape (empty when the Endpoints fallback is used).
+    pub endpoint_slices: Vec<Store<Slice>>,
     /// Core Endpoints (empty when EndpointSlices are used).
     pub endpoints: Vec<Store<Endpoints>>,
     /// `kubernetes.io/tls` Secrets.
@@ -387,20 +388,21 @@ impl KubeSource {
                 Kinds::Ingress => vec![reflect.cluster::<IngressClass>(plain())],
                 Kinds::Services => Vec::new(),
             },
-            ingresses: reflect.each(ingress_namespaces, plain),
-            services: reflect.each(&namespaces, plain),
+            ingresses: reflect.each::<Ingress>(ingress_namespaces, plain),
+            services: reflect.each::<Service>(&namespaces, plain),
             endpoint_slices: match endpoints_api {
-                EndpointsApi::EndpointSlices => reflect.each(&namespaces, plain),
+                EndpointsApi::EndpointSlices => reflect.each::<EndpointSlice>(&namespaces, plain),
                 EndpointsApi::Endpoints => Vec::new(),
             },
             endpoints: match endpoints_api {
                 EndpointsApi::EndpointSlices => Vec::new(),
-                EndpointsApi::Endpoints => reflect.each(&namespaces, plain),
+                EndpointsApi::Endpoints => reflect.each::<Endpoints>(&namespaces, plain),
             },
-            secrets: reflect
-                .each(ingress_namespaces, || watcher::Config::default().fields("type=kubernetes.io/tls")),
+            secrets: reflect.each::<Secret>(ingress_namespaces, || {
+                watcher::Config::default().fields("type=kubernetes.io/tls")
+            }),
             configmap: match &options.configmap {
-                Some(cm) => reflect.each(&[Some(cm.namespace.as_str())], || {
+                Some(cm) => reflect.each::<ConfigMap>(&[Some(cm.namespace.as_str())], || {
                     watcher::Config::default().fields(&format!("metadata.name={}", cm.name))
                 }),
                 None => Vec::new(),
@@ -503,6 +505,47 @@ async fn debounce(changes: &Notify, holdoff: Duration, max_delay: Duration) {
     }
 }
 
+/// An API kind as a reflector stores it: trimmed ([`Trim`]), or in weir's own shape.
+trait Keep: Resource<DynamicType = ()> + Trim + Clone + DeserializeOwned + Debug + Send + Sync + 'static {
+    /// What the store holds.
+    type Stored: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static;
+    /// Turns a received object into what the store holds.
+    fn keep(self) -> Self::Stored;
+}
+
+macro_rules! keep_trimmed {
+    ($($kind:ty),*) => {
+        $(impl Keep for $kind {
+            type Stored = $kind;
+            fn keep(mut self) -> $kind {
+                self.trim();
+                self
+            }
+        })*
+    };
+}
+
+keep_trimmed!(IngressClass, Ingress, Service, Endpoints, Secret, ConfigMap);
+
+/// EndpointSlices are stored as [`Slice`]s: a tenth of the memory per endpoint.
+impl Keep for EndpointSlice {
+    type Stored = Slice;
+    fn keep(self) -> Slice {
+        Slice::from(self)
+    }
+}
+
+/// `event` with its object (if any) turned into what the store holds.
+fn keep_event<K: Keep>(event: watcher::Event<K>) -> watcher::Event<K::Stored> {
+    match event {
+        watcher::Event::Apply(o) => watcher::Event::Apply(o.keep()),
+        watcher::Event::Delete(o) => watcher::Event::Delete(o.keep()),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(o) => watcher::Event::InitApply(o.keep()),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
 /// Starts reflectors, collecting their tasks.
 struct Reflect<'a> {
     client: &'a Client,
@@ -519,15 +562,7 @@ impl Reflect<'_> {
         wanted: BTreeSet<ObjectRef>,
     ) -> Vec<Store<K>>
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Resource<DynamicType = ()>
-            + Trim
-            + Clone
-            + DeserializeOwned
-            + Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Keep<Stored = K> + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
     {
         watched.retain(|object, (_, task)| {
             let keep = wanted.contains(object);
@@ -552,17 +587,13 @@ impl Reflect<'_> {
         new
     }
 
-    fn each<K>(&mut self, namespaces: &[Option<&str>], config: impl Fn() -> watcher::Config) -> Vec<Store<K>>
+    fn each<K>(
+        &mut self,
+        namespaces: &[Option<&str>],
+        config: impl Fn() -> watcher::Config,
+    ) -> Vec<Store<K::Stored>>
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Resource<DynamicType = ()>
-            + Trim
-            + Clone
-            + DeserializeOwned
-            + Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Keep + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
     {
         namespaces
             .iter()
@@ -576,24 +607,20 @@ impl Reflect<'_> {
             .collect()
     }
 
-    fn cluster<K>(&mut self, config: watcher::Config) -> Store<K>
-    where
-        K: Resource<DynamicType = ()> + Trim + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    {
+    fn cluster<K: Keep>(&mut self, config: watcher::Config) -> Store<K::Stored> {
         self.spawn(Api::<K>::all(self.client.clone()), config, None)
     }
 
-    fn spawn<K>(&mut self, api: Api<K>, config: watcher::Config, namespace: Option<&str>) -> Store<K>
-    where
-        K: Resource<DynamicType = ()> + Trim + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    {
+    fn spawn<K: Keep>(
+        &mut self,
+        api: Api<K>,
+        config: watcher::Config,
+        namespace: Option<&str>,
+    ) -> Store<K::Stored> {
         let kind = K::kind(&());
         let namespace = namespace.unwrap_or("*").to_string();
         let (reader, writer) = reflector::store();
-        let stream = watcher(api, config)
-            .backoff(WatchBackoff::default())
-            .modify(|o: &mut K| o.trim())
-            .reflect(writer);
+        let stream = watcher(api, config).backoff(WatchBackoff::default()).map_ok(keep_event).reflect(writer);
         let changes = self.changes.clone();
         self.tasks.push(tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);

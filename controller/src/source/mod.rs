@@ -3,4 +3,5 @@
 pub mod files;
 pub mod kube;
 pub mod manifest;
+pub mod slice;
 pub mod trim;

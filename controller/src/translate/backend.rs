@@ -10,14 +10,11 @@ use std::sync::Arc;
 use weir_dataplane::fast::HashMap;
 
 use k8s_openapi::api::core::v1::{Endpoints, Service, ServicePort as K8sServicePort};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use weir_dataplane::model::{Backend, BackendId, Endpoint, ObjectRef, ServicePort, Target, UpstreamProtocol};
 
 use super::Snapshot;
 use super::warnings::Reason;
-
-/// The label tying an EndpointSlice to its Service.
-const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+use crate::source::slice::Slice;
 
 /// Why a backend cannot reach its Service as written.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -60,7 +57,7 @@ impl Error {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SliceIndex {
     /// Slices (their names and the objects, shared with the snapshot) by Service.
-    by_service: HashMap<ObjectRef, Vec<(String, Arc<EndpointSlice>)>>,
+    by_service: HashMap<ObjectRef, Vec<(String, Arc<Slice>)>>,
     /// The Service name of each indexed slice, made on the first [`SliceIndex::update`] (only
     /// updates need it).
     service_of: Option<HashMap<ObjectRef, String>>,
@@ -77,9 +74,8 @@ impl SliceIndex {
     }
 
     /// Indexes `slice`; returns its Service.
-    fn insert(&mut self, key: &ObjectRef, slice: &Arc<EndpointSlice>) -> Option<ObjectRef> {
-        let service = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
-        let service = ObjectRef::new(key.namespace.clone(), service.filter(|s| !s.is_empty())?.clone());
+    fn insert(&mut self, key: &ObjectRef, slice: &Arc<Slice>) -> Option<ObjectRef> {
+        let service = ObjectRef::new(key.namespace.clone(), slice.service.clone()?);
         if let Some(reverse) = &mut self.service_of {
             reverse.insert(key.clone(), service.name.clone());
         }
@@ -135,7 +131,7 @@ impl SliceIndex {
         touched
     }
 
-    fn slices(&self, service: &ObjectRef) -> Option<Vec<&EndpointSlice>> {
+    fn slices(&self, service: &ObjectRef) -> Option<Vec<&Slice>> {
         Some(self.by_service.get(service)?.iter().map(|(_, slice)| &**slice).collect())
     }
 }
@@ -256,19 +252,11 @@ fn find_port<'s>(service: &'s Service, port: &ServicePort) -> Option<&'s K8sServ
 
 /// Ready, non-terminating endpoints of a Service's slices, on the slice port named like the
 /// Service port (an unnamed port is named ""), sorted and without duplicates.
-fn from_slices(slices: &[&EndpointSlice], port_name: &str) -> Vec<SocketAddr> {
+fn from_slices(slices: &[&Slice], port_name: &str) -> Vec<SocketAddr> {
     let mut out = Vec::new();
     for slice in slices {
-        // FQDN slices (deprecated) name hosts, not addresses.
-        let parse: fn(&str) -> Option<IpAddr> = match slice.address_type.as_str() {
-            "IPv4" => |a| a.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4),
-            "IPv6" => |a| a.parse::<IpAddr>().ok(),
-            _ => continue,
-        };
         let Some(port) = slice
             .ports
-            .as_deref()
-            .unwrap_or_default()
             .iter()
             .find(|p| p.name.as_deref().unwrap_or("") == port_name)
             .and_then(|p| p.port)
@@ -277,18 +265,14 @@ fn from_slices(slices: &[&EndpointSlice], port_name: &str) -> Vec<SocketAddr> {
         else {
             continue;
         };
-        for endpoint in &slice.endpoints {
-            let conditions = endpoint.conditions.as_ref();
-            let ready = conditions.and_then(|c| c.ready).unwrap_or(true);
-            let terminating = conditions.and_then(|c| c.terminating).unwrap_or(false);
-            if !ready || terminating {
-                continue;
-            }
-            // The API server validates addresses; anything unparsable is skipped.
-            if let Some(ip) = endpoint.addresses.first().and_then(|a| parse(a)) {
-                out.push(SocketAddr::new(ip, port));
-            }
-        }
+        // FQDN slices (deprecated) name hosts, not addresses: they have no endpoints here.
+        out.extend(
+            slice
+                .endpoints
+                .iter()
+                .filter(|e| e.ready && !e.terminating)
+                .map(|e| SocketAddr::new(e.address, port)),
+        );
     }
     out.sort_unstable();
     out.dedup();

@@ -9,12 +9,12 @@ use std::collections::{BTreeMap, btree_map};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Secret, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use weir_dataplane::model::ObjectRef;
 
 use crate::source::manifest::Object;
+use crate::source::slice::Slice;
 
 /// A consistent view of the cluster (or manifest directory) that translation reads.
 ///
@@ -28,8 +28,9 @@ pub struct Snapshot {
     pub ingresses: Objects<Ingress>,
     /// Services by namespace/name.
     pub services: Objects<Service>,
-    /// EndpointSlices by namespace/name (of the slice, not of its Service).
-    pub endpoint_slices: Objects<EndpointSlice>,
+    /// EndpointSlices by namespace/name (of the slice, not of its Service), in weir's compact
+    /// shape ([`Slice`]).
+    pub endpoint_slices: Objects<Slice>,
     /// Core v1 Endpoints by namespace/name (the same as their Service's).
     pub endpoints: Objects<Endpoints>,
     /// Secrets by namespace/name.
@@ -53,8 +54,8 @@ pub enum SharedObject {
     IngressClass(Arc<IngressClass>),
     /// A Service.
     Service(Arc<Service>),
-    /// An EndpointSlice.
-    EndpointSlice(Arc<EndpointSlice>),
+    /// An EndpointSlice, in weir's compact shape.
+    EndpointSlice(Arc<Slice>),
     /// A core v1 Endpoints.
     Endpoints(Arc<Endpoints>),
     /// A Secret.
@@ -83,13 +84,14 @@ pub enum SnapshotKey {
 }
 
 impl SharedObject {
-    /// Shares a parsed object; `None` for kinds weir does not read ([`Object::Other`]).
+    /// Shares a parsed object; `None` for kinds weir does not read ([`Object::Other`]). An
+    /// EndpointSlice becomes a [`Slice`].
     pub fn new(object: Object) -> Option<SharedObject> {
         Some(match object {
             Object::Ingress(o) => SharedObject::Ingress(Arc::from(o)),
             Object::IngressClass(o) => SharedObject::IngressClass(Arc::from(o)),
             Object::Service(o) => SharedObject::Service(Arc::from(o)),
-            Object::EndpointSlice(o) => SharedObject::EndpointSlice(Arc::from(o)),
+            Object::EndpointSlice(o) => SharedObject::EndpointSlice(Arc::new(Slice::from(*o))),
             Object::Endpoints(o) => SharedObject::Endpoints(Arc::from(o)),
             Object::Secret(o) => SharedObject::Secret(Arc::from(o)),
             Object::ConfigMap(o) => SharedObject::ConfigMap(Arc::from(o)),
