@@ -24,7 +24,8 @@ DURATION = int(os.environ.get("DURATION", "5"))
 WARMUP = int(os.environ.get("WARMUP", "1"))
 PROXY_CPU = os.environ.get("PROXY_CPU", "1")
 LOAD_CPU = os.environ.get("LOAD_CPU", "0")
-ALL_SCENARIOS = ["h1", "h1-tls", "h2-tls", "h2-tls-32", "1m", "post-64k", "handshake", "ws"]
+ALL_SCENARIOS = ["h1", "h1-tls", "h2-tls", "h2-tls-32", "1m", "post-64k", "handshake", "ws",
+                 "h1-rate", "h2-tls-rate"]
 SCENARIOS = os.environ.get("SCENARIOS", ",".join(ALL_SCENARIOS)).split(",")
 PROXIES = os.environ.get("PROXIES", "weir,nginx,haproxy").split(",")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -43,6 +44,10 @@ H2_CONNS, H2_STREAMS = 8, 16
 BIG_CONNS = 8
 POST_CONNS = 16
 WS_CONNS = 4
+# The fixed-rate scenarios: the same load for every proxy (requests/s in all), below what each
+# serves at saturation here, so their p99 compares like for like.
+H1_RATE = int(os.environ.get("H1_RATE", "40000"))
+H2_RATE = int(os.environ.get("H2_RATE", "40000"))
 
 
 def log(*args):
@@ -351,15 +356,23 @@ def run_wrk(url, conns, duration, script=None):
     return res
 
 
-def run_h2load(url, duration, streams=H2_STREAMS):
+def run_h2load(url, duration, streams=H2_STREAMS, conns=H2_CONNS, rate=None, h1=False):
+    """h2load: HTTP/2 (or HTTP/1.1 with `h1`), `conns` connections x `streams` in flight, as fast
+    as it goes or at `rate` requests/s in all (spread over the connections); p99 from its log of
+    every request."""
     logfile = os.path.join(WORK, "h2load.log")
     if os.path.exists(logfile):
         os.remove(logfile)
-    argv = ["h2load", "-t1", f"-c{H2_CONNS}", f"-m{streams}", "-D", str(duration),
-            "--log-file", logfile, url]
+    argv = ["h2load", "-t1", f"-c{conns}", f"-m{streams}", "-D", str(duration),
+            "--log-file", logfile]
+    if rate:
+        argv.append(f"--rps={max(1, rate // conns)}")
+    if h1:
+        argv.append("--h1")
+    argv.append(url)
     started = time.time()
     out = run_bounded(argv, duration + 15)
-    res = {"raw": out, "inflight": H2_CONNS * streams, "elapsed": time.time() - started}
+    res = {"raw": out, "inflight": conns * streams, "elapsed": time.time() - started}
     m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, "
                   r"(\d+) failed, (\d+) errored, (\d+) timeout", out)
     total, _, done, ok, failed, errored, timeout = map(int, m.groups())
@@ -373,8 +386,10 @@ def run_h2load(url, duration, streams=H2_STREAMS):
     m = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
     if m and (int(m.group(3)) or int(m.group(4))):
         errors.append(f"h2load: {m.group(3)} 4xx, {m.group(4)} 5xx")
-    if "Application protocol: h2" not in out:
+    if not h1 and "Application protocol: h2" not in out:
         errors.append("h2 was not negotiated")
+    if rate and ok < rate * duration * 0.95:
+        errors.append(f"rate not held: {ok} requests in {duration} s at {rate}/s asked")
     durations = []
     with open(logfile) as f:
         for line in f:
@@ -441,6 +456,10 @@ def load(scenario, proxy, duration):
         # 32 requests in flight: a diagnostic beside h2-tls's 128 (the first run's 32-connection
         # upstream pool churned with more; see RESULTS.md).
         return run_h2load(https + "/", duration, streams=4)
+    if scenario == "h1-rate":
+        return run_h2load(http + "/", duration, streams=1, conns=H1_CONNS, rate=H1_RATE, h1=True)
+    if scenario == "h2-tls-rate":
+        return run_h2load(https + "/", duration, rate=H2_RATE)
     if scenario == "1m":
         return run_wrk(http + "/1m", BIG_CONNS, duration)
     if scenario == "post-64k":
@@ -606,20 +625,20 @@ def main():
     print(f"\nmedians over {ROUNDS} interleaved rounds of {DURATION} s; CPU = proxy utime+stime, "
           f"(sys) = stime's share of it;\nload s/10k = CPU the load core (client + upstream) spent; "
           f"up c/10k = connections the upstream accepted per 10k requests")
-    print(f"{'scenario':10}{'proxy':9}{'req/s':>10}{'p99 ms':>9}{'CPU s/10k':>11}{'(sys)':>6}{'peak RSS MB':>13}{'load s/10k':>11}{'up c/10k':>9}"
+    print(f"{'scenario':12}{'proxy':9}{'req/s':>10}{'p99 ms':>9}{'CPU s/10k':>11}{'(sys)':>6}{'peak RSS MB':>13}{'load s/10k':>11}{'up c/10k':>9}"
           f"  bottleneck")
     med = {}
     for scenario in SCENARIOS:
         for proxy in PROXIES:
             runs = [r for r in results[scenario][proxy] if "rps" in r]
             if not runs:
-                print(f"{scenario:10}{proxy:9}{'no successful run':>30}")
+                print(f"{scenario:12}{proxy:9}{'no successful run':>30}")
                 continue
             m = {k: median([r.get(k) for r in runs])
                  for k in ("rps", "p99_ms", "cpu_per_10k", "rss_mb", "sys_share", "load_cpu_per_10k",
                            "upstream_conns_per_10k")}
             med[(scenario, proxy)] = m
-            print(f"{scenario:10}{proxy:9}{fmt(m['rps'], '10.0f')}{fmt(m['p99_ms'], '9.2f')}"
+            print(f"{scenario:12}{proxy:9}{fmt(m['rps'], '10.0f')}{fmt(m['p99_ms'], '9.2f')}"
                   f"{fmt(m['cpu_per_10k'], '11.3f')}{fmt(m['sys_share'], '6.0%')}{fmt(m['rss_mb'], '13.1f')}"
                   f"{fmt(m['load_cpu_per_10k'], '11.3f')}{fmt(m['upstream_conns_per_10k'], '9.0f')}"
                   f"  {bottleneck(runs)}")
@@ -631,7 +650,7 @@ def main():
                 o = med.get((scenario, peer))
                 if not w or not o:
                     continue
-                print(f"{scenario:10}vs {peer:8} req/s {ratio(w['rps'], o['rps']):>5}  "
+                print(f"{scenario:12}vs {peer:8} req/s {ratio(w['rps'], o['rps']):>5}  "
                       f"p99 {ratio(w['p99_ms'], o['p99_ms']):>5}  "
                       f"CPU {ratio(w['cpu_per_10k'], o['cpu_per_10k']):>5}  "
                       f"RSS {ratio(w['rss_mb'], o['rss_mb']):>5}")
