@@ -148,8 +148,10 @@ impl kube::Resource for Slice {
 mod tests {
     use super::*;
 
-    fn parse(yaml: &str) -> Slice {
-        match crate::source::manifest::parse_manifests(yaml).unwrap().pop() {
+    /// The slice of a manifest whose `apiVersion` and `kind` lines are left out.
+    fn parse(body: &str) -> Slice {
+        let yaml = format!("apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n{body}");
+        match crate::source::manifest::parse_manifests(&yaml).unwrap().pop() {
             Some(crate::source::manifest::Object::EndpointSlice(slice)) => Slice::from(*slice),
             other => panic!("not an EndpointSlice: {other:?}"),
         }
@@ -159,8 +161,6 @@ mod tests {
     fn keeps_what_readers_use_and_applies_the_api_defaults() {
         let slice = parse(
             r#"
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
 metadata:
   name: web-abc
   namespace: shop
@@ -217,8 +217,6 @@ endpoints:
     fn serving_defaults_to_ready_and_fqdn_slices_have_no_endpoints() {
         let slice = parse(
             r#"
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
 metadata: {name: s, labels: {kubernetes.io/service-name: ""}}
 addressType: IPv6
 endpoints:
@@ -234,8 +232,6 @@ endpoints:
         assert!(slice.endpoints[1].ready && slice.endpoints[1].serving);
         let fqdn = parse(
             r#"
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
 metadata: {name: s, labels: {kubernetes.io/service-name: web}}
 addressType: FQDN
 endpoints: [{addresses: [db.example.com]}]
