@@ -3,7 +3,9 @@
 //! `kubectl apply` annotation repeats the whole object; `managedFields` lists every field's
 //! owner; every endpoint of a slice names its Pod). Both sources trim the same way (the manifest
 //! files after parsing, the API's reflectors before storing), so a table does not depend on
-//! where its objects came from.
+//! where its objects came from. EndpointSlices go further: snapshots and the API's stores hold
+//! them as [`super::slice::Slice`]s (what is trimmed here is what a parsed manifest keeps until
+//! it is shared).
 //!
 //! Kept on purpose: everything in Service specs (`weir node` reads most of it), endpoint
 //! addresses, conditions and `nodeName` (`weir node` prefers local endpoints), labels (slices
