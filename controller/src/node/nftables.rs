@@ -1,5 +1,5 @@
 //! nftables mode: a [`Ruleset`] rendered into one table `weir` (family `ip`, or `ip6`), applied
-//! in transactions over nf_tables netlink ([`nftnl`](super::nftnl); `nft -f` with the same text
+//! in transactions over nf_tables netlink ([`super::nftnl`]; `nft -f` with the same text
 //! when no socket can be had in the target namespace).
 //!
 //! - `services` (from the nat prerouting and output hooks) dispatches in O(1) through the
