@@ -18,8 +18,7 @@ use k8s_openapi::api::core::v1::{Endpoints, Service, ServicePort as K8sServicePo
 use serde::{Deserialize, Serialize};
 use weir_dataplane::model::ObjectRef;
 
-use crate::source::slice::SERVICE_NAME_LABEL;
-use crate::source::slice::Slice;
+use crate::source::slice::{SERVICE_NAME_LABEL, Slice};
 use crate::translate::Snapshot;
 
 /// Default ClientIP affinity timeout (3 hours), as in the Service API.

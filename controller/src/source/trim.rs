@@ -21,7 +21,7 @@ pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration
 
 /// An object the sources trim after parsing.
 pub trait Trim {
-    /// Drops what nothing reads and returns spare capacity of the lists kept.
+    /// Drops what nothing reads (and, for lists kept as they are, their spare capacity).
     fn trim(&mut self);
 }
 
@@ -47,12 +47,12 @@ metadata_only!(Ingress, IngressClass, Service, Secret, ConfigMap);
 impl Trim for EndpointSlice {
     fn trim(&mut self) {
         trim_metadata(&mut self.metadata);
-        // Endpoints are most of what a large cluster holds: lists grown while parsing keep no
-        // spare room, and what names the Pod behind an address, its hostname and topology
-        // hints go (translation reads addresses and conditions, `weir node` the node name too).
-        self.endpoints.shrink_to_fit();
+        // What names the Pod behind an address, its hostname and topology hints go
+        // (translation reads addresses and conditions, `weir node` the node name too). The
+        // lists keep their spare room: a slice is converted into a `Slice` right after (see the
+        // module documentation), which allocates exactly, so shrinking them first would copy
+        // every list for nothing.
         for endpoint in &mut self.endpoints {
-            endpoint.addresses.shrink_to_fit();
             endpoint.target_ref = None;
             endpoint.hostname = None;
             endpoint.hints = None;
