@@ -48,6 +48,15 @@ WS_CONNS = 4
 # serves at saturation here, so their p99 compares like for like.
 H1_RATE = int(os.environ.get("H1_RATE", "40000"))
 H2_RATE = int(os.environ.get("H2_RATE", "40000"))
+# The request headers every proxy adds on the way to the upstream. "weir" (the default): nginx
+# and HAProxy set what weir sets by default, as ingress-nginx's nginx.conf does too: Host as the
+# client sent it, a random X-Request-ID, X-Forwarded-For, X-Real-IP, X-Forwarded-Proto,
+# X-Forwarded-Host, X-Forwarded-Port. "none": nginx and HAProxy forward the request as it came
+# (nginx's Host is then the upstream block's name); the runs in bench/RESULTS.md before
+# 2026-11-23 12:00 UTC used this, so weir did more per request than its peers.
+PEER_HEADERS = os.environ.get("PEER_HEADERS", "weir")
+if PEER_HEADERS not in ("weir", "none"):
+    sys.exit(f"PEER_HEADERS must be weir or none, not {PEER_HEADERS!r}")
 
 
 def log(*args):
@@ -118,6 +127,12 @@ http {{
 """)
 
     p = PORTS["nginx"]
+    # proxy_set_header in a location replaces every inherited one: each location sets them all.
+    nginx_headers = "".join(f"proxy_set_header {h} {v}; " for h, v in (
+        ("Host", "$http_host"), ("X-Request-ID", "$request_id"), ("X-Forwarded-For", "$remote_addr"),
+        ("X-Real-IP", "$remote_addr"), ("X-Forwarded-Proto", "$scheme"),
+        ("X-Forwarded-Host", "$http_host"), ("X-Forwarded-Port", "$server_port"),
+    )) if PEER_HEADERS == "weir" else ""
     write(os.path.join(WORK, "nginx/nginx.conf"), f"""
 worker_processes 1;
 pid {WORK}/nginx/nginx.pid;
@@ -144,9 +159,10 @@ http {{
     proxy_buffering off;
     proxy_request_buffering off;
     proxy_http_version 1.1;
-    location / {{ proxy_pass http://up; proxy_set_header Connection ""; }}
+    location / {{ proxy_pass http://up; proxy_set_header Connection ""; {nginx_headers}}}
     location /ws {{
       proxy_pass http://ws;
+      {nginx_headers}
       proxy_set_header Upgrade $http_upgrade;
       proxy_set_header Connection $connection_upgrade;
       proxy_read_timeout 300s;
@@ -156,6 +172,11 @@ http {{
 """)
 
     p = PORTS["haproxy"]
+    haproxy_headers = "".join(f"  http-request set-header {h} {v}\n" for h, v in (
+        ("X-Request-ID", "%[uuid]"), ("X-Forwarded-For", "%[src]"), ("X-Real-IP", "%[src]"),
+        ("X-Forwarded-Proto", "https if { ssl_fc }"), ("X-Forwarded-Proto", "http if !{ ssl_fc }"),
+        ("X-Forwarded-Host", "%[req.hdr(host)]"), ("X-Forwarded-Port", "%[dst_port]"),
+    )) if PEER_HEADERS == "weir" else ""
     write(os.path.join(WORK, "haproxy/haproxy.cfg"), f"""
 global
   nbthread 1
@@ -173,7 +194,7 @@ defaults
 frontend fe
   bind 127.0.0.1:{p['http']}
   bind 127.0.0.1:{p['https']} ssl crt {WORK}/combined.pem alpn h2,http/1.1
-  use_backend ws if {{ path_beg /ws }}
+{haproxy_headers}  use_backend ws if {{ path_beg /ws }}
   default_backend up
 backend up
   server up 127.0.0.1:{UP}
@@ -596,7 +617,7 @@ def main():
         with open("/proc/loadavg") as f:
             log(f"load average at start: {f.read().split()[:3]}")
         log(f"{ROUNDS} rounds x {DURATION} s (+{WARMUP} s warm-up); proxy on CPU {PROXY_CPU}, "
-            f"load and upstream on CPU {LOAD_CPU}; work dir {WORK}")
+            f"load and upstream on CPU {LOAD_CPU}; peers' request headers: {PEER_HEADERS}; work dir {WORK}")
         for rnd in range(ROUNDS):
             for scenario in SCENARIOS:
                 order = PROXIES[rnd % len(PROXIES):] + PROXIES[:rnd % len(PROXIES)]
@@ -624,7 +645,8 @@ def main():
 
     print(f"\nmedians over {ROUNDS} interleaved rounds of {DURATION} s; CPU = proxy utime+stime, "
           f"(sys) = stime's share of it;\nload s/10k = CPU the load core (client + upstream) spent; "
-          f"up c/10k = connections the upstream accepted per 10k requests")
+          f"up c/10k = connections the upstream accepted per 10k requests; "
+          f"nginx's and HAProxy's added request headers: {PEER_HEADERS}")
     print(f"{'scenario':12}{'proxy':9}{'req/s':>10}{'p99 ms':>9}{'CPU s/10k':>11}{'(sys)':>6}{'peak RSS MB':>13}{'load s/10k':>11}{'up c/10k':>9}"
           f"  bottleneck")
     med = {}

@@ -28,7 +28,9 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
     /// Log filter (tracing EnvFilter syntax); RUST_LOG overrides it. Release builds log at most
-    /// `debug` (trace-level events are compiled out).
+    /// `debug` (trace-level events are compiled out). rustls logs only errors unless the filter
+    /// names it (`--log-level info,rustls=debug`): its warnings are about what clients send,
+    /// one line per connection (an IP address as SNI, for one).
     #[arg(long, global = true, default_value = "info")]
     pub log_level: String,
 }
@@ -278,6 +280,13 @@ pub async fn echo(args: EchoArgs) -> anyhow::Result<()> {
     })
     .await?;
     Ok(())
+}
+
+/// The log filter for `spec` (`--log-level` or RUST_LOG): rustls at `error` unless `spec` names
+/// it. rustls warns once per connection about what a client sent (an IP address as SNI, for
+/// one): at the default level any client could fill the log.
+pub fn log_filter(spec: &str) -> String {
+    if spec.contains("rustls") { spec.to_string() } else { format!("{spec},rustls=error") }
 }
 
 /// Loads and translates a manifest directory once; returns the translation and file errors.

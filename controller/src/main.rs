@@ -13,12 +13,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&cli.log_level));
-    let filter = match filter {
+    let spec =
+        std::env::var("RUST_LOG").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| cli.log_level.clone());
+    let filter = match tracing_subscriber::EnvFilter::try_new(cli::log_filter(&spec)) {
         Ok(f) => f,
         Err(error) => {
-            eprintln!("weir: invalid --log-level {:?}: {error}", cli.log_level);
+            eprintln!("weir: invalid log filter {spec:?} (--log-level or RUST_LOG): {error}");
             return ExitCode::from(2);
         }
     };

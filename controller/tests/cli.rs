@@ -91,13 +91,21 @@ impl Drop for Proc {
 
 /// Starts `weir ARGS` and waits for the log line that carries `key=ADDR`; returns the addresses.
 fn spawn(args: &[&str], keys: &[&str]) -> (Proc, Vec<SocketAddr>) {
-    let mut child = Command::new(WEIR)
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (proc, addrs, _log) = spawn_logged(args, keys, Some("info"));
+    (proc, addrs)
+}
+
+/// What a child process logged so far.
+type Log = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// [`spawn`] with `RUST_LOG` as given (unset: `None`); the returned log keeps every line.
+fn spawn_logged(args: &[&str], keys: &[&str], rust_log: Option<&str>) -> (Proc, Vec<SocketAddr>, Log) {
+    let mut command = Command::new(WEIR);
+    match rust_log {
+        Some(filter) => command.env("RUST_LOG", filter),
+        None => command.env_remove("RUST_LOG"),
+    };
+    let mut child = command.args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let stderr = child.stderr.take().unwrap();
     let mut proc = Proc(child);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -119,8 +127,15 @@ fn spawn(args: &[&str], keys: &[&str]) -> (Proc, Vec<SocketAddr>) {
         let addrs: Vec<Option<SocketAddr>> = keys.iter().map(|k| field(&plain, k)).collect();
         if addrs.iter().all(Option::is_some) {
             // Keep draining stderr so the child never blocks on a full pipe.
-            std::thread::spawn(move || for _ in rx {});
-            return (proc, addrs.into_iter().flatten().collect());
+            let log = Log::default();
+            let kept = log.clone();
+            kept.lock().unwrap().extend(seen.drain(..).chain([plain]));
+            std::thread::spawn(move || {
+                for line in rx {
+                    kept.lock().unwrap().push(strip_ansi(&line));
+                }
+            });
+            return (proc, addrs.into_iter().flatten().collect(), log);
         }
         seen.push(plain);
     }
@@ -290,14 +305,22 @@ fn curl_https(https: SocketAddr, ca: &Path, path: &str) -> (bool, String) {
 /// Whether curl is installed; without it the test is skipped with a reason, or fails when
 /// `WEIR_REQUIRE_ALL=1` (CI).
 fn have_curl() -> bool {
-    let found = Command::new("sh").args(["-c", "command -v curl"]).output().is_ok_and(|o| o.status.success());
+    have("curl")
+}
+
+/// Whether `tool` is installed (see [`have_curl`]).
+fn have(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !found {
         assert_ne!(
             std::env::var("WEIR_REQUIRE_ALL").as_deref(),
             Ok("1"),
-            "curl is required (WEIR_REQUIRE_ALL=1)"
+            "{tool} is required (WEIR_REQUIRE_ALL=1)"
         );
-        eprintln!("skipping: curl is not installed");
+        eprintln!("skipping: {tool} is not installed");
     }
     found
 }
@@ -366,6 +389,56 @@ fn serve_terminates_tls_redirects_and_rotates_the_secret() {
     wait_until("the rotated certificate", || curl_https(https, &ca2_path, "/").0);
     let (ok, body) = curl_https(https, &ca1_path, "/");
     assert!(!ok, "the old certificate must be gone: {body}");
+}
+
+/// rustls warns once per connection about what a client sent; a client naming an IP address
+/// in SNI (wrk, some scripts and scanners do) must not get a log line per connection at the
+/// default level. Naming rustls in the filter brings its warnings back.
+#[test]
+fn clients_cannot_fill_the_log_with_rustls_warnings() {
+    if !have("openssl") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let manifests_dir = dir.path().to_str().unwrap();
+    let args = [
+        "serve",
+        "--manifests",
+        manifests_dir,
+        "--listen-http",
+        "127.0.0.1:0",
+        "--listen-https",
+        "127.0.0.1:0",
+        "--listen-admin",
+        "127.0.0.1:0",
+    ];
+    let handshake_with_ip_sni = |https: SocketAddr| {
+        for _ in 0..3 {
+            let _ = Command::new("openssl")
+                .args(["s_client", "-connect", &https.to_string(), "-servername", "127.0.0.1"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    };
+    let sni_warnings = |log: &Log| log.lock().unwrap().iter().filter(|l| l.contains("Illegal SNI")).count();
+    for (filter, loud) in [
+        (None, false),
+        (Some("info"), false),
+        (Some("warn,weir=info"), false),
+        (Some("info,rustls=warn"), true),
+    ] {
+        let (_weir, addrs, log) = spawn_logged(&args, &["https", "admin"], filter);
+        handshake_with_ip_sni(addrs[0]);
+        if loud {
+            wait_until("rustls's warnings", || sni_warnings(&log) == 3);
+        } else {
+            // The handshakes were answered; give a stray line time to arrive.
+            std::thread::sleep(Duration::from_millis(300));
+            assert_eq!(sni_warnings(&log), 0, "RUST_LOG={filter:?}: {:?}", log.lock().unwrap());
+        }
+    }
 }
 
 #[test]

@@ -45,6 +45,7 @@ use tokio::net::TcpStream;
 
 use super::ProxyConfig;
 use super::error::BoxError;
+use super::forwarded::Forwarded;
 use super::h1::{self, Conn};
 use crate::balance::{Balancer, EndpointKey, EndpointState};
 use crate::model::UpstreamProtocol;
@@ -190,13 +191,15 @@ impl Clients {
             let mut pools = lock(if tls.is_some() { &self.by_name_tls } else { &self.by_name });
             pools.entry(key.clone()).or_default().clone()
         };
-        self.http1(PoolRef::Keyed(pool), &key, tls, req, self.exchange).await
+        self.http1(PoolRef::Keyed(pool), &key, tls, req, self.exchange, None).await
     }
 
     /// Sends `req` to `endpoint`: its URI is origin-form for HTTP/1.1, absolute with the request
     /// host as authority for h2. `tls` is the backend's TLS client config for the TLS protocols;
     /// `host` the request's host (the name verified when the backend configures none). `opts`
     /// bound connecting, sending, and the connection's reuse.
+    /// `forwarded`: headers the HTTP/1.1 encoder writes in place of the request's own of the
+    /// same names (an h2 request gets them in its map).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn send(
         &self,
@@ -204,13 +207,20 @@ impl Clients {
         endpoint: &Arc<EndpointState>,
         tls: Option<&Arc<UpstreamTlsConfig>>,
         host: &str,
-        req: Request<UpstreamBody>,
+        mut req: Request<UpstreamBody>,
         opts: Exchange,
+        forwarded: Option<&Forwarded<'_>>,
     ) -> Result<Response<ResponseBody>, SendError> {
         let connect_timeout = opts.connect_timeout;
+        if protocol.is_h2()
+            && let Some(forwarded) = forwarded
+        {
+            forwarded.insert_into(req.headers_mut());
+        }
         match protocol {
             UpstreamProtocol::Http1 => {
-                self.http1(PoolRef::Endpoint(endpoint.clone()), endpoint.key(), None, req, opts).await
+                let pool = PoolRef::Endpoint(endpoint.clone());
+                self.http1(pool, endpoint.key(), None, req, opts, forwarded).await
             }
             // Boxed: HTTP/1.1's future is the one every request carries, keep it small.
             UpstreamProtocol::H2c => Box::pin(self.h2c.send(endpoint, None, req, connect_timeout)).await,
@@ -230,12 +240,14 @@ impl Clients {
                         pools.entry(key).or_insert_with(|| (Arc::downgrade(endpoint), Arc::default()));
                     pool.clone()
                 };
-                self.http1(PoolRef::Keyed(pool), endpoint.key(), Some((config, name)), req, opts).await
+                self.http1(PoolRef::Keyed(pool), endpoint.key(), Some((config, name)), req, opts, forwarded)
+                    .await
             }
         }
     }
 
-    /// HTTP/1.1 (over TLS with `tls`) on an idle connection of `pool`, else a new one to `key`.
+    /// HTTP/1.1 (over TLS with `tls`) on an idle connection of `pool`, else a new one to `key`;
+    /// `forwarded` as [`Clients::send`] says.
     async fn http1(
         &self,
         pool: PoolRef,
@@ -243,9 +255,12 @@ impl Clients {
         tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
         mut req: Request<UpstreamBody>,
         opts: Exchange,
+        forwarded: Option<&Forwarded<'_>>,
     ) -> Result<Response<ResponseBody>, SendError> {
+        // One clock read for the connection's age, checked when it is taken and when it is done.
+        let now = Instant::now();
         loop {
-            let (mut conn, fresh) = match pool.get().checkout(opts.max_lifetime) {
+            let (mut conn, fresh) = match pool.get().checkout(opts.max_lifetime, now) {
                 Some(conn) => (conn, false),
                 // Boxed: connecting (TLS above all) is a large future, and rare.
                 None => match Box::pin(self.connect_http1(key, tls.clone(), opts.connect_timeout)).await {
@@ -255,10 +270,10 @@ impl Clients {
             };
             conn.meta.send_timeout_ms.store(opts.send_timeout.as_millis() as u64, Relaxed);
             conn.meta.requests.fetch_add(1, Relaxed);
-            match h1::send(&mut conn, req).await {
+            match h1::send(&mut conn, req, forwarded).await {
                 Ok(sent) => {
                     // A connection at the end of its requests or lifetime never returns.
-                    let home = (opts.max_idle > 0 && conn.meta.reusable(&opts))
+                    let home = (opts.max_idle > 0 && conn.meta.reusable(&opts, now))
                         .then(|| Home { pool, max: opts.max_idle });
                     return Ok(sent.into_response(conn, home).map(ResponseBody::H1));
                 }
@@ -418,12 +433,14 @@ impl ConnMeta {
     }
 
     /// Whether the connection may carry another request.
-    fn reusable(&self, opts: &Exchange) -> bool {
-        opts.max_requests.is_none_or(|max| self.requests.load(Relaxed) < max) && self.young(opts.max_lifetime)
+    /// Whether the connection may carry another request (its age as of `now`).
+    fn reusable(&self, opts: &Exchange, now: Instant) -> bool {
+        opts.max_requests.is_none_or(|max| self.requests.load(Relaxed) < max)
+            && self.young(opts.max_lifetime, now)
     }
 
-    fn young(&self, max_lifetime: Option<Duration>) -> bool {
-        max_lifetime.is_none_or(|max| self.created.elapsed() < max)
+    fn young(&self, max_lifetime: Option<Duration>, now: Instant) -> bool {
+        max_lifetime.is_none_or(|max| now.saturating_duration_since(self.created) < max)
     }
 }
 
@@ -436,12 +453,12 @@ impl std::fmt::Debug for Http1Pool {
 impl Http1Pool {
     /// The most recently returned connection that is still open (and younger than
     /// `max_lifetime`).
-    fn checkout(&self, max_lifetime: Option<Duration>) -> Option<Box<Conn>> {
+    fn checkout(&self, max_lifetime: Option<Duration>, now: Instant) -> Option<Box<Conn>> {
         let mut idle = lock(&self.0);
         while let Some(Idle { mut conn, .. }) = idle.pop_back() {
             // One the upstream has closed since it came back (or that has bytes to read, which
             // no request asked for) is dropped here, as is one past its lifetime.
-            if conn.meta.young(max_lifetime) && conn.is_quiet() {
+            if conn.meta.young(max_lifetime, now) && conn.is_quiet() {
                 return Some(conn);
             }
         }

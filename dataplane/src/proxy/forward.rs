@@ -40,8 +40,11 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
 use super::client::{BodyTooLarge, Exchange, ResponseBody, SendError, UpstreamBody, is_send_timeout};
-use super::deadline::Deadline;
+use super::deadline::{Deadline, Deadlines};
 use super::error::{ProxyError, grpc_local_response, is_grpc, local_response};
+use super::forwarded::{
+    Forwarded, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PORT, X_FORWARDED_PROTO, X_REAL_IP,
+};
 use super::{Compiled, Proxy, ProxyConfig, extauth, mirror, upgrade};
 use crate::accesslog;
 use crate::auth;
@@ -58,16 +61,15 @@ pub(crate) type ProxyBody = Either<Shaped<ResponseBody>, Full<Bytes>>;
 
 /// `x-request-id`.
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-const X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
-const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 const X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-prefix");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 const SEC_WEBSOCKET_KEY: HeaderName = HeaderName::from_static("sec-websocket-key");
 const SEC_WEBSOCKET_ACCEPT: HeaderName = HeaderName::from_static("sec-websocket-accept");
+
+/// `X-Forwarded-Proto`'s values (statics: the request's future holds references).
+static HTTPS: HeaderValue = HeaderValue::from_static("https");
+static HTTP: HeaderValue = HeaderValue::from_static("http");
 
 /// Upper bound on [`super::ProxyConfig::connect_tries`] (the tried endpoints live on the stack).
 pub(super) const MAX_TRIES: usize = 8;
@@ -93,6 +95,8 @@ pub(super) struct ConnCtx {
     pub(super) requests: AtomicU32,
     /// The response-head deadline of an HTTP/1 connection's requests (one at a time).
     pub(super) upstream_deadline: Deadline,
+    /// Those of an HTTP/2 connection's streams (one lent to each stream's wait).
+    pub(super) stream_deadlines: Deadlines,
 }
 
 const SSL_CLIENT_CERT: HeaderName = HeaderName::from_static("ssl-client-cert");
@@ -262,6 +266,7 @@ impl ConnCtx {
                 authority.host(),
                 req,
                 Exchange::of(&state.config),
+                None,
             ),
         );
         match sent.await {
@@ -462,9 +467,13 @@ impl ConnCtx {
         if h2_websocket {
             *req.method_mut() = http::Method::GET;
         }
+        // To an HTTP/1.1 upstream the encoder writes the forwarded headers (see `forwarded`);
+        // where the map is what goes out or is copied, or `proxy-set-headers` may override
+        // them, they go in it.
+        let encoded = !h2 && mirrored.is_none() && config.upstream_headers.is_empty();
         let headers = req.headers_mut();
         // Room for the headers set below, so the map grows (and rehashes) at most once.
-        headers.reserve(8);
+        headers.reserve(if encoded { 3 } else { 8 });
         strip_hop_by_hop(headers, is_upgrade, h2);
         if is_upgrade {
             headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
@@ -473,14 +482,18 @@ impl ConnCtx {
             headers.insert(UPGRADE, HeaderValue::from_static("websocket"));
             headers.insert(SEC_WEBSOCKET_KEY, websocket_key());
         }
-        headers.insert(X_FORWARDED_FOR, self.client_ip.clone());
-        headers.insert(X_REAL_IP, self.client_ip.clone());
-        headers
-            .insert(X_FORWARDED_PROTO, HeaderValue::from_static(if self.https { "https" } else { "http" }));
-        headers.insert(X_FORWARDED_HOST, host.clone());
-        headers.insert(X_FORWARDED_PORT, self.listener_port.clone());
-        if let Some(forwarded) = &client.forwarded {
-            forwarded.apply(headers);
+        let mut forwarded = Forwarded {
+            r#for: &self.client_ip,
+            real_ip: &self.client_ip,
+            proto: if self.https { &HTTPS } else { &HTTP },
+            host: &host,
+            port: &self.listener_port,
+        };
+        if let Some(trusted) = &client.forwarded {
+            trusted.apply(&mut forwarded);
+        }
+        if !encoded {
+            forwarded.insert_into(headers);
         }
         if !config.upstream_keepalive && !h2 && !is_upgrade {
             headers.insert(CONNECTION, HeaderValue::from_static("close"));
@@ -491,15 +504,15 @@ impl ConnCtx {
         // `proxy-set-headers` (translation refuses Host and the framing headers).
         set_headers(headers, &config.upstream_headers);
         // `upstream-vhost` replaces the host the upstream sees (not `X-Forwarded-Host`).
-        let host = policy.and_then(|p| p.upstream_host.clone()).unwrap_or(host);
+        let upstream_host = policy.and_then(|p| p.upstream_host.clone()).unwrap_or_else(|| host.clone());
         // The host we routed on is what the upstream sees: for HTTP/1.1 the Host header (the same
         // value for ordinary requests; the authority for h2 clients, which send no Host, and for
         // absolute-form requests, whose Host must be ignored); for h2c the `:authority`.
         let h2_authority = if h2 {
             headers.remove(HOST);
-            Some(Authority::try_from(host.as_bytes()).map_err(|_| ProxyError::NoHost)?)
+            Some(Authority::try_from(upstream_host.as_bytes()).map_err(|_| ProxyError::NoHost)?)
         } else {
-            headers.insert(HOST, host);
+            headers.insert(HOST, upstream_host);
             None
         };
 
@@ -612,15 +625,23 @@ impl ConnCtx {
             let flight = matches!(pick, Pick::Ewma).then(|| endpoint.start());
             // Boxed: this future would otherwise be part of every enclosing one, each moved
             // (copied whole) as the request's future is built and handed to hyper.
-            let exchange =
-                Box::pin(clients.send(protocol, endpoint, balancer.tls(), host_str, attempt, opts));
+            let exchange = Box::pin(clients.send(
+                protocol,
+                endpoint,
+                balancer.tls(),
+                host_str,
+                attempt,
+                opts,
+                encoded.then_some(&forwarded),
+            ));
             // An HTTP/1 client connection has one request at a time: its own lazily armed
             // timer waits for the response head (no timer-wheel work per request). HTTP/2
-            // streams run concurrently, each with a tokio timer.
+            // streams run concurrently, each with a timer lent by the connection for the wait.
             let sent = if one_at_a_time {
                 self.upstream_deadline.timeout(head_timeout, exchange).await.map_err(|_| ())
             } else {
-                tokio::time::timeout(head_timeout, exchange).await.map_err(|_| ())
+                let deadline = self.stream_deadlines.lend();
+                deadline.timeout(head_timeout, exchange).await.map_err(|_| ())
             };
             let (on, failure) = match sent {
                 Ok(Ok(resp)) => {
@@ -917,14 +938,17 @@ struct ForwardedHeaders {
 }
 
 impl ForwardedHeaders {
-    fn apply(&self, headers: &mut HeaderMap) {
-        headers.insert(X_FORWARDED_FOR, self.xff.clone());
-        headers.insert(X_REAL_IP, self.real_ip.clone());
-        for (name, value) in
-            [(X_FORWARDED_PROTO, &self.proto), (X_FORWARDED_HOST, &self.host), (X_FORWARDED_PORT, &self.port)]
-        {
-            if let Some(value) = value {
-                headers.insert(name, value.clone());
+    /// Replaces the proxy's own values with the trusted ones.
+    fn apply<'a>(&'a self, forwarded: &mut Forwarded<'a>) {
+        forwarded.r#for = &self.xff;
+        forwarded.real_ip = &self.real_ip;
+        for (value, trusted) in [
+            (&mut forwarded.proto, &self.proto),
+            (&mut forwarded.host, &self.host),
+            (&mut forwarded.port, &self.port),
+        ] {
+            if let Some(trusted) = trusted {
+                *value = trusted;
             }
         }
     }

@@ -6,7 +6,9 @@
 //! - A connection ([`Conn`]) is its stream (TCP or TLS, behind [`SendTimed`]'s write-progress
 //!   timeout), a read buffer kept across requests and a write buffer for request heads.
 //! - Request: the head is encoded into the write buffer: request line (origin-form), the
-//!   headers as given (the proxy set `Host` and removed hop-by-hop headers), and the framing
+//!   headers as given (the proxy set `Host` and removed hop-by-hop headers), the proxy's
+//!   `X-Forwarded-*` and `X-Real-IP` when given (in place of the client's: see
+//!   [`super::forwarded`]), and the framing
 //!   hyper's client chooses: an empty body sends no body (no framing header added); a
 //!   `Content-Length` given is kept; a body of exact size gets `Content-Length`; else
 //!   `Transfer-Encoding: chunked`, except on GET, HEAD and CONNECT, which then send no body.
@@ -54,6 +56,7 @@ use tokio::net::TcpStream;
 
 use super::client::{ConnMeta, Home, SendTimed, UpstreamBody};
 use super::error::BoxError;
+use super::forwarded::{Forwarded, is_forwarded};
 
 /// Largest response head (hyper's default read buffer limit).
 pub(super) const MAX_HEAD: usize = 8192 + 4096 * 100;
@@ -331,8 +334,11 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Er
     let mut length: Option<u64> = None;
     let (mut bad_length, mut has_te) = (false, false);
     for &(ns, ne, vs, ve) in &spans[..count] {
-        let name = HeaderName::from_bytes(&head[ns as usize..ne as usize])
-            .map_err(|_| Error::Parse("invalid header name"))?;
+        let raw = &head[ns as usize..ne as usize];
+        let name = match common_name(raw) {
+            Some(name) => name,
+            None => HeaderName::from_bytes(raw).map_err(|_| Error::Parse("invalid header name"))?,
+        };
         let value = HeaderValue::from_maybe_shared(head.slice(vs as usize..ve as usize))
             .map_err(|_| Error::Parse("invalid header value"))?;
         if name == CONTENT_LENGTH {
@@ -398,6 +404,35 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Er
     Ok(Some(Head { response, interim, decode, keep_alive }))
 }
 
+/// The response headers upstreams send most, spelled as they usually spell them (servers write
+/// their own headers with a fixed case): an exact match skips `HeaderName::from_bytes`, which
+/// lowercases every name through a table and then looks it up among all standard names. Any
+/// other spelling takes that general path and ends up as the same name.
+fn common_name(raw: &[u8]) -> Option<HeaderName> {
+    use http::header::{
+        ACCEPT_RANGES, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_TYPE, DATE, ETAG, EXPIRES, LAST_MODIFIED,
+        LOCATION, SERVER, SET_COOKIE, VARY,
+    };
+    Some(match raw {
+        b"Content-Length" | b"content-length" => CONTENT_LENGTH,
+        b"Content-Type" | b"content-type" => CONTENT_TYPE,
+        b"Date" | b"date" => DATE,
+        b"Server" | b"server" => SERVER,
+        b"Connection" | b"connection" => CONNECTION,
+        b"Transfer-Encoding" | b"transfer-encoding" => TRANSFER_ENCODING,
+        b"Cache-Control" | b"cache-control" => CACHE_CONTROL,
+        b"Last-Modified" | b"last-modified" => LAST_MODIFIED,
+        b"ETag" | b"Etag" | b"etag" => ETAG,
+        b"Accept-Ranges" | b"accept-ranges" => ACCEPT_RANGES,
+        b"Content-Encoding" | b"content-encoding" => CONTENT_ENCODING,
+        b"Vary" | b"vary" => VARY,
+        b"Set-Cookie" | b"set-cookie" => SET_COOKIE,
+        b"Location" | b"location" => LOCATION,
+        b"Expires" | b"expires" => EXPIRES,
+        _ => return None,
+    })
+}
+
 /// A non-empty run of ASCII digits, without overflow.
 fn parse_decimal(s: &[u8]) -> Option<u64> {
     if s.is_empty() {
@@ -423,9 +458,13 @@ pub(super) struct Sent {
 }
 
 /// Sends `req` on `conn` and reads the response head.
-pub(super) async fn send(conn: &mut Conn, req: Request<UpstreamBody>) -> Result<Sent, Failed> {
+pub(super) async fn send(
+    conn: &mut Conn,
+    req: Request<UpstreamBody>,
+    forwarded: Option<&Forwarded<'_>>,
+) -> Result<Sent, Failed> {
     let head_request = req.method() == Method::HEAD;
-    let Encoded { framing, close: close_asked, trailers } = encode_head(&req, &mut conn.wbuf);
+    let Encoded { framing, close: close_asked, trailers } = encode_head(&req, forwarded, &mut conn.wbuf);
     let whole = match framing {
         Framing::Empty => Bytes::new(),
         _ => req.body().whole().cloned().unwrap_or_default(),
@@ -486,7 +525,11 @@ struct Encoded {
 }
 
 /// Encodes `req`'s head into `dst` in one pass over its headers; the framing header comes last.
-fn encode_head(req: &Request<UpstreamBody>, dst: &mut BytesMut) -> Encoded {
+fn encode_head(
+    req: &Request<UpstreamBody>,
+    forwarded: Option<&Forwarded<'_>>,
+    dst: &mut BytesMut,
+) -> Encoded {
     use http_body::Body as _;
     let headers = req.headers();
     dst.reserve(256 + headers.len() * 32);
@@ -512,6 +555,9 @@ fn encode_head(req: &Request<UpstreamBody>, dst: &mut BytesMut) -> Encoded {
             chunked = true;
             continue;
         }
+        if forwarded.is_some() && is_forwarded(name) {
+            continue; // the proxy's own follow
+        }
         if name == CONNECTION {
             close |=
                 value.as_bytes().split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
@@ -522,6 +568,9 @@ fn encode_head(req: &Request<UpstreamBody>, dst: &mut BytesMut) -> Encoded {
         dst.extend_from_slice(b": ");
         dst.extend_from_slice(value.as_bytes());
         dst.extend_from_slice(b"\r\n");
+    }
+    if let Some(forwarded) = forwarded {
+        forwarded.write(dst);
     }
     // As hyper frames it: no body when empty; a `Transfer-Encoding` given means chunked; a
     // `Content-Length` given is kept; else the body's exact size, else chunked.
@@ -982,10 +1031,70 @@ mod tests {
     }
 
     #[test]
+    fn common_names_are_the_names_the_general_parse_gives() {
+        let spellings = [
+            "Content-Length",
+            "content-length",
+            "Content-Type",
+            "content-type",
+            "Date",
+            "date",
+            "Server",
+            "server",
+            "Connection",
+            "connection",
+            "Transfer-Encoding",
+            "transfer-encoding",
+            "Cache-Control",
+            "cache-control",
+            "Last-Modified",
+            "last-modified",
+            "ETag",
+            "Etag",
+            "etag",
+            "Accept-Ranges",
+            "accept-ranges",
+            "Content-Encoding",
+            "content-encoding",
+            "Vary",
+            "vary",
+            "Set-Cookie",
+            "set-cookie",
+            "Location",
+            "location",
+            "Expires",
+            "expires",
+        ];
+        for raw in spellings {
+            let fast = common_name(raw.as_bytes()).unwrap_or_else(|| panic!("{raw} has no fast path"));
+            assert_eq!(fast, HeaderName::from_bytes(raw.as_bytes()).unwrap(), "{raw}");
+        }
+        // Other spellings and names take the general path, to the same result.
+        for raw in ["CONTENT-LENGTH", "X-Custom", "Content-Lengthx", ""] {
+            assert!(common_name(raw.as_bytes()).is_none(), "{raw}");
+        }
+        // The framing reads the names from either path.
+        for head in
+            ["HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n", "HTTP/1.1 200 OK\r\nCONTENT-LENGTH: 4\r\n\r\n"]
+        {
+            let h = parse_head(&mut BytesMut::from(head), false).unwrap().unwrap();
+            assert_eq!(h.decode, Decode::Length(4), "{head:?}");
+            assert_eq!(h.response.headers()[CONTENT_LENGTH], "4");
+        }
+        let h = parse_head(
+            &mut BytesMut::from("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\n"),
+            false,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(!h.keep_alive, "Connection: close read through the fast path");
+    }
+
+    #[test]
     fn request_heads_are_framed_as_hyper_frames_them() {
         let encode = |req: Request<UpstreamBody>| {
             let mut dst = BytesMut::new();
-            let framing = encode_head(&req, &mut dst).framing;
+            let framing = encode_head(&req, None, &mut dst).framing;
             (String::from_utf8(dst.to_vec()).unwrap(), framing)
         };
         let req = Request::get("/a?b").header("host", "x").body(UpstreamBody::empty()).unwrap();

@@ -38,6 +38,7 @@ mod deadline;
 pub mod error;
 mod extauth;
 mod forward;
+mod forwarded;
 mod h1;
 pub(crate) mod mirror;
 pub mod proxy_protocol;

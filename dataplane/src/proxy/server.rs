@@ -75,6 +75,7 @@ impl Conn {
             client_cert,
             requests: std::sync::atomic::AtomicU32::new(0),
             upstream_deadline: Default::default(),
+            stream_deadlines: Default::default(),
         })
     }
 
