@@ -12,7 +12,8 @@
 # Environment: WEIR_BIN (default: build it with cargo), ROUNDS, DURATION (s), WARMUP (s),
 # SCENARIOS, PROXIES, PROXY_CPU (default 1), LOAD_CPU (default 0), WORKDIR (default a temp dir),
 # JSON_OUT (write every run's raw figures there), H1_RATE and H2_RATE (requests/s of the
-# fixed-rate scenarios h1-rate and h2-tls-rate, default 40000).
+# fixed-rate scenarios h1-rate and h2-tls-rate, default 40000), PEER_HEADERS (weir: nginx and
+# HAProxy set the request headers weir sets, the default; none: they add none).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
