@@ -191,6 +191,24 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// `weir serve` on the manifest directory `dir`, every listener on an ephemeral loopback port,
+/// then `extra`.
+fn serve_args<'a>(dir: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "serve",
+        "--manifests",
+        dir,
+        "--listen-http",
+        "127.0.0.1:0",
+        "--listen-https",
+        "127.0.0.1:0",
+        "--listen-admin",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 #[test]
 fn serve_routes_and_hot_reloads() {
     routes_and_hot_reloads("2");
@@ -208,22 +226,7 @@ fn routes_and_hot_reloads(threads: &str) {
     let dir = tempfile::tempdir().unwrap();
     manifests(dir.path(), echo_addrs[0], "/v1");
     let manifests_dir = dir.path().to_str().unwrap();
-    let (_weir, addrs) = spawn(
-        &[
-            "serve",
-            "--manifests",
-            manifests_dir,
-            "--listen-http",
-            "127.0.0.1:0",
-            "--listen-https",
-            "127.0.0.1:0",
-            "--listen-admin",
-            "127.0.0.1:0",
-            "--threads",
-            threads,
-        ],
-        &["http", "admin"],
-    );
+    let (_weir, addrs) = spawn(&serve_args(manifests_dir, &["--threads", threads]), &["http", "admin"]);
     let (http, admin) = (addrs[0], addrs[1]);
     assert_eq!(get(admin, "x", "/healthz").0, 200);
     assert_eq!(get(admin, "x", "/readyz").0, 200);
@@ -347,21 +350,7 @@ fn serve_terminates_tls_redirects_and_rotates_the_secret() {
 
     let manifests_dir = dir.path().to_str().unwrap();
     let (_weir, addrs) = spawn(
-        &[
-            "serve",
-            "--manifests",
-            manifests_dir,
-            "--listen-http",
-            "127.0.0.1:0",
-            "--listen-https",
-            "127.0.0.1:0",
-            "--listen-admin",
-            "127.0.0.1:0",
-            "--https-redirect-port",
-            "8443",
-            "--hsts-max-age",
-            "600",
-        ],
+        &serve_args(manifests_dir, &["--https-redirect-port", "8443", "--hsts-max-age", "600"]),
         &["http", "https"],
     );
     let (http, https) = (addrs[0], addrs[1]);
@@ -401,17 +390,7 @@ fn clients_cannot_fill_the_log_with_rustls_warnings() {
     }
     let dir = tempfile::tempdir().unwrap();
     let manifests_dir = dir.path().to_str().unwrap();
-    let args = [
-        "serve",
-        "--manifests",
-        manifests_dir,
-        "--listen-http",
-        "127.0.0.1:0",
-        "--listen-https",
-        "127.0.0.1:0",
-        "--listen-admin",
-        "127.0.0.1:0",
-    ];
+    let args = serve_args(manifests_dir, &[]);
     let handshake_with_ip_sni = |https: SocketAddr| {
         for _ in 0..3 {
             let _ = Command::new("openssl")
@@ -470,24 +449,9 @@ fn serve_default_certificate_from_files_is_reloaded() {
     let (ca1_path, ca2_path) = (certs.path().join("ca1.pem"), certs.path().join("ca2.pem"));
     std::fs::write(&ca1_path, ca1).unwrap();
     std::fs::write(&ca2_path, ca2).unwrap();
-    let (_weir, addrs) = spawn(
-        &[
-            "serve",
-            "--manifests",
-            dir.path().to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--listen-https",
-            "127.0.0.1:0",
-            "--listen-admin",
-            "127.0.0.1:0",
-            "--default-certificate-file",
-            crt.to_str().unwrap(),
-            "--default-key-file",
-            key.to_str().unwrap(),
-        ],
-        &["http", "https"],
-    );
+    let extra =
+        ["--default-certificate-file", crt.to_str().unwrap(), "--default-key-file", key.to_str().unwrap()];
+    let (_weir, addrs) = spawn(&serve_args(dir.path().to_str().unwrap(), &extra), &["http", "https"]);
     let https = addrs[1];
     // app.test has no TLS entry: the default certificate serves it.
     let (ok, body) = curl_https(https, &ca1_path, "/");
