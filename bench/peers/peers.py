@@ -426,8 +426,8 @@ def run_h2load(url, duration, streams=H2_STREAMS, conns=H2_CONNS, rate=None, h1=
 def run_handshakes(port, duration):
     """Full TLS handshakes: openssl s_time -new never offers a session to resume (wrk and h2load
     would). Two clients in parallel; one GET per connection."""
-    # s_time sends "GET <page> HTTP/1.0\r\n\r\n": the page smuggles in a Host header, which
-    # weir requires even from HTTP/1.0 clients (nginx and HAProxy do not).
+    # s_time sends "GET <page> HTTP/1.0\r\n\r\n": the page smuggles in a Host header, so that
+    # every proxy routes and forwards it like the other scenarios' requests.
     page = "/ HTTP/1.0\r\nHost: bench.local\r\nX-Bench: full-handshake"
     argv = ["openssl", "s_time", "-connect", f"127.0.0.1:{port}", "-new", "-time",
             str(duration), "-www", page]

@@ -432,7 +432,6 @@ impl ConnMeta {
         ConnMeta { created: Instant::now(), requests: AtomicU32::new(0), send_timeout_ms: AtomicU64::new(0) }
     }
 
-    /// Whether the connection may carry another request.
     /// Whether the connection may carry another request (its age as of `now`).
     fn reusable(&self, opts: &Exchange, now: Instant) -> bool {
         opts.max_requests.is_none_or(|max| self.requests.load(Relaxed) < max)
