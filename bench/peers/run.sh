@@ -13,7 +13,8 @@
 # SCENARIOS, PROXIES, PROXY_CPU (default 1), LOAD_CPU (default 0), WORKDIR (default a temp dir),
 # JSON_OUT (write every run's raw figures there), H1_RATE and H2_RATE (requests/s of the
 # fixed-rate scenarios h1-rate and h2-tls-rate, default 40000), PEER_HEADERS (weir: nginx and
-# HAProxy set the request headers weir sets, the default; none: they add none).
+# HAProxy set the request headers weir sets, the default; none: they add none), KEY_TYPE (ec:
+# ECDSA P-256, the default; rsa: RSA 2048).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,7 +55,12 @@ chmod 755 "$workdir"  # nginx workers (user nobody) read the 1 MiB body from it
 export WORKDIR=$workdir
 
 # A fresh ECDSA P-256 key and self-signed certificate for every run (never committed).
-openssl ecparam -name prime256v1 -genkey -noout -out "$workdir/key.pem" 2>/dev/null
+# KEY_TYPE=rsa: RSA 2048 instead (full handshakes cost differently per key type).
+case "${KEY_TYPE:-ec}" in
+  ec) openssl ecparam -name prime256v1 -genkey -noout -out "$workdir/key.pem" 2>/dev/null ;;
+  rsa) openssl genrsa -out "$workdir/key.pem" 2048 2>/dev/null ;;
+  *) echo "KEY_TYPE must be ec or rsa" >&2; exit 2 ;;
+esac
 openssl req -x509 -new -key "$workdir/key.pem" -out "$workdir/cert.pem" -days 2 \
   -subj /CN=bench.local -addext subjectAltName=DNS:bench.local 2>/dev/null
 
