@@ -199,7 +199,7 @@ impl Clients {
     /// `host` the request's host (the name verified when the backend configures none). `opts`
     /// bound connecting, sending, and the connection's reuse.
     /// `forwarded`: headers the HTTP/1.1 encoder writes in place of the request's own of the
-    /// same names (an h2 request gets them in its map).
+    /// same names (HTTP/1.1 only: an h2 request carries them in its map).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn send(
         &self,
@@ -207,16 +207,12 @@ impl Clients {
         endpoint: &Arc<EndpointState>,
         tls: Option<&Arc<UpstreamTlsConfig>>,
         host: &str,
-        mut req: Request<UpstreamBody>,
+        req: Request<UpstreamBody>,
         opts: Exchange,
         forwarded: Option<&Forwarded<'_>>,
     ) -> Result<Response<ResponseBody>, SendError> {
+        debug_assert!(forwarded.is_none() || !protocol.is_h2(), "h2 requests carry them in their map");
         let connect_timeout = opts.connect_timeout;
-        if protocol.is_h2()
-            && let Some(forwarded) = forwarded
-        {
-            forwarded.insert_into(req.headers_mut());
-        }
         match protocol {
             UpstreamProtocol::Http1 => {
                 let pool = PoolRef::Endpoint(endpoint.clone());
