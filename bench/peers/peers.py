@@ -19,6 +19,9 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORK = os.environ["WORKDIR"]
 WEIR = os.environ["WEIR_BIN"]
+# An optional second weir binary, run as the proxy "weir-base" beside the others: an A/B of two
+# builds in one run on one machine (e.g. before and after a change).
+WEIR_BASE = os.environ.get("WEIR_BASE_BIN", "")
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 DURATION = int(os.environ.get("DURATION", "5"))
 WARMUP = int(os.environ.get("WARMUP", "1"))
@@ -27,7 +30,9 @@ LOAD_CPU = os.environ.get("LOAD_CPU", "0")
 ALL_SCENARIOS = ["h1", "h1-tls", "h2-tls", "h2-tls-32", "1m", "post-64k", "handshake", "ws",
                  "h1-rate", "h2-tls-rate"]
 SCENARIOS = os.environ.get("SCENARIOS", ",".join(ALL_SCENARIOS)).split(",")
-PROXIES = os.environ.get("PROXIES", "weir,nginx,haproxy").split(",")
+PROXIES = os.environ.get("PROXIES", "weir,nginx,haproxy" + (",weir-base" if WEIR_BASE else "")).split(",")
+if "weir-base" in PROXIES and not WEIR_BASE:
+    sys.exit("the proxy weir-base needs WEIR_BASE_BIN")
 TICK = os.sysconf("SC_CLK_TCK")
 
 # Loopback only; high ports (checked free at start).
@@ -35,6 +40,7 @@ UP = 28900          # upstream nginx: /, /1m, /sink, /up-status
 WS_UP = 28910       # weir echo: WebSocket echo upstream
 PORTS = {
     "weir": {"http": 28080, "https": 28443, "admin": 28090},
+    "weir-base": {"http": 28380, "https": 28743, "admin": 28390},
     "nginx": {"http": 28180, "https": 28543},
     "haproxy": {"http": 28280, "https": 28643},
 }
@@ -103,7 +109,7 @@ def setup_files():
           'wrk.headers["Content-Type"] = "application/octet-stream"\n')
     cert, key = (open(os.path.join(WORK, n)).read() for n in ("cert.pem", "key.pem"))
     write(os.path.join(WORK, "combined.pem"), cert + key)
-    for d in ("up", "nginx", "haproxy", "weir", "weir/manifests"):
+    for d in ("up", "nginx", "haproxy", "weir", "weir-base", "weir/manifests"):
         os.makedirs(os.path.join(WORK, d), exist_ok=True)
 
     write(os.path.join(WORK, "up/nginx.conf"), f"""
@@ -263,8 +269,9 @@ def proxy_argv(name):
                 "-c", f"{WORK}/nginx/nginx.conf", "-g", "daemon off;"]
     if name == "haproxy":
         return ["haproxy", "-db", "-f", f"{WORK}/haproxy/haproxy.cfg"]
-    p = PORTS["weir"]
-    return [WEIR, "--log-level", "warn", "serve", "--manifests", f"{WORK}/weir/manifests",
+    p = PORTS[name]
+    binary = WEIR_BASE if name == "weir-base" else WEIR
+    return [binary, "--log-level", "warn", "serve", "--manifests", f"{WORK}/weir/manifests",
             "--listen-http", f"127.0.0.1:{p['http']}", "--listen-https", f"127.0.0.1:{p['https']}",
             "--listen-admin", f"127.0.0.1:{p['admin']}", "--threads", "1",
             "--default-certificate", "bench/bench-tls"]
@@ -278,8 +285,8 @@ class Proxy:
         self.log = open(os.path.join(WORK, name, "stdout.log"), "ab")
         self.proc = subprocess.Popen(pinned(PROXY_CPU, proxy_argv(name)), stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
-        if name == "weir":
-            admin = PORTS["weir"]["admin"]
+        if name.startswith("weir"):
+            admin = PORTS[name]["admin"]
             deadline = time.time() + 15
             while True:
                 try:

@@ -14,7 +14,8 @@
 # JSON_OUT (write every run's raw figures there), H1_RATE and H2_RATE (requests/s of the
 # fixed-rate scenarios h1-rate and h2-tls-rate, default 40000), PEER_HEADERS (weir: nginx and
 # HAProxy set the request headers weir sets, the default; none: they add none), KEY_TYPE (ec:
-# ECDSA P-256, the default; rsa: RSA 2048).
+# ECDSA P-256, the default; rsa: RSA 2048), WEIR_BASE_BIN (a second weir build, run beside the
+# others as the proxy weir-base: before and after a change in one run).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

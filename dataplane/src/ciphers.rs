@@ -141,7 +141,7 @@ pub fn parse(s: &str) -> Result<Selection, String> {
 /// weir's crypto provider offering every TLS 1.3 suite and, of TLS 1.2, only `tls12` (rustls
 /// names) in that order; all of them when `tls12` names none weir has.
 pub fn provider(tls12: &[String]) -> Arc<CryptoProvider> {
-    let mut provider = rustls::crypto::ring::default_provider();
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
     let all = provider.cipher_suites.clone();
     let name = |s: &SupportedCipherSuite| format!("{:?}", s.suite());
     let mut chosen: Vec<SupportedCipherSuite> =

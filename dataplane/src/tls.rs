@@ -63,13 +63,13 @@ pub enum Error {
     Generate(rcgen::Error),
 }
 
-/// The only crypto provider weir uses (ring); chosen explicitly so that no process-wide default
+/// The only crypto provider weir uses (aws-lc-rs); chosen explicitly so that no process-wide default
 /// is needed.
 pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
-/// TLS 1.2 and 1.3 only; with ring's default suites (AEAD with ECDHE only).
+/// TLS 1.2 and 1.3 only; with aws-lc-rs's default suites (AEAD with ECDHE only).
 pub const VERSIONS: &[&SupportedProtocolVersion] = &[&rustls::version::TLS13, &rustls::version::TLS12];
 
 /// The versions offered to clients: those of `ssl-protocols` when set, else [`VERSIONS`].

@@ -114,6 +114,44 @@ async fn every_key_type_and_pem_encoding_serves() {
 }
 
 #[tokio::test]
+async fn clients_preferring_hybrid_post_quantum_key_exchange_get_it_and_classic_clients_still_connect() {
+    use rustls::NamedGroup;
+    let ca = Ca::new();
+    let e = echo("k").await;
+    let leaf = ca.leaf(&["k.test"]);
+    let p =
+        tls_proxy(with_cert(table().host("k.test").prefix("/", &to(&e)).build(), "k", &["k.test"], &leaf))
+            .await;
+    let addr = p.https;
+    let group = |config: rustls::ClientConfig| async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+            .connect(rustls::pki_types::ServerName::try_from("k.test").unwrap(), tcp)
+            .await
+            .unwrap();
+        tls.get_ref().1.negotiated_key_exchange_group().map(|g| g.name())
+    };
+    // A client listing X25519MLKEM768 first (as current browsers do) gets it, on TLS 1.3.
+    let mut groups = weir_dataplane::tls::provider().kx_groups.clone();
+    groups.sort_by_key(|g| g.name() != NamedGroup::X25519MLKEM768);
+    assert_eq!(groups[0].name(), NamedGroup::X25519MLKEM768, "weir's provider has it");
+    let listing = |groups: Vec<&'static dyn rustls::crypto::SupportedKxGroup>| {
+        let mut provider = (*weir_dataplane::tls::provider()).clone();
+        provider.kx_groups = groups;
+        client_config_provider(provider)
+    };
+    assert_eq!(group(listing(groups.clone())).await, Some(NamedGroup::X25519MLKEM768));
+    // One listing a classic group first gets that one; one with only classic groups (OpenSSL 3.0,
+    // Go before 1.24) is served with them.
+    groups.rotate_left(1);
+    assert_eq!(group(listing(groups.clone())).await, Some(groups[0].name()));
+    for only in [NamedGroup::X25519, NamedGroup::secp256r1] {
+        let classic = groups.iter().copied().filter(|g| g.name() == only).collect();
+        assert_eq!(group(listing(classic)).await, Some(only), "{only:?}");
+    }
+}
+
+#[tokio::test]
 async fn unusable_certificate_falls_back_to_default_for_its_hosts_only() {
     let ca = Ca::new();
     let a = ca.leaf(&["a.test"]);

@@ -200,6 +200,17 @@ pub fn client_config_chain(alpn: &[&[u8]], leaf: &Leaf, n: usize) -> ClientConfi
     config
 }
 
+/// [`client_config`] (no ALPN) over `provider`: e.g. weir's with fewer key exchange groups.
+pub fn client_config_provider(provider: rustls::crypto::CryptoProvider) -> ClientConfig {
+    let provider = Arc::new(provider);
+    ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
+        .with_no_client_auth()
+}
+
 /// [`client_config`] presenting `cert` as the client certificate.
 pub fn client_config_with(alpn: &[&[u8]], cert: Option<&Leaf>) -> ClientConfig {
     let provider = weir_dataplane::tls::provider();
