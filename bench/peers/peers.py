@@ -522,6 +522,49 @@ def cpu_times():
     return out
 
 
+def tree(pid):
+    """A process and its descendants."""
+    out, todo = [], [pid]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def sleeps(pids):
+    """Voluntary context switches of every thread of `pids`: how often they blocked (waiting
+    in epoll for the next event) and had to be woken."""
+    total = 0
+    for pid in pids:
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/status") as f:
+                    for line in f:
+                        if line.startswith("voluntary_ctxt_switches:"):
+                            total += int(line.split()[1])
+        except FileNotFoundError:
+            pass
+    return total
+
+
+UPSTREAM_PID = None
+
+
+def tcp_out_segments():
+    """TCP segments sent so far, machine-wide (/proc/net/snmp OutSegs): every process on
+    loopback, so per request it counts the client's, the proxy's and the upstream's segments
+    (data and pure ACKs); the same harness for every proxy, so it compares proxies."""
+    with open("/proc/net/snmp") as f:
+        rows = [line.split() for line in f if line.startswith("Tcp:")]
+    return int(rows[1][rows[0].index("OutSegs")])
+
+
 def busy_share(before, after, cpu):
     b0, t0 = before[cpu]
     b1, t1 = after[cpu]
@@ -535,9 +578,12 @@ def one_run(scenario, proxy):
             load(scenario, proxy, WARMUP)
             time.sleep(0.5)  # the warm-up's last in-flight requests reach the upstream first
         (conns0, up0) = upstream_counters()
-        cpu0, sys0, wall0 = px.cpu_seconds(), cpu_times(), time.time()
+        up_pids, px_pids = tree(UPSTREAM_PID), px.pids()
+        cpu0, sys0, wall0, segs0 = px.cpu_seconds(), cpu_times(), time.time(), tcp_out_segments()
+        upw0, pxw0 = sleeps(up_pids), sleeps(px_pids)
         res = load(scenario, proxy, DURATION)
-        cpu1, sys1, wall1 = px.cpu_seconds(), cpu_times(), time.time()
+        upw1, pxw1 = sleeps(up_pids), sleeps(px_pids)
+        cpu1, sys1, wall1, segs1 = px.cpu_seconds(), cpu_times(), time.time(), tcp_out_segments()
         (conns1, up1) = upstream_counters()
         res["rss_mb"] = px.peak_rss_mb()
     finally:
@@ -553,6 +599,9 @@ def one_run(scenario, proxy):
     # What the load side (client + upstream) spent per request: it differs by proxy too.
     res["load_cpu_per_10k"] = (sys1[LOAD_CPU][0] - sys0[LOAD_CPU][0]) / TICK / max(1, res["requests"]) * 1e4
     res["rps"] = res["requests"] / res["elapsed"]
+    res["segs_per_req"] = (segs1 - segs0) / max(1, res["requests"])
+    res["up_sleeps_per_req"] = (upw1 - upw0) / max(1, res["requests"])
+    res["proxy_sleeps_per_req"] = (pxw1 - pxw0) / max(1, res["requests"])
     res["cpu_per_10k"] = (cpu1 - cpu0) / max(1, res["requests"]) * 1e4
     # Integrity: the upstream saw every completed request exactly once; requests still in
     # flight when the load generator stopped may have reached it without being counted.
@@ -606,10 +655,12 @@ def main():
         if not port_free(port):
             sys.exit(f"port 127.0.0.1:{port} is in use")
     setup_files()
+    global UPSTREAM_PID
     upstream = subprocess.Popen(
         pinned(LOAD_CPU, ["nginx", "-p", f"{WORK}/up", "-e", f"{WORK}/up/error.log",
                           "-c", f"{WORK}/up/nginx.conf", "-g", "daemon off;"]),
         start_new_session=True)
+    UPSTREAM_PID = upstream.pid
     # WebSocket echo upstream (nginx cannot echo WebSocket messages): weir echo, on the load core.
     ws_upstream = subprocess.Popen(
         pinned(LOAD_CPU, [WEIR, "--log-level", "warn", "echo", "--listen",
@@ -640,6 +691,9 @@ def main():
                         f"{fmt(res.get('rps'), '10.0f')} req/s  p99 {fmt(res.get('p99_ms'), '7.2f')} ms  "
                         f"cpu/10k {fmt(res.get('cpu_per_10k'), '6.3f')} s  "
                         f"util {fmt(res.get('proxy_util'), '4.0%')}  "
+                        f"segs/req {fmt(res.get('segs_per_req'), '5.2f')}  "
+                        f"sleeps/req up {fmt(res.get('up_sleeps_per_req'), '5.3f')} "
+                        f"proxy {fmt(res.get('proxy_sleeps_per_req'), '5.3f')}  "
                         f"{'FAIL' if res['errors'] else 'ok'}")
     finally:
         for proc in filter(None, (upstream, ws_upstream)):
@@ -652,9 +706,10 @@ def main():
 
     print(f"\nmedians over {ROUNDS} interleaved rounds of {DURATION} s; CPU = proxy utime+stime, "
           f"(sys) = stime's share of it;\nload s/10k = CPU the load core (client + upstream) spent; "
-          f"up c/10k = connections the upstream accepted per 10k requests; "
+          f"up c/10k = connections the upstream accepted per 10k requests;\nsegs/req = TCP segments sent "
+          f"per request by every process (client, proxy, upstream; /proc/net/snmp); "
           f"nginx's and HAProxy's added request headers: {PEER_HEADERS}")
-    print(f"{'scenario':12}{'proxy':9}{'req/s':>10}{'p99 ms':>9}{'CPU s/10k':>11}{'(sys)':>6}{'peak RSS MB':>13}{'load s/10k':>11}{'up c/10k':>9}"
+    print(f"{'scenario':12}{'proxy':9}{'req/s':>10}{'p99 ms':>9}{'CPU s/10k':>11}{'(sys)':>6}{'peak RSS MB':>13}{'load s/10k':>11}{'up c/10k':>9}{'segs/req':>9}"
           f"  bottleneck")
     med = {}
     for scenario in SCENARIOS:
@@ -665,11 +720,12 @@ def main():
                 continue
             m = {k: median([r.get(k) for r in runs])
                  for k in ("rps", "p99_ms", "cpu_per_10k", "rss_mb", "sys_share", "load_cpu_per_10k",
-                           "upstream_conns_per_10k")}
+                           "upstream_conns_per_10k", "segs_per_req")}
             med[(scenario, proxy)] = m
             print(f"{scenario:12}{proxy:9}{fmt(m['rps'], '10.0f')}{fmt(m['p99_ms'], '9.2f')}"
                   f"{fmt(m['cpu_per_10k'], '11.3f')}{fmt(m['sys_share'], '6.0%')}{fmt(m['rss_mb'], '13.1f')}"
                   f"{fmt(m['load_cpu_per_10k'], '11.3f')}{fmt(m['upstream_conns_per_10k'], '9.0f')}"
+                  f"{fmt(m['segs_per_req'], '9.2f')}"
                   f"  {bottleneck(runs)}")
     if "weir" in PROXIES:
         print("\nweir relative to peers (req/s, p99, CPU per request, peak RSS; CPU < 1 is better)")

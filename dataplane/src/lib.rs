@@ -33,5 +33,6 @@ pub mod ratelimit;
 pub mod realip;
 pub mod rewrite_response;
 pub mod router;
+pub mod sessions;
 pub mod throttle;
 pub mod tls;

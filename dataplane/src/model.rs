@@ -80,6 +80,13 @@ pub struct Settings {
     /// (`ssl-ciphers`); TLS 1.3 suites are always offered. `None`: all of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_ciphers: Option<Vec<String>>,
+    /// TLS sessions kept for resumption (`ssl-session-cache`, `ssl-session-cache-size`); `0`
+    /// turns resumption off. `None`: 40,000 (ingress-nginx's 10m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_sessions: Option<u32>,
+    /// Seconds a TLS session can be resumed (`ssl-session-timeout`). `None`: 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_session_timeout_secs: Option<u32>,
     /// Largest request body, in bytes, where a route sets none (`proxy-body-size`); `0`: no
     /// limit. Larger bodies get 413.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -152,6 +152,61 @@ async fn clients_preferring_hybrid_post_quantum_key_exchange_get_it_and_classic_
 }
 
 #[tokio::test]
+async fn returning_clients_resume_their_session_across_new_tables_unless_resumption_is_off() {
+    use rustls::HandshakeKind::{Full, Resumed};
+    use weir_dataplane::model::{Settings, TlsVersion};
+    let ca = Ca::new();
+    let e = echo("k").await;
+    let leaf = ca.leaf(&["k.test"]);
+    let build = |extra: &str, settings: Settings| {
+        let mut t = table().host("k.test").prefix("/", &to(&e)).host(extra).prefix("/", &to(&e)).build();
+        t.settings = settings;
+        with_cert(t, "k", &["k.test"], &leaf)
+    };
+    let p = tls_proxy(build("a.test", Settings::default())).await;
+    // A request over a new connection made with `client`, which keeps the sessions it was given
+    // (TLS 1.3 tickets arrive after the handshake: reading the response reads them).
+    let addr = p.https;
+    let handshake = |client: std::sync::Arc<rustls::ClientConfig>| async move {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("k.test").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(client).connect(name, tcp).await.unwrap();
+        tls.write_all(b"GET / HTTP/1.1\r\nhost: k.test\r\n\r\n").await.unwrap();
+        let mut head = [0; 12];
+        tls.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+        tls.get_ref().1.handshake_kind().unwrap()
+    };
+    for (version, name) in [(&rustls::version::TLS13, "TLS 1.3"), (&rustls::version::TLS12, "TLS 1.2")] {
+        let provider = (*weir_dataplane::tls::provider()).clone();
+        let client = std::sync::Arc::new(client_config_for(provider, &[version]));
+        assert_eq!(handshake(client.clone()).await, Full, "{name}: first visit");
+        assert_eq!(handshake(client.clone()).await, Resumed, "{name}: returning");
+        // A new routing table keeps the sessions.
+        p.proxy.publish(build("b.test", Settings::default())).unwrap();
+        assert_eq!(handshake(client.clone()).await, Resumed, "{name}: after a new table");
+        // So does one with `ssl-protocols` (another server config, the same sessions).
+        let both = Settings {
+            tls_versions: Some(vec![TlsVersion::Tls12, TlsVersion::Tls13]),
+            ..Settings::default()
+        };
+        p.proxy.publish(build("c.test", both)).unwrap();
+        assert_eq!(handshake(client.clone()).await, Resumed, "{name}: ssl-protocols");
+        p.proxy.publish(build("a.test", Settings::default())).unwrap();
+    }
+    // `ssl-session-cache: "false"`: every handshake is a full one.
+    p.proxy.publish(build("a.test", Settings { tls_sessions: Some(0), ..Settings::default() })).unwrap();
+    let client = std::sync::Arc::new(client_config(&[]));
+    for visit in 0..3 {
+        assert_eq!(handshake(client.clone()).await, Full, "resumption off, visit {visit}");
+    }
+    // Back on: sessions made from now on resume.
+    p.proxy.publish(build("a.test", Settings::default())).unwrap();
+    assert_eq!(handshake(client.clone()).await, Full);
+    assert_eq!(handshake(client.clone()).await, Resumed);
+}
+
+#[tokio::test]
 async fn unusable_certificate_falls_back_to_default_for_its_hosts_only() {
     let ca = Ca::new();
     let a = ca.leaf(&["a.test"]);

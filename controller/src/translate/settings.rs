@@ -60,11 +60,11 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("ssl-ecdh-curve", Unsupported),
         ("ssl-dh-param", Unsupported),
         ("ssl-early-data", Unsupported),
-        ("ssl-session-cache", Unsupported),
-        ("ssl-session-cache-size", Unsupported),
+        ("ssl-session-cache", Supported),
+        ("ssl-session-cache-size", Supported),
         ("ssl-session-tickets", Unsupported),
         ("ssl-session-ticket-key", Unsupported),
-        ("ssl-session-timeout", Unsupported),
+        ("ssl-session-timeout", Supported),
         ("ssl-buffer-size", Unsupported),
         ("ssl-reject-handshake", Unsupported),
         ("enable-ocsp", Unsupported),
@@ -420,6 +420,7 @@ pub(crate) fn parse(
     s.hsts = ctx.hsts();
     s.tls_versions = ctx.tls_versions();
     s.tls_ciphers = ctx.tls_ciphers();
+    (s.tls_sessions, s.tls_session_timeout_secs) = ctx.tls_sessions();
     s.max_body_bytes = ctx.value("proxy-body-size", values::size, "no limit");
     s.read_timeout_ms = ctx.value("proxy-read-timeout", values::timeout_ms, "60s");
     s.connect_timeout_ms = ctx.value("proxy-connect-timeout", values::timeout_ms, "5s");
@@ -655,6 +656,40 @@ impl<'a> Ctx<'a, '_> {
             );
         }
         Some(selection.tls12)
+    }
+
+    /// `ssl-session-cache` (`false`: no session resumption), `ssl-session-cache-size` (an nginx
+    /// size; sessions kept at nginx's count of about 4000 per megabyte) and
+    /// `ssl-session-timeout` (an nginx time, at most a day).
+    fn tls_sessions(&mut self) -> (Option<u32>, Option<u32>) {
+        let on = self.value("ssl-session-cache", values::boolean, "true");
+        let size = self.value(
+            "ssl-session-cache-size",
+            |v| {
+                let bytes = values::size(v)?;
+                let sessions = bytes.saturating_mul(weir_dataplane::sessions::SESSIONS_PER_MIB) >> 20;
+                match u32::try_from(sessions) {
+                    Ok(0) => Err("holds no session (nginx counts about 4000 per megabyte: 1k is the least that holds one); use ssl-session-cache: \"false\" to turn resumption off".to_string()),
+                    Ok(n) if n <= 10_000_000 => Ok(n),
+                    _ => Err("more than 10,000,000 sessions (2500m)".to_string()),
+                }
+            },
+            "10m",
+        );
+        let timeout = self.value(
+            "ssl-session-timeout",
+            |v| match values::nginx_seconds(v)? {
+                0 => Err("a session must be resumable for at least 1s".to_string()),
+                n if n <= 86_400 => Ok(n as u32),
+                _ => Err("more than a day (1d)".to_string()),
+            },
+            "10m",
+        );
+        if on == Some(false) {
+            self.unused_without(&["ssl-session-cache-size", "ssl-session-timeout"], "ssl-session-cache");
+            return (Some(0), None);
+        }
+        (size, timeout)
     }
 
     /// `upstream-keepalive-connections`: `0` turns upstream keep-alive off; any other value is

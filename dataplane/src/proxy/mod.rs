@@ -182,6 +182,9 @@ struct Inner {
     access_log: OnceLock<crate::accesslog::Writer>,
     /// Set once the task closing idle upstream connections runs (with the first listener).
     sweeping: std::sync::atomic::AtomicBool,
+    /// TLS sessions for resumption, shared by the server configs without client
+    /// authentication and kept across publishes.
+    sessions: Arc<crate::sessions::SessionCache>,
 }
 
 /// The `ssl-protocols` and `ssl-ciphers` (TLS 1.2 suites) a server TLS config offers.
@@ -300,6 +303,7 @@ impl Proxy {
                 fallback_cert: OnceLock::new(),
                 access_log: OnceLock::new(),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
+                sessions: Arc::new(crate::sessions::SessionCache::default()),
             }),
         }
     }
@@ -366,6 +370,7 @@ impl Proxy {
         } else {
             ClientAuthIndex::compile(table, &self.resolver())
         };
+        self.configure_sessions(&table.settings);
         let tls = self.tls_config(&table.settings, &mut publisher);
         self.inner.state.store(Arc::new(Compiled {
             version,

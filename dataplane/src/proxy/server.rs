@@ -134,7 +134,8 @@ impl Proxy {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
         self.fallback_cert()?;
-        let config = tls::server_config(self.resolver()).map_err(io::Error::other)?;
+        let mut config = tls::server_config(self.resolver()).map_err(io::Error::other)?;
+        config.session_storage = self.sessions();
         let tls = Arc::new(TlsListener {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             handshakes: Arc::new(Semaphore::new(self.inner.config.max_concurrent_handshakes.max(1))),

@@ -123,7 +123,10 @@ impl Proxy {
             return Some(config.clone());
         }
         match tls::server_config_for(self.resolver(), settings) {
-            Ok(config) => {
+            Ok(mut config) => {
+                // The same client authentication (none) and certificates as the listener's
+                // own config: sharing its sessions is safe.
+                config.session_storage = self.sessions();
                 let config = Arc::new(config);
                 publisher.tls = Some((wanted, config.clone()));
                 Some(config)
@@ -133,6 +136,20 @@ impl Proxy {
                 None
             }
         }
+    }
+
+    /// The session cache of the server configs without client authentication.
+    pub(super) fn sessions(&self) -> Arc<crate::sessions::SessionCache> {
+        self.inner.sessions.clone()
+    }
+
+    /// Applies the table's `ssl-session-*` settings to the session cache.
+    pub(super) fn configure_sessions(&self, settings: &Settings) {
+        use crate::sessions::{DEFAULT_SESSIONS, DEFAULT_TIMEOUT};
+        let capacity = settings.tls_sessions.map_or(DEFAULT_SESSIONS, |n| n as usize);
+        let timeout =
+            settings.tls_session_timeout_secs.map_or(DEFAULT_TIMEOUT, |s| Duration::from_secs(s.into()));
+        self.inner.sessions.configure(capacity, timeout);
     }
 
     /// The access-log writer (started with the first line).

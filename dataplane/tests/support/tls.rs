@@ -202,9 +202,17 @@ pub fn client_config_chain(alpn: &[&[u8]], leaf: &Leaf, n: usize) -> ClientConfi
 
 /// [`client_config`] (no ALPN) over `provider`: e.g. weir's with fewer key exchange groups.
 pub fn client_config_provider(provider: rustls::crypto::CryptoProvider) -> ClientConfig {
+    client_config_for(provider, rustls::DEFAULT_VERSIONS)
+}
+
+/// [`client_config`] (no ALPN) over `provider` offering only `versions`.
+pub fn client_config_for(
+    provider: rustls::crypto::CryptoProvider,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> ClientConfig {
     let provider = Arc::new(provider);
     ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .unwrap()
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))

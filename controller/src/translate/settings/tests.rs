@@ -201,6 +201,42 @@ fn ssl_protocols() {
 }
 
 #[test]
+fn ssl_session_cache_size_and_timeout() {
+    let sessions = |pairs: &[(&str, &str)]| {
+        let s = clean(pairs).settings;
+        (s.tls_sessions, s.tls_session_timeout_secs)
+    };
+    assert_eq!(sessions(&[]), (None, None), "unset: the proxy's defaults (10m, 10m)");
+    assert_eq!(sessions(&[("ssl-session-cache-size", "10m")]), (Some(40_000), None));
+    assert_eq!(
+        sessions(&[("ssl-session-cache-size", "1k"), ("ssl-session-timeout", "1h30m")]),
+        (Some(3), Some(5400))
+    );
+    assert_eq!(sessions(&[("ssl-session-cache", "true"), ("ssl-session-timeout", "45")]), (None, Some(45)));
+    assert_eq!(sessions(&[("ssl-session-cache", "false")]), (Some(0), None), "off: no resumption");
+    // Off makes the size and timeout meaningless: said, not an error.
+    let (parsed, w) = finding(
+        &[("ssl-session-cache", "false"), ("ssl-session-cache-size", "20m")],
+        "ssl-session-cache-size",
+    );
+    assert_eq!(w.severity, Severity::Warning);
+    assert_eq!(parsed.settings.tls_sessions, Some(0));
+    for (key, bad) in [
+        ("ssl-session-cache", "sometimes"),
+        ("ssl-session-cache-size", "0"),
+        ("ssl-session-cache-size", "100"),
+        ("ssl-session-cache-size", "10x"),
+        ("ssl-session-cache-size", "3g"),
+        ("ssl-session-timeout", "0"),
+        ("ssl-session-timeout", "2d"),
+        ("ssl-session-timeout", "ten minutes"),
+    ] {
+        let s = rejected(&[(key, bad)], key).settings;
+        assert_eq!((s.tls_sessions, s.tls_session_timeout_secs), (None, None), "{key}: {bad}");
+    }
+}
+
+#[test]
 fn route_defaults_for_the_dataplane() {
     let s =
         clean(&[("proxy-body-size", "8m"), ("proxy-read-timeout", "30"), ("proxy-next-upstream-tries", "0")])
