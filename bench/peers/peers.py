@@ -27,8 +27,8 @@ DURATION = int(os.environ.get("DURATION", "5"))
 WARMUP = int(os.environ.get("WARMUP", "1"))
 PROXY_CPU = os.environ.get("PROXY_CPU", "1")
 LOAD_CPU = os.environ.get("LOAD_CPU", "0")
-ALL_SCENARIOS = ["h1", "h1-tls", "h2-tls", "h2-tls-32", "1m", "post-64k", "handshake", "ws",
-                 "h1-rate", "h2-tls-rate"]
+ALL_SCENARIOS = ["h1", "h1-tls", "h2-tls", "h2-tls-32", "1m", "post-64k", "handshake", "resume",
+                 "ws", "h1-rate", "h2-tls-rate"]
 SCENARIOS = os.environ.get("SCENARIOS", ",".join(ALL_SCENARIOS)).split(",")
 PROXIES = os.environ.get("PROXIES", "weir,nginx,haproxy" + (",weir-base" if WEIR_BASE else "")).split(",")
 if "weir-base" in PROXIES and not WEIR_BASE:
@@ -160,6 +160,11 @@ http {{
     ssl_certificate {WORK}/cert.pem;
     ssl_certificate_key {WORK}/key.pem;
     ssl_protocols TLSv1.2 TLSv1.3;
+    # Session resumption as ingress-nginx configures it (a 10m shared cache, 10m, no tickets);
+    # weir's defaults are the same, and HAProxy below uses its own cache, tickets off too.
+    ssl_session_cache shared:SSL:10m;
+    ssl_session_timeout 10m;
+    ssl_session_tickets off;
     client_max_body_size 2m;
     # ingress-nginx defaults to proxy-buffering off; streaming both ways, like weir.
     proxy_buffering off;
@@ -199,7 +204,7 @@ defaults
   timeout http-keep-alive 300s
 frontend fe
   bind 127.0.0.1:{p['http']}
-  bind 127.0.0.1:{p['https']} ssl crt {WORK}/combined.pem alpn h2,http/1.1
+  bind 127.0.0.1:{p['https']} ssl crt {WORK}/combined.pem alpn h2,http/1.1 no-tls-tickets
 {haproxy_headers}  use_backend ws if {{ path_beg /ws }}
   default_backend up
 backend up
@@ -453,6 +458,29 @@ def run_handshakes(port, duration):
     return res
 
 
+def run_resume(port, duration):
+    """Resumed TLS 1.3 handshakes: two `resume.py` clients in parallel, one GET per connection,
+    each connection offering the session the previous one was given."""
+    argv = ["python3", os.path.join(HERE, "resume.py"), f"127.0.0.1:{port}", str(duration)]
+    started = time.time()
+    procs = [subprocess.Popen(pinned(LOAD_CPU, argv), stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=duration + 15)[0] for p in procs]
+    res = {"raw": "\n".join(outs), "inflight": 2, "elapsed": time.time() - started,
+           "p99_ms": None, "errors": [], "requests": 0}
+    for out in outs:
+        try:
+            one = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            res["errors"].append("resume.py output not understood: " + out[-300:])
+            continue
+        res["requests"] += one["requests"]
+        res["errors"] += one["errors"]
+        if one["requests"] and one["resumed"] != one["requests"] - 1:
+            res["errors"].append(f"{one['resumed']} of {one['requests']} connections resumed")
+    return res
+
+
 def run_ws(port, duration):
     argv = ["python3", os.path.join(HERE, "wsclient.py"), f"127.0.0.1:{port}", str(WS_CONNS),
             str(duration)]
@@ -494,6 +522,8 @@ def load(scenario, proxy, duration):
         return run_wrk(http + "/sink", POST_CONNS, duration, os.path.join(WORK, "post.lua"))
     if scenario == "handshake":
         return run_handshakes(p["https"], duration)
+    if scenario == "resume":
+        return run_resume(p["https"], duration)
     if scenario == "ws":
         return run_ws(p["http"], duration)
     raise ValueError(scenario)
@@ -740,7 +770,7 @@ def main():
                       f"CPU {ratio(w['cpu_per_10k'], o['cpu_per_10k']):>5}  "
                       f"RSS {ratio(w['rss_mb'], o['rss_mb']):>5}")
     print("\nintegrity: " + ("ok (no errors, upstream count matches, h2 negotiated, "
-                             "full handshakes only)" if not failures else f"{len(failures)} FAILURES"))
+                             "full handshakes only in handshake, every later one resumed in resume)" if not failures else f"{len(failures)} FAILURES"))
     for f in failures:
         print("  " + f)
     sys.exit(1 if failures else 0)
