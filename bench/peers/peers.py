@@ -306,17 +306,7 @@ class Proxy:
 
     def pids(self):
         """The process and its descendants (nginx: master and worker)."""
-        out, todo = [], [self.proc.pid]
-        while todo:
-            pid = todo.pop()
-            out.append(pid)
-            try:
-                for task in os.listdir(f"/proc/{pid}/task"):
-                    with open(f"/proc/{pid}/task/{task}/children") as f:
-                        todo += [int(c) for c in f.read().split()]
-            except FileNotFoundError:
-                pass
-        return out
+        return tree(self.proc.pid)
 
     def cpu_seconds(self):
         """(utime, stime) of every process of the proxy (all threads, live and exited)."""
