@@ -134,8 +134,7 @@ impl Proxy {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
         self.fallback_cert()?;
-        let mut config = tls::server_config(self.resolver()).map_err(io::Error::other)?;
-        config.session_storage = self.sessions();
+        let config = self.server_config(&crate::model::Settings::default()).map_err(io::Error::other)?;
         let tls = Arc::new(TlsListener {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             handshakes: Arc::new(Semaphore::new(self.inner.config.max_concurrent_handshakes.max(1))),

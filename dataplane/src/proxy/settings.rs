@@ -122,11 +122,8 @@ impl Proxy {
         {
             return Some(config.clone());
         }
-        match tls::server_config_for(self.resolver(), settings) {
-            Ok(mut config) => {
-                // The same client authentication (none) and certificates as the listener's
-                // own config: sharing its sessions is safe.
-                config.session_storage = self.sessions();
+        match self.server_config(settings) {
+            Ok(config) => {
                 let config = Arc::new(config);
                 publisher.tls = Some((wanted, config.clone()));
                 Some(config)
@@ -138,9 +135,14 @@ impl Proxy {
         }
     }
 
-    /// The session cache of the server configs without client authentication.
-    pub(super) fn sessions(&self) -> Arc<crate::sessions::SessionCache> {
-        self.inner.sessions.clone()
+    /// A server config without client authentication over the live certificates, offering the
+    /// versions and suites of `settings`: the listener's own (default settings) and the one of
+    /// `ssl-protocols`/`ssl-ciphers`. All of them share the proxy's session cache, which is
+    /// safe because they differ in nothing a resumed session skips.
+    pub(super) fn server_config(&self, settings: &Settings) -> Result<rustls::ServerConfig, tls::Error> {
+        let mut config = tls::server_config_for(self.resolver(), settings)?;
+        config.session_storage = self.inner.sessions.clone();
+        Ok(config)
     }
 
     /// Applies the table's `ssl-session-*` settings to the session cache.
