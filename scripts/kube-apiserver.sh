@@ -51,6 +51,9 @@ cmd_build() {
   command -v dpkg-source >/dev/null || need+=(dpkg-dev)
   command -v make >/dev/null || need+=(make)
   command -v xz >/dev/null || need+=(xz-utils)
+  # The Kubernetes build copies its tree with rsync. A system rsync, installed by apt with its
+  # libraries (libpopt0 among them): one unpacked from its .deb alone cannot load them.
+  command -v rsync >/dev/null || need+=(rsync)
   if [ ${#need[@]} -gt 0 ]; then
     log "installing ${need[*]}"
     apt-get update -qq
@@ -65,7 +68,7 @@ cmd_build() {
   apt-get update -qq
   log "downloading sources and toolchain"
   (cd "$work" && apt-get source -qq --download-only kubernetes/bookworm)
-  (cd "$work/debs" && apt-get download -qq golang-1.19-go golang-1.19-src etcd-server etcd-client rsync)
+  (cd "$work/debs" && apt-get download -qq golang-1.19-go golang-1.19-src etcd-server etcd-client)
   for deb in "$work"/debs/*.deb; do dpkg -x "$deb" "$work/root"; done
   log "unpacking kubernetes source"
   local dsc
