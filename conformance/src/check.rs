@@ -169,6 +169,11 @@ impl Checker {
 
     /// Sends the request of `expect` once.
     async fn send(&self, expect: &Expect) -> Result<Answer, String> {
+        if expect.raw {
+            return tokio::time::timeout(REQUEST_TIMEOUT, self.send_raw(expect))
+                .await
+                .map_err(|_| format!("no answer within {REQUEST_TIMEOUT:?}"))?;
+        }
         let method = Method::from_bytes(expect.method.as_bytes())
             .map_err(|error| format!("invalid method: {error}"))?;
         let mut request =
@@ -207,6 +212,94 @@ impl Checker {
         let echo = seen.as_ref().map(|echo| echo.name.clone());
         let excerpt = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
         Ok(Answer { status, echo, seen, headers, excerpt })
+    }
+}
+
+// === raw requests ===
+
+impl Checker {
+    /// Writes the request of a `raw` expectation byte for byte and reads the answer to the end
+    /// (the request says `Connection: close`).
+    async fn send_raw(&self, expect: &Expect) -> Result<Answer, String> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let host = expect.host.clone().unwrap_or_else(|| self.weir.to_string());
+        let target =
+            if expect.absolute_form { format!("http://{host}{}", expect.path) } else { expect.path.clone() };
+        let mut head = format!("{} {target} HTTP/1.1\r\nHost: {host}\r\n", expect.method);
+        for (name, value) in &expect.headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        for line in &expect.raw_headers {
+            head.push_str(line);
+            head.push_str("\r\n");
+        }
+        head.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n", expect.body_bytes));
+        let mut stream = tokio::net::TcpStream::connect(self.weir)
+            .await
+            .map_err(|error| format!("cannot connect to weir: {error}"))?;
+        let mut request = head.into_bytes();
+        request.resize(request.len() + expect.body_bytes, b'x');
+        stream.write_all(&request).await.map_err(|error| format!("cannot send the request: {error}"))?;
+        let mut answer = Vec::new();
+        stream
+            .read_to_end(&mut answer)
+            .await
+            .map_err(|error| format!("reading the answer failed: {error}"))?;
+        parse_raw(&answer)
+    }
+}
+
+/// Parses an HTTP/1.1 response read to the end of the connection (length-delimited, chunked or
+/// closed).
+fn parse_raw(answer: &[u8]) -> Result<Answer, String> {
+    let text = String::from_utf8_lossy(answer);
+    let Some((head, body)) =
+        answer.windows(4).position(|w| w == b"\r\n\r\n").map(|at| (&text[..at], &answer[at + 4..]))
+    else {
+        return Err(format!("no complete response head in {:?}", &text[..text.len().min(200)]));
+    };
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse::<u16>().ok())
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
+    let mut headers = http::HeaderMap::new();
+    for line in lines {
+        let (name, value) = line.split_once(':').ok_or_else(|| format!("bad header line {line:?}"))?;
+        let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|e| format!("{line:?}: {e}"))?;
+        let value = HeaderValue::from_str(value.trim()).map_err(|e| format!("{line:?}: {e}"))?;
+        headers.append(name, value);
+    }
+    let chunked = headers
+        .get(http::header::TRANSFER_ENCODING)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"chunked"));
+    let body = if chunked { dechunk(body)? } else { body.to_vec() };
+    let seen = serde_json::from_slice::<EchoResponse>(&body).ok();
+    let echo = seen.as_ref().map(|echo| echo.name.clone());
+    let excerpt = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
+    Ok(Answer { status, echo, seen, headers, excerpt })
+}
+
+/// The payload of a chunked body.
+fn dechunk(mut body: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        let line_end =
+            body.windows(2).position(|w| w == b"\r\n").ok_or("a chunk size line without its end")?;
+        let size_text = String::from_utf8_lossy(&body[..line_end]);
+        let size_text = size_text.split(';').next().unwrap_or_default().trim().to_owned();
+        let size =
+            usize::from_str_radix(&size_text, 16).map_err(|e| format!("chunk size {size_text:?}: {e}"))?;
+        body = &body[line_end + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        let chunk = body.get(..size).ok_or("a chunk shorter than its size")?;
+        out.extend_from_slice(chunk);
+        body = body.get(size + 2..).ok_or("a chunk without its end")?;
     }
 }
 

@@ -132,6 +132,17 @@ pub struct Expect {
     /// needs `backend` or `any_of`.
     #[serde(default)]
     pub upstream_path: Option<String>,
+    /// Send the request byte for byte over a plain socket instead of through an HTTP client:
+    /// `path` goes on the request line as written (`/\admin`, `/%zz` and other targets a
+    /// client library would refuse or clean), with `Connection: close`.
+    #[serde(default)]
+    pub raw: bool,
+    /// With `raw`: the request target in absolute form, `http://HOST/path`.
+    #[serde(default)]
+    pub absolute_form: bool,
+    /// With `raw`: header lines sent verbatim after the others (e.g. a second `Host: x`).
+    #[serde(default)]
+    pub raw_headers: Vec<String>,
 }
 
 /// A load-balancing expectation.
@@ -268,7 +279,17 @@ impl Scenario {
         if http::Method::from_bytes(expect.method.as_bytes()).is_err() {
             return Err(format!("invalid method {:?}", expect.method));
         }
-        if !expect.path.starts_with('/') || expect.path.parse::<http::Uri>().is_err() {
+        if expect.raw {
+            let printable = |s: &str| s.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
+            if !expect.path.starts_with('/') || !expect.path.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(format!("invalid raw path {:?} (printable ASCII, no spaces)", expect.path));
+            }
+            if let Some(line) = expect.raw_headers.iter().find(|l| !printable(l) || !l.contains(':')) {
+                return Err(format!("invalid raw header line {line:?}"));
+            }
+        } else if expect.absolute_form || !expect.raw_headers.is_empty() {
+            return Err("absolute_form and raw_headers need raw: true".into());
+        } else if !expect.path.starts_with('/') || expect.path.parse::<http::Uri>().is_err() {
             return Err(format!("invalid path {:?}", expect.path));
         }
         if http::StatusCode::from_u16(expect.status).is_err() {
@@ -305,6 +326,12 @@ impl Expect {
         let mut out = format!("{} http://{host}{}", self.method, self.path);
         for (name, value) in &self.headers {
             out.push_str(&format!(" [{name}: {value}]"));
+        }
+        if self.raw {
+            out.push_str(if self.absolute_form { " (raw, absolute-form)" } else { " (raw)" });
+        }
+        for line in &self.raw_headers {
+            out.push_str(&format!(" [{line}]"));
         }
         out
     }

@@ -78,6 +78,7 @@ scenarios! {
     annotations => "annotations",
     service_upstream => "service-upstream",
     settings => "settings",
+    path_normalization => "path-normalization",
 }
 
 /// The runner itself: deliberately wrong expectations are each reported, with what answered.

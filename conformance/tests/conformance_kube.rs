@@ -51,4 +51,5 @@ scenarios! {
     kube_path_rules => "path-rules",
     kube_annotations => "annotations",
     kube_settings => "settings",
+    kube_path_normalization => "path-normalization",
 }

@@ -79,6 +79,28 @@ fn missing_manifest_dir_is_a_clear_error() {
     assert!(stderr.contains("/nonexistent/weir"), "{stderr}");
 }
 
+/// `weir node` on a machine without the kernel tool its mode needs stops at once and names
+/// the package, before touching anything (its PATH here holds no tool at all).
+#[test]
+fn node_without_its_kernel_tools_says_what_to_install() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().to_str().unwrap();
+    for (mode, needs) in [
+        ("nftables", "nft is not installed (Debian package nftables)"),
+        ("iptables", "iptables-restore is not installed (Debian package iptables)"),
+    ] {
+        let out = Command::new(WEIR)
+            .args(["node", "--mode", mode, "--manifests", manifests, "--listen-admin", "127.0.0.1:0"])
+            .env("PATH", dir.path())
+            .env("RUST_LOG", "info")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{mode}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needs), "{mode}: {stderr}");
+    }
+}
+
 /// A child process killed on drop.
 struct Proc(Child);
 

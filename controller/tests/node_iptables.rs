@@ -11,7 +11,7 @@ mod support_netns;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use support_netns::{NODE_IP, POD_PORT, Testbed, iptables_state, pod_ip, pod_name, skip};
+use support_netns::{NODE_IP, POD_PORT, Testbed, iptables_state, need_tools, pod_ip, pod_name, skip};
 use weir::node::exec::Runner;
 use weir::node::plan::{PlanConfig, Ruleset, plan};
 use weir::node::{iptables, ipvs, nftables};
@@ -171,6 +171,10 @@ fn nftables_mode_end_to_end() {
 }
 
 fn end_to_end(nft: bool) {
+    let tools: &[&str] = if nft { &["nft", "conntrack"] } else { &["iptables-restore", "conntrack"] };
+    if let Err(reason) = need_tools(tools) {
+        return skip(&reason);
+    }
     let mut bed = match Testbed::new(3) {
         Ok(bed) => bed,
         Err(reason) => return skip(&reason),
@@ -392,6 +396,9 @@ fn weir_node(mode: &str) {
 /// kernel without IPVS: its netlink messages are checked against `node_fixtures/*/ipvs.expected`.)
 #[test]
 fn ipvs_mode_sets_and_rules_load_and_clean_up() {
+    if let Err(reason) = need_tools(&["iptables-restore", "ipset"]) {
+        return skip(&reason);
+    }
     let bed = match Testbed::new(0) {
         Ok(bed) => bed,
         Err(reason) => return skip(&reason),

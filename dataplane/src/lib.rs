@@ -36,3 +36,4 @@ pub mod router;
 pub mod sessions;
 pub mod throttle;
 pub mod tls;
+pub mod uri_path;

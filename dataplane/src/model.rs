@@ -121,6 +121,14 @@ pub struct Settings {
     /// (`enable-underscores-in-headers`); dropped otherwise, as nginx does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub underscores_in_headers: Option<bool>,
+    /// Runs of `/` in a request path count as one for routing and policies (`merge-slashes`,
+    /// nginx's `merge_slashes`). `None`: on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge_slashes: Option<bool>,
+    /// An encoded slash (`%2F`) in a request path gets 400 instead of being decoded for routing
+    /// (`encoded-slashes: reject`). `None`: decoded, as nginx does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reject_encoded_slashes: Option<bool>,
     /// Every new connection starts with a PROXY protocol header (`use-proxy-protocol`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_protocol: Option<bool>,

@@ -331,6 +331,13 @@ impl CompiledPolicy {
     /// with the captures substituted; the request's query follows the target's own (after `&`),
     /// and is dropped when the target ends with `?`.
     pub fn rewrite(&self, path: &str, query: Option<&str>) -> Option<String> {
+        self.rewrite_path(path, query, false)
+    }
+
+    /// [`CompiledPolicy::rewrite`] of a path that may hold decoded bytes (the normalized path,
+    /// [`crate::uri_path`]) when `decoded`: captures are percent-encoded again as they are
+    /// substituted, so a decoded `?`, `%` or space cannot change the target's shape.
+    pub fn rewrite_path(&self, path: &str, query: Option<&str>, decoded: bool) -> Option<String> {
         let rewrite = self.rewrite.as_ref()?;
         let captures = rewrite.regex.captures(path)?;
         let mut out = String::with_capacity(rewrite.target.len() + path.len());
@@ -344,7 +351,14 @@ impl CompiledPolicy {
                 _ => (None, 0),
             };
             match group {
-                Some(g) => out.push_str(captures.get(g).map_or("", |m| m.as_str())),
+                Some(g) => {
+                    let capture = captures.get(g).map_or("", |m| m.as_str());
+                    if decoded {
+                        out.push_str(&crate::uri_path::encode(capture));
+                    } else {
+                        out.push_str(capture);
+                    }
+                }
                 None => out.push('$'),
             }
             rest = &rest[used..];

@@ -128,6 +128,103 @@ pub fn effective_mode(requested: Mode, proc_root: &Path) -> (Mode, Option<String
     }
 }
 
+// === the kernel tools each mode runs ===
+
+/// The programs `weir node` runs in `mode`, each with its Debian package and what a node
+/// without it loses; `required` ones stop the node at start-up.
+struct Tool {
+    program: &'static str,
+    package: &'static str,
+    required: bool,
+    without: &'static str,
+}
+
+fn tools(mode: Mode) -> Vec<Tool> {
+    let conntrack = Tool {
+        program: "conntrack",
+        package: "conntrack",
+        required: false,
+        without: "stale UDP conntrack entries are not flushed when endpoints go away, so UDP clients (DNS among them) keep sending to removed endpoints until their entries expire",
+    };
+    let restore = |program, family| Tool {
+        program,
+        package: "iptables",
+        required: family == "IPv4",
+        without: if family == "IPv4" { "no rule can be written" } else { "IPv6 Services are not programmed" },
+    };
+    match mode {
+        Mode::Iptables => {
+            vec![restore("iptables-restore", "IPv4"), restore("ip6tables-restore", "IPv6"), conntrack]
+        }
+        Mode::Ipvs => vec![
+            restore("iptables-restore", "IPv4"),
+            restore("ip6tables-restore", "IPv6"),
+            Tool {
+                program: "ipset",
+                package: "ipset",
+                required: true,
+                without: "ipvs mode cannot match its address sets",
+            },
+            conntrack,
+        ],
+        Mode::Nftables => {
+            vec![
+                Tool {
+                    program: "nft",
+                    package: "nftables",
+                    required: true,
+                    without: "no rule can be written",
+                },
+                conntrack,
+            ]
+        }
+    }
+}
+
+/// Whether `program` is an executable file in one of the directories of `path` (a `PATH`).
+pub fn in_path(program: &str, path: &std::ffi::OsStr) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::env::split_paths(path).any(|dir| {
+        std::fs::metadata(dir.join(program)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
+/// What the start-up check of the kernel tools decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolCheck {
+    /// The mode to run (ipvs falls back to iptables without `ipset`).
+    pub mode: Mode,
+    /// One line per missing optional tool: what is missing, what it costs, what to install.
+    pub warnings: Vec<String>,
+}
+
+/// Checks that the programs `mode` runs are in `path` (a `PATH`). A missing required one is an
+/// error naming its package (ipvs mode without `ipset` falls back to iptables instead); a
+/// missing optional one is a warning saying what the node loses.
+pub fn check_tools(mode: Mode, path: &std::ffi::OsStr) -> Result<ToolCheck, String> {
+    let mut warnings = Vec::new();
+    let mut mode = mode;
+    if mode == Mode::Ipvs && !in_path("ipset", path) {
+        warnings.push(
+            "ipset is not installed (Debian package ipset): ipvs mode needs it; using iptables mode"
+                .to_string(),
+        );
+        mode = Mode::Iptables;
+    }
+    for tool in tools(mode) {
+        if in_path(tool.program, path) {
+            continue;
+        }
+        let line =
+            format!("{} is not installed (Debian package {}): {}", tool.program, tool.package, tool.without);
+        if tool.required {
+            return Err(format!("{line}; weir node cannot run in {mode:?} mode"));
+        }
+        warnings.push(line);
+    }
+    Ok(ToolCheck { mode, warnings })
+}
+
 // === the iptables backend, both families ===
 
 /// iptables mode for IPv4 and, when the ruleset has IPv6 entries, IPv6.
@@ -340,6 +437,12 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
     if let Some(reason) = fallback {
         tracing::warn!("{reason}");
     }
+    // Said once, clearly, at start-up, rather than as a failure at every sync.
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let ToolCheck { mode, warnings } = check_tools(mode, &path).map_err(anyhow::Error::msg)?;
+    for warning in warnings {
+        tracing::error!("{warning}");
+    }
     // A configuration problem is a usage error (exit at once); an unreachable API server is
     // retried.
     let source = match &args.manifests {
@@ -526,6 +629,60 @@ mod tests {
         std::fs::create_dir(proc_root.path().join("net")).unwrap();
         std::fs::write(proc_root.path().join("net/ip_vs"), "IP Virtual Server version 1.2.1\n").unwrap();
         assert_eq!(effective_mode(Mode::Ipvs, proc_root.path()), (Mode::Ipvs, None));
+    }
+
+    /// A `PATH` of one directory holding executables named `programs`.
+    fn fake_path(programs: &[&str]) -> (tempfile::TempDir, std::ffi::OsString) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        for program in programs {
+            let file = dir.path().join(program);
+            std::fs::write(&file, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        // Not executable: does not count.
+        std::fs::write(dir.path().join("nft"), "").unwrap();
+        let path = dir.path().as_os_str().to_owned();
+        (dir, path)
+    }
+
+    #[test]
+    fn missing_kernel_tools_are_said_at_start_up() {
+        let all = ["iptables-restore", "ip6tables-restore", "ipset", "conntrack"];
+        let (_dir, path) = fake_path(&all);
+        let check = check_tools(Mode::Ipvs, &path).unwrap();
+        assert_eq!((check.mode, check.warnings.len()), (Mode::Ipvs, 0), "{check:?}");
+
+        // No conntrack: the node runs, and says what it loses.
+        let (_dir, path) = fake_path(&all[..3]);
+        for mode in [Mode::Iptables, Mode::Ipvs] {
+            let check = check_tools(mode, &path).unwrap();
+            assert_eq!(check.mode, mode);
+            assert_eq!(check.warnings.len(), 1, "{check:?}");
+            assert!(check.warnings[0].starts_with("conntrack is not installed (Debian package conntrack)"));
+            assert!(check.warnings[0].contains("stale UDP conntrack entries are not flushed"));
+        }
+
+        // No ipset: ipvs mode falls back to iptables.
+        let (_dir, path) = fake_path(&["iptables-restore", "ip6tables-restore", "conntrack"]);
+        let check = check_tools(Mode::Ipvs, &path).unwrap();
+        assert_eq!(check.mode, Mode::Iptables);
+        assert_eq!(check.warnings.len(), 1);
+        assert!(
+            check.warnings[0].contains("ipset is not installed")
+                && check.warnings[0].contains("iptables mode")
+        );
+
+        // No nft (the file there is not executable): nftables mode does not start.
+        let (_dir, path) = fake_path(&["conntrack"]);
+        let error = check_tools(Mode::Nftables, &path).unwrap_err();
+        assert!(error.starts_with("nft is not installed (Debian package nftables)"), "{error}");
+        let error = check_tools(Mode::Iptables, &path).unwrap_err();
+        assert!(error.starts_with("iptables-restore is not installed (Debian package iptables)"), "{error}");
+        // No ip6tables-restore: IPv4 still works.
+        let (_dir, path) = fake_path(&["iptables-restore", "conntrack"]);
+        let check = check_tools(Mode::Iptables, &path).unwrap();
+        assert!(check.warnings.len() == 1 && check.warnings[0].contains("IPv6 Services are not programmed"));
     }
 
     #[test]

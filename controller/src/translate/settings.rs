@@ -86,6 +86,9 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("client-body-timeout", Unsupported),
         ("large-client-header-buffers", Unsupported),
         ("server-tokens", Supported),
+        // Request paths: weir's own keys (nginx's `merge_slashes`; ingress-nginx has none).
+        ("merge-slashes", Supported),
+        ("encoded-slashes", Supported),
         // Upstreams: route defaults and connections.
         ("proxy-body-size", Supported),
         ("proxy-read-timeout", Supported),
@@ -282,6 +285,15 @@ pub fn support(key: &str) -> Option<Support> {
     CATALOGUE.iter().find(|(n, _)| *n == key).map(|(_, s)| *s)
 }
 
+/// `encoded-slashes`: `decode` (nginx's way: `%2F` is `/` for routing) or `reject` (400).
+fn encoded_slashes(s: &str) -> Result<bool, String> {
+    match s {
+        "decode" => Ok(false),
+        "reject" => Ok(true),
+        _ => Err("expected decode or reject".into()),
+    }
+}
+
 /// ingress-nginx's `hsts-max-age` default: a year.
 const HSTS_MAX_AGE: u64 = 31_536_000;
 
@@ -440,6 +452,8 @@ pub(crate) fn parse(
         ctx.value("worker-shutdown-timeout", |v| values::timeout_ms(v).map(|ms| ms.div_ceil(1000)), "30s");
     s.underscores_in_headers = ctx.value("enable-underscores-in-headers", values::boolean, "false");
     s.proxy_protocol = ctx.value("use-proxy-protocol", values::boolean, "--proxy-protocol");
+    s.merge_slashes = ctx.value("merge-slashes", values::boolean, "true");
+    s.reject_encoded_slashes = ctx.value("encoded-slashes", encoded_slashes, "decode");
     s.access_log = ctx.access_log();
     s.response_headers = ctx.headers("add-headers", Direction::Response, config_maps);
     s.upstream_headers = ctx.headers("proxy-set-headers", Direction::Upstream, config_maps);

@@ -40,6 +40,18 @@ pub fn skip(reason: &str) {
     eprintln!("SKIPPED: {reason}");
 }
 
+/// `Err` naming the programs of `tools` that are not installed (`scripts/test.sh` installs
+/// them), as a reason to skip.
+pub fn need_tools(tools: &[&str]) -> Result<(), String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let missing: Vec<&str> = tools.iter().copied().filter(|t| !weir::node::in_path(t, &path)).collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{} not installed (scripts/test.sh installs them)", missing.join(", ")))
+    }
+}
+
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()

@@ -28,6 +28,13 @@ pub enum ProxyError {
     /// The request has no usable `Host`/authority.
     #[error("request without a usable host")]
     NoHost,
+    /// More than one `Host` header (RFC 9112 §3.2; nginx answers 400 too).
+    #[error("duplicate Host header")]
+    DuplicateHost,
+    /// The request path cannot be normalized: a bad escape, a control character, `..` above
+    /// the root, or a refused encoded slash (see [`crate::uri_path`]).
+    #[error("invalid request path: {0}")]
+    BadPath(#[from] crate::uri_path::PathError),
     /// No route and no default backend.
     #[error("no route")]
     NoRoute,
@@ -95,6 +102,8 @@ impl ProxyError {
     pub fn source_kind(&self) -> ErrorSource {
         match self {
             ProxyError::NoHost
+            | ProxyError::DuplicateHost
+            | ProxyError::BadPath(_)
             | ProxyError::Forbidden
             | ProxyError::PayloadTooLarge
             | ProxyError::RateLimited(_)
@@ -122,6 +131,8 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             ProxyError::NoHost
+            | ProxyError::DuplicateHost
+            | ProxyError::BadPath(_)
             | ProxyError::ClientCertRequired
             | ProxyError::ClientCertInvalid
             | ProxyError::ClientBody(_) => StatusCode::BAD_REQUEST,
@@ -224,6 +235,8 @@ mod tests {
     fn errors_map_to_status_and_source() {
         let cases = [
             (ProxyError::NoHost, 400, ErrorSource::Downstream),
+            (ProxyError::DuplicateHost, 400, ErrorSource::Downstream),
+            (ProxyError::BadPath(crate::uri_path::PathError::AboveRoot), 400, ErrorSource::Downstream),
             (ProxyError::NoRoute, 404, ErrorSource::Internal),
             (ProxyError::Forbidden, 403, ErrorSource::Downstream),
             (ProxyError::PayloadTooLarge, 413, ErrorSource::Downstream),

@@ -23,6 +23,7 @@
 //! A response whose head reached the client is never retried. `$upstream_addr` lists every
 //! endpoint tried.
 
+use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -53,6 +54,7 @@ use crate::hashkey;
 use crate::model::{ClientVerify, RetryOn};
 use crate::policy::{CompiledBalance, Verdict, set_headers};
 use crate::throttle::Shaped;
+use crate::uri_path;
 
 /// The body of every response the proxy returns: the upstream's, streamed (paced by
 /// `limit-rate` and holding its `limit-connections` place where the route says so), or a small
@@ -153,7 +155,7 @@ impl ConnCtx {
         start: Instant,
         request_id: &HeaderValue,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        let host = match request_host(&req) {
+        let host = match request_host(&req)? {
             Some(host) => host,
             // `Host` is optional in HTTP/1.0: such a request is for no name in particular, so
             // host-less rules (or the default backend) serve it, as nginx's `server_name _`
@@ -163,10 +165,15 @@ impl ConnCtx {
             }
             None => return Err(ProxyError::NoHost),
         };
-        let route = state
-            .router
-            .lookup(host.to_str().unwrap_or_default(), req.uri().path())
-            .ok_or(ProxyError::NoRoute)?;
+        // Routes and policies see the normalized path (decoded, dot segments resolved, slashes
+        // merged); the upstream gets the target as sent. Owned only when it differs.
+        let normalized = match uri_path::normalize(req.uri().path(), state.config.paths)? {
+            Cow::Borrowed(_) => None,
+            Cow::Owned(path) => Some(path),
+        };
+        let path = normalized.as_deref().unwrap_or(req.uri().path());
+        let route =
+            state.router.lookup(host.to_str().unwrap_or_default(), path).ok_or(ProxyError::NoRoute)?;
         // `custom-http-errors`: what the error page backend is told about the request (boxed:
         // it waits across the exchange, and most routes have none).
         let custom = route.policy.as_deref().and_then(|p| p.custom_errors.as_ref()).map(|(codes, pages)| {
@@ -181,8 +188,9 @@ impl ConnCtx {
         });
         // One call site: its future has one place in this one.
         let mut auth_cookies = Vec::new();
-        let mut result =
-            self.forward_route(state, route, host, req, start, request_id, &mut auth_cookies).await;
+        let mut result = self
+            .forward_route(state, route, host, normalized, req, start, request_id, &mut auth_cookies)
+            .await;
         // The authentication service's cookies, on the answer (nginx's `add_header Set-Cookie`).
         if !auth_cookies.is_empty()
             && let (Ok(resp), Some(ext)) =
@@ -287,6 +295,7 @@ impl ConnCtx {
         state: &Compiled,
         route: &crate::router::CompiledRoute,
         host: HeaderValue,
+        normalized: Option<String>,
         mut req: Request<Incoming>,
         start: Instant,
         request_id: &HeaderValue,
@@ -352,7 +361,7 @@ impl ConnCtx {
             None => None,
         };
         if let Some(policy) = policy {
-            match policy.check(client.ip, req.uri().path()) {
+            match policy.check(client.ip, normalized.as_deref().unwrap_or(req.uri().path())) {
                 Some(Verdict::Redirect(code, location)) => {
                     let mut resp = local_response(code, request_id.clone());
                     resp.headers_mut().insert(LOCATION, location);
@@ -518,7 +527,11 @@ impl ConnCtx {
 
         let (mut parts, body) = req.into_parts();
         parts.version = if h2 { Version::HTTP_2 } else { Version::HTTP_11 };
-        let rewritten = policy.and_then(|p| p.rewrite(parts.uri.path(), parts.uri.query()));
+        // `rewrite-target` rewrites the path the route matched (nginx's `$uri`), escaped again.
+        let rewritten = policy.and_then(|p| match &normalized {
+            Some(path) => p.rewrite_path(path, parts.uri.query(), true),
+            None => p.rewrite(parts.uri.path(), parts.uri.query()),
+        });
         let path_and_query = match rewritten {
             Some(target) => PathAndQuery::try_from(target).map_err(|_| ProxyError::BadRewrite)?,
             None => parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
@@ -1061,21 +1074,30 @@ fn drop_underscored(headers: &mut HeaderMap) {
     }
 }
 
-/// The request's host as sent: the URI authority (h2, absolute-form) else the `Host` header.
-fn request_host<B>(req: &Request<B>) -> Option<HeaderValue> {
-    let value = match req.uri().authority() {
-        Some(auth) => {
+/// The request's host as sent: the URI authority (h2, absolute-form) else the `Host` header;
+/// `None` when unusable. Two `Host` headers are an error whatever the authority (RFC 9112 §3.2).
+fn request_host<B>(req: &Request<B>) -> Result<Option<HeaderValue>, ProxyError> {
+    let mut hosts = req.headers().get_all(HOST).iter();
+    let header = hosts.next();
+    if hosts.next().is_some() {
+        return Err(ProxyError::DuplicateHost);
+    }
+    let value = match (req.uri().authority(), header) {
+        (Some(auth), _) => {
             let s = auth.as_str();
             let s = s.rsplit_once('@').map_or(s, |(_, host)| host);
-            HeaderValue::from_str(s).ok()?
+            match HeaderValue::from_str(s) {
+                Ok(value) => value,
+                Err(_) => return Ok(None),
+            }
         }
-        None => req.headers().get(HOST)?.clone(),
+        (None, Some(header)) => header.clone(),
+        (None, None) => return Ok(None),
     };
-    let s = value.to_str().ok()?;
-    if s.is_empty() || s.starts_with(':') {
-        return None;
+    match value.to_str() {
+        Ok(s) if !s.is_empty() && !s.starts_with(':') => Ok(Some(value)),
+        _ => Ok(None),
     }
-    Some(value)
 }
 
 /// What a custom error page backend is told about the original request.

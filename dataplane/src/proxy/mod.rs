@@ -96,6 +96,9 @@ pub struct ProxyConfig {
     pub upstream_keepalive: bool,
     /// Pass request headers with `_` in their names; nginx (and so weir) drops them by default.
     pub underscores_in_headers: bool,
+    /// How request paths are normalized for routing and policies (`merge-slashes`,
+    /// `encoded-slashes`).
+    pub paths: crate::uri_path::PathOptions,
     /// The access-log format (`log-format-upstream`); `None`: no access log.
     pub access_log: Option<Arc<crate::accesslog::Format>>,
     /// Where access-log lines go.
@@ -147,6 +150,7 @@ impl Default for ProxyConfig {
             keepalive_requests: None,
             upstream_keepalive: true,
             underscores_in_headers: false,
+            paths: crate::uri_path::PathOptions::default(),
             access_log: None,
             access_log_output: crate::accesslog::Output::Stdout,
             response_headers: Vec::new(),

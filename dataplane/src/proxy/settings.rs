@@ -81,6 +81,12 @@ impl ProxyConfig {
         if let Some(pass) = settings.underscores_in_headers {
             config.underscores_in_headers = pass;
         }
+        if let Some(merge) = settings.merge_slashes {
+            config.paths.merge_slashes = merge;
+        }
+        if let Some(reject) = settings.reject_encoded_slashes {
+            config.paths.reject_encoded_slashes = reject;
+        }
         if let Some(on) = settings.proxy_protocol {
             config.proxy_protocol = on;
         }

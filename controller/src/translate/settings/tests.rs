@@ -654,3 +654,14 @@ fn global_auth() {
     let (_, w) = finding(&[("global-auth-signin", "https://auth.example.com/")], "global-auth-signin");
     assert!(w.message.contains("without global-auth-url"), "{}", w.message);
 }
+
+#[test]
+fn request_path_keys() {
+    let s = clean(&[("merge-slashes", "false"), ("encoded-slashes", "reject")]).settings;
+    assert_eq!((s.merge_slashes, s.reject_encoded_slashes), (Some(false), Some(true)));
+    let s = clean(&[("merge-slashes", "true"), ("encoded-slashes", "decode")]).settings;
+    assert_eq!((s.merge_slashes, s.reject_encoded_slashes), (Some(true), Some(false)));
+    assert_eq!(rejected(&[("merge-slashes", "on")], "merge-slashes").settings.merge_slashes, None);
+    let bad = rejected(&[("encoded-slashes", "keep")], "encoded-slashes");
+    assert_eq!(bad.settings.reject_encoded_slashes, None);
+}
