@@ -6,6 +6,7 @@ pub mod memory;
 pub mod metrics;
 pub mod node;
 pub mod serve;
+pub mod snapshot;
 pub mod source;
 pub mod status;
 pub mod translate;

@@ -28,8 +28,8 @@ use tokio::sync::{mpsc, watch};
 use exec::Runner;
 use plan::{Cidr, IpFamily, PlanConfig, PlanWarning, Ruleset};
 
+use crate::snapshot::Snapshot;
 use crate::source::kube::{self as kube_source, Kinds, KubeOptions, KubeSource};
-use crate::translate::Snapshot;
 
 /// How `weir node` programs the kernel.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -13,7 +13,6 @@ mod incremental;
 mod rank;
 mod routes;
 pub mod settings;
-mod snapshot;
 mod tls;
 mod warnings;
 
@@ -32,9 +31,9 @@ use weir_dataplane::model::{
 };
 
 pub use incremental::{Translator, Update};
-pub use snapshot::{Objects, SharedObject, Snapshot, SnapshotKey};
 pub use warnings::{ObjectKind, Reason, Severity, Warning};
 
+use crate::snapshot::Snapshot;
 use backend::SliceIndex;
 use class::{ClassSelector, LEGACY_CLASS_ANNOTATION, Selected};
 use rank::Rank;
