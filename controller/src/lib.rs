@@ -5,6 +5,7 @@ pub mod cli;
 pub mod memory;
 pub mod metrics;
 pub mod node;
+pub mod node_agent;
 pub mod serve;
 pub mod snapshot;
 pub mod source;
