@@ -1,5 +1,8 @@
 //! One object as a source parsed or received it: the kinds weir reads, in their k8s-openapi
 //! types, and a mark for every other kind (so a source can say what it skipped).
+//!
+//! Sources hand objects over as the API server stores them (namespace defaulted, a Secret's
+//! `stringData` merged into `data`), trimmed of what nothing reads (`source/trim.rs`).
 
 use std::fmt;
 
