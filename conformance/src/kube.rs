@@ -17,7 +17,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use weir::source::manifest::{Object, parse_manifests};
+use weir::snapshot::Object;
+use weir::source::manifest::parse_manifests;
 
 /// The API server a scenario runs against.
 #[derive(Clone)]

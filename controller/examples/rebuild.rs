@@ -8,8 +8,8 @@
 
 use std::time::Instant;
 
+use weir::snapshot::Object;
 use weir::source::files::ManifestDir;
-use weir::source::manifest::Object;
 use weir::translate::{TranslateConfig, Translator};
 use weir_dataplane::proxy::{Proxy, ProxyConfig};
 
@@ -80,11 +80,8 @@ fn main() -> anyhow::Result<()> {
         snapshot.insert(Object::Ingress(Box::new(ingress)));
         let edit = ms(t);
         let t = Instant::now();
-        let update = translator.update(
-            &snapshot,
-            Some(&[weir::translate::SnapshotKey::Ingress(key.clone())]),
-            &config,
-        );
+        let update =
+            translator.update(&snapshot, Some(&[weir::snapshot::SnapshotKey::Ingress(key.clone())]), &config);
         let translate = ms(t);
         let t = Instant::now();
         proxy.publish_changes(&translator.translation().table, update.changes.as_ref())?;

@@ -32,9 +32,9 @@ fn main() -> ExitCode {
             let threads = args.threads.map(usize::from);
             runtime(threads).and_then(|rt| rt.block_on(cli::serve(*args))).map(|()| ExitCode::SUCCESS)
         }
-        Command::Node(args) => {
-            runtime(Some(1)).and_then(|rt| rt.block_on(weir::node::run(args))).map(|()| ExitCode::SUCCESS)
-        }
+        Command::Node(args) => runtime(Some(1))
+            .and_then(|rt| rt.block_on(weir::node_agent::run(args)))
+            .map(|()| ExitCode::SUCCESS),
         Command::Echo(args) => {
             runtime(Some(1)).and_then(|rt| rt.block_on(cli::echo(args))).map(|()| ExitCode::SUCCESS)
         }

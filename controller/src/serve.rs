@@ -22,10 +22,11 @@ use weir_dataplane::model::{Certificate, ObjectRef};
 use weir_dataplane::proxy::{Proxy, ProxyConfig};
 
 use crate::metrics::Metrics;
+use crate::snapshot::{Snapshot, SnapshotKey};
 use crate::source::files::{self, ManifestDir};
 use crate::source::kube::{self as kube_source, KubeOptions, KubeSource};
 use crate::status::{self, Outcome, StatusOptions};
-use crate::translate::{self, Snapshot, SnapshotKey, TranslateConfig, Translator};
+use crate::translate::{self, TranslateConfig, Translator};
 
 /// Where `weir serve` reads objects from when it talks to a Kubernetes API server.
 #[derive(Clone, Debug, Default)]

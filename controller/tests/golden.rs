@@ -15,10 +15,9 @@ use support_diff::diff;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use weir::snapshot::{SharedObject, Snapshot, SnapshotKey};
 use weir::source::manifest::parse_manifests;
-use weir::translate::{
-    SharedObject, Snapshot, SnapshotKey, TranslateConfig, Translation, Translator, translate,
-};
+use weir::translate::{TranslateConfig, Translation, Translator, translate};
 use weir_dataplane::model::ObjectRef;
 use weir_dataplane::router::TableChanges;
 
@@ -336,7 +335,7 @@ fn incremental_translation_of_config_map_changes() {
         let key = ObjectRef::new(namespace, name);
         let mut cm = snapshot.config_maps.get(&key).unwrap_or_else(|| panic!("{key}")).clone();
         cm.data.get_or_insert_with(Default::default).insert("X-Frame-Options".into(), value.into());
-        snapshot.insert(weir::source::manifest::Object::ConfigMap(Box::new(cm)));
+        snapshot.insert(weir::snapshot::Object::ConfigMap(Box::new(cm)));
         let key = SnapshotKey::ConfigMap(key);
         let update = translator.update(&snapshot, Some(std::slice::from_ref(&key)), &config);
         check_incremental(&translator, &snapshot, &config, &format!("after editing {key:?}"));
@@ -395,7 +394,7 @@ fn incremental_translation_matches_translating_everything_over_random_edits() {
                         let key = &keys[pick(&mut rng, keys.len())];
                         let mut cm = snapshot.config_maps.get(key).unwrap().clone();
                         mutate_config_map(&mut cm, &mut rng);
-                        snapshot.insert(weir::source::manifest::Object::ConfigMap(Box::new(cm)));
+                        snapshot.insert(weir::snapshot::Object::ConfigMap(Box::new(cm)));
                     }
                     8 => {
                         let keys: Vec<_> = snapshot.services.keys().cloned().collect();
@@ -410,7 +409,7 @@ fn incremental_translation_matches_translating_everything_over_random_edits() {
                             1 => Some("10.96.0.7".into()),
                             _ => Some(format!("10.96.1.{}", rng.next() % 250)),
                         };
-                        snapshot.insert(weir::source::manifest::Object::Service(Box::new(service)));
+                        snapshot.insert(weir::snapshot::Object::Service(Box::new(service)));
                     }
                     _ => {
                         let keys: Vec<_> = snapshot.ingresses.keys().cloned().collect();
@@ -420,7 +419,7 @@ fn incremental_translation_matches_translating_everything_over_random_edits() {
                         let key = &keys[pick(&mut rng, keys.len())];
                         let mut ingress = snapshot.ingresses.get(key).unwrap().clone();
                         mutate(&mut ingress, &mut rng, &services, &secrets);
-                        snapshot.insert(weir::source::manifest::Object::Ingress(Box::new(ingress)));
+                        snapshot.insert(weir::snapshot::Object::Ingress(Box::new(ingress)));
                         mutated += 1;
                     }
                 }

@@ -15,8 +15,8 @@ use support_netns::{NODE_IP, POD_PORT, Testbed, iptables_state, need_tools, pod_
 use weir::node::exec::Runner;
 use weir::node::plan::{PlanConfig, Ruleset, plan};
 use weir::node::{iptables, ipvs, nftables};
+use weir::snapshot::Snapshot;
 use weir::source::manifest::parse_manifests;
-use weir::translate::Snapshot;
 
 /// Entry point of the helper processes (responders, clients); a no-op in a normal run.
 #[test]

@@ -16,8 +16,8 @@ use support_netns::{Testbed, skip};
 use weir::node::exec::Runner;
 use weir::node::nftables;
 use weir::node::plan::{IpFamily, PlanConfig, Ruleset, plan};
+use weir::snapshot::Snapshot;
 use weir::source::manifest::parse_manifests;
-use weir::translate::Snapshot;
 
 fn fixtures() -> Vec<(String, Ruleset)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node_fixtures");

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use weir::node::plan::IpFamily;
 use weir::node::plan::{PlanConfig, Ruleset, plan};
 use weir::node::{iptables, nftables};
+use weir::snapshot::Snapshot;
 use weir::source::manifest::parse_manifests;
-use weir::translate::Snapshot;
 
 fn fixtures() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node_fixtures");

@@ -18,8 +18,8 @@ use k8s_openapi::api::core::v1::{Endpoints, Service, ServicePort as K8sServicePo
 use serde::{Deserialize, Serialize};
 use weir_dataplane::model::ObjectRef;
 
-use crate::source::slice::{SERVICE_NAME_LABEL, Slice};
-use crate::translate::Snapshot;
+use crate::snapshot::slice::SERVICE_NAME_LABEL;
+use crate::snapshot::{Slice, Snapshot};
 
 /// Default ClientIP affinity timeout (3 hours), as in the Service API.
 pub const DEFAULT_AFFINITY_TIMEOUT: u32 = 10_800;
@@ -642,7 +642,7 @@ fn select(sp: &mut ServicePort, candidates: &[Candidate], node_name: Option<&str
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 pub(crate) fn test_ruleset(yaml: &str) -> Ruleset {
-    let snapshot: crate::translate::Snapshot =
+    let snapshot: crate::snapshot::Snapshot =
         crate::source::manifest::parse_manifests(yaml).unwrap().into_iter().collect();
     plan(&snapshot, &PlanConfig { node_name: Some("node-a".into()) })
 }

@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc;
 
-use super::manifest::{self, ManifestError, Object};
-use crate::translate::{SharedObject, Snapshot, SnapshotKey};
+use super::manifest::{self, ManifestError};
+use crate::snapshot::{Object, SharedObject, Snapshot, SnapshotKey};
 
 /// Errors of the file source.
 #[derive(Debug, thiserror::Error)]

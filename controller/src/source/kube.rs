@@ -9,6 +9,7 @@
 //! stores keep their last good content meanwhile, so the last good table keeps serving. [`KubeSource::wait_until_synced`] resolves once every store has
 //! listed, and [`KubeSource::next_burst`] debounces changes (holdoff and max delay).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::path::{Path, PathBuf};
@@ -16,9 +17,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{StreamExt, TryStreamExt};
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::utils::Backoff;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -29,9 +32,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use weir_dataplane::model::ObjectRef;
 
-use super::slice::Slice;
 use super::trim::Trim;
-use crate::translate::{SharedObject, Snapshot};
+use crate::snapshot::{SharedObject, Slice, Snapshot};
 
 /// Errors of the Kubernetes source.
 #[derive(Debug, thiserror::Error)]
@@ -526,6 +528,37 @@ macro_rules! keep_trimmed {
 }
 
 keep_trimmed!(IngressClass, Ingress, Service, Endpoints, Secret, ConfigMap);
+
+/// A [`Slice`] is what the Kubernetes source's reflectors store: the API's resource, in weir's
+/// shape.
+impl Resource for Slice {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "EndpointSlice".into()
+    }
+
+    fn group(_: &()) -> Cow<'_, str> {
+        "discovery.k8s.io".into()
+    }
+
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+
+    fn plural(_: &()) -> Cow<'_, str> {
+        "endpointslices".into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
 
 /// EndpointSlices are stored as [`Slice`]s: a tenth of the memory per endpoint.
 impl Keep for EndpointSlice {

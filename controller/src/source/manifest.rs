@@ -10,44 +10,14 @@
 //! can jump to them, and a reason naming the object when it is known.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Secret, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_saphyr::{MessageFormatter, Spanned};
 
 use super::trim::Trim;
-
-/// One parsed Kubernetes object.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Object {
-    /// A `networking.k8s.io/v1` Ingress.
-    Ingress(Box<Ingress>),
-    /// A `networking.k8s.io/v1` IngressClass (cluster-scoped).
-    IngressClass(Box<IngressClass>),
-    /// A core `v1` Service.
-    Service(Box<Service>),
-    /// A `discovery.k8s.io/v1` EndpointSlice.
-    EndpointSlice(Box<EndpointSlice>),
-    /// A core `v1` Endpoints.
-    Endpoints(Box<Endpoints>),
-    /// A core `v1` Secret, with `stringData` already merged into `data`.
-    Secret(Box<Secret>),
-    /// A core `v1` ConfigMap (the settings ConfigMap in standalone mode).
-    ConfigMap(Box<ConfigMap>),
-    /// Any other kind: weir does not read it.
-    Other {
-        /// Its `apiVersion`.
-        api_version: String,
-        /// Its `kind`.
-        kind: String,
-    },
-}
+use crate::snapshot::Object;
 
 /// Errors of manifest parsing. Lines and columns are 1-based and count from the start of the
 /// text given to [`parse_manifests`], whichever document the problem is in.
@@ -130,60 +100,6 @@ impl ManifestError {
             ManifestError::Invalid { object, reason, .. } => format!("{object}: {reason}"),
             ManifestError::MissingName { kind, .. } => format!("{kind} without metadata.name"),
         }
-    }
-}
-
-// === impl Object ===
-
-impl Object {
-    /// The object's kind, as in its manifest.
-    pub fn kind(&self) -> &str {
-        match self {
-            Object::Ingress(_) => "Ingress",
-            Object::IngressClass(_) => "IngressClass",
-            Object::Service(_) => "Service",
-            Object::EndpointSlice(_) => "EndpointSlice",
-            Object::Endpoints(_) => "Endpoints",
-            Object::Secret(_) => "Secret",
-            Object::ConfigMap(_) => "ConfigMap",
-            Object::Other { kind, .. } => kind,
-        }
-    }
-
-    /// The object's metadata (`None` for [`Object::Other`]).
-    pub fn metadata(&self) -> Option<&ObjectMeta> {
-        match self {
-            Object::Ingress(o) => Some(&o.metadata),
-            Object::IngressClass(o) => Some(&o.metadata),
-            Object::Service(o) => Some(&o.metadata),
-            Object::EndpointSlice(o) => Some(&o.metadata),
-            Object::Endpoints(o) => Some(&o.metadata),
-            Object::Secret(o) => Some(&o.metadata),
-            Object::ConfigMap(o) => Some(&o.metadata),
-            Object::Other { .. } => None,
-        }
-    }
-
-    /// A short description for messages: `Ingress default/web`, `IngressClass weir`, or
-    /// `apps/v1 Deployment` for kinds weir does not read.
-    pub fn describe(&self) -> String {
-        match self {
-            Object::Other { api_version, kind } => format!("{api_version} {kind}"),
-            other => {
-                let meta = other.metadata();
-                let name = meta.and_then(|m| m.name.as_deref()).unwrap_or("");
-                match meta.and_then(|m| m.namespace.as_deref()) {
-                    Some(ns) => format!("{} {ns}/{name}", other.kind()),
-                    None => format!("{} {name}", other.kind()),
-                }
-            }
-        }
-    }
-}
-
-impl fmt::Display for Object {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.describe())
     }
 }
 

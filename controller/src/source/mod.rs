@@ -3,5 +3,4 @@
 pub mod files;
 pub mod kube;
 pub mod manifest;
-pub mod slice;
 pub mod trim;

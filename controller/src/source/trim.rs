@@ -4,7 +4,7 @@
 //! owner; every endpoint of a slice names its Pod). Both sources trim the same way (the manifest
 //! files after parsing, the API's reflectors before storing), so a table does not depend on
 //! where its objects came from. EndpointSlices go further: snapshots and the API's stores hold
-//! them as [`super::slice::Slice`]s (what is trimmed here is what a parsed manifest keeps until
+//! them as [`crate::snapshot::Slice`]s (what is trimmed here is what a parsed manifest keeps until
 //! it is shared).
 //!
 //! Kept on purpose: everything in Service specs (`weir node` reads most of it), endpoint
@@ -80,8 +80,9 @@ impl Trim for Endpoints {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use crate::source::manifest::{Object, parse_manifests};
-    use crate::translate::{Snapshot, TranslateConfig, translate};
+    use crate::snapshot::{Object, Snapshot};
+    use crate::source::manifest::parse_manifests;
+    use crate::translate::{TranslateConfig, translate};
 
     /// An Ingress, its Service and slice as `kubectl apply` and the API server leave them.
     const APPLIED: &str = r#"

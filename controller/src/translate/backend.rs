@@ -14,7 +14,7 @@ use weir_dataplane::model::{Backend, BackendId, Endpoint, ObjectRef, ServicePort
 
 use super::Snapshot;
 use super::warnings::Reason;
-use crate::source::slice::Slice;
+use crate::snapshot::Slice;
 
 /// Why a backend cannot reach its Service as written.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -9,7 +9,7 @@
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 
 use super::TranslateConfig;
-use super::snapshot::Objects;
+use crate::snapshot::Objects;
 
 /// The deprecated annotation naming an Ingress's class.
 pub(crate) const LEGACY_CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";

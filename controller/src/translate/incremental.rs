@@ -36,7 +36,8 @@ use weir_dataplane::router::TableChanges;
 use super::annotations::Parsed;
 use super::backend::SliceIndex;
 use super::warnings::{ObjectKind, Warnings};
-use super::{Ours, Snapshot, SnapshotKey, TranslateConfig, Translation, Warning, tls, translate_part};
+use super::{Ours, TranslateConfig, Translation, Warning, tls, translate_part};
+use crate::snapshot::{Snapshot, SnapshotKey};
 
 /// What ties the translation of one Ingress of our class to others'.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -24,10 +24,11 @@ use weir_dataplane::model::{
     TlsVersion,
 };
 
+use super::TranslateConfig;
 use super::annotations::{Support, deny_all, values};
 use super::headers::{self, Direction};
 use super::warnings::{ObjectKind, Reason, Warnings};
-use super::{Objects, Snapshot, TranslateConfig};
+use crate::snapshot::{Objects, Snapshot};
 
 const SNIPPET: &str = "raw nginx configuration is an injection surface (CVE-2021-25742; the injections behind CVE-2025-1974 are of the same kind); use the typed settings and annotations instead";
 const LUA: &str = "weir runs no Lua";

@@ -8,7 +8,8 @@ use super::class::{ClassSelector, Selected};
 use super::rank::Rank;
 use super::routes::{Field, backend_id, path_match};
 use super::*;
-use crate::source::manifest::{Object, parse_manifests};
+use crate::snapshot::{Object, Objects};
+use crate::source::manifest::parse_manifests;
 
 fn snapshot(yaml: &str) -> Snapshot {
     parse_manifests(yaml).unwrap().into_iter().collect()

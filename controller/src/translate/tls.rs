@@ -16,9 +16,10 @@ use weir_dataplane::fast::HashSet;
 use k8s_openapi::api::core::v1::Secret;
 use weir_dataplane::model::{Certificate, HostMatch, ObjectRef, TlsEntry};
 
+use super::Ours;
 use super::routes::describe_host;
 use super::warnings::{ObjectKind, Reason, Warnings};
-use super::{Ours, Snapshot};
+use crate::snapshot::Snapshot;
 use crate::translate::rank::Rank;
 
 /// Key of the certificate chain in a TLS secret.

@@ -340,7 +340,7 @@ fn node(args: &[&str]) {
     let cli = Cli::parse_from(std::iter::once("weir").chain(args.iter().copied()));
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false).init();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    if let Err(e) = runtime.block_on(weir::node::run(cli.node)) {
+    if let Err(e) = runtime.block_on(weir::node_agent::run(cli.node)) {
         eprintln!("weir node failed: {e:#}");
         std::process::exit(1);
     }

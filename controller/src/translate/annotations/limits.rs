@@ -186,7 +186,7 @@ mod tests {
     fn parse_all(pairs: &[(&str, &str)]) -> (Parsed, Vec<Warning>) {
         let map: BTreeMap<String, String> =
             pairs.iter().map(|(k, v)| (format!("{NGINX_PREFIX}{k}"), v.to_string())).collect();
-        let (secrets, config_maps) = (crate::translate::Objects::new(), crate::translate::Objects::new());
+        let (secrets, config_maps) = (crate::snapshot::Objects::new(), crate::snapshot::Objects::new());
         let refs = Refs { secrets: &secrets, config_maps: &config_maps, allowed_response_headers: None };
         let mut warnings = Warnings::default();
         let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &refs, &mut warnings);
@@ -328,7 +328,7 @@ mod tests {
             (format!("{WEIR_PREFIX}limit-connections"), "7".to_string()),
         ]
         .into();
-        let (secrets, config_maps) = (crate::translate::Objects::new(), crate::translate::Objects::new());
+        let (secrets, config_maps) = (crate::snapshot::Objects::new(), crate::snapshot::Objects::new());
         let refs = Refs { secrets: &secrets, config_maps: &config_maps, allowed_response_headers: None };
         let mut warnings = Warnings::default();
         let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &refs, &mut warnings);

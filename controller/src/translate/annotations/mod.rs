@@ -29,8 +29,8 @@ use weir_dataplane::model::{
     RoutePolicy, SourceFilter,
 };
 
-use super::snapshot::Objects;
 use super::warnings::{Reason, Warnings};
+use crate::snapshot::Objects;
 
 /// ingress-nginx's annotation prefix.
 pub const NGINX_PREFIX: &str = "nginx.ingress.kubernetes.io/";

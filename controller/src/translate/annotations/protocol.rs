@@ -5,7 +5,7 @@
 use k8s_openapi::api::networking::v1::Ingress;
 use weir_dataplane::model::{ClientAuth, ClientVerify, HostMatch, ObjectRef, UpstreamProtocol, UpstreamTls};
 
-use crate::translate::Snapshot;
+use crate::snapshot::Snapshot;
 
 use super::{NGINX_PREFIX, WEIR_PREFIX};
 use crate::translate::warnings::{Reason, Warnings};

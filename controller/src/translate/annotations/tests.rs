@@ -16,13 +16,13 @@ fn parse_all(pairs: &[(&str, &str)]) -> (RoutePolicy, Vec<Warning>) {
 }
 
 /// Secrets in namespace `ns`: `htpasswd` (auth-file) and `users` (auth-map).
-fn secrets() -> crate::translate::Objects<k8s_openapi::api::core::v1::Secret> {
+fn secrets() -> crate::snapshot::Objects<k8s_openapi::api::core::v1::Secret> {
     use k8s_openapi::ByteString;
     let secret = |pairs: &[(&str, &str)]| k8s_openapi::api::core::v1::Secret {
         data: Some(pairs.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect()),
         ..Default::default()
     };
-    crate::translate::Objects::from(BTreeMap::from([
+    crate::snapshot::Objects::from(BTreeMap::from([
         (
             ObjectRef::new("ns", "htpasswd"),
             secret(&[("auth", "alice:$apr1$abcdefgh$r/p0TRuenjeL4j5EsxbGb/\nbob:nohash\n")]),
@@ -31,12 +31,12 @@ fn secrets() -> crate::translate::Objects<k8s_openapi::api::core::v1::Secret> {
     ]))
 }
 
-fn refs(secrets: &crate::translate::Objects<k8s_openapi::api::core::v1::Secret>) -> Refs<'_> {
+fn refs(secrets: &crate::snapshot::Objects<k8s_openapi::api::core::v1::Secret>) -> Refs<'_> {
     Refs { secrets, config_maps: &EMPTY_CONFIG_MAPS, allowed_response_headers: None }
 }
 
-static EMPTY_CONFIG_MAPS: crate::translate::Objects<k8s_openapi::api::core::v1::ConfigMap> =
-    crate::translate::Objects::new();
+static EMPTY_CONFIG_MAPS: crate::snapshot::Objects<k8s_openapi::api::core::v1::ConfigMap> =
+    crate::snapshot::Objects::new();
 
 fn nginx(name: &str) -> String {
     format!("{NGINX_PREFIX}{name}")
@@ -481,7 +481,7 @@ fn aliases_and_buffering() {
 }
 
 /// ConfigMaps: `ns/hdrs` (custom headers, one with a variable) and `other/hdrs`.
-fn config_maps() -> crate::translate::Objects<k8s_openapi::api::core::v1::ConfigMap> {
+fn config_maps() -> crate::snapshot::Objects<k8s_openapi::api::core::v1::ConfigMap> {
     let cm = |pairs: &[(&str, &str)]| k8s_openapi::api::core::v1::ConfigMap {
         data: Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
         ..Default::default()
@@ -634,8 +634,8 @@ fn enable_global_auth() {
     assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
 }
 
-static EMPTY_SECRETS: crate::translate::Objects<k8s_openapi::api::core::v1::Secret> =
-    crate::translate::Objects::new();
+static EMPTY_SECRETS: crate::snapshot::Objects<k8s_openapi::api::core::v1::Secret> =
+    crate::snapshot::Objects::new();
 
 /// `auth-url` plus `extra` annotations.
 fn with_auth(extra: &[(&str, &str)]) -> (RoutePolicy, Vec<Warning>) {

@@ -49,7 +49,7 @@ mod tests {
         let parsed = parse(
             &ObjectRef::new("ingress-nginx", "controller"),
             &data,
-            &crate::translate::Objects::new(),
+            &crate::snapshot::Objects::new(),
             &mut warnings,
         );
         (parsed.routes, warnings.finish())

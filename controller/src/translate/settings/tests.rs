@@ -8,7 +8,7 @@ fn parse_pairs(pairs: &[(&str, &str)]) -> (Parsed, Vec<Warning>) {
     let parsed = parse(
         &ObjectRef::new("ingress-nginx", "controller"),
         &data,
-        &crate::translate::Objects::new(),
+        &crate::snapshot::Objects::new(),
         &mut warnings,
     );
     (parsed, warnings.finish())
@@ -526,7 +526,7 @@ fn header_configmaps() {
         data: Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
         ..Default::default()
     };
-    let config_maps = crate::translate::Objects::from(BTreeMap::from([
+    let config_maps = crate::snapshot::Objects::from(BTreeMap::from([
         (ObjectRef::new("ingress-nginx", "resp"), cm(&[("X-Served-By", "weir"), ("Transfer-Encoding", "x")])),
         (ObjectRef::new("ops", "up"), cm(&[("X-Team", "ops"), ("Host", "h"), ("X-Uri", "$request_uri")])),
     ]));

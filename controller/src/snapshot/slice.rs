@@ -15,10 +15,8 @@
 //! them), `ready` defaults to true, `serving` to `ready`, `terminating` to false, and a slice of
 //! any other address type than IPv4 or IPv6 (FQDN, deprecated) has no endpoints.
 
-use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr};
 
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::discovery::v1::{EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -112,37 +110,6 @@ impl From<EndpointSlice> for Slice {
     }
 }
 
-/// A [`Slice`] is what the Kubernetes source's reflectors store: the API's resource, in weir's
-/// shape.
-impl kube::Resource for Slice {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "EndpointSlice".into()
-    }
-
-    fn group(_: &()) -> Cow<'_, str> {
-        "discovery.k8s.io".into()
-    }
-
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-
-    fn plural(_: &()) -> Cow<'_, str> {
-        "endpointslices".into()
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -151,10 +118,7 @@ mod tests {
     /// The slice of a manifest whose `apiVersion` and `kind` lines are left out.
     fn parse(body: &str) -> Slice {
         let yaml = format!("apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n{body}");
-        match crate::source::manifest::parse_manifests(&yaml).unwrap().pop() {
-            Some(crate::source::manifest::Object::EndpointSlice(slice)) => Slice::from(*slice),
-            other => panic!("not an EndpointSlice: {other:?}"),
-        }
+        Slice::from(serde_saphyr::from_str::<EndpointSlice>(&yaml).unwrap())
     }
 
     #[test]

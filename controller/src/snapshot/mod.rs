@@ -1,8 +1,18 @@
-//! The input of translation: every object of interest, keyed and sorted.
+//! The controller's input contract: every object of interest, keyed and sorted.
+//!
+//! The sources (`source/`) fill a [`Snapshot`] with [`Object`]s they parsed or received;
+//! translation and the node plan read it. This module is the ground of the controller: it
+//! imports nothing from the sources, from translation or from the node module.
 //!
 //! Objects are shared (`Arc`) between the source that holds them and the snapshots built from
 //! it, so a snapshot costs a pointer per object, not a copy, and an unchanged object keeps its
-//! identity from one snapshot to the next (what [`super::Translator`] keys its cache on).
+//! identity from one snapshot to the next (what incremental translation keys its cache on).
+
+pub mod object;
+pub mod slice;
+
+pub use object::Object;
+pub use slice::Slice;
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, btree_map};
@@ -13,10 +23,8 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use weir_dataplane::model::ObjectRef;
 
-use crate::source::manifest::Object;
-use crate::source::slice::Slice;
-
-/// A consistent view of the cluster (or manifest directory) that translation reads.
+/// A consistent view of the cluster (or manifest directory) that translation and the node plan
+/// read.
 ///
 /// Every collection is sorted by key, so iteration order, and with it the translation, does not
 /// depend on the order objects arrived in.

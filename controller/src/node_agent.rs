@@ -1,0 +1,180 @@
+//! `weir node`'s loop: a source of Services and endpoints feeds the pure [`plan::plan`], whose
+//! rulesets the [`sync`] loop applies through a kernel backend ([`node::backend`]).
+//!
+//! The wiring lives here, beside `serve.rs`, so that the node module only reads snapshots
+//! ([`crate::snapshot`]) and knows nothing of the sources that fill them.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::sync::{mpsc, watch};
+
+use crate::node::exec::Runner;
+use crate::node::plan::{self, PlanConfig, PlanWarning, Ruleset};
+use crate::node::{self, NodeArgs, admin, sync};
+use crate::snapshot::Snapshot;
+use crate::source::files::{self, ManifestDir};
+use crate::source::kube::{self as kube_source, Kinds, KubeOptions, KubeSource};
+
+/// This node's name: `--node-name`, else the hostname.
+fn node_name(args: &NodeArgs) -> Option<String> {
+    args.node_name.clone().filter(|n| !n.is_empty()).or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+    })
+}
+
+/// Runs `weir node` until interrupted (or, with `--cleanup`, cleans up and returns).
+pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
+    run_with_stats(args, Arc::new(sync::Stats::default())).await
+}
+
+/// [`run`], recording into `stats` (register them with [`sync::Stats::register`] to serve them).
+pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::Result<()> {
+    let runner = Runner::host();
+    if args.cleanup {
+        node::cleanup(&runner)?;
+        tracing::info!("removed weir node's rules");
+        return Ok(());
+    }
+    let (mode, fallback) = node::effective_mode(args.mode, Path::new("/proc"));
+    if let Some(reason) = fallback {
+        tracing::warn!("{reason}");
+    }
+    // Said once, clearly, at start-up, rather than as a failure at every sync.
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let node::ToolCheck { mode, warnings } = node::check_tools(mode, &path).map_err(anyhow::Error::msg)?;
+    for warning in warnings {
+        tracing::error!("{warning}");
+    }
+    // A configuration problem is a usage error (exit at once); an unreachable API server is
+    // retried.
+    let source = match &args.manifests {
+        Some(dir) => Source::Manifests(dir.clone()),
+        None => Source::Kube(kube_source::connect(args.kubeconfig.as_deref()).await?),
+    };
+    let config = PlanConfig { node_name: node_name(&args) };
+    let from = match &source {
+        Source::Manifests(dir) => dir.display().to_string(),
+        Source::Kube(_) => "the Kubernetes API".to_string(),
+    };
+    tracing::info!(mode = ?mode, node = ?config.node_name, source = %from, "weir node starting");
+    let backend = node::backend(mode, &args, runner);
+    let options = sync::Options {
+        sync_period: args.sync_period,
+        min_sync_interval: args.min_sync_interval,
+        ..sync::Options::default()
+    };
+    let admin_listener = tokio::net::TcpListener::bind(args.listen_admin)
+        .await
+        .with_context(|| format!("binding the admin listener on {}", args.listen_admin))?;
+    let admin = Arc::new(admin::Admin::new(stats.clone(), args.sync_period));
+    tracing::info!(admin = %admin_listener.local_addr()?, "serving /healthz and /metrics");
+    let admin_task = AbortOnDrop(tokio::spawn(admin::serve(admin_listener, admin)));
+    let (tx, rx) = watch::channel(None);
+    let publisher = Publisher { config, tx, warnings: Vec::new() };
+    let source = match source {
+        Source::Kube(client) => tokio::spawn(watch_kube(client, publisher)),
+        Source::Manifests(dir) => tokio::spawn(watch_manifests(dir, publisher)),
+    };
+    let result = tokio::select! {
+        result = sync::run(backend, rx, options, stats) => result,
+        result = source => result?,
+        _ = tokio::signal::ctrl_c() => {
+            tracing::info!("interrupted; the rules stay in place (use --cleanup to remove them)");
+            Ok(())
+        }
+    };
+    drop(admin_task);
+    result
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Where `weir node` reads Services and endpoints from.
+enum Source {
+    /// `--manifests DIR`.
+    Manifests(PathBuf),
+    /// The Kubernetes API.
+    Kube(kube::Client),
+}
+
+/// Plans snapshots and publishes each ruleset that differs from the last one.
+struct Publisher {
+    config: PlanConfig,
+    tx: watch::Sender<Option<Arc<Ruleset>>>,
+    /// The plan warnings last logged (a new plan logs them again only when they change).
+    warnings: Vec<PlanWarning>,
+}
+
+impl Publisher {
+    fn publish(&mut self, snapshot: &Snapshot) {
+        let ruleset = plan::plan(snapshot, &self.config);
+        if ruleset.warnings != self.warnings {
+            for w in &ruleset.warnings {
+                tracing::warn!(object = %w.object, "{}", w.reason);
+            }
+            self.warnings = ruleset.warnings.clone();
+        }
+        if self.tx.borrow().as_deref() != Some(&ruleset) {
+            self.tx.send_replace(Some(Arc::new(ruleset)));
+        }
+    }
+
+    fn published(&self) -> bool {
+        self.tx.borrow().is_some()
+    }
+}
+
+/// Reads the manifest directory, plans, and publishes each new ruleset.
+async fn watch_manifests(dir: PathBuf, mut publisher: Publisher) -> anyhow::Result<()> {
+    let mut source = ManifestDir::new(&dir);
+    let (wake_tx, mut wake) = mpsc::channel(1);
+    let _guard = files::watch(&dir, wake_tx, Duration::from_secs(2))?;
+    let mut force = true;
+    loop {
+        let scan = source.rescan(force).with_context(|| format!("reading {}", dir.display()))?;
+        if scan.changed || !publisher.published() {
+            let (snapshot, duplicates) = source.snapshot();
+            for d in duplicates {
+                tracing::warn!("{d}");
+            }
+            publisher.publish(&snapshot);
+        }
+        match wake.recv().await {
+            Some(f) => force = f,
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Watches Services and endpoints through the API server and publishes a ruleset after every
+/// burst of changes (debounced by the source; the sync loop rate-limits further). Nothing is
+/// published before every list has completed: an early, partial ruleset would remove the
+/// rules of services not listed yet. While the API server is unreachable, the stores and so
+/// the rules stay as they were.
+async fn watch_kube(client: kube::Client, mut publisher: Publisher) -> anyhow::Result<()> {
+    let endpoints_api = kube_source::discover_endpoints_api_retrying(&client).await;
+    let options = KubeOptions { kinds: Kinds::Services, ..KubeOptions::default() };
+    let source = KubeSource::start(&client, &options, endpoints_api);
+    let started = std::time::Instant::now();
+    if !source.wait_until_synced().await {
+        anyhow::bail!("a watch of the Kubernetes API stopped before its first list");
+    }
+    tracing::info!(sync_ms = started.elapsed().as_millis() as u64, "Services and endpoints listed");
+    loop {
+        publisher.publish(&source.stores.snapshot());
+        source.next_burst().await;
+    }
+}
