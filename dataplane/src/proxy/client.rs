@@ -100,6 +100,21 @@ impl ConnectFailed {
     }
 }
 
+/// Where one exchange goes: the backend's protocol and TLS client config (for the TLS
+/// protocols), the endpoint, and the request's host (the name verified when the backend
+/// configures none).
+#[derive(Clone, Copy)]
+pub(super) struct Target<'a> {
+    /// How the backend is spoken to.
+    pub(super) protocol: UpstreamProtocol,
+    /// The endpoint picked.
+    pub(super) endpoint: &'a Arc<EndpointState>,
+    /// The backend's TLS client config.
+    pub(super) tls: Option<&'a Arc<UpstreamTlsConfig>>,
+    /// The request's host.
+    pub(super) host: &'a str,
+}
+
 /// How one exchange uses upstream connections, from the table's settings and the route's policy.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Exchange {
@@ -194,23 +209,18 @@ impl Clients {
         self.http1(PoolRef::Keyed(pool), &key, tls, req, self.exchange, None).await
     }
 
-    /// Sends `req` to `endpoint`: its URI is origin-form for HTTP/1.1, absolute with the request
-    /// host as authority for h2. `tls` is the backend's TLS client config for the TLS protocols;
-    /// `host` the request's host (the name verified when the backend configures none). `opts`
-    /// bound connecting, sending, and the connection's reuse.
-    /// `forwarded`: headers the HTTP/1.1 encoder writes in place of the request's own of the
-    /// same names (HTTP/1.1 only: an h2 request carries them in its map).
-    #[allow(clippy::too_many_arguments)]
+    /// Sends `req` to `target`'s endpoint: its URI is origin-form for HTTP/1.1, absolute with
+    /// the request host as authority for h2. `opts` bound connecting, sending, and the
+    /// connection's reuse. `forwarded`: headers the HTTP/1.1 encoder writes in place of the
+    /// request's own of the same names (HTTP/1.1 only: an h2 request carries them in its map).
     pub(super) async fn send(
         &self,
-        protocol: UpstreamProtocol,
-        endpoint: &Arc<EndpointState>,
-        tls: Option<&Arc<UpstreamTlsConfig>>,
-        host: &str,
+        target: Target<'_>,
         req: Request<UpstreamBody>,
         opts: Exchange,
         forwarded: Option<&Forwarded<'_>>,
     ) -> Result<Response<ResponseBody>, SendError> {
+        let Target { protocol, endpoint, tls, host } = target;
         debug_assert!(forwarded.is_none() || !protocol.is_h2(), "h2 requests carry them in their map");
         let connect_timeout = opts.connect_timeout;
         match protocol {

@@ -40,19 +40,23 @@ use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
-use super::client::{BodyTooLarge, Exchange, ResponseBody, SendError, UpstreamBody, is_send_timeout};
+use super::client::{BodyTooLarge, Exchange, ResponseBody, SendError, Target, UpstreamBody, is_send_timeout};
 use super::deadline::{Deadline, Deadlines};
+use super::error::BoxError;
 use super::error::{ProxyError, grpc_local_response, is_grpc, local_response};
 use super::forwarded::{
     Forwarded, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PORT, X_FORWARDED_PROTO, X_REAL_IP,
 };
-use super::{Compiled, Proxy, ProxyConfig, extauth, mirror, upgrade};
+use super::{Compiled, Proxy, ProxyConfig, Retry, extauth, mirror, upgrade};
 use crate::accesslog;
 use crate::auth;
-use crate::balance::Balancer;
+use crate::balance::{Balancer, EndpointState};
+use crate::connlimit::Slot;
+use crate::cors::CompiledCors;
 use crate::hashkey;
 use crate::model::{ClientVerify, RetryOn};
-use crate::policy::{CompiledBalance, Verdict, set_headers};
+use crate::policy::{CompiledBalance, CompiledPolicy, Verdict, set_headers};
+use crate::router::{BackendIdx, CompiledRoute};
 use crate::throttle::Shaped;
 use crate::uri_path;
 
@@ -121,15 +125,6 @@ impl ConnCtx {
             Ok(resp) => resp,
             Err(err) => {
                 let status = err.status();
-                tracing::debug!(
-                    peer = %self.peer,
-                    version = state.version,
-                    status = status.as_u16(),
-                    error = %err,
-                    source = ?err.source_kind(),
-                    elapsed_ms = start.elapsed().as_millis() as u64,
-                    "request answered locally"
-                );
                 let mut resp = if grpc {
                     grpc_local_response(status, request_id.clone())
                 } else {
@@ -151,7 +146,7 @@ impl ConnCtx {
     async fn forward(
         &self,
         state: &Compiled,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
         start: Instant,
         request_id: &HeaderValue,
     ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -165,6 +160,8 @@ impl ConnCtx {
             }
             None => return Err(ProxyError::NoHost),
         };
+        // The host as text, once for every phase (`request_host` admits only visible ASCII).
+        let host_str = host.to_str().map_err(|_| ProxyError::NoHost)?;
         // Routes and policies see the normalized path (decoded, dot segments resolved, slashes
         // merged); the upstream gets the target as sent. Owned only when it differs.
         let normalized = match uri_path::normalize(req.uri().path(), state.config.paths)? {
@@ -172,8 +169,7 @@ impl ConnCtx {
             Cow::Owned(path) => Some(path),
         };
         let path = normalized.as_deref().unwrap_or(req.uri().path());
-        let route =
-            state.router.lookup(host.to_str().unwrap_or_default(), path).ok_or(ProxyError::NoRoute)?;
+        let route = state.router.lookup(host_str, path).ok_or(ProxyError::NoRoute)?;
         // `custom-http-errors`: what the error page backend is told about the request (boxed:
         // it waits across the exchange, and most routes have none).
         let custom = route.policy.as_deref().and_then(|p| p.custom_errors.as_ref()).map(|(codes, pages)| {
@@ -186,15 +182,30 @@ impl ConnCtx {
             });
             (codes, *pages, original)
         });
-        // One call site: its future has one place in this one.
+        let ctx = RequestCtx {
+            state,
+            route,
+            policy: route.policy.as_deref(),
+            request_id,
+            start,
+            host: &host,
+            host_str,
+            normalized: normalized.as_deref(),
+            client: self.client(&state.config, req.headers()),
+        };
+        // The phases, pingora's: the request filter answers instead of forwarding, or admits
+        // the request; `upstream` runs the rest (peer, upstream request, exchange, response
+        // filter).
         let mut auth_cookies = Vec::new();
-        let mut result = self
-            .forward_route(state, route, host, normalized, req, start, request_id, &mut auth_cookies)
-            .await;
+        let filtered = self.request_filter(&ctx, &mut req, &mut auth_cookies).await;
+        let mut result = match filtered {
+            Ok(Filtered::Forward(admitted)) => self.upstream(&ctx, admitted, req).await,
+            Ok(Filtered::Answer(resp)) => Ok(resp),
+            Err(error) => Err(error),
+        };
         // The authentication service's cookies, on the answer (nginx's `add_header Set-Cookie`).
         if !auth_cookies.is_empty()
-            && let (Ok(resp), Some(ext)) =
-                (&mut result, route.policy.as_deref().and_then(|p| p.external_auth.as_ref()))
+            && let (Ok(resp), Some(ext)) = (&mut result, ctx.policy.and_then(|p| p.external_auth.as_ref()))
             && extauth::cookies_apply(ext, resp.status())
         {
             for cookie in auth_cookies {
@@ -268,10 +279,12 @@ impl ConnCtx {
         let sent = tokio::time::timeout(
             timeout,
             self.proxy.inner.clients.send(
-                balancer.protocol(),
-                endpoint,
-                balancer.tls(),
-                authority.host(),
+                Target {
+                    protocol: balancer.protocol(),
+                    endpoint,
+                    tls: balancer.tls(),
+                    host: authority.host(),
+                },
                 req,
                 Exchange::of(&state.config),
                 None,
@@ -287,132 +300,164 @@ impl ConnCtx {
         }
     }
 
-    /// One request on its route: policies, endpoint choice, forwarding with retries. The
-    /// authentication service's cookies for the answer are left in `auth_cookies`.
-    #[allow(clippy::too_many_arguments)]
-    async fn forward_route(
-        &self,
-        state: &Compiled,
-        route: &crate::router::CompiledRoute,
-        host: HeaderValue,
-        normalized: Option<String>,
-        mut req: Request<Incoming>,
-        start: Instant,
-        request_id: &HeaderValue,
-        auth_cookies: &mut Vec<HeaderValue>,
-    ) -> Result<Response<ProxyBody>, ProxyError> {
-        let config = &state.config;
-        let client = self.client(config, req.headers());
-        // The HTTPS redirect comes first, as in ingress-nginx's locations.
-        if route.ssl_redirect && !client.https {
-            let preserve = route.policy.as_deref().is_some_and(|p| p.preserve_trailing_slash);
-            return Ok(self.https_redirect(&host, &req, preserve));
-        }
-        if let Some(target) = route.policy.as_deref().and_then(|p| p.host_redirect.as_deref()) {
-            return Ok(self.host_redirect(target, &req, request_id));
-        }
+    // --- phase 1: the request filter ---
 
+    /// What answers instead of forwarding, in ingress-nginx's order: redirects, the client
+    /// certificate, the body limit, a CORS preflight, rate and connection limits, address rules,
+    /// basic and external authentication.
+    async fn request_filter<'a>(
+        &'a self,
+        ctx: &'a RequestCtx<'a>,
+        req: &mut Request<Incoming>,
+        auth_cookies: &mut Vec<HeaderValue>,
+    ) -> Result<Filtered<'a>, ProxyError> {
+        if let Some(resp) = self.redirects(ctx, req) {
+            return Ok(Filtered::Answer(resp));
+        }
         // mTLS first: the client certificate is part of the connection, checked before any policy.
-        match self.client_auth(state, &host, req.headers_mut()) {
+        match self.client_auth(ctx.state, ctx.host_str, req.headers_mut()) {
             Ok(()) => {}
             // `auth-tls-error-page`: a missing or invalid certificate is sent there instead.
             Err((ProxyError::ClientCertRequired | ProxyError::ClientCertInvalid, Some(page))) => {
-                let mut resp = local_response(StatusCode::FOUND, request_id.clone());
+                let mut resp = local_response(StatusCode::FOUND, ctx.request_id.clone());
                 resp.headers_mut().insert(LOCATION, page);
-                return Ok(resp);
+                return Ok(Filtered::Answer(resp));
             }
             Err((error, _)) => return Err(error),
         }
+        let admitted = match self.limits(ctx, req)? {
+            Filtered::Forward(admitted) => admitted,
+            answer => return Ok(answer),
+        };
+        if let Some(resp) = self.access(ctx, req, auth_cookies).await? {
+            return Ok(Filtered::Answer(resp));
+        }
+        Ok(Filtered::Forward(admitted))
+    }
 
-        // --- route policy: what answers instead of forwarding ---
-        let policy = route.policy.as_deref();
-        let body_limit = policy.map_or(config.max_request_body, |p| p.body_limit(config.max_request_body));
-        if let Some(limit) = body_limit
+    /// The HTTPS redirect (first, as in ingress-nginx's locations), then
+    /// `from-to-www-redirect`.
+    fn redirects(&self, ctx: &RequestCtx<'_>, req: &Request<Incoming>) -> Option<Response<ProxyBody>> {
+        if ctx.route.ssl_redirect && !ctx.client.https {
+            let preserve = ctx.policy.is_some_and(|p| p.preserve_trailing_slash);
+            return Some(self.https_redirect(ctx.host_str, req, preserve));
+        }
+        let target = ctx.policy.and_then(|p| p.host_redirect.as_deref())?;
+        Some(self.host_redirect(target, req, ctx.request_id))
+    }
+
+    /// The declared body against the limit, a CORS preflight (answered here; other requests get
+    /// the CORS headers on the response), the rate limit and `limit-connections` (a place held
+    /// until the response has gone out, or is dropped).
+    fn limits<'a>(
+        &self,
+        ctx: &'a RequestCtx<'a>,
+        req: &Request<Incoming>,
+    ) -> Result<Filtered<'a>, ProxyError> {
+        let policy = ctx.policy;
+        if let Some(limit) = ctx.body_limit()
             && declared_length(req.headers()).is_some_and(|n| n > limit)
         {
             return Err(ProxyError::PayloadTooLarge);
         }
-        // CORS: an allowed origin's `OPTIONS` is a preflight answered here; other requests
-        // get the CORS headers on the response.
         let cors = policy
             .and_then(|p| p.cors.as_ref())
             .and_then(|c| c.allow_origin(req.headers().get(http::header::ORIGIN)).map(|origin| (c, origin)));
         if let Some((cors, origin)) = &cors
             && req.method() == http::Method::OPTIONS
         {
-            let mut resp = local_response(StatusCode::NO_CONTENT, request_id.clone());
+            let mut resp = local_response(StatusCode::NO_CONTENT, ctx.request_id.clone());
             *resp.body_mut() = Either::Right(Full::new(Bytes::new()));
             let headers = resp.headers_mut();
             headers.remove(CONTENT_LENGTH);
             headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
             cors.add_headers(headers, origin.clone(), true);
-            return Ok(resp);
+            return Ok(Filtered::Answer(resp));
         }
         if let Some(limiter) = policy.and_then(|p| p.rate_limit.as_ref())
-            && !limiter.allow(client.ip, Instant::now())
+            && !limiter.allow(ctx.client.ip, Instant::now())
         {
             return Err(ProxyError::RateLimited(limiter.status));
         }
-        // `limit-connections`: a place held until the response has gone out (or is dropped).
-        let mut slot = match policy.and_then(|p| p.conn_limit.as_ref()) {
+        let slot = match policy.and_then(|p| p.conn_limit.as_ref()) {
             Some(limiter) => {
-                limiter.acquire(client.ip).map_err(|_| ProxyError::ConnLimited(limiter.status))?
+                limiter.acquire(ctx.client.ip).map_err(|_| ProxyError::ConnLimited(limiter.status))?
             }
             None => None,
         };
-        if let Some(policy) = policy {
-            match policy.check(client.ip, normalized.as_deref().unwrap_or(req.uri().path())) {
-                Some(Verdict::Redirect(code, location)) => {
-                    let mut resp = local_response(code, request_id.clone());
-                    resp.headers_mut().insert(LOCATION, location);
-                    return Ok(resp);
-                }
-                Some(Verdict::Forbidden) => return Err(ProxyError::Forbidden),
-                None => {}
+        Ok(Filtered::Forward(Admitted { cors, slot }))
+    }
+
+    /// The route's address rules and redirects (`app-root`), then basic and external
+    /// authentication, as nginx's access phase (`satisfy all`). `Some` answers the request.
+    async fn access(
+        &self,
+        ctx: &RequestCtx<'_>,
+        req: &mut Request<Incoming>,
+        auth_cookies: &mut Vec<HeaderValue>,
+    ) -> Result<Option<Response<ProxyBody>>, ProxyError> {
+        let Some(policy) = ctx.policy else { return Ok(None) };
+        match policy.check(ctx.client.ip, ctx.normalized.unwrap_or(req.uri().path())) {
+            Some(Verdict::Redirect(code, location)) => {
+                let mut resp = local_response(code, ctx.request_id.clone());
+                resp.headers_mut().insert(LOCATION, location);
+                return Ok(Some(resp));
             }
-            // After the address rules, as nginx's access phase (`satisfy all`).
-            if let Some((auth, challenge)) = &policy.basic_auth
-                && auth::check(auth, req.headers().get(AUTHORIZATION)).await == auth::Outcome::Denied
-            {
-                let mut resp = local_response(StatusCode::UNAUTHORIZED, request_id.clone());
-                resp.headers_mut().insert(WWW_AUTHENTICATE, challenge.clone());
-                return Ok(resp);
+            Some(Verdict::Forbidden) => return Err(ProxyError::Forbidden),
+            None => {}
+        }
+        if let Some((auth, challenge)) = &policy.basic_auth
+            && auth::check(auth, req.headers().get(AUTHORIZATION)).await == auth::Outcome::Denied
+        {
+            let mut resp = local_response(StatusCode::UNAUTHORIZED, ctx.request_id.clone());
+            resp.headers_mut().insert(WWW_AUTHENTICATE, challenge.clone());
+            return Ok(Some(resp));
+        }
+        let Some(ext) = &policy.external_auth else { return Ok(None) };
+        let request_uri = req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned();
+        let original = extauth::Original {
+            scheme: self.scheme(),
+            host: ctx.host_str,
+            method: req.method(),
+            request_uri: &request_uri,
+            client: ctx.client.ip,
+            headers: req.headers(),
+        };
+        let clients = &self.proxy.inner.clients;
+        let cache = policy.auth_cache.as_deref();
+        let timeout = ctx.state.config.upstream_timeout;
+        let decision = extauth::decide(clients, timeout, ext, cache, &original, ctx.request_id);
+        match Box::pin(decision).await {
+            (extauth::Decision::Allow(copy), cookies) => {
+                for (name, value) in copy {
+                    req.headers_mut().insert(name, value);
+                }
+                *auth_cookies = cookies;
+                Ok(None)
             }
-            if let Some(ext) = &policy.external_auth {
-                let request_uri = req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned();
-                let original = extauth::Original {
-                    scheme: self.scheme(),
-                    host: host.to_str().unwrap_or_default(),
-                    method: req.method(),
-                    request_uri: &request_uri,
-                    client: client.ip,
-                    headers: req.headers(),
-                };
-                let clients = &self.proxy.inner.clients;
-                let cache = policy.auth_cache.as_deref();
-                let decision =
-                    extauth::decide(clients, config.upstream_timeout, ext, cache, &original, request_id);
-                match Box::pin(decision).await {
-                    (extauth::Decision::Allow(copy), cookies) => {
-                        for (name, value) in copy {
-                            req.headers_mut().insert(name, value);
-                        }
-                        *auth_cookies = cookies;
-                    }
-                    (extauth::Decision::Deny(status, headers), cookies) => {
-                        let mut resp = local_response(status, request_id.clone());
-                        resp.headers_mut().extend(headers);
-                        if extauth::cookies_apply(ext, status) {
-                            for cookie in cookies {
-                                resp.headers_mut().append(http::header::SET_COOKIE, cookie);
-                            }
-                        }
-                        return Ok(resp);
+            (extauth::Decision::Deny(status, headers), cookies) => {
+                let mut resp = local_response(status, ctx.request_id.clone());
+                resp.headers_mut().extend(headers);
+                if extauth::cookies_apply(ext, status) {
+                    for cookie in cookies {
+                        resp.headers_mut().append(http::header::SET_COOKIE, cookie);
                     }
                 }
+                Ok(Some(resp))
             }
         }
+    }
 
+    // --- phase 2: the upstream peer ---
+
+    /// The backend (the route's, or its canary's) and how its endpoint is picked, decided from
+    /// the request as the client sent it.
+    fn upstream_peer<'a>(
+        &self,
+        ctx: &'a RequestCtx<'a>,
+        req: &Request<Incoming>,
+    ) -> Result<Peer<'a>, ProxyError> {
+        let (state, route, policy) = (ctx.state, ctx.route, ctx.policy);
         let balance = policy.map_or(&CompiledBalance::RoundRobin, |p| &p.balance);
         // The endpoint id the affinity cookie names, read once for the canary and the pick.
         let session = match balance {
@@ -427,7 +472,7 @@ impl ConnCtx {
         let backend = match policy.and_then(|p| p.canary.as_ref()) {
             Some(canary) => {
                 let sticky = matches!(balance, CompiledBalance::Cookie { sticky_canary: true, .. });
-                let holds = |b: crate::router::BackendIdx, id: u64| {
+                let holds = |b: BackendIdx, id: u64| {
                     state.balancers.get(b.0 as usize).is_some_and(|bal| bal.by_id(id).is_some())
                 };
                 match session.filter(|_| sticky) {
@@ -440,13 +485,12 @@ impl ConnCtx {
             None => route.backend,
         };
         let balancer: &Balancer = state.balancers.get(backend.0 as usize).ok_or(ProxyError::NoRoute)?;
-        // How to pick the endpoint, decided from the request as the client sent it.
         let pick = match balance {
             CompiledBalance::RoundRobin => Pick::RoundRobin,
             CompiledBalance::Ewma => Pick::Ewma,
             CompiledBalance::Hash(key) => Pick::Hash(key.hash(&hashkey::Request {
-                client: client.ip,
-                host: host.to_str().unwrap_or_default(),
+                client: ctx.client.ip,
+                host: ctx.host_str,
                 request_uri: req.uri().path_and_query().map_or("/", |pq| pq.as_str()),
                 headers: req.headers(),
             })),
@@ -455,24 +499,33 @@ impl ConnCtx {
         if balancer.is_empty() {
             return Err(ProxyError::NoEndpoints);
         }
-        let protocol = balancer.protocol();
+        Ok(Peer { backend, balancer, balance, pick })
+    }
+
+    // --- phase 3: the upstream request ---
+
+    /// The request head as the upstream gets it: hop-by-hop headers out, the upgrade
+    /// handshake, the forwarded headers, the host, the rewritten path, the URI's form.
+    fn upstream_request<'a>(
+        &'a self,
+        ctx: &'a RequestCtx<'a>,
+        peer: &Peer<'a>,
+        req: &mut Request<Incoming>,
+    ) -> Result<Outgoing<'a>, ProxyError> {
+        let config = &ctx.state.config;
+        let policy = ctx.policy;
+        let protocol = peer.balancer.protocol();
         let h2 = protocol.is_h2();
-        // The name a TLS upstream is verified against, unless the backend configures one.
-        let tls_host =
-            if protocol.is_tls() { host.to_str().unwrap_or_default().to_string() } else { String::new() };
-        let host_str = tls_host.as_str();
         // `mirror-*`: the copy's URL is filled in from the request as the client sent it.
         let mirrored = policy
             .and_then(|p| p.mirror.as_deref())
-            .map(|m| (m, host.clone(), req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned()));
-
-        // --- request head ---
+            .map(|m| (m, req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned()));
         // A WebSocket over HTTP/2 (RFC 8441 extended CONNECT) goes to an HTTP/1.1 upstream as
         // the classic GET + Upgrade handshake; the upstream's 101 becomes the client's 200.
-        let h2_websocket = !h2 && is_h2_websocket(&req);
+        let h2_websocket = !h2 && is_h2_websocket(req);
         let one_at_a_time = req.version() < Version::HTTP_2;
-        let is_upgrade = !h2 && (h2_websocket || is_upgrade_request(&req));
-        let downstream_upgrade = is_upgrade.then(|| hyper::upgrade::on(&mut req));
+        let is_upgrade = !h2 && (h2_websocket || is_upgrade_request(req));
+        let downstream_upgrade = is_upgrade.then(|| hyper::upgrade::on(&mut *req));
         if h2_websocket {
             *req.method_mut() = http::Method::GET;
         }
@@ -495,10 +548,10 @@ impl ConnCtx {
             r#for: &self.client_ip,
             real_ip: &self.client_ip,
             proto: if self.https { &HTTPS } else { &HTTP },
-            host: &host,
+            host: ctx.host,
             port: &self.listener_port,
         };
-        if let Some(trusted) = &client.forwarded {
+        if let Some(trusted) = &ctx.client.forwarded {
             trusted.apply(&mut forwarded);
         }
         if !encoded {
@@ -513,7 +566,7 @@ impl ConnCtx {
         // `proxy-set-headers` (translation refuses Host and the framing headers).
         set_headers(headers, &config.upstream_headers);
         // `upstream-vhost` replaces the host the upstream sees (not `X-Forwarded-Host`).
-        let upstream_host = policy.and_then(|p| p.upstream_host.clone()).unwrap_or_else(|| host.clone());
+        let upstream_host = policy.and_then(|p| p.upstream_host.clone()).unwrap_or_else(|| ctx.host.clone());
         // The host we routed on is what the upstream sees: for HTTP/1.1 the Host header (the same
         // value for ordinary requests; the authority for h2 clients, which send no Host, and for
         // absolute-form requests, whose Host must be ignored); for h2c the `:authority`.
@@ -524,107 +577,63 @@ impl ConnCtx {
             headers.insert(HOST, upstream_host);
             None
         };
+        *req.version_mut() = if h2 { Version::HTTP_2 } else { Version::HTTP_11 };
+        *req.uri_mut() = upstream_uri(ctx, req.uri(), h2_authority, protocol.is_tls())?;
+        Ok(Outgoing {
+            forwarded,
+            encoded,
+            is_upgrade,
+            h2_websocket,
+            one_at_a_time,
+            downstream_upgrade,
+            mirrored,
+        })
+    }
 
-        let (mut parts, body) = req.into_parts();
-        parts.version = if h2 { Version::HTTP_2 } else { Version::HTTP_11 };
-        // `rewrite-target` rewrites the path the route matched (nginx's `$uri`), escaped again.
-        let rewritten = policy.and_then(|p| match &normalized {
-            Some(path) => p.rewrite_path(path, parts.uri.query(), true),
-            None => p.rewrite(parts.uri.path(), parts.uri.query()),
-        });
-        let path_and_query = match rewritten {
-            Some(target) => PathAndQuery::try_from(target).map_err(|_| ProxyError::BadRewrite)?,
-            None => parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
-        };
-        // Origin-form for HTTP/1.1; for h2 the scheme and the host as `:authority`. The client
-        // connects to the endpoint, so the URI is the same whichever endpoint is tried.
-        parts.uri = match h2_authority {
-            Some(authority) => {
-                let mut uri = http::uri::Parts::default();
-                uri.scheme = Some(if protocol.is_tls() { Scheme::HTTPS } else { Scheme::HTTP });
-                uri.authority = Some(authority);
-                uri.path_and_query = Some(path_and_query);
-                Uri::from_parts(uri).map_err(|_| ProxyError::BadUpstreamAddress)?
-            }
-            None => Uri::from(path_and_query),
-        };
-        let clients = &self.proxy.inner.clients;
-        // `proxy-next-upstream`: the route's conditions (with `retry-non-idempotent`), else the
-        // table's.
-        let retry = policy
-            .and_then(|p| p.next_upstream)
-            .map_or(config.next_upstream, |r| r.with_non_idempotent(config.retry_non_idempotent));
-        let tries_wanted = match policy.and_then(|p| p.connect_tries) {
-            Some(0) => MAX_TRIES,
-            Some(n) => n as usize,
-            None => config.connect_tries,
-        };
-        let max_tries = tries_wanted.clamp(1, balancer.endpoints().len().min(MAX_TRIES));
-        let head_timeout = policy.and_then(|p| p.read_timeout).unwrap_or(config.upstream_timeout);
-        let mut opts = Exchange::of(config);
-        if let Some(timeout) = policy.and_then(|p| p.connect_timeout) {
-            opts.connect_timeout = timeout;
-        }
-        if let Some(timeout) = policy.and_then(|p| p.send_timeout) {
-            opts.send_timeout = timeout;
-        }
-        // `proxy-next-upstream-timeout`: no try starts past it (the clock is read only with one).
-        let retry_until = policy
-            .and_then(|p| p.next_upstream_timeout)
-            .unwrap_or(config.next_upstream_timeout)
-            .filter(|_| max_tries > 1)
-            .map(|limit| Instant::now() + limit);
-        // A request that went out goes again only if its method allows it and its body can be
-        // sent again: none, or a small one (declared length) read whole first.
-        let resend = max_tries > 1 && !is_upgrade && retry.after_send() && retry.may_resend(&parts.method);
-        let (body, replay) = if !resend {
-            (UpstreamBody::new(body, body_limit), None)
-        } else if http_body::Body::is_end_stream(&body) {
-            (UpstreamBody::empty(), Some(Bytes::new()))
-        } else if http_body::Body::size_hint(&body).exact().is_some_and(|n| n <= RESEND_BODY_MAX) {
-            let bytes = Box::pin(read_whole(body, head_timeout)).await?;
-            (UpstreamBody::buffered(bytes.clone()), Some(bytes))
-        } else {
-            (UpstreamBody::new(body, body_limit), None)
-        };
+    // --- phases 2 to 5, driven: the exchange, with retries ---
+
+    /// What follows an admitted request: its upstream peer and upstream request phases, then the
+    /// exchange with the picked endpoint and, under `proxy-next-upstream`, the next ones; the
+    /// answer passes the response filter. (The request is moved in once: each async call it is
+    /// moved into adds its size to the future every request carries.)
+    async fn upstream<'a>(
+        &'a self,
+        ctx: &'a RequestCtx<'a>,
+        admitted: Admitted<'a>,
+        mut req: Request<Incoming>,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        let peer = &self.upstream_peer(ctx, &req)?;
+        let outgoing = self.upstream_request(ctx, peer, &mut req)?;
+        let (parts, body) = req.into_parts();
+        let (state, config) = (ctx.state, &ctx.state.config);
+        let balancer = peer.balancer;
+        let protocol = balancer.protocol();
+        // The name a TLS upstream is verified against, unless the backend configures one.
+        let tls_host = if protocol.is_tls() { ctx.host_str } else { "" };
+        // The fields of `outgoing` are used in place: moved into new bindings, they would take
+        // room of their own in this future, which every request carries.
+        let plan = RetryPlan::of(ctx, balancer, &parts.method, outgoing.is_upgrade);
+        let (mut body, replay) = upstream_body(body, &plan, ctx.body_limit()).await?;
         let head = replay.as_ref().map(|_| Head::of(&parts));
-        // A connect error hands the request back, unsent, for the next endpoint.
-        let mut body = body;
-        if let Some((target, client_host, request_uri)) = &mirrored
-            && !is_upgrade
-        {
-            let original = extauth::Original {
-                scheme: self.scheme(),
-                host: client_host.to_str().unwrap_or_default(),
-                method: &parts.method,
-                request_uri,
-                client: client.ip,
-                headers: &parts.headers,
-            };
-            mirror::start(&self.proxy, target, &original, &mut body, opts.connect_timeout + head_timeout);
+        if let Some(mirrored) = outgoing.mirrored.filter(|_| !outgoing.is_upgrade) {
+            let wait = plan.opts.connect_timeout + plan.head_timeout;
+            self.mirror(ctx, mirrored, &parts, &mut body, wait);
         }
+        // A connect error hands the request back, unsent, for the next endpoint.
         let mut attempt = Request::from_parts(parts, body);
         let (mut tried, mut tries) = ([usize::MAX; MAX_TRIES], 0);
         // `$upstream_addr`: every endpoint tried before the one that answers, nginx's way.
         let mut earlier = String::new();
         // Whether another endpoint may take the request after `on` happened.
         let more = |tries: usize, sent: bool| {
-            tries < max_tries
+            tries < plan.max_tries
                 && (!sent || replay.is_some())
-                && retry_until.is_none_or(|until| Instant::now() < until)
+                && plan.until.is_none_or(|until| Instant::now() < until)
         };
-        let again = |on: RetryOn, tries: usize, sent: bool| retry.on(on) && more(tries, sent);
+        let again = |on: RetryOn, tries: usize, sent: bool| plan.retry.on(on) && more(tries, sent);
 
         loop {
-            let untried = &tried[..tries];
-            let picked = match pick {
-                Pick::RoundRobin => balancer.pick_untried(untried),
-                Pick::Ewma => balancer.pick_ewma(untried),
-                Pick::Hash(key) => balancer.pick_hashed(key, untried),
-                Pick::Sticky(Some(i)) if !untried.contains(&i) => Some(i),
-                Pick::Sticky(_) => balancer.pick_untried(untried),
-            };
-            let Some(idx) = picked else {
+            let Some(idx) = peer.pick_untried(&tried[..tries]) else {
                 return Err(ProxyError::NoEndpoints);
             };
             tried[tries] = idx;
@@ -633,28 +642,25 @@ impl ConnCtx {
             // For the debug log and the access log only: no clock read per request otherwise.
             let started =
                 (config.access_log.is_some() || tracing::enabled!(tracing::Level::DEBUG)).then(Instant::now);
-
             // Latency is only measured where a route balances by it.
-            let flight = matches!(pick, Pick::Ewma).then(|| endpoint.start());
+            let flight = matches!(peer.pick, Pick::Ewma).then(|| endpoint.start());
             // Boxed: this future would otherwise be part of every enclosing one, each moved
             // (copied whole) as the request's future is built and handed to hyper.
-            let exchange = Box::pin(clients.send(
-                protocol,
-                endpoint,
-                balancer.tls(),
-                host_str,
+            let target = Target { protocol, endpoint, tls: balancer.tls(), host: tls_host };
+            let exchange = Box::pin(self.proxy.inner.clients.send(
+                target,
                 attempt,
-                opts,
-                encoded.then_some(&forwarded),
+                plan.opts,
+                outgoing.encoded.then_some(&outgoing.forwarded),
             ));
             // An HTTP/1 client connection has one request at a time: its own lazily armed
             // timer waits for the response head (no timer-wheel work per request). HTTP/2
             // streams run concurrently, each with a timer lent by the connection for the wait.
-            let sent = if one_at_a_time {
-                self.upstream_deadline.timeout(head_timeout, exchange).await.map_err(|_| ())
+            let sent = if outgoing.one_at_a_time {
+                self.upstream_deadline.timeout(plan.head_timeout, exchange).await.map_err(|_| ())
             } else {
                 let deadline = self.stream_deadlines.lend();
-                deadline.timeout(head_timeout, exchange).await.map_err(|_| ())
+                deadline.timeout(plan.head_timeout, exchange).await.map_err(|_| ())
             };
             let (on, failure) = match sent {
                 Ok(Ok(resp)) => {
@@ -664,7 +670,7 @@ impl ConnCtx {
                     let status = resp.status();
                     // `http_5xx` and friends: the answer is dropped (its connection closed unless
                     // it was complete) and the next endpoint asked; the last one's stands.
-                    if retry.on_status(status)
+                    if plan.retry.on_status(status)
                         && more(tries, true)
                         && let Some((head, bytes)) = head.as_ref().zip(replay.as_ref())
                     {
@@ -677,49 +683,26 @@ impl ConnCtx {
                     tracing::debug!(
                         peer = %self.peer,
                         version = state.version,
-                        route = ?route.path,
-                        origin = route.origin.as_ref().map(tracing::field::display),
-                        backend = %state.router.backend_ids()[backend.0 as usize],
+                        route = ?ctx.route.path,
+                        origin = ctx.route.origin.as_ref().map(tracing::field::display),
+                        backend = %state.router.backend_ids()[peer.backend.0 as usize],
                         upstream = %endpoint.key(),
                         tries,
                         status = status.as_u16(),
                         upstream_ms = started.map(|t| t.elapsed().as_millis() as u64),
-                        elapsed_ms = start.elapsed().as_millis() as u64,
+                        elapsed_ms = ctx.start.elapsed().as_millis() as u64,
                         "proxied"
                     );
-                    let mut resp = self.response(resp, downstream_upgrade, h2_websocket)?;
-                    if let Some(policy) = policy {
-                        if let Some(rewrite) = &policy.response_rewrite {
-                            rewrite.apply(resp.headers_mut());
-                        }
-                        if let Either::Left(body) = resp.body_mut() {
-                            body.limit(slot.take(), policy.response_rate.as_ref());
-                        }
-                    }
-                    if config.access_log.is_some() {
-                        let addr = if earlier.is_empty() {
-                            endpoint.key().to_string()
-                        } else {
-                            format!("{earlier}, {}", endpoint.key())
-                        };
-                        resp.extensions_mut().insert(accesslog::Upstream {
-                            addr,
-                            status: status.as_u16(),
-                            elapsed: started.map(|t| t.elapsed()).unwrap_or_default(),
-                            backend: state.router.backend_ids().get(backend.0 as usize).cloned(),
-                            origin: route.origin.clone(),
-                        });
-                    }
-                    if let Some((cors, origin)) = cors {
-                        cors.add_headers(resp.headers_mut(), origin, false);
-                    }
-                    // A new session, or one whose endpoint is gone, learns where it now sticks.
-                    if !matches!(pick, Pick::Sticky(Some(i)) if i == idx)
-                        && let Some(cookie) = balance.set_cookie(endpoint.id())
-                    {
-                        resp.headers_mut().append(http::header::SET_COOKIE, cookie);
-                    }
-                    return Ok(resp);
+                    let answered = Answered {
+                        idx,
+                        tries,
+                        endpoint,
+                        earlier,
+                        started,
+                        downstream_upgrade: outgoing.downstream_upgrade,
+                        h2_websocket: outgoing.h2_websocket,
+                    };
+                    return self.response_filter(ctx, peer, admitted, answered, resp);
                 }
                 Ok(Err(SendError::Connect { timed_out, error, request })) => {
                     endpoint.record_failure();
@@ -737,17 +720,10 @@ impl ConnCtx {
                         ProxyError::Connect(error)
                     });
                 }
-                Ok(Err(SendError::Request(error))) if is_body_too_large(&*error) => {
-                    return Err(ProxyError::PayloadTooLarge);
-                }
-                Ok(Err(SendError::Request(error))) if is_send_timeout(&*error) => {
-                    (RetryOn::Timeout, ProxyError::SendTimeout)
-                }
-                Ok(Err(SendError::Request(error))) => {
-                    let parse = error.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse)
-                        || error.downcast_ref::<super::h1::Error>().is_some_and(super::h1::Error::is_parse);
-                    (if parse { RetryOn::InvalidHeader } else { RetryOn::Error }, ProxyError::Upstream(error))
-                }
+                Ok(Err(SendError::Request(error))) => match classify_send_error(error) {
+                    Ok(failure) => failure,
+                    Err(final_error) => return Err(final_error),
+                },
                 Err(_elapsed) => (RetryOn::Timeout, ProxyError::ResponseTimeout),
             };
             // Sent (at least in part): again only with the whole request at hand.
@@ -762,6 +738,90 @@ impl ConnCtx {
         }
     }
 
+    /// `mirror-*`: a copy of the request goes to the mirror target, its body teed from `body`;
+    /// the copy may take `wait`.
+    fn mirror(
+        &self,
+        ctx: &RequestCtx<'_>,
+        (target, request_uri): (&mirror::CompiledMirror, String),
+        parts: &http::request::Parts,
+        body: &mut UpstreamBody,
+        wait: std::time::Duration,
+    ) {
+        let original = extauth::Original {
+            scheme: self.scheme(),
+            host: ctx.host_str,
+            method: &parts.method,
+            request_uri: &request_uri,
+            client: ctx.client.ip,
+            headers: &parts.headers,
+        };
+        mirror::start(&self.proxy, target, &original, body, wait);
+    }
+
+    // --- phase 5: the response filter ---
+
+    /// The upstream's answer as the client gets it: the upgrade spliced, `proxy-redirect-*` and
+    /// `proxy-cookie-*`, the body paced (`limit-rate`) and holding the `limit-connections`
+    /// place, the access log's upstream fields, CORS headers, the affinity cookie.
+    fn response_filter(
+        &self,
+        ctx: &RequestCtx<'_>,
+        peer: &Peer<'_>,
+        mut admitted: Admitted<'_>,
+        answered: Answered<'_>,
+        resp: Response<ResponseBody>,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        let Answered { idx, tries, endpoint, earlier, started, downstream_upgrade, h2_websocket } = answered;
+        let status = resp.status();
+        tracing::debug!(
+            peer = %self.peer,
+            version = ctx.state.version,
+            route = ?ctx.route.path,
+            origin = ctx.route.origin.as_ref().map(tracing::field::display),
+            backend = %ctx.state.router.backend_ids()[peer.backend.0 as usize],
+            upstream = %endpoint.key(),
+            tries,
+            status = status.as_u16(),
+            upstream_ms = started.map(|t| t.elapsed().as_millis() as u64),
+            elapsed_ms = ctx.start.elapsed().as_millis() as u64,
+            "proxied"
+        );
+        let mut resp = self.response(resp, downstream_upgrade, h2_websocket)?;
+        if let Some(policy) = ctx.policy {
+            if let Some(rewrite) = &policy.response_rewrite {
+                rewrite.apply(resp.headers_mut());
+            }
+            if let Either::Left(body) = resp.body_mut() {
+                body.limit(admitted.slot.take(), policy.response_rate.as_ref());
+            }
+        }
+        if ctx.state.config.access_log.is_some() {
+            let addr = if earlier.is_empty() {
+                endpoint.key().to_string()
+            } else {
+                format!("{earlier}, {}", endpoint.key())
+            };
+            resp.extensions_mut().insert(accesslog::Upstream {
+                addr,
+                status: status.as_u16(),
+                elapsed: started.map(|t| t.elapsed()).unwrap_or_default(),
+                backend: ctx.state.router.backend_ids().get(peer.backend.0 as usize).cloned(),
+                origin: ctx.route.origin.clone(),
+            });
+        }
+        if let Some((cors, origin)) = admitted.cors {
+            cors.add_headers(resp.headers_mut(), origin, false);
+        }
+        // A new session, or one whose endpoint is gone, learns where it now sticks.
+        if !matches!(peer.pick, Pick::Sticky(Some(i)) if i == idx)
+            && let Some(cookie) = peer.balance.set_cookie(endpoint.id())
+        {
+            resp.headers_mut().append(http::header::SET_COOKIE, cookie);
+        }
+        Ok(resp)
+    }
+
     /// The scheme clients reached this listener with.
     fn scheme(&self) -> &'static str {
         if self.https { "https" } else { "http" }
@@ -773,7 +833,7 @@ impl ConnCtx {
     fn client_auth(
         &self,
         state: &Compiled,
-        host: &HeaderValue,
+        host: &str,
         headers: &mut HeaderMap,
     ) -> Result<(), (ProxyError, Option<HeaderValue>)> {
         // One pass over the names; removing four absent names would hash each of them.
@@ -785,7 +845,7 @@ impl ConnCtx {
         if !self.https || state.client_auth.is_empty() {
             return Ok(());
         }
-        let name = crate::router::normalize_host(host.to_str().unwrap_or_default());
+        let name = crate::router::normalize_host(host);
         let Some(policy) = state.client_auth.lookup(&name) else { return Ok(()) };
         let cert = match &self.client_cert {
             Some(cert) if cert.host == policy.host => cert,
@@ -846,11 +906,10 @@ impl ConnCtx {
     /// (`preserve-trailing-slash`), as ingress-nginx does.
     fn https_redirect(
         &self,
-        host: &HeaderValue,
+        host: &str,
         req: &Request<Incoming>,
         preserve_slash: bool,
     ) -> Response<ProxyBody> {
-        let host = host.to_str().unwrap_or_default();
         // Drop a port from the host (IPv6 literals keep their brackets).
         let name = match host.rsplit_once(':') {
             Some((name, port))
@@ -1098,6 +1157,206 @@ fn request_host<B>(req: &Request<B>) -> Result<Option<HeaderValue>, ProxyError> 
         Ok(s) if !s.is_empty() && !s.starts_with(':') => Ok(Some(value)),
         _ => Ok(None),
     }
+}
+
+/// What one request carries from phase to phase (pingora's per-request context): read once in
+/// [`ConnCtx::forward`], borrowed by every phase.
+struct RequestCtx<'a> {
+    state: &'a Compiled,
+    route: &'a CompiledRoute,
+    policy: Option<&'a CompiledPolicy>,
+    request_id: &'a HeaderValue,
+    start: Instant,
+    /// The host routed on, as sent.
+    host: &'a HeaderValue,
+    /// The same, as text: parsed once.
+    host_str: &'a str,
+    /// The normalized request path, when it differs from the request's ([`uri_path`]).
+    normalized: Option<&'a str>,
+    /// The client, as far as the proxy believes.
+    client: Client,
+}
+
+impl RequestCtx<'_> {
+    /// The body limit in force: the route's, else the proxy's (`None`: unlimited).
+    fn body_limit(&self) -> Option<u64> {
+        let global = self.state.config.max_request_body;
+        self.policy.map_or(global, |p| p.body_limit(global))
+    }
+}
+
+/// What the request filter decided.
+enum Filtered<'a> {
+    /// Answered here (a redirect, a preflight, a challenge, a denial).
+    Answer(Response<ProxyBody>),
+    /// On to the upstream.
+    Forward(Admitted<'a>),
+}
+
+/// What the request filter hands on: the CORS origin to answer with, and the
+/// `limit-connections` place held until the response has gone out.
+struct Admitted<'a> {
+    cors: Option<(&'a CompiledCors, HeaderValue)>,
+    slot: Option<Slot>,
+}
+
+/// Where the request goes: the upstream peer phase's choice.
+struct Peer<'a> {
+    backend: BackendIdx,
+    balancer: &'a Balancer,
+    balance: &'a CompiledBalance,
+    pick: Pick,
+}
+
+impl Peer<'_> {
+    /// The next endpoint to try, none of `tried`.
+    fn pick_untried(&self, tried: &[usize]) -> Option<usize> {
+        let balancer = self.balancer;
+        match self.pick {
+            Pick::RoundRobin => balancer.pick_untried(tried),
+            Pick::Ewma => balancer.pick_ewma(tried),
+            Pick::Hash(key) => balancer.pick_hashed(key, tried),
+            Pick::Sticky(Some(i)) if !tried.contains(&i) => Some(i),
+            Pick::Sticky(_) => balancer.pick_untried(tried),
+        }
+    }
+}
+
+/// How the request goes upstream, beside its rewritten head: the upstream request phase's
+/// result.
+struct Outgoing<'a> {
+    /// The forwarded headers, written by the HTTP/1.1 encoder when `encoded`.
+    forwarded: Forwarded<'a>,
+    encoded: bool,
+    is_upgrade: bool,
+    h2_websocket: bool,
+    /// HTTP/1 (one request at a time on the connection), not an h2 stream.
+    one_at_a_time: bool,
+    downstream_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    /// `mirror-*`: the copy's target and the request URI as the client sent it.
+    mirrored: Option<(&'a mirror::CompiledMirror, String)>,
+}
+
+/// How the exchange may retry (`proxy-next-upstream*`) and its timeouts, from the route and
+/// the table.
+struct RetryPlan {
+    retry: Retry,
+    max_tries: usize,
+    head_timeout: std::time::Duration,
+    opts: Exchange,
+    /// No try starts past it (`proxy-next-upstream-timeout`; the clock is read only with one).
+    until: Option<Instant>,
+    /// Whether a request that went out may go again (its method allows it).
+    resend: bool,
+}
+
+impl RetryPlan {
+    fn of(ctx: &RequestCtx<'_>, balancer: &Balancer, method: &http::Method, is_upgrade: bool) -> RetryPlan {
+        let (config, policy) = (&ctx.state.config, ctx.policy);
+        // `proxy-next-upstream`: the route's conditions (with `retry-non-idempotent`), else the
+        // table's.
+        let retry = policy
+            .and_then(|p| p.next_upstream)
+            .map_or(config.next_upstream, |r| r.with_non_idempotent(config.retry_non_idempotent));
+        let tries_wanted = match policy.and_then(|p| p.connect_tries) {
+            Some(0) => MAX_TRIES,
+            Some(n) => n as usize,
+            None => config.connect_tries,
+        };
+        let max_tries = tries_wanted.clamp(1, balancer.endpoints().len().min(MAX_TRIES));
+        let head_timeout = policy.and_then(|p| p.read_timeout).unwrap_or(config.upstream_timeout);
+        let mut opts = Exchange::of(config);
+        if let Some(timeout) = policy.and_then(|p| p.connect_timeout) {
+            opts.connect_timeout = timeout;
+        }
+        if let Some(timeout) = policy.and_then(|p| p.send_timeout) {
+            opts.send_timeout = timeout;
+        }
+        let until = policy
+            .and_then(|p| p.next_upstream_timeout)
+            .unwrap_or(config.next_upstream_timeout)
+            .filter(|_| max_tries > 1)
+            .map(|limit| Instant::now() + limit);
+        let resend = max_tries > 1 && !is_upgrade && retry.after_send() && retry.may_resend(method);
+        RetryPlan { retry, max_tries, head_timeout, opts, until, resend }
+    }
+}
+
+/// The endpoint that answered, and what the response filter needs of the exchange.
+struct Answered<'a> {
+    idx: usize,
+    /// Endpoints tried, this one included.
+    tries: usize,
+    endpoint: &'a EndpointState,
+    /// `$upstream_addr`'s earlier endpoints.
+    earlier: String,
+    started: Option<Instant>,
+    downstream_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    h2_websocket: bool,
+}
+
+/// The body as it goes upstream, and the copy to send again: a request that went out goes
+/// again only if its body can be sent again (none, or a small one, by its declared length, read
+/// whole first) and `plan` allows resending.
+async fn upstream_body(
+    body: Incoming,
+    plan: &RetryPlan,
+    limit: Option<u64>,
+) -> Result<(UpstreamBody, Option<Bytes>), ProxyError> {
+    Ok(if !plan.resend {
+        (UpstreamBody::new(body, limit), None)
+    } else if http_body::Body::is_end_stream(&body) {
+        (UpstreamBody::empty(), Some(Bytes::new()))
+    } else if http_body::Body::size_hint(&body).exact().is_some_and(|n| n <= RESEND_BODY_MAX) {
+        let bytes = Box::pin(read_whole(body, plan.head_timeout)).await?;
+        (UpstreamBody::buffered(bytes.clone()), Some(bytes))
+    } else {
+        (UpstreamBody::new(body, limit), None)
+    })
+}
+
+/// The path and query sent upstream (rewritten by `rewrite-target` from the normalized path,
+/// else as sent), in origin-form for HTTP/1.1 and with the scheme and `:authority` for h2. The
+/// client connects to the endpoint, so the URI is the same whichever endpoint is tried.
+fn upstream_uri(
+    ctx: &RequestCtx<'_>,
+    uri: &Uri,
+    h2_authority: Option<Authority>,
+    tls: bool,
+) -> Result<Uri, ProxyError> {
+    // `rewrite-target` rewrites the path the route matched (nginx's `$uri`), escaped again.
+    let rewritten = ctx.policy.and_then(|p| match ctx.normalized {
+        Some(path) => p.rewrite_path(path, uri.query(), true),
+        None => p.rewrite(uri.path(), uri.query()),
+    });
+    let path_and_query = match rewritten {
+        Some(target) => PathAndQuery::try_from(target).map_err(|_| ProxyError::BadRewrite)?,
+        None => uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
+    };
+    Ok(match h2_authority {
+        Some(authority) => {
+            let mut parts = http::uri::Parts::default();
+            parts.scheme = Some(if tls { Scheme::HTTPS } else { Scheme::HTTP });
+            parts.authority = Some(authority);
+            parts.path_and_query = Some(path_and_query);
+            Uri::from_parts(parts).map_err(|_| ProxyError::BadUpstreamAddress)?
+        }
+        None => Uri::from(path_and_query),
+    })
+}
+
+/// A failed exchange after (part of) the request went out: what it means for retrying and the
+/// error it stands for; `Err` when no retry can help (the body was too large).
+fn classify_send_error(error: BoxError) -> Result<(RetryOn, ProxyError), ProxyError> {
+    if is_body_too_large(&*error) {
+        return Err(ProxyError::PayloadTooLarge);
+    }
+    if is_send_timeout(&*error) {
+        return Ok((RetryOn::Timeout, ProxyError::SendTimeout));
+    }
+    let parse = error.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse)
+        || error.downcast_ref::<super::h1::Error>().is_some_and(super::h1::Error::is_parse);
+    Ok((if parse { RetryOn::InvalidHeader } else { RetryOn::Error }, ProxyError::Upstream(error)))
 }
 
 /// What a custom error page backend is told about the original request.
