@@ -240,7 +240,7 @@ pub struct LogField {
     /// The JSON key.
     pub key: String,
     /// The value: text with `$variables` (a JSON string), or one bare variable.
-    pub value: crate::accesslog::Template,
+    pub value: crate::proxy::accesslog::Template,
     /// Written as a bare JSON value (a number, or `null` when unknown) rather than a string:
     /// the template was a variable outside quotes (`"status": $status`).
     #[serde(default, skip_serializing_if = "is_false")]
@@ -739,7 +739,7 @@ pub struct ExternalAuth {
 }
 
 /// How external authentication answers are cached: per route, by `key` (a template over
-/// request variables, see [`crate::authcache::AuthKey`]), for the time the first rule of
+/// request variables, see [`crate::state::authcache::AuthKey`]), for the time the first rule of
 /// `valid` naming the answer's status gives.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

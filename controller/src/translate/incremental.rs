@@ -31,7 +31,7 @@ use weir_dataplane::fast::{HashMap, HashSet};
 use weir_dataplane::model::{
     Backend, BackendId, Certificate, HostMatch, ObjectRef, ServicePort, TlsEntry, VirtualHost,
 };
-use weir_dataplane::router::TableChanges;
+use weir_dataplane::route::router::TableChanges;
 
 use super::annotations::Parsed;
 use super::backend::SliceIndex;

@@ -11,7 +11,7 @@ use http::header::{
 use http::uri::{Authority, Scheme};
 use http::{Method, Request, StatusCode, Uri};
 
-use super::client::{Clients, UpstreamBody};
+use super::upstream::client::{Clients, UpstreamBody};
 use crate::http_util::percent_encode;
 
 const X_ORIGINAL_URL: HeaderName = HeaderName::from_static("x-original-url");
@@ -85,7 +85,7 @@ pub(super) fn cookies_apply(auth: &crate::model::ExternalAuth, status: StatusCod
 
 /// Reads (and drops) what is left of the service's answer, so that its connection goes back
 /// to the pool; a large or slow body is abandoned (the connection is then closed).
-async fn drain(body: super::client::ResponseBody, until: tokio::time::Instant) {
+async fn drain(body: super::upstream::client::ResponseBody, until: tokio::time::Instant) {
     use http_body_util::BodyExt as _;
     const MAX: usize = 64 * 1024;
     let mut body = std::pin::pin!(body);
@@ -104,12 +104,12 @@ pub(super) async fn decide(
     clients: &Clients,
     timeout: Duration,
     auth: &crate::model::ExternalAuth,
-    cache: Option<&crate::authcache::AuthCache>,
+    cache: Option<&crate::state::authcache::AuthCache>,
     o: &Original<'_>,
     request_id: &HeaderValue,
 ) -> (Decision, Vec<HeaderValue>) {
     let key = cache.and_then(|c| {
-        c.key(&crate::authcache::KeyRequest {
+        c.key(&crate::state::authcache::KeyRequest {
             client: o.client,
             scheme: o.scheme,
             host: o.host,
@@ -144,7 +144,7 @@ pub(super) async fn decide(
                 kept.append(name.clone(), value.clone());
             }
         }
-        let answer = crate::authcache::Answer { status, headers: kept };
+        let answer = crate::state::authcache::Answer { status, headers: kept };
         cache.put(key, answer, ttl, std::time::Instant::now());
     }
     (decision, cookies)

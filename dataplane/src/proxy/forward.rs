@@ -39,20 +39,22 @@ use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
-use super::client::{BodyTooLarge, Exchange, ResponseBody, SendError, UpstreamBody, is_send_timeout};
+use super::accesslog;
 use super::deadline::{Deadline, Deadlines};
 use super::error::{ProxyError, grpc_local_response, is_grpc, local_response};
-use super::forwarded::{
+use super::headers::{
     Forwarded, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PORT, X_FORWARDED_PROTO, X_REAL_IP,
 };
+use super::upstream::client::{
+    BodyTooLarge, Exchange, ResponseBody, SendError, UpstreamBody, is_send_timeout,
+};
 use super::{Compiled, Proxy, ProxyConfig, extauth, mirror, upgrade};
-use crate::accesslog;
-use crate::auth;
-use crate::balance::Balancer;
 use crate::hashkey;
 use crate::model::{ClientVerify, RetryOn};
-use crate::policy::{CompiledBalance, Verdict, set_headers};
-use crate::throttle::Shaped;
+use crate::route::auth;
+use crate::route::policy::{CompiledBalance, Verdict, set_headers};
+use crate::state::balance::Balancer;
+use crate::state::throttle::Shaped;
 
 /// The body of every response the proxy returns: the upstream's, streamed (paced by
 /// `limit-rate` and holding its `limit-connections` place where the route says so), or a small
@@ -90,7 +92,7 @@ pub(super) struct ConnCtx {
     /// Whether the connection came over TLS (`X-Forwarded-Proto: https`).
     pub(super) https: bool,
     /// The client certificate judged at the handshake, on connections to mTLS hosts.
-    pub(super) client_cert: Option<crate::mtls::ClientCert>,
+    pub(super) client_cert: Option<crate::tls::mtls::ClientCert>,
     /// Requests served so far (counted only under `keep-alive-requests`).
     pub(super) requests: AtomicU32,
     /// The response-head deadline of an HTTP/1 connection's requests (one at a time).
@@ -214,7 +216,7 @@ impl ConnCtx {
     async fn error_page(
         &self,
         state: &Compiled,
-        pages: crate::router::BackendIdx,
+        pages: crate::route::router::BackendIdx,
         status: StatusCode,
         original: &ErrorContext,
         request_id: &HeaderValue,
@@ -285,7 +287,7 @@ impl ConnCtx {
     async fn forward_route(
         &self,
         state: &Compiled,
-        route: &crate::router::CompiledRoute,
+        route: &crate::route::router::CompiledRoute,
         host: HeaderValue,
         mut req: Request<Incoming>,
         start: Instant,
@@ -418,7 +420,7 @@ impl ConnCtx {
         let backend = match policy.and_then(|p| p.canary.as_ref()) {
             Some(canary) => {
                 let sticky = matches!(balance, CompiledBalance::Cookie { sticky_canary: true, .. });
-                let holds = |b: crate::router::BackendIdx, id: u64| {
+                let holds = |b: crate::route::router::BackendIdx, id: u64| {
                     state.balancers.get(b.0 as usize).is_some_and(|bal| bal.by_id(id).is_some())
                 };
                 match session.filter(|_| sticky) {
@@ -732,7 +734,9 @@ impl ConnCtx {
                 }
                 Ok(Err(SendError::Request(error))) => {
                     let parse = error.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse)
-                        || error.downcast_ref::<super::h1::Error>().is_some_and(super::h1::Error::is_parse);
+                        || error
+                            .downcast_ref::<super::upstream::h1::Error>()
+                            .is_some_and(super::upstream::h1::Error::is_parse);
                     (if parse { RetryOn::InvalidHeader } else { RetryOn::Error }, ProxyError::Upstream(error))
                 }
                 Err(_elapsed) => (RetryOn::Timeout, ProxyError::ResponseTimeout),
@@ -772,7 +776,7 @@ impl ConnCtx {
         if !self.https || state.client_auth.is_empty() {
             return Ok(());
         }
-        let name = crate::router::normalize_host(host.to_str().unwrap_or_default());
+        let name = crate::route::router::normalize_host(host.to_str().unwrap_or_default());
         let Some(policy) = state.client_auth.lookup(&name) else { return Ok(()) };
         let cert = match &self.client_cert {
             Some(cert) if cert.host == policy.host => cert,
@@ -898,7 +902,7 @@ impl ConnCtx {
 /// for `route`, replacing the upstream's headers of the same names (nginx's `more_set_headers`).
 fn with_response_headers(
     config: &super::ProxyConfig,
-    route: &crate::router::CompiledRoute,
+    route: &crate::route::router::CompiledRoute,
     mut result: Result<Response<ProxyBody>, ProxyError>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     if let Ok(resp) = &mut result {
@@ -1142,7 +1146,7 @@ async fn read_whole(body: Incoming, timeout: std::time::Duration) -> Result<Byte
 }
 
 /// Adds `endpoint` to the tried endpoints of `$upstream_addr` (only with an access log).
-fn note_tried(earlier: &mut String, config: &ProxyConfig, endpoint: &crate::balance::EndpointState) {
+fn note_tried(earlier: &mut String, config: &ProxyConfig, endpoint: &crate::state::balance::EndpointState) {
     use std::fmt::Write;
     if config.access_log.is_some() {
         let sep = if earlier.is_empty() { "" } else { ", " };

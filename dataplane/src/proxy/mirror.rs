@@ -24,10 +24,10 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 
-use super::client::UpstreamBody;
 use super::extauth::{Original, expand};
+use super::upstream::client::UpstreamBody;
 use crate::model::{Mirror, UpstreamProtocol, UpstreamTls};
-use crate::policy::PolicyError;
+use crate::route::policy::PolicyError;
 
 /// Frames a copy's body may lag behind the request's before the copy is aborted.
 pub(crate) const LAG_FRAMES: usize = 16;

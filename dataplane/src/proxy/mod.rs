@@ -26,30 +26,29 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use crate::balance::Balancer;
 use crate::model::{BackendId, HostMatch, RouteTable};
-use crate::mtls::ClientAuthIndex;
-use crate::ratelimit::LimiterCache;
-use crate::router::{CompileError, Router, TableChanges};
+use crate::route::retry::Retry;
+use crate::route::router::{CompileError, Router, TableChanges};
+use crate::state::balance::Balancer;
+use crate::state::ratelimit::LimiterCache;
+use crate::tls::mtls::ClientAuthIndex;
 use crate::tls::{CertCache, CertIndex};
 
-mod client;
+pub mod accesslog;
 mod deadline;
 pub mod error;
 mod extauth;
 mod forward;
-mod forwarded;
-mod h1;
+mod headers;
 pub(crate) mod mirror;
 pub mod proxy_protocol;
-mod retry;
 mod server;
 mod settings;
 mod upgrade;
+mod upstream;
 
-pub(crate) use client::Http1Pool;
 pub use error::{ErrorSource, ProxyError};
-pub use retry::Retry;
+pub(crate) use upstream::client::Http1Pool;
 
 /// Tunables of a [`Proxy`]. `Default` gives ingress-nginx-like values.
 #[derive(Clone, Debug)]
@@ -86,7 +85,7 @@ pub struct ProxyConfig {
     pub hsts: Option<http::HeaderValue>,
     /// Where the client address comes from behind trusted proxies (`use-forwarded-headers`,
     /// `enable-real-ip`); `None`: the connection's peer.
-    pub real_ip: Option<crate::realip::RealIp>,
+    pub real_ip: Option<crate::route::realip::RealIp>,
     /// How long a client connection may wait for its next request; `None`: the
     /// `header_read_timeout` bounds it; zero: no keep-alive (one request per connection).
     pub keepalive: Option<Duration>,
@@ -97,13 +96,13 @@ pub struct ProxyConfig {
     /// Pass request headers with `_` in their names; nginx (and so weir) drops them by default.
     pub underscores_in_headers: bool,
     /// The access-log format (`log-format-upstream`); `None`: no access log.
-    pub access_log: Option<Arc<crate::accesslog::Format>>,
+    pub access_log: Option<Arc<accesslog::Format>>,
     /// Where access-log lines go.
-    pub access_log_output: crate::accesslog::Output,
+    pub access_log_output: accesslog::Output,
     /// Headers set on every response (`add-headers`); a route's `custom-headers` win.
-    pub response_headers: crate::policy::HeaderList,
+    pub response_headers: crate::route::policy::HeaderList,
     /// Headers set on every request sent upstream (`proxy-set-headers`).
-    pub upstream_headers: crate::policy::HeaderList,
+    pub upstream_headers: crate::route::policy::HeaderList,
     /// When a request goes to the next endpoint (`proxy-next-upstream`, with
     /// `retry-non-idempotent` folded in).
     pub next_upstream: Retry,
@@ -148,7 +147,7 @@ impl Default for ProxyConfig {
             upstream_keepalive: true,
             underscores_in_headers: false,
             access_log: None,
-            access_log_output: crate::accesslog::Output::Stdout,
+            access_log_output: accesslog::Output::Stdout,
             response_headers: Vec::new(),
             upstream_headers: Vec::new(),
             next_upstream: Retry::DEFAULT,
@@ -172,19 +171,19 @@ struct Inner {
     config: ProxyConfig,
     state: ArcSwap<Compiled>,
     publisher: Mutex<Publisher>,
-    clients: client::Clients,
+    clients: upstream::client::Clients,
     /// Rate limiters, kept across publishes.
     limiters: LimiterCache,
     /// The self-signed certificate served when the table names no default one; generated when
     /// the first TLS listener starts.
     fallback_cert: OnceLock<Arc<rustls::sign::CertifiedKey>>,
     /// The access-log writer, started with the first line.
-    access_log: OnceLock<crate::accesslog::Writer>,
+    access_log: OnceLock<accesslog::Writer>,
     /// Set once the task closing idle upstream connections runs (with the first listener).
     sweeping: std::sync::atomic::AtomicBool,
     /// TLS sessions for resumption, shared by the server configs without client
     /// authentication and kept across publishes.
-    sessions: Arc<crate::sessions::SessionCache>,
+    sessions: Arc<crate::tls::sessions::SessionCache>,
 }
 
 /// The `ssl-protocols` and `ssl-ciphers` (TLS 1.2 suites) a server TLS config offers.
@@ -204,7 +203,7 @@ struct Publisher {
 struct Compiled {
     version: u64,
     router: Router,
-    /// Indexed by [`crate::router::BackendIdx`].
+    /// Indexed by [`crate::route::router::BackendIdx`].
     balancers: Vec<Arc<Balancer>>,
     /// SNI → certificate.
     certs: CertIndex,
@@ -281,7 +280,7 @@ impl PassIndex {
 impl Proxy {
     /// A proxy with an empty table: every request gets 404 until the first [`Proxy::publish`].
     pub fn new(config: ProxyConfig) -> Proxy {
-        let clients = client::Clients::new(&config);
+        let clients = upstream::client::Clients::new(&config);
         let empty = Compiled {
             version: 0,
             router: Router::default(),
@@ -303,7 +302,7 @@ impl Proxy {
                 fallback_cert: OnceLock::new(),
                 access_log: OnceLock::new(),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
-                sessions: Arc::new(crate::sessions::SessionCache::default()),
+                sessions: Arc::new(crate::tls::sessions::SessionCache::default()),
             }),
         }
     }

@@ -28,10 +28,10 @@ use super::Proxy;
 use super::deadline::ConnTimer;
 use super::forward::ConnCtx;
 use super::proxy_protocol;
-use crate::balance::EndpointKey;
-use crate::l4::{self, Prefixed};
-use crate::mtls::ClientCert;
+use crate::state::balance::EndpointKey;
 use crate::tls;
+use crate::tls::l4::{self, Prefixed};
+use crate::tls::mtls::ClientCert;
 
 /// What a TLS listener shares between its connections.
 struct TlsListener {
@@ -338,7 +338,7 @@ async fn handshake(
 }
 
 /// Connects to one of the balancer's endpoints, trying others when connecting fails.
-async fn connect_any(proxy: &Proxy, balancer: &crate::balance::Balancer) -> io::Result<TcpStream> {
+async fn connect_any(proxy: &Proxy, balancer: &crate::state::balance::Balancer) -> io::Result<TcpStream> {
     let config = &proxy.inner.config;
     let mut tried = Vec::new();
     let mut last = io::Error::new(io::ErrorKind::NotFound, "the backend has no endpoints");

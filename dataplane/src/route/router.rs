@@ -25,10 +25,10 @@ use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::canary::CompiledCanary;
 use crate::model::{BackendId, HostMatch, ObjectRef, PathMatch, RouteAction, RouteTable, VirtualHost};
-use crate::policy::{CompiledPolicy, PolicyError};
-use crate::ratelimit::LimiterCache;
+use crate::route::canary::CompiledCanary;
+use crate::route::policy::{CompiledPolicy, PolicyError};
+use crate::state::ratelimit::LimiterCache;
 
 /// Errors compiling a [`RouteTable`].
 #[derive(Debug, thiserror::Error)]

@@ -4,12 +4,12 @@
 //! HTTP/1.1 runs on our own client ([`super::h1`]: the request's task writes the request and
 //! reads the response on the connection, no task or channel per connection) with our own
 //! idle pool ([`Http1Pool`]): a stack per upstream of connections whose last response was read to
-//! its end, most recently used on top, at most [`super::ProxyConfig::pool_max_idle_per_host`] of
+//! its end, most recently used on top, at most [`crate::proxy::ProxyConfig::pool_max_idle_per_host`] of
 //! them; [`Clients::sweep`] closes those idle longer than
-//! [`super::ProxyConfig::pool_idle_timeout`]. A connection is retired after
-//! [`super::ProxyConfig::pool_max_requests`] requests or past
-//! [`super::ProxyConfig::pool_max_lifetime`]; the table's values apply ([`Exchange`]). Writes
-//! to an upstream wait at most [`super::ProxyConfig::send_timeout`] for progress ([`SendTimed`]). A plain endpoint's pool lives in its
+//! [`crate::proxy::ProxyConfig::pool_idle_timeout`]. A connection is retired after
+//! [`crate::proxy::ProxyConfig::pool_max_requests`] requests or past
+//! [`crate::proxy::ProxyConfig::pool_max_lifetime`]; the table's values apply ([`Exchange`]). Writes
+//! to an upstream wait at most [`crate::proxy::ProxyConfig::send_timeout`] for progress ([`SendTimed`]). A plain endpoint's pool lives in its
 //! [`EndpointState`], so a request finds it without a lookup. A connection goes back to its pool
 //! when the client has read the response body to its end ([`ResponseBody`]); a response body
 //! dropped before its end closes the connection.
@@ -43,18 +43,18 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::ProxyConfig;
-use super::error::BoxError;
-use super::forwarded::Forwarded;
 use super::h1::{self, Conn};
-use crate::balance::{Balancer, EndpointKey, EndpointState};
 use crate::model::UpstreamProtocol;
+use crate::proxy::ProxyConfig;
+use crate::proxy::error::BoxError;
+use crate::proxy::headers::Forwarded;
+use crate::state::balance::{Balancer, EndpointKey, EndpointState};
 use crate::tls::UpstreamTlsConfig;
 use rustls_pki_types::ServerName;
 
 /// Why sending a request upstream failed.
 #[derive(Debug)]
-pub(super) enum SendError {
+pub(crate) enum SendError {
     /// No connection could be made, or it closed before the request went out: nothing of the
     /// request was sent, and here it is back.
     Connect {
@@ -102,22 +102,22 @@ impl ConnectFailed {
 
 /// How one exchange uses upstream connections, from the table's settings and the route's policy.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Exchange {
+pub(crate) struct Exchange {
     /// A new connection (TCP, and TLS where used) must be up within it.
-    pub(super) connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     /// Longest wait for one write to the upstream to make progress (HTTP/1.1 connections).
-    pub(super) send_timeout: Duration,
+    pub(crate) send_timeout: Duration,
     /// Idle connections kept per endpoint.
-    pub(super) max_idle: usize,
+    pub(crate) max_idle: usize,
     /// Requests per connection before it is closed.
-    pub(super) max_requests: Option<u32>,
+    pub(crate) max_requests: Option<u32>,
     /// A connection older than this is not reused.
-    pub(super) max_lifetime: Option<Duration>,
+    pub(crate) max_lifetime: Option<Duration>,
 }
 
 impl Exchange {
     /// The proxy's (or table's) values.
-    pub(super) fn of(config: &ProxyConfig) -> Self {
+    pub(crate) fn of(config: &ProxyConfig) -> Self {
         Exchange {
             connect_timeout: config.connect_timeout,
             send_timeout: config.send_timeout,
@@ -129,9 +129,9 @@ impl Exchange {
 }
 
 /// The upstream clients of a proxy.
-pub(super) struct Clients {
+pub(crate) struct Clients {
     /// h2c prior knowledge and h2 over TLS, one multiplexed connection per endpoint.
-    pub(super) h2c: H2Pool,
+    pub(crate) h2c: H2Pool,
     /// HTTP/1.1 over TLS, by endpoint and verified name. The endpoint is held weakly, as in
     /// [`H2Pool`]: publish prunes endpoints gone from every table.
     https: Mutex<HashMap<H2Key, HttpsPool>>,
@@ -145,7 +145,7 @@ pub(super) struct Clients {
 }
 
 impl Clients {
-    pub(super) fn new(config: &ProxyConfig) -> Self {
+    pub(crate) fn new(config: &ProxyConfig) -> Self {
         Clients {
             h2c: H2Pool { conns: Mutex::default() },
             https: Mutex::default(),
@@ -157,7 +157,7 @@ impl Clients {
 
     /// Sends `req` over HTTP/1.1 to its URI's authority (a name is resolved when connecting); its
     /// `Host` header must be set. For services named by URL, not endpoints.
-    pub(super) async fn send_http1(
+    pub(crate) async fn send_http1(
         &self,
         req: Request<UpstreamBody>,
     ) -> Result<Response<ResponseBody>, SendError> {
@@ -166,7 +166,7 @@ impl Clients {
 
     /// [`Clients::send_http1`], over TLS with `tls` when given (the URI's host is the name
     /// verified and sent as SNI; the port defaults to 443).
-    pub(super) async fn send_url(
+    pub(crate) async fn send_url(
         &self,
         mut req: Request<UpstreamBody>,
         tls: Option<&Arc<rustls::ClientConfig>>,
@@ -201,7 +201,7 @@ impl Clients {
     /// `forwarded`: headers the HTTP/1.1 encoder writes in place of the request's own of the
     /// same names (HTTP/1.1 only: an h2 request carries them in its map).
     #[allow(clippy::too_many_arguments)]
-    pub(super) async fn send(
+    pub(crate) async fn send(
         &self,
         protocol: UpstreamProtocol,
         endpoint: &Arc<EndpointState>,
@@ -300,14 +300,14 @@ impl Clients {
     }
 
     /// Drops pooled connections of endpoints no longer in use and closed ones.
-    pub(super) fn prune(&self) {
+    pub(crate) fn prune(&self) {
         self.h2c.prune();
         lock(&self.https).retain(|_, (endpoint, pool)| endpoint.strong_count() > 0 && in_use(pool, None));
     }
 
     /// Closes HTTP/1.1 connections idle for longer than `idle_timeout` (and those the upstream
     /// closed) in the pools of `balancers`' endpoints and the keyed pools.
-    pub(super) fn sweep(&self, balancers: &[Arc<Balancer>], idle_timeout: Duration) {
+    pub(crate) fn sweep(&self, balancers: &[Arc<Balancer>], idle_timeout: Duration) {
         let expiry = Instant::now().checked_sub(idle_timeout);
         let expiry = Some(expiry.unwrap_or_else(Instant::now));
         for balancer in balancers.iter().filter(|b| b.protocol() == UpstreamProtocol::Http1) {
@@ -359,7 +359,7 @@ fn tls_target(
     let name = match &tls.server_name {
         Some(name) => name.clone(),
         None => {
-            let bare = crate::router::normalize_host(host);
+            let bare = crate::route::router::normalize_host(host);
             let bare = bare.trim_start_matches('[').trim_end_matches(']');
             ServerName::try_from(bare.to_string())
                 .map_err(|_| ConnectFailed::new(format!("{host:?} is not a name to verify")))?
@@ -415,12 +415,12 @@ struct Idle {
 }
 
 /// What the pool knows of one upstream HTTP/1.1 connection, shared with its I/O ([`SendTimed`]).
-pub(super) struct ConnMeta {
+pub(crate) struct ConnMeta {
     created: Instant,
     /// Requests sent on it so far.
-    pub(super) requests: AtomicU32,
+    pub(crate) requests: AtomicU32,
     /// The send timeout of the request it carries, in milliseconds (0: none).
-    pub(super) send_timeout_ms: AtomicU64,
+    pub(crate) send_timeout_ms: AtomicU64,
 }
 
 impl ConnMeta {
@@ -498,14 +498,14 @@ impl PoolRef {
 
 /// Where a connection goes back to once its response has been read, and how many idle ones
 /// that pool keeps.
-pub(super) struct Home {
+pub(crate) struct Home {
     pool: PoolRef,
     max: usize,
 }
 
 impl Home {
     /// Back to the pool (closed if the pool is full).
-    pub(super) fn put(self, conn: Box<Conn>) {
+    pub(crate) fn put(self, conn: Box<Conn>) {
         self.pool.get().checkin(conn, self.max);
     }
 }
@@ -522,7 +522,7 @@ pub(crate) enum ResponseBody {
 
 impl ResponseBody {
     /// The upstream connection of a `101 Switching Protocols` response, for the splice.
-    pub(super) fn take_upgrade(&mut self) -> Option<h1::Upgraded> {
+    pub(crate) fn take_upgrade(&mut self) -> Option<h1::Upgraded> {
         match self {
             ResponseBody::H1(body) => body.take_upgrade(),
             ResponseBody::H2(_) => None,
@@ -569,7 +569,7 @@ type H2Key = (EndpointKey, Option<ServerName<'static>>);
 
 /// One HTTP/2 connection (h2c, or h2 over TLS per verified name) per endpoint, shared by all
 /// requests to it.
-pub(super) struct H2Pool {
+pub(crate) struct H2Pool {
     /// The endpoint's state is held weakly: entries of endpoints gone from every table are
     /// pruned on publish, closing their connections.
     conns: Mutex<HashMap<H2Key, H2Conn>>,
@@ -686,10 +686,10 @@ impl H2Pool {
 /// No write to the upstream made progress within the send timeout (`proxy-send-timeout`).
 #[derive(Debug, thiserror::Error)]
 #[error("upstream send timed out")]
-pub(super) struct SendTimedOut;
+pub(crate) struct SendTimedOut;
 
 /// Whether `error` (or one of its causes) is a [`SendTimedOut`].
-pub(super) fn is_send_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn is_send_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(error);
     while let Some(e) = cause {
         if e.is::<SendTimedOut>()
@@ -707,7 +707,7 @@ pub(super) fn is_send_timeout(error: &(dyn std::error::Error + 'static)) -> bool
 /// An upstream connection's I/O whose writes fail with [`SendTimedOut`] when one waits longer
 /// than the send timeout of the request it carries (nginx's `proxy_send_timeout`: the time
 /// between two successive writes, not the whole transfer). Reads are untouched.
-pub(super) struct SendTimed<T> {
+pub(crate) struct SendTimed<T> {
     io: T,
     meta: Arc<ConnMeta>,
     /// Armed when a write is first refused, cleared when one makes progress.
@@ -715,7 +715,7 @@ pub(super) struct SendTimed<T> {
 }
 
 impl<T> SendTimed<T> {
-    pub(super) fn new(io: T, meta: Arc<ConnMeta>) -> Self {
+    pub(crate) fn new(io: T, meta: Arc<ConnMeta>) -> Self {
         SendTimed { io, meta, stalled: None }
     }
 
@@ -786,7 +786,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for SendTimed<T> {
 /// The client's request body passed the route's size limit (`proxy-body-size`): 413.
 #[derive(Debug, thiserror::Error)]
 #[error("request body larger than {0} bytes")]
-pub(super) struct BodyTooLarge(u64);
+pub(crate) struct BodyTooLarge(u64);
 
 /// The request body sent upstream: the client's body, streamed frame by frame, or a small body
 /// read whole beforehand so that a retry can send it again ([`UpstreamBody::buffered`]).
@@ -798,13 +798,13 @@ pub(crate) struct UpstreamBody {
     buffered: Option<Bytes>,
     /// `mirror-*`: on a request's body, the copy its frames go to; on a copy's body (no
     /// `body`), where its frames come from. Boxed: rare, and every request carries this type.
-    mirror: Option<Box<super::mirror::Side>>,
+    mirror: Option<Box<crate::proxy::mirror::Side>>,
 }
 
 impl UpstreamBody {
     /// Streams `body`; one longer than `limit` bytes fails with [`BodyTooLarge`] once it passes
     /// the limit.
-    pub(super) fn new(body: Incoming, limit: Option<u64>) -> Self {
+    pub(crate) fn new(body: Incoming, limit: Option<u64>) -> Self {
         if body.is_end_stream() {
             return UpstreamBody::empty();
         }
@@ -812,12 +812,12 @@ impl UpstreamBody {
     }
 
     /// An empty body.
-    pub(super) fn empty() -> Self {
+    pub(crate) fn empty() -> Self {
         UpstreamBody { body: None, limit: None, seen: 0, buffered: None, mirror: None }
     }
 
     /// A body read whole beforehand.
-    pub(super) fn buffered(bytes: Bytes) -> Self {
+    pub(crate) fn buffered(bytes: Bytes) -> Self {
         UpstreamBody {
             body: None,
             limit: None,
@@ -828,7 +828,7 @@ impl UpstreamBody {
     }
 
     /// The whole body, when it was read beforehand (and nothing of it was sent yet).
-    pub(super) fn whole(&self) -> Option<&Bytes> {
+    pub(crate) fn whole(&self) -> Option<&Bytes> {
         if self.body.is_some() || self.mirror.is_some() {
             return None;
         }
@@ -836,34 +836,34 @@ impl UpstreamBody {
     }
 
     /// Marks the whole body ([`UpstreamBody::whole`]) as sent.
-    pub(super) fn take_whole(&mut self) {
+    pub(crate) fn take_whole(&mut self) {
         self.buffered = None;
     }
 
     /// From now on this body's data frames also go to the body returned, which may lag `lag`
     /// frames behind before it is cut off (with an error, as when this body fails or is dropped
     /// before its end). A body read whole beforehand is simply shared.
-    pub(super) fn tee(&mut self, lag: usize) -> UpstreamBody {
+    pub(crate) fn tee(&mut self, lag: usize) -> UpstreamBody {
         if self.body.is_none()
             && let Some(bytes) = &self.buffered
         {
             return UpstreamBody::buffered(bytes.clone());
         }
-        let (tee, feed) = super::mirror::channel(lag, self.size_hint());
-        self.mirror = Some(Box::new(super::mirror::Side::Tee(tee)));
+        let (tee, feed) = crate::proxy::mirror::channel(lag, self.size_hint());
+        self.mirror = Some(Box::new(crate::proxy::mirror::Side::Tee(tee)));
         UpstreamBody {
             body: None,
             limit: None,
             seen: 0,
             buffered: None,
-            mirror: Some(Box::new(super::mirror::Side::Feed(feed))),
+            mirror: Some(Box::new(crate::proxy::mirror::Side::Feed(feed))),
         }
     }
 
     /// The copy's share of a frame that passed: a copy that cannot keep up is cut off; at the
     /// body's end it ends too.
     fn tee_frame(&mut self, data: Option<&Bytes>, at_end: bool) {
-        use super::mirror::Side;
+        use crate::proxy::mirror::Side;
         let Some(side) = self.mirror.as_deref() else { return };
         let Side::Tee(tee) = side else { return };
         if data.is_some_and(|d| !tee.offer(d)) {
@@ -897,7 +897,7 @@ impl Body for UpstreamBody {
         }
         let Some(body) = &mut this.body else {
             return match this.mirror.as_deref_mut() {
-                Some(super::mirror::Side::Feed(feed)) => feed.poll_frame(cx),
+                Some(crate::proxy::mirror::Side::Feed(feed)) => feed.poll_frame(cx),
                 _ => Poll::Ready(None),
             };
         };
@@ -933,7 +933,7 @@ impl Body for UpstreamBody {
         }
         match &self.body {
             Some(body) => body.is_end_stream(),
-            None => !matches!(self.mirror.as_deref(), Some(super::mirror::Side::Feed(_))),
+            None => !matches!(self.mirror.as_deref(), Some(crate::proxy::mirror::Side::Feed(_))),
         }
     }
 
@@ -943,7 +943,7 @@ impl Body for UpstreamBody {
         }
         match (&self.body, self.mirror.as_deref()) {
             (Some(body), _) => body.size_hint(),
-            (None, Some(super::mirror::Side::Feed(feed))) => feed.size_hint(),
+            (None, Some(crate::proxy::mirror::Side::Feed(feed))) => feed.size_hint(),
             (None, _) => SizeHint::with_exact(0),
         }
     }
