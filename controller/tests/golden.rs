@@ -20,7 +20,7 @@ use weir::translate::{
     SharedObject, Snapshot, SnapshotKey, TranslateConfig, Translation, Translator, translate,
 };
 use weir_dataplane::model::ObjectRef;
-use weir_dataplane::route::router::TableChanges;
+use weir_dataplane::model::changes::TableChanges;
 
 fn fixtures() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");

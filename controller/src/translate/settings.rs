@@ -18,11 +18,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
+use weir_dataplane::model::logformat::Template;
 use weir_dataplane::model::{
     ExternalAuth, Forwarded, Hsts, IpNet, LogField, ObjectRef, RoutePolicy, Settings, SourceFilter,
     TlsVersion,
 };
-use weir_dataplane::proxy::accesslog::Template;
 
 use super::annotations::{Support, deny_all, values};
 use super::headers::{self, Direction};

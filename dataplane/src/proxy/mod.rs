@@ -26,9 +26,10 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
+use crate::model::changes::TableChanges;
 use crate::model::{BackendId, HostMatch, RouteTable};
 use crate::route::retry::Retry;
-use crate::route::router::{CompileError, Router, TableChanges};
+use crate::route::router::{CompileError, Router};
 use crate::state::balance::Balancer;
 use crate::state::ratelimit::LimiterCache;
 use crate::tls::mtls::ClientAuthIndex;

@@ -22,9 +22,10 @@
 //! segments real paths have.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::model::changes::TableChanges;
 use crate::model::{BackendId, HostMatch, ObjectRef, PathMatch, RouteAction, RouteTable, VirtualHost};
 use crate::route::canary::CompiledCanary;
 use crate::route::policy::{CompiledPolicy, PolicyError};
@@ -70,39 +71,6 @@ pub enum CompileError {
 
 /// `Result` with [`CompileError`].
 pub type Result<T, E = CompileError> = std::result::Result<T, E>;
-
-/// What differs between a table and the one before it: the virtual hosts added, removed or
-/// changed, and the backends added, removed or changed. Lets a publish recompile only those.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TableChanges {
-    /// Hosts whose [`crate::model::VirtualHost`] is new, gone or different.
-    pub hosts: BTreeSet<HostMatch>,
-    /// Backends that are new, gone or different.
-    pub backends: BTreeSet<BackendId>,
-}
-
-impl TableChanges {
-    /// Everything that differs between `old` and `new` (a full comparison; translation
-    /// reports its changes without one).
-    pub fn between(old: &RouteTable, new: &RouteTable) -> TableChanges {
-        fn hosts(t: &RouteTable) -> HashMap<&HostMatch, &VirtualHost> {
-            t.hosts.iter().map(|v| (&v.host, v)).collect()
-        }
-        let (old_hosts, new_hosts) = (hosts(old), hosts(new));
-        let mut changes = TableChanges::default();
-        for host in old_hosts.keys().chain(new_hosts.keys()) {
-            if old_hosts.get(host) != new_hosts.get(host) {
-                changes.hosts.insert((*host).clone());
-            }
-        }
-        for id in old.backends.keys().chain(new.backends.keys()) {
-            if old.backends.get(id) != new.backends.get(id) {
-                changes.backends.insert(id.clone());
-            }
-        }
-        changes
-    }
-}
 
 /// Index of a backend in [`Router::backend_ids`]: a typed, allocation-free handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
