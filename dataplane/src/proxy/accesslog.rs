@@ -182,7 +182,7 @@ impl Format {
             Var::ServerProtocol => write!(to, "{:?}", req.version),
             Var::Scheme => return put(to, Some(if out.https { "https" } else { "http" })),
             Var::Host => {
-                let host = text(req.host.as_ref()).map(crate::route::router::normalize_host);
+                let host = text(req.host.as_ref()).map(crate::http_util::normalize_host);
                 return put(to, host.as_deref());
             }
             Var::ServerPort => return put(to, text(Some(out.listener_port))),

@@ -216,7 +216,7 @@ impl ConnCtx {
     async fn error_page(
         &self,
         state: &Compiled,
-        pages: crate::route::router::BackendIdx,
+        pages: crate::state::balance::BackendIdx,
         status: StatusCode,
         original: &ErrorContext,
         request_id: &HeaderValue,
@@ -420,7 +420,7 @@ impl ConnCtx {
         let backend = match policy.and_then(|p| p.canary.as_ref()) {
             Some(canary) => {
                 let sticky = matches!(balance, CompiledBalance::Cookie { sticky_canary: true, .. });
-                let holds = |b: crate::route::router::BackendIdx, id: u64| {
+                let holds = |b: crate::state::balance::BackendIdx, id: u64| {
                     state.balancers.get(b.0 as usize).is_some_and(|bal| bal.by_id(id).is_some())
                 };
                 match session.filter(|_| sticky) {
@@ -776,7 +776,7 @@ impl ConnCtx {
         if !self.https || state.client_auth.is_empty() {
             return Ok(());
         }
-        let name = crate::route::router::normalize_host(host.to_str().unwrap_or_default());
+        let name = crate::http_util::normalize_host(host.to_str().unwrap_or_default());
         let Some(policy) = state.client_auth.lookup(&name) else { return Ok(()) };
         let cert = match &self.client_cert {
             Some(cert) if cert.host == policy.host => cert,

@@ -204,7 +204,7 @@ struct Publisher {
 struct Compiled {
     version: u64,
     router: Router,
-    /// Indexed by [`crate::route::router::BackendIdx`].
+    /// Indexed by [`crate::state::balance::BackendIdx`].
     balancers: Vec<Arc<Balancer>>,
     /// SNI → certificate.
     certs: CertIndex,

@@ -87,7 +87,7 @@ pub struct CompiledPolicy {
     /// How an endpoint is picked.
     pub balance: CompiledBalance,
     /// Error statuses replaced, and the backend serving the pages (set by the router).
-    pub custom_errors: Option<(Vec<u16>, crate::route::router::BackendIdx)>,
+    pub custom_errors: Option<(Vec<u16>, crate::state::balance::BackendIdx)>,
     /// `from-to-www-redirect`: the host every request is sent to (308).
     pub host_redirect: Option<String>,
     /// `custom-headers`: set on the route's responses.

@@ -18,10 +18,16 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use http::uri::Authority;
 
+use crate::http_util::stable_hash;
 use crate::model::{Backend, BackendId, Target, UpstreamProtocol};
 
 /// Longest precomputed cycle; larger weight sums are scaled down to it.
 const MAX_CYCLE: u64 = 1 << 16;
+
+/// Index of a backend in a compiled table (the router's `backend_ids`, the proxy's balancers): a
+/// typed, allocation-free handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BackendIdx(pub u32);
 
 /// Identity of an endpoint, the key its state is carried over by.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -140,19 +146,6 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.endpoint.inflight.fetch_sub(1, Relaxed);
     }
-}
-
-/// FNV-1a over `bytes`, finished with splitmix64: stable across processes, builds and
-/// machines (affinity cookies and hash rings must agree between replicas).
-pub fn stable_hash(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
 }
 
 /// Points per endpoint on a consistent-hash ring (per unit of weight up to 4).

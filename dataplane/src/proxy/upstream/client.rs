@@ -359,7 +359,7 @@ fn tls_target(
     let name = match &tls.server_name {
         Some(name) => name.clone(),
         None => {
-            let bare = crate::route::router::normalize_host(host);
+            let bare = crate::http_util::normalize_host(host);
             let bare = bare.trim_start_matches('[').trim_end_matches(']');
             ServerName::try_from(bare.to_string())
                 .map_err(|_| ConnectFailed::new(format!("{host:?} is not a name to verify")))?
