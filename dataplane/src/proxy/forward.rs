@@ -48,12 +48,12 @@ use super::headers::{
 use super::upstream::client::{
     BodyTooLarge, Exchange, ResponseBody, SendError, UpstreamBody, is_send_timeout,
 };
+use super::upstream::{Balancer, EndpointState};
 use super::{Compiled, Proxy, ProxyConfig, extauth, mirror, upgrade};
 use crate::hashkey;
 use crate::model::{ClientVerify, RetryOn};
 use crate::route::auth;
 use crate::route::policy::{CompiledBalance, Verdict, set_headers};
-use crate::state::balance::Balancer;
 use crate::state::throttle::Shaped;
 
 /// The body of every response the proxy returns: the upstream's, streamed (paced by
@@ -1146,7 +1146,7 @@ async fn read_whole(body: Incoming, timeout: std::time::Duration) -> Result<Byte
 }
 
 /// Adds `endpoint` to the tried endpoints of `$upstream_addr` (only with an access log).
-fn note_tried(earlier: &mut String, config: &ProxyConfig, endpoint: &crate::state::balance::EndpointState) {
+fn note_tried(earlier: &mut String, config: &ProxyConfig, endpoint: &EndpointState) {
     use std::fmt::Write;
     if config.access_log.is_some() {
         let sep = if earlier.is_empty() { "" } else { ", " };

@@ -13,7 +13,7 @@
 //!   mirrored (logged at debug level), so that a slow mirror cannot pile up tasks and memory.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -26,8 +26,7 @@ use tokio::sync::mpsc;
 
 use super::extauth::{Original, expand};
 use super::upstream::client::UpstreamBody;
-use crate::model::{Mirror, UpstreamProtocol, UpstreamTls};
-use crate::route::policy::PolicyError;
+use crate::route::mirror::CompiledMirror;
 
 /// Frames a copy's body may lag behind the request's before the copy is aborted.
 pub(crate) const LAG_FRAMES: usize = 16;
@@ -35,65 +34,6 @@ pub(crate) const LAG_FRAMES: usize = 16;
 pub(crate) const MAX_IN_FLIGHT: usize = 1024;
 
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
-
-/// A [`Mirror`] ready for the request path.
-pub struct CompiledMirror {
-    target: String,
-    host: Option<HeaderValue>,
-    request_body: bool,
-    /// For `https://` targets: verification against the system's roots, HTTP/1.1.
-    tls: Option<Arc<rustls::ClientConfig>>,
-}
-
-impl std::fmt::Debug for CompiledMirror {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompiledMirror")
-            .field("target", &self.target)
-            .field("host", &self.host)
-            .field("request_body", &self.request_body)
-            .field("tls", &self.tls.is_some())
-            .finish()
-    }
-}
-
-impl CompiledMirror {
-    /// Checks the target's scheme and the host header; `https://` targets get the shared TLS
-    /// client config.
-    pub(crate) fn compile(mirror: &Mirror) -> Result<Self, PolicyError> {
-        let scheme = mirror.target.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
-        let tls = match scheme.as_deref() {
-            Some("http") => None,
-            Some("https") => Some(https_config()?),
-            _ => {
-                return Err(PolicyError::Mirror(format!(
-                    "target {:?} is not an absolute http:// or https:// URL",
-                    mirror.target
-                )));
-            }
-        };
-        let host = match &mirror.host {
-            Some(h) => Some(
-                HeaderValue::from_str(h)
-                    .map_err(|_| PolicyError::HeaderValue { field: "mirror host", value: h.clone() })?,
-            ),
-            None => None,
-        };
-        Ok(CompiledMirror { target: mirror.target.clone(), host, request_body: mirror.request_body, tls })
-    }
-}
-
-/// The client config of every `https://` mirror target, built once.
-fn https_config() -> Result<Arc<rustls::ClientConfig>, PolicyError> {
-    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            crate::tls::upstream_config(&UpstreamTls::default(), UpstreamProtocol::Https)
-                .map(|c| c.config)
-                .map_err(|e| e.to_string())
-        })
-        .clone()
-        .map_err(PolicyError::Mirror)
-}
 
 /// One copy under way; frees its place when dropped.
 struct Slot;

@@ -30,10 +30,10 @@ use crate::model::changes::TableChanges;
 use crate::model::{BackendId, HostMatch, RouteTable};
 use crate::route::retry::Retry;
 use crate::route::router::{CompileError, Router};
-use crate::state::balance::Balancer;
 use crate::state::ratelimit::LimiterCache;
 use crate::tls::mtls::ClientAuthIndex;
 use crate::tls::{CertCache, CertIndex};
+use upstream::Balancer;
 
 pub mod accesslog;
 mod deadline;
@@ -49,7 +49,6 @@ mod upgrade;
 mod upstream;
 
 pub use error::{ErrorSource, ProxyError};
-pub(crate) use upstream::client::Http1Pool;
 
 /// Tunables of a [`Proxy`]. `Default` gives ingress-nginx-like values.
 #[derive(Clone, Debug)]

@@ -338,7 +338,7 @@ async fn handshake(
 }
 
 /// Connects to one of the balancer's endpoints, trying others when connecting fails.
-async fn connect_any(proxy: &Proxy, balancer: &crate::state::balance::Balancer) -> io::Result<TcpStream> {
+async fn connect_any(proxy: &Proxy, balancer: &super::upstream::Balancer) -> io::Result<TcpStream> {
     let config = &proxy.inner.config;
     let mut tried = Vec::new();
     let mut last = io::Error::new(io::ErrorKind::NotFound, "the backend has no endpoints");

@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod canary;
 pub mod cors;
+pub mod mirror;
 pub mod policy;
 pub mod realip;
 pub mod retry;

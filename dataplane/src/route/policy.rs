@@ -15,6 +15,7 @@ use http::{HeaderName, HeaderValue, StatusCode};
 use crate::hashkey::HashKey;
 use crate::model::{Balance, BasicAuth, ObjectRef, RoutePolicy, SourceFilter};
 use crate::route::cors::{CompiledCors, InvalidCors};
+use crate::route::mirror::InvalidMirror;
 use crate::state::ratelimit::{Limiter, LimiterCache};
 
 /// A policy that cannot be compiled (translation validates first; this guards hand-made tables).
@@ -46,6 +47,15 @@ pub enum PolicyError {
         /// The value.
         value: String,
     },
+}
+
+impl From<InvalidMirror> for PolicyError {
+    fn from(invalid: InvalidMirror) -> Self {
+        match invalid {
+            InvalidMirror::Target(why) => PolicyError::Mirror(why),
+            InvalidMirror::Host(value) => PolicyError::HeaderValue { field: "mirror host", value },
+        }
+    }
 }
 
 /// A [`RoutePolicy`] ready for the request path.
@@ -93,7 +103,7 @@ pub struct CompiledPolicy {
     /// `custom-headers`: set on the route's responses.
     pub response_headers: HeaderList,
     /// `mirror-*`: where copies of the requests go.
-    pub mirror: Option<Box<crate::proxy::mirror::CompiledMirror>>,
+    pub mirror: Option<Box<crate::route::mirror::CompiledMirror>>,
     /// `limit-connections`: the requests in flight of this route's Ingress, per client.
     pub conn_limit: Option<Arc<crate::state::connlimit::ConnLimiter>>,
     /// `limit-rate`, `limit-rate-after`: the pace of each response body.
@@ -298,7 +308,7 @@ impl CompiledPolicy {
             },
             response_headers: compile_headers("custom-headers", &policy.response_headers)?,
             mirror: match &policy.mirror {
-                Some(m) => Some(Box::new(crate::proxy::mirror::CompiledMirror::compile(m)?)),
+                Some(m) => Some(Box::new(crate::route::mirror::CompiledMirror::compile(m)?)),
                 None => None,
             },
             conn_limit: policy.conn_limit.as_deref().map(|l| limiters.connections(origin, l)),

@@ -44,11 +44,12 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::h1::{self, Conn};
+use super::{Balancer, EndpointState};
 use crate::model::UpstreamProtocol;
 use crate::proxy::ProxyConfig;
 use crate::proxy::error::BoxError;
 use crate::proxy::headers::Forwarded;
-use crate::state::balance::{Balancer, EndpointKey, EndpointState};
+use crate::state::balance::EndpointKey;
 use crate::tls::UpstreamTlsConfig;
 use rustls_pki_types::ServerName;
 
@@ -312,7 +313,7 @@ impl Clients {
         let expiry = Some(expiry.unwrap_or_else(Instant::now));
         for balancer in balancers.iter().filter(|b| b.protocol() == UpstreamProtocol::Http1) {
             for endpoint in balancer.endpoints() {
-                endpoint.http1_idle.sweep(expiry);
+                endpoint.slot().sweep(expiry);
             }
         }
         lock(&self.https).retain(|_, (endpoint, pool)| endpoint.strong_count() > 0 && in_use(pool, expiry));
@@ -490,7 +491,7 @@ enum PoolRef {
 impl PoolRef {
     fn get(&self) -> &Http1Pool {
         match self {
-            PoolRef::Endpoint(endpoint) => &endpoint.http1_idle,
+            PoolRef::Endpoint(endpoint) => endpoint.slot(),
             PoolRef::Keyed(pool) => pool,
         }
     }
