@@ -1,4 +1,4 @@
-//! The HTTP proxy: listeners, forwarding, upgrades and the upstream client pool.
+//! The HTTP proxy: listeners, forwarding, upgrades and the upstream clients.
 //!
 //! A [`Proxy`] holds one compiled state (router + balancers + version) behind one
 //! [`ArcSwap`]. [`Proxy::publish`] compiles a new [`RouteTable`] on the caller's thread and swaps
@@ -10,22 +10,28 @@
 //!   HTTP/1.1 or h2 by ALPN), handshake limits, graceful drain.
 //! - [`proxy_protocol`]: PROXY protocol v1/v2 headers on either listener.
 //! - `forward`: routing, header policy, retries, upstream errors.
-//! - `retry`: the `proxy-next-upstream` conditions, compiled.
+//! - `extauth`, `mirror`: the external authentication subrequest, the mirrored copies.
 //! - `upgrade`: HTTP/1.1 `Upgrade` (WebSocket and others) splicing.
-//! - `client`: the upstream clients (HTTP/1.1 and HTTPS with our own idle pools, h2c/h2-over-TLS
-//!   multiplexed), the request body handed back on connect errors and the response body that
-//!   returns its connection to the pool.
-//! - `h1`: our own HTTP/1.1 client codec, driven by the request's task (no task, channel or
-//!   oneshot per connection; hyper serves h2/h2c upstreams).
+//! - [`accesslog`]: the access log's lines and their writer.
 //! - `deadline`: an HTTP/1 connection's lazily re-armed timer for its request-head and
 //!   response-head deadlines.
 //! - [`error`]: errors classified by where they came from, and the responses they become.
+//! - `settings`: the table's settings applied to a [`ProxyConfig`].
+//!
+//! Beneath the pipeline, in layers of their own: `headers` (hop-by-hop headers, `X-Request-ID`,
+//! the forwarded headers, the original request) and `upstream` (the upstream clients with our
+//! own HTTP/1.1 codec and idle pools, the request body sent upstream). Neither imports the
+//! pipeline; `upstream` imports `headers`, not the other way round.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto;
 
+use self::upstream::Balancer;
+use self::upstream::conn::Exchange;
 use crate::model::changes::TableChanges;
 use crate::model::{BackendId, HostMatch, RouteTable};
 use crate::route::retry::Retry;
@@ -33,7 +39,6 @@ use crate::route::router::{CompileError, Router};
 use crate::state::ratelimit::LimiterCache;
 use crate::tls::mtls::ClientAuthIndex;
 use crate::tls::{CertCache, CertIndex};
-use upstream::Balancer;
 
 pub mod accesslog;
 mod deadline;
@@ -161,6 +166,40 @@ impl Default for ProxyConfig {
     }
 }
 
+/// How client connections speak HTTP/1.1 and HTTP/2.
+type HttpBuilder = auto::Builder<TokioExecutor>;
+
+/// The connection settings of `config`: the head read timeout, which also bounds how long an
+/// idle HTTP/1 connection waits for its next request (`keep-alive` sets it), keep-alive itself,
+/// and WebSockets over HTTP/2.
+fn http_builder(config: &ProxyConfig) -> HttpBuilder {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let (idle, keep_alive) = match config.keepalive {
+        Some(idle) if idle.is_zero() => (config.header_read_timeout, false),
+        Some(idle) => (idle, true),
+        None => (config.header_read_timeout, true),
+    };
+    // The HTTP/1 timer is replaced per connection (`serve_http`); this one is a placeholder
+    // hyper requires alongside `header_read_timeout`.
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(idle).keep_alive(keep_alive);
+    // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
+    builder.http2().timer(TokioTimer::new()).enable_connect_protocol();
+    builder
+}
+
+impl Exchange {
+    /// The proxy's (or table's) values.
+    pub(crate) fn of(config: &ProxyConfig) -> Self {
+        Exchange {
+            connect_timeout: config.connect_timeout,
+            send_timeout: config.send_timeout,
+            max_idle: config.pool_max_idle_per_host,
+            max_requests: config.pool_max_requests,
+            max_lifetime: config.pool_max_lifetime,
+        }
+    }
+}
+
 /// The L7 proxy: cheap to clone, serves any number of listeners from one routing state.
 #[derive(Clone)]
 pub struct Proxy {
@@ -214,7 +253,7 @@ struct Compiled {
     /// The proxy's configuration with the table's settings applied.
     config: ProxyConfig,
     /// How client connections speak HTTP (keep-alive per `config`).
-    http: Arc<server::HttpBuilder>,
+    http: Arc<HttpBuilder>,
     /// The TLS config offering the table's `ssl-protocols`; `None`: the listener's own.
     tls: Option<Arc<rustls::ServerConfig>>,
 }
@@ -280,7 +319,7 @@ impl PassIndex {
 impl Proxy {
     /// A proxy with an empty table: every request gets 404 until the first [`Proxy::publish`].
     pub fn new(config: ProxyConfig) -> Proxy {
-        let clients = upstream::client::Clients::new(&config);
+        let clients = upstream::client::Clients::new(Exchange::of(&config));
         let empty = Compiled {
             version: 0,
             router: Router::default(),
@@ -288,7 +327,7 @@ impl Proxy {
             certs: CertIndex::default(),
             passthrough: PassIndex::default(),
             client_auth: ClientAuthIndex::default(),
-            http: Arc::new(server::http_builder(&config)),
+            http: Arc::new(http_builder(&config)),
             config: config.clone(),
             tls: None,
         };
@@ -323,7 +362,7 @@ impl Proxy {
         changes: Option<&TableChanges>,
     ) -> Result<u64, CompileError> {
         let config = self.inner.config.with_settings(&table.settings);
-        let http = Arc::new(server::http_builder(&config));
+        let http = Arc::new(http_builder(&config));
         // Serializes publishers (versions stay monotonic, registry updates don't interleave);
         // requests never take this lock.
         let mut publisher = self.inner.publisher.lock().unwrap_or_else(|poisoned| poisoned.into_inner());

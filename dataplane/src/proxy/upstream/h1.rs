@@ -37,13 +37,17 @@
 //!   processed the request, so only the proxy's retry policy may send it again.
 //! - A `101 Switching Protocols` leaves the connection (and any bytes read past the head) to
 //!   the caller ([`Body::take_upgrade`]).
+//! - Idle connections wait in an [`Http1Pool`]: a plain endpoint's own (in its balancer slot,
+//!   found without a lookup), or one of the clients' pools by name ([`PoolRef`]).
 
+use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{
@@ -54,9 +58,10 @@ use http_body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::client::{ConnMeta, Home, SendTimed, UpstreamBody};
-use crate::proxy::error::BoxError;
+use super::body::UpstreamBody;
+use super::conn::{BoxError, ConnMeta, SendTimed, lock};
 use crate::proxy::headers::{Forwarded, is_forwarded};
+use crate::state::balance::EndpointState;
 
 /// Largest response head (hyper's default read buffer limit).
 pub(crate) const MAX_HEAD: usize = 8192 + 4096 * 100;
@@ -136,7 +141,7 @@ pub(crate) struct Conn {
     pub(crate) meta: Arc<ConnMeta>,
 }
 
-/// The client's errors (the upstream's I/O errors, with [`super::client::SendTimedOut`] among
+/// The client's errors (the upstream's I/O errors, with [`super::conn::SendTimedOut`] among
 /// their causes when a write timed out, come as [`Error::Io`]).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Error {
@@ -956,6 +961,94 @@ fn parse_trailers(section: &Bytes) -> Result<HeaderMap, Error> {
         trailers.append(name, value);
     }
     Ok(trailers)
+}
+
+// === impl Http1Pool ===
+
+/// Idle HTTP/1.1 connections to one upstream, the most recently used on top: busy connections
+/// stay warm and the surplus ages out at the bottom, where [`Clients::sweep`](super::client::Clients::sweep)
+/// closes it.
+#[derive(Default)]
+pub(crate) struct Http1Pool(Mutex<VecDeque<Idle>>);
+
+/// A connection ready for its next request, and since when.
+struct Idle {
+    since: Instant,
+    conn: Box<Conn>,
+}
+
+impl std::fmt::Debug for Http1Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Http1Pool").field("idle", &lock(&self.0).len()).finish()
+    }
+}
+
+impl Http1Pool {
+    /// The most recently returned connection that is still open (and younger than
+    /// `max_lifetime`).
+    pub(crate) fn checkout(&self, max_lifetime: Option<Duration>, now: Instant) -> Option<Box<Conn>> {
+        let mut idle = lock(&self.0);
+        while let Some(Idle { mut conn, .. }) = idle.pop_back() {
+            // One the upstream has closed since it came back (or that has bytes to read, which
+            // no request asked for) is dropped here, as is one past its lifetime.
+            if conn.meta.young(max_lifetime, now) && conn.is_quiet() {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    /// Keeps an idle connection, unless `max` are kept already (then it is closed).
+    pub(crate) fn checkin(&self, conn: Box<Conn>, max: usize) {
+        let since = Instant::now();
+        let mut idle = lock(&self.0);
+        if idle.len() < max {
+            idle.push_back(Idle { since, conn });
+        }
+    }
+
+    /// Closes the connections the upstream closed and, with `expiry`, those idle since before it;
+    /// returns how many stay.
+    pub(crate) fn sweep(&self, expiry: Option<Instant>) -> usize {
+        let mut idle = lock(&self.0);
+        idle.retain_mut(|c| expiry.is_none_or(|t| c.since > t) && c.conn.is_quiet());
+        idle.len()
+    }
+}
+
+/// Where a connection goes back to.
+#[derive(Clone)]
+pub(crate) enum PoolRef {
+    /// A plain HTTP/1.1 endpoint's own pool.
+    Endpoint(Arc<EndpointState<Http1Pool>>),
+    /// A pool of [`Clients`](super::client::Clients)' maps.
+    Keyed(Arc<Http1Pool>),
+}
+
+impl PoolRef {
+    /// The pool itself.
+    pub(crate) fn get(&self) -> &Http1Pool {
+        match self {
+            PoolRef::Endpoint(endpoint) => endpoint.slot(),
+            PoolRef::Keyed(pool) => pool,
+        }
+    }
+}
+
+/// Where a connection goes back to once its response has been read, and how many idle ones
+/// that pool keeps.
+pub(crate) struct Home {
+    /// The pool.
+    pub(crate) pool: PoolRef,
+    /// Idle connections it keeps at most.
+    pub(crate) max: usize,
+}
+
+impl Home {
+    /// Back to the pool (closed if the pool is full).
+    pub(crate) fn put(self, conn: Box<Conn>) {
+        self.pool.get().checkin(conn, self.max);
+    }
 }
 
 #[cfg(test)]
