@@ -2,6 +2,37 @@
 //! TLS (termination, SNI certificates, mTLS, passthrough, upstream TLS).
 //!
 //! It never depends on Kubernetes: its only input is [`model::RouteTable`].
+//!
+//! # Layers
+//!
+//! The modules stand on floors, bottom to top. A module imports only from its own layer and from
+//! lower floors; layers on one floor (wings) do not import each other; and no two files import
+//! each other in a circle, inside a layer either. `tests/layers.rs` checks all three on every
+//! `crate::`, `super::` and child-module path, with the table of layers in one place (a new
+//! module is one line there).
+//!
+//! ```text
+//! 6  proxy            the request pipeline: server, forward, extauth, mirror (the copies),
+//!                     accesslog, error, settings, deadline, proxy_protocol, upgrade
+//! 5  proxy::upstream  clients, our HTTP/1.1 codec and its idle pool, the request body sent
+//!                     upstream (and the mirror tee), what they share about a connection
+//! 4  proxy::headers   the proxy's own ground: hop-by-hop headers, X-Request-ID, forwarded
+//!                     headers, the original request for auth-url and mirror templates
+//! 3  route            compiled with each table: router, policy, canary, cors, auth, realip,
+//!                     rewrite_response, retry, mirror (the spec)
+//! 2  state            kept across table swaps: balance (+ BackendIdx), ratelimit, connlimit,
+//!                     authcache, throttle
+//! 1  tls | echo       tls (certificates, configs), mtls, ciphers, sessions, l4 | echo stands
+//!                     apart (the debugging backend)
+//! 0  ground           model (+ logformat: the log template language; changes: TableChanges),
+//!                     http_util, hashkey, fast
+//! ```
+//!
+//! `tls`, `state` and `route` are floors, not wings, for two reasons: a balancer holds its
+//! backend's upstream TLS config (state imports tls), and a compiled route holds the limiters
+//! and caches that outlive it (route imports state). `state` names no proxy type: each
+//! endpoint's state has a generic slot ([`state::balance::EndpointState::slot`]) in which the
+//! proxy keeps the endpoint's idle connections.
 
 pub mod echo;
 pub mod fast;
