@@ -19,7 +19,7 @@ use weir::snapshot::{SharedObject, Snapshot, SnapshotKey};
 use weir::source::manifest::parse_manifests;
 use weir::translate::{TranslateConfig, Translation, Translator, translate};
 use weir_dataplane::model::ObjectRef;
-use weir_dataplane::router::TableChanges;
+use weir_dataplane::model::changes::TableChanges;
 
 fn fixtures() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");

@@ -16,9 +16,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use weir::serve::{Running, ServeOptions};
-use weir_dataplane::accesslog::Output;
 use weir_dataplane::model::ObjectRef;
 use weir_dataplane::proxy::ProxyConfig;
+use weir_dataplane::proxy::accesslog::Output;
 
 /// A ConfigMap `namespace/name` with `data` (YAML lines, indented by the caller's `key: value`).
 fn configmap(namespace: &str, name: &str, data: &[(&str, &str)]) -> String {

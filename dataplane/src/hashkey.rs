@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use http::header::{HeaderMap, HeaderName};
 
-use crate::balance::stable_hash;
+use crate::http_util::stable_hash;
 
 /// One piece of a key.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,7 @@
-//! Small pieces of HTTP text handling shared by the proxy's features.
+//! Small pieces every layer shares: HTTP text handling (cookies, percent-encoding, request host
+//! names) and the stable hash behind affinity cookies and hash rings.
+
+use std::borrow::Cow;
 
 use http::header::{COOKIE, HeaderMap};
 
@@ -26,6 +29,42 @@ pub fn percent_encode(s: &str) -> String {
         }
     }
     out
+}
+
+/// Lower-cases a request host and strips the port (also `[v6]:port`) and a trailing dot.
+/// Borrows when nothing needs to change (the common case).
+pub fn normalize_host(raw: &str) -> Cow<'_, str> {
+    let host = if let Some(v6) = raw.strip_prefix('[') {
+        // `[::1]:8080` → `[::1]`: keep the brackets, they never match a host name anyway.
+        match v6.find(']') {
+            Some(end) => &raw[..end + 2],
+            None => raw,
+        }
+    } else {
+        match raw.rsplit_once(':') {
+            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+            _ => raw,
+        }
+    };
+    let host = host.strip_suffix('.').unwrap_or(host);
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(host)
+    }
+}
+
+/// FNV-1a over `bytes`, finished with splitmix64: stable across processes, builds and
+/// machines (affinity cookies and hash rings must agree between replicas).
+pub fn stable_hash(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
 }
 
 #[cfg(test)]

@@ -3,6 +3,12 @@
 //!
 //! Plain data, serde-serializable, no Kubernetes types. `weir dump` prints it as YAML and the
 //! translation golden tests compare it, so every collection here has a deterministic order.
+//!
+//! Beside it: [`logformat`] (the access log's nginx-variables language, parsed once) and
+//! [`changes`] (what differs between two tables).
+
+pub mod changes;
+pub mod logformat;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -248,7 +254,7 @@ pub struct LogField {
     /// The JSON key.
     pub key: String,
     /// The value: text with `$variables` (a JSON string), or one bare variable.
-    pub value: crate::accesslog::Template,
+    pub value: logformat::Template,
     /// Written as a bare JSON value (a number, or `null` when unknown) rather than a string:
     /// the template was a variable outside quotes (`"status": $status`).
     #[serde(default, skip_serializing_if = "is_false")]
@@ -747,7 +753,7 @@ pub struct ExternalAuth {
 }
 
 /// How external authentication answers are cached: per route, by `key` (a template over
-/// request variables, see [`crate::authcache::AuthKey`]), for the time the first rule of
+/// request variables, see [`crate::state::authcache::AuthKey`]), for the time the first rule of
 /// `valid` naming the answer's status gives.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use support::*;
 use weir_dataplane::model::RouteTable;
-use weir_dataplane::router::TableChanges;
+use weir_dataplane::model::changes::TableChanges;
 
 const ECHOS: usize = 8;
 const HOSTS: usize = 4;

@@ -647,9 +647,10 @@ async fn cookie_affinity_moves_when_the_endpoint_fails() {
         proxy(table().host("a.test").prefix("/", &backend("web", &[live.addr, dead])).policy(policy).build())
             .await;
     // The cookie of the endpoint that refuses (ids are a stable hash of the address).
-    let pinned = format!("route={:016x}", weir_dataplane::balance::stable_hash(dead.to_string().as_bytes()));
+    let pinned =
+        format!("route={:016x}", weir_dataplane::http_util::stable_hash(dead.to_string().as_bytes()));
     let live_cookie =
-        format!("route={:016x}", weir_dataplane::balance::stable_hash(live.addr.to_string().as_bytes()));
+        format!("route={:016x}", weir_dataplane::http_util::stable_hash(live.addr.to_string().as_bytes()));
     for _ in 0..3 {
         let r = p.send(p.req("a.test", "/").header("cookie", pinned.as_str()).body(empty()).unwrap()).await;
         assert_eq!(r.status, 200);

@@ -16,9 +16,9 @@ use hyper_util::rt::TokioIo;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use weir_dataplane::accesslog::Output;
 use weir_dataplane::model::{LogField, RetryOn, RoutePolicy, RouteTable, Settings};
 use weir_dataplane::proxy::ProxyConfig;
+use weir_dataplane::proxy::accesslog::Output;
 
 /// What the upstreams saw, in order: `(upstream name, x-request-id, body length)`.
 type Log = Arc<Mutex<Vec<(String, String, usize)>>>;

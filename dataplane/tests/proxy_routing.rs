@@ -6,7 +6,7 @@ mod support;
 use std::collections::BTreeMap;
 
 use support::*;
-use weir_dataplane::router::TableChanges;
+use weir_dataplane::model::changes::TableChanges;
 
 #[tokio::test]
 async fn host_exact_wildcard_any() {

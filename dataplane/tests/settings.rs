@@ -16,11 +16,11 @@ use rustls::pki_types::pem::PemObject;
 use support::tls::*;
 use support::*;
 use tokio::net::TcpStream;
-use weir_dataplane::accesslog::Output;
 use weir_dataplane::model::{
     Forwarded, Hsts, LogField, RoutePolicy, RouteTable, Settings, SourceFilter, TlsVersion,
 };
 use weir_dataplane::proxy::ProxyConfig;
+use weir_dataplane::proxy::accesslog::Output;
 
 fn forwarded(trusted: &[&str], full_chain: bool) -> Settings {
     Settings {
@@ -460,7 +460,7 @@ async fn worker_shutdown_timeout_is_the_drain_time() {
 /// effective configuration is built again from the new table's settings.
 #[tokio::test]
 async fn an_incremental_publish_applies_changed_settings() {
-    use weir_dataplane::router::TableChanges;
+    use weir_dataplane::model::changes::TableChanges;
     let e = echo("e").await;
     let base = table().host("a.test").prefix("/", &to(&e)).build();
     let p = proxy(base.clone()).await;

@@ -33,7 +33,7 @@ async fn handshake(addr: SocketAddr, ca: &Ca, version: TlsVersion, suite: &str) 
     let mut roots = rustls::RootCertStore::empty();
     roots.add_parsable_certificates(CertificateDer::pem_slice_iter(ca.pem.as_bytes()).map(|c| c.unwrap()));
     let config =
-        rustls::ClientConfig::builder_with_provider(weir_dataplane::ciphers::provider(&[suite.into()]))
+        rustls::ClientConfig::builder_with_provider(weir_dataplane::tls::ciphers::provider(&[suite.into()]))
             .with_protocol_versions(&versions(&[version]))
             .unwrap()
             .with_root_certificates(roots)
@@ -78,7 +78,7 @@ async fn restricted_backend(cert: &Certificate, v: &[TlsVersion], tls12: &[&str]
         CertificateDer::pem_slice_iter(cert.chain_pem.as_bytes()).map(|c| c.unwrap()).collect();
     let key = PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).unwrap();
     let suites: Vec<String> = tls12.iter().map(|s| s.to_string()).collect();
-    let config = rustls::ServerConfig::builder_with_provider(weir_dataplane::ciphers::provider(&suites))
+    let config = rustls::ServerConfig::builder_with_provider(weir_dataplane::tls::ciphers::provider(&suites))
         .with_protocol_versions(&versions(v))
         .unwrap()
         .with_no_client_auth()

@@ -28,10 +28,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use weir_dataplane::fast::{HashMap, HashSet};
 
+use weir_dataplane::model::changes::TableChanges;
 use weir_dataplane::model::{
     Backend, BackendId, Certificate, HostMatch, ObjectRef, ServicePort, TlsEntry, VirtualHost,
 };
-use weir_dataplane::router::TableChanges;
 
 use super::annotations::Parsed;
 use super::backend::SliceIndex;

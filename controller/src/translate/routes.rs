@@ -284,7 +284,7 @@ pub(crate) fn path_match(path: Option<&str>, path_type: &str, regex: bool) -> Re
             return Err(format!("path {path:?} contains {c:?}, which cannot appear in a request path"));
         }
         let pattern = format!("(?i){path}");
-        return match weir_dataplane::router::compile_path_regex(&pattern) {
+        return match weir_dataplane::route::router::compile_path_regex(&pattern) {
             Ok(_) => Ok(PathMatch::Regex(pattern)),
             Err(e) => Err(format!(
                 "path {path:?} is not a valid regular expression (RE2 syntax: no look-around or back-references): {}",

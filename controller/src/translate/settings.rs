@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use weir_dataplane::accesslog::Template;
+use weir_dataplane::model::logformat::Template;
 use weir_dataplane::model::{
     ExternalAuth, Forwarded, Hsts, IpNet, LogField, ObjectRef, RoutePolicy, Settings, SourceFilter,
     TlsVersion,
@@ -658,7 +658,7 @@ impl<'a> Ctx<'a, '_> {
     fn tls_ciphers(&mut self) -> Option<Vec<String>> {
         let selection = self.value_or(
             "ssl-ciphers",
-            weir_dataplane::ciphers::parse,
+            weir_dataplane::tls::ciphers::parse,
             "every cipher suite weir has stays offered",
         )?;
         if !selection.unmatched.is_empty() {
@@ -682,7 +682,7 @@ impl<'a> Ctx<'a, '_> {
             "ssl-session-cache-size",
             |v| {
                 let bytes = values::size(v)?;
-                let sessions = bytes.saturating_mul(weir_dataplane::sessions::SESSIONS_PER_MIB) >> 20;
+                let sessions = bytes.saturating_mul(weir_dataplane::tls::sessions::SESSIONS_PER_MIB) >> 20;
                 match u32::try_from(sessions) {
                     Ok(0) => Err("holds no session (nginx counts about 4000 per megabyte: 1k is the least that holds one); use ssl-session-cache: \"false\" to turn resumption off".to_string()),
                     Ok(n) if n <= 10_000_000 => Ok(n),

@@ -6,10 +6,16 @@ use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use http::{Response, StatusCode};
 use http_body_util::{Either, Full};
 
-use super::forward::{ProxyBody, X_REQUEST_ID};
+use super::headers::X_REQUEST_ID;
+use super::upstream::client::ResponseBody;
+use crate::state::throttle::Shaped;
 
-/// A boxed error from the upstream side.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use super::upstream::conn::BoxError;
+
+/// The body of every response the proxy returns: the upstream's, streamed (paced by
+/// `limit-rate` and holding its `limit-connections` place where the route says so), or a small
+/// local one.
+pub(crate) type ProxyBody = Either<Shaped<ResponseBody>, Full<Bytes>>;
 
 /// Where an error came from: decides the status and whether a retry makes sense.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,7 +2,6 @@
 //! subrequest without body goes to the authentication service with the client's headers; its
 //! answer decides, as nginx's `auth_request` does.
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use http::header::{
@@ -11,8 +10,13 @@ use http::header::{
 use http::uri::{Authority, Scheme};
 use http::{Method, Request, StatusCode, Uri};
 
-use super::client::{Clients, UpstreamBody};
+use super::headers::{X_REQUEST_ID, expand, is_hop_by_hop};
+use super::upstream::body::UpstreamBody;
+use super::upstream::client::Clients;
 use crate::http_util::percent_encode;
+
+/// What the request being authenticated looks like (the pipeline names it here).
+pub(super) use super::headers::Original;
 
 const X_ORIGINAL_URL: HeaderName = HeaderName::from_static("x-original-url");
 const X_ORIGINAL_METHOD: HeaderName = HeaderName::from_static("x-original-method");
@@ -21,57 +25,12 @@ const X_SENT_FROM: HeaderName = HeaderName::from_static("x-sent-from");
 const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
-/// What the request being authenticated looks like, for the templates and headers.
-pub(super) struct Original<'a> {
-    /// `http` or `https`.
-    pub(super) scheme: &'a str,
-    /// The host the client asked for.
-    pub(super) host: &'a str,
-    /// The request method.
-    pub(super) method: &'a Method,
-    /// Path and query as sent.
-    pub(super) request_uri: &'a str,
-    /// The client's address.
-    pub(super) client: IpAddr,
-    /// The client's headers.
-    pub(super) headers: &'a HeaderMap,
-}
-
 /// The service's decision.
 pub(super) enum Decision {
     /// 2xx: these headers go into the proxied request.
     Allow(Vec<(HeaderName, HeaderValue)>),
     /// Answer the client with this status, plus these headers (a challenge or a redirect).
     Deny(StatusCode, Vec<(HeaderName, HeaderValue)>),
-}
-
-/// Expands `$scheme`, `$host`, `$http_host`, `$best_http_host`, `$request_uri`,
-/// `$escaped_request_uri`, `$uri` and `$remote_addr` in `template`; an unknown `$name` is
-/// left as written (translation rejects them).
-pub(super) fn expand(template: &str, o: &Original<'_>) -> String {
-    let mut out = String::with_capacity(template.len() + o.request_uri.len());
-    let mut rest = template;
-    while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
-        rest = &rest[at + 1..];
-        let len = rest.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'_').count();
-        let (name, tail) = rest.split_at(len);
-        match name {
-            "scheme" => out.push_str(o.scheme),
-            "host" | "http_host" | "best_http_host" => out.push_str(o.host),
-            "request_uri" => out.push_str(o.request_uri),
-            "escaped_request_uri" => out.push_str(&percent_encode(o.request_uri)),
-            "uri" => out.push_str(o.request_uri.split('?').next().unwrap_or_default()),
-            "remote_addr" => out.push_str(&o.client.to_string()),
-            _ => {
-                out.push('$');
-                out.push_str(name);
-            }
-        }
-        rest = tail;
-    }
-    out.push_str(rest);
-    out
 }
 
 /// Statuses nginx's `add_header` (without `always`) applies to: the service's `Set-Cookie`
@@ -85,7 +44,7 @@ pub(super) fn cookies_apply(auth: &crate::model::ExternalAuth, status: StatusCod
 
 /// Reads (and drops) what is left of the service's answer, so that its connection goes back
 /// to the pool; a large or slow body is abandoned (the connection is then closed).
-async fn drain(body: super::client::ResponseBody, until: tokio::time::Instant) {
+async fn drain(body: super::upstream::client::ResponseBody, until: tokio::time::Instant) {
     use http_body_util::BodyExt as _;
     const MAX: usize = 64 * 1024;
     let mut body = std::pin::pin!(body);
@@ -104,12 +63,12 @@ pub(super) async fn decide(
     clients: &Clients,
     timeout: Duration,
     auth: &crate::model::ExternalAuth,
-    cache: Option<&crate::authcache::AuthCache>,
+    cache: Option<&crate::state::authcache::AuthCache>,
     o: &Original<'_>,
     request_id: &HeaderValue,
 ) -> (Decision, Vec<HeaderValue>) {
     let key = cache.and_then(|c| {
-        c.key(&crate::authcache::KeyRequest {
+        c.key(&crate::state::authcache::KeyRequest {
             client: o.client,
             scheme: o.scheme,
             host: o.host,
@@ -144,7 +103,7 @@ pub(super) async fn decide(
                 kept.append(name.clone(), value.clone());
             }
         }
-        let answer = crate::authcache::Answer { status, headers: kept };
+        let answer = crate::state::authcache::Answer { status, headers: kept };
         cache.put(key, answer, ttl, std::time::Instant::now());
     }
     (decision, cookies)
@@ -245,7 +204,7 @@ fn subrequest(
     let builder = Request::builder().method(method).uri(uri).version(http::Version::HTTP_11);
     let mut map = HeaderMap::with_capacity(o.headers.len() + 8);
     for (name, value) in o.headers {
-        if !super::forward::is_hop_by_hop(name) && name != CONTENT_LENGTH && name != HOST {
+        if !is_hop_by_hop(name) && name != CONTENT_LENGTH && name != HOST {
             map.append(name, value.clone());
         }
     }
@@ -268,7 +227,7 @@ fn subrequest(
         map.insert(X_REAL_IP, v.clone());
         map.insert(X_FORWARDED_FOR, v);
     }
-    map.insert(super::forward::X_REQUEST_ID, request_id.clone());
+    map.insert(X_REQUEST_ID, request_id.clone());
     // `auth-proxy-set-headers` last: they replace the client's and weir's (translation keeps
     // the framing and connection headers out).
     for (name, value) in &auth.proxy_set_headers {

@@ -31,45 +31,40 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::{
-    AUTHORIZATION, CONNECTION, CONTENT_LENGTH, Entry, HOST, HeaderMap, HeaderName, HeaderValue, LOCATION,
-    PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, STRICT_TRANSPORT_SECURITY, TE, TRANSFER_ENCODING, UPGRADE,
-    WWW_AUTHENTICATE,
+    AUTHORIZATION, CONNECTION, CONTENT_LENGTH, HOST, HeaderMap, HeaderName, HeaderValue, LOCATION,
+    STRICT_TRANSPORT_SECURITY, UPGRADE, WWW_AUTHENTICATE,
 };
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
-use super::client::{BodyTooLarge, Exchange, ResponseBody, SendError, Target, UpstreamBody, is_send_timeout};
+use super::accesslog;
 use super::deadline::{Deadline, Deadlines};
-use super::error::BoxError;
-use super::error::{ProxyError, grpc_local_response, is_grpc, local_response};
-use super::forwarded::{
-    Forwarded, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PORT, X_FORWARDED_PROTO, X_REAL_IP,
+use super::error::{BoxError, ProxyBody, ProxyError, grpc_local_response, is_grpc, local_response};
+use super::headers::{
+    Forwarded, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PORT, X_FORWARDED_PROTO, X_REQUEST_ID,
+    connection_tokens, request_id, strip_hop_by_hop,
 };
-use super::{Compiled, Proxy, ProxyConfig, Retry, extauth, mirror, upgrade};
-use crate::accesslog;
-use crate::auth;
-use crate::balance::{Balancer, EndpointState};
-use crate::connlimit::Slot;
-use crate::cors::CompiledCors;
+use super::upstream::body::{BodyTooLarge, UpstreamBody};
+use super::upstream::client::{ResponseBody, SendError, Target};
+use super::upstream::conn::{Exchange, is_send_timeout};
+use super::upstream::{Balancer, EndpointState};
+use super::{Compiled, Proxy, ProxyConfig, extauth, mirror, upgrade};
 use crate::hashkey;
 use crate::model::{ClientVerify, RetryOn};
-use crate::policy::{CompiledBalance, CompiledPolicy, Verdict, set_headers};
-use crate::router::{BackendIdx, CompiledRoute};
-use crate::throttle::Shaped;
+use crate::route::auth;
+use crate::route::cors::CompiledCors;
+use crate::route::mirror::CompiledMirror;
+use crate::route::policy::{CompiledBalance, CompiledPolicy, Verdict, set_headers};
+use crate::route::retry::Retry;
+use crate::route::router::CompiledRoute;
+use crate::state::balance::BackendIdx;
+use crate::state::connlimit::Slot;
+use crate::state::throttle::Shaped;
 use crate::uri_path;
 
-/// The body of every response the proxy returns: the upstream's, streamed (paced by
-/// `limit-rate` and holding its `limit-connections` place where the route says so), or a small
-/// local one.
-pub(crate) type ProxyBody = Either<Shaped<ResponseBody>, Full<Bytes>>;
-
-/// `x-request-id`.
-pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 const X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-prefix");
-const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 const SEC_WEBSOCKET_KEY: HeaderName = HeaderName::from_static("sec-websocket-key");
 const SEC_WEBSOCKET_ACCEPT: HeaderName = HeaderName::from_static("sec-websocket-accept");
 
@@ -96,7 +91,7 @@ pub(super) struct ConnCtx {
     /// Whether the connection came over TLS (`X-Forwarded-Proto: https`).
     pub(super) https: bool,
     /// The client certificate judged at the handshake, on connections to mTLS hosts.
-    pub(super) client_cert: Option<crate::mtls::ClientCert>,
+    pub(super) client_cert: Option<crate::tls::mtls::ClientCert>,
     /// Requests served so far (counted only under `keep-alive-requests`).
     pub(super) requests: AtomicU32,
     /// The response-head deadline of an HTTP/1 connection's requests (one at a time).
@@ -233,7 +228,7 @@ impl ConnCtx {
     async fn error_page(
         &self,
         state: &Compiled,
-        pages: crate::router::BackendIdx,
+        pages: crate::state::balance::BackendIdx,
         status: StatusCode,
         original: &ErrorContext,
         request_id: &HeaderValue,
@@ -743,7 +738,7 @@ impl ConnCtx {
     fn mirror(
         &self,
         ctx: &RequestCtx<'_>,
-        (target, request_uri): (&mirror::CompiledMirror, String),
+        (target, request_uri): (&CompiledMirror, String),
         parts: &http::request::Parts,
         body: &mut UpstreamBody,
         wait: std::time::Duration,
@@ -845,7 +840,7 @@ impl ConnCtx {
         if !self.https || state.client_auth.is_empty() {
             return Ok(());
         }
-        let name = crate::router::normalize_host(host);
+        let name = crate::http_util::normalize_host(host);
         let Some(policy) = state.client_auth.lookup(&name) else { return Ok(()) };
         let cert = match &self.client_cert {
             Some(cert) if cert.host == policy.host => cert,
@@ -970,7 +965,7 @@ impl ConnCtx {
 /// for `route`, replacing the upstream's headers of the same names (nginx's `more_set_headers`).
 fn with_response_headers(
     config: &super::ProxyConfig,
-    route: &crate::router::CompiledRoute,
+    route: &crate::route::router::CompiledRoute,
     mut result: Result<Response<ProxyBody>, ProxyError>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     if let Ok(resp) = &mut result {
@@ -1234,7 +1229,7 @@ struct Outgoing<'a> {
     one_at_a_time: bool,
     downstream_upgrade: Option<hyper::upgrade::OnUpgrade>,
     /// `mirror-*`: the copy's target and the request URI as the client sent it.
-    mirrored: Option<(&'a mirror::CompiledMirror, String)>,
+    mirrored: Option<(&'a CompiledMirror, String)>,
 }
 
 /// How the exchange may retry (`proxy-next-upstream*`) and its timeouts, from the route and
@@ -1355,7 +1350,9 @@ fn classify_send_error(error: BoxError) -> Result<(RetryOn, ProxyError), ProxyEr
         return Ok((RetryOn::Timeout, ProxyError::SendTimeout));
     }
     let parse = error.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse)
-        || error.downcast_ref::<super::h1::Error>().is_some_and(super::h1::Error::is_parse);
+        || error
+            .downcast_ref::<super::upstream::h1::Error>()
+            .is_some_and(super::upstream::h1::Error::is_parse);
     Ok((if parse { RetryOn::InvalidHeader } else { RetryOn::Error }, ProxyError::Upstream(error)))
 }
 
@@ -1423,7 +1420,7 @@ async fn read_whole(body: Incoming, timeout: std::time::Duration) -> Result<Byte
 }
 
 /// Adds `endpoint` to the tried endpoints of `$upstream_addr` (only with an access log).
-fn note_tried(earlier: &mut String, config: &ProxyConfig, endpoint: &crate::balance::EndpointState) {
+fn note_tried(earlier: &mut String, config: &ProxyConfig, endpoint: &EndpointState) {
     use std::fmt::Write;
     if config.access_log.is_some() {
         let sep = if earlier.is_empty() { "" } else { ", " };
@@ -1441,39 +1438,6 @@ fn is_body_too_large(error: &(dyn std::error::Error + 'static)) -> bool {
         current = e.source();
     }
     false
-}
-
-/// Keeps a non-empty incoming `X-Request-ID`, else generates and sets one; returns it.
-fn request_id(headers: &mut HeaderMap) -> HeaderValue {
-    // One lookup (the name hashed once) whether it is kept or set.
-    match headers.entry(X_REQUEST_ID) {
-        Entry::Occupied(e) if !e.get().is_empty() => e.get().clone(),
-        Entry::Occupied(mut e) => {
-            let id = new_request_id();
-            e.insert(id.clone());
-            id
-        }
-        Entry::Vacant(e) => e.insert(new_request_id()).clone(),
-    }
-}
-
-/// 32 lower-case hex characters from 128 random bits, from a fast generator per thread (seeded
-/// from the OS): request IDs must not repeat, they need not be unguessable.
-fn new_request_id() -> HeaderValue {
-    use rand::{Rng, SeedableRng};
-    thread_local! {
-        static IDS: std::cell::RefCell<rand::rngs::SmallRng> =
-            std::cell::RefCell::new(rand::rngs::SmallRng::from_rng(&mut rand::rng()));
-    }
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bits: u128 = IDS.with(|rng| rng.borrow_mut().random());
-    let mut buf = [0u8; 32];
-    for (pair, byte) in buf.chunks_exact_mut(2).zip(bits.to_be_bytes()) {
-        pair[0] = HEX[(byte >> 4) as usize];
-        pair[1] = HEX[(byte & 0xf) as usize];
-    }
-    HeaderValue::from_maybe_shared(Bytes::copy_from_slice(&buf))
-        .unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
 /// An HTTP/2 extended CONNECT for a WebSocket (RFC 8441).
@@ -1509,108 +1473,6 @@ fn is_upgrade_request<B>(req: &Request<B>) -> bool {
         && connection_tokens(req.headers()).any(|t| t.eq_ignore_ascii_case("upgrade"))
 }
 
-fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
-    headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-}
-
-/// Which hop-by-hop header `name` is (never crossing the proxy, those listed in a request's
-/// `Connection` header aside): its bit for [`strip_hop_by_hop`], `Upgrade` and `TE` last.
-fn hop_by_hop_bit(name: &HeaderName) -> u8 {
-    // References to the constants: an array of the names themselves would be built and dropped
-    // at each call. (A `match` on the name's string was measured slower: standard names compare
-    // by a tag.)
-    let names: [&HeaderName; 8] = [
-        &CONNECTION,
-        &KEEP_ALIVE,
-        &PROXY_CONNECTION,
-        &TRANSFER_ENCODING,
-        &PROXY_AUTHORIZATION,
-        &PROXY_AUTHENTICATE,
-        &UPGRADE,
-        &TE,
-    ];
-    names.iter().position(|h| *h == name).map_or(0, |i| 1 << i)
-}
-
-/// Whether `name` is a hop-by-hop header that never crosses the proxy (those listed in a
-/// request's `Connection` header aside).
-pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
-    hop_by_hop_bit(name) != 0
-}
-
-/// Removes hop-by-hop headers; `keep_upgrade` keeps `Upgrade`, `keep_te_trailers` keeps
-/// `te: trailers` (gRPC over h2).
-fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_trailers: bool) {
-    // Usually there is none, or only `Connection`: one pass over the names finds which are
-    // there, and only those are looked up again to be removed.
-    let present = headers.keys().fold(0u8, |bits, name| bits | hop_by_hop_bit(name));
-    if present == 0 {
-        return;
-    }
-    // Headers named by Connection, other than the ones removed below anyway. Rare, so the Vec
-    // only allocates when a client actually lists something.
-    // Almost always `Connection: keep-alive` (or `close`): nothing listed, no token parsing.
-    let lists_names = || {
-        headers.get_all(CONNECTION).iter().any(|v| {
-            let v = v.as_bytes();
-            !(v.eq_ignore_ascii_case(b"keep-alive")
-                || v.eq_ignore_ascii_case(b"close")
-                || v.eq_ignore_ascii_case(b"upgrade"))
-        })
-    };
-    if present & 1 != 0 && lists_names() {
-        let listed: Vec<HeaderName> = connection_tokens(headers)
-            .filter(|t| {
-                !t.eq_ignore_ascii_case("close")
-                    && !t.eq_ignore_ascii_case("keep-alive")
-                    && !t.eq_ignore_ascii_case("upgrade")
-            })
-            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
-            .collect();
-        for name in listed {
-            if name == X_FORWARDED_FOR || name == X_REAL_IP || name == X_REQUEST_ID || name == HOST {
-                continue; // listing them must not strip what the proxy sets
-            }
-            headers.remove(name);
-        }
-    }
-    let always = [
-        &CONNECTION,
-        &KEEP_ALIVE,
-        &PROXY_CONNECTION,
-        &TRANSFER_ENCODING,
-        &PROXY_AUTHORIZATION,
-        &PROXY_AUTHENTICATE,
-    ];
-    for (i, name) in always.into_iter().enumerate() {
-        if present & (1 << i) != 0 {
-            headers.remove(name);
-        }
-    }
-    if !keep_upgrade && present & (1 << 6) != 0 {
-        headers.remove(UPGRADE);
-    }
-    if present & (1 << 7) != 0 {
-        let trailers = keep_te_trailers
-            && headers
-                .get_all(TE)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(','))
-                .any(|t| t.trim().eq_ignore_ascii_case("trailers"));
-        headers.remove(TE);
-        if trailers {
-            headers.insert(TE, HeaderValue::from_static("trailers"));
-        }
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -1629,87 +1491,5 @@ mod tests {
         let handle = future_size(|(ctx, req): (Arc<ConnCtx>, Request<Incoming>)| ctx.handle(req));
         eprintln!("request future: {handle} bytes");
         assert!(handle <= 4096, "the request future grew to {handle} bytes");
-    }
-
-    #[test]
-    fn strips_hop_by_hop_and_listed_headers() {
-        let mut h = HeaderMap::new();
-        for (k, v) in [
-            ("connection", "keep-alive, x-secret"),
-            ("keep-alive", "timeout=5"),
-            ("x-secret", "1"),
-            ("proxy-connection", "keep-alive"),
-            ("te", "trailers, deflate"),
-            ("transfer-encoding", "chunked"),
-            ("upgrade", "websocket"),
-            ("proxy-authorization", "Basic x"),
-            ("x-keep", "1"),
-        ] {
-            h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
-        }
-        let mut h1 = h.clone();
-        strip_hop_by_hop(&mut h1, false, false);
-        assert_eq!(h1.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["x-keep"]);
-        strip_hop_by_hop(&mut h, true, true);
-        let mut keys: Vec<_> = h.keys().map(|k| k.as_str()).collect();
-        keys.sort();
-        assert_eq!(keys, ["te", "upgrade", "x-keep"]);
-        assert_eq!(h[TE], "trailers");
-        // Some of them alone.
-        for (k, v, keep, left) in [
-            ("upgrade", "websocket", false, None),
-            ("upgrade", "websocket", true, Some("websocket")),
-            ("te", "trailers", true, Some("trailers")),
-            ("te", "gzip", true, None),
-            ("keep-alive", "timeout=5", true, None),
-        ] {
-            let name = HeaderName::from_static(k);
-            let mut h = HeaderMap::new();
-            h.insert(name.clone(), HeaderValue::from_static(v));
-            h.insert(HeaderName::from_static("x-keep"), HeaderValue::from_static("1"));
-            strip_hop_by_hop(&mut h, keep, keep);
-            assert_eq!(h.get(&name).map(|v| v.to_str().unwrap()), left, "{k}: {v}");
-            assert_eq!(h["x-keep"], "1");
-        }
-    }
-
-    #[test]
-    fn hop_by_hop_bits_follow_the_removal_order() {
-        // `strip_hop_by_hop` removes bit i's header by this order; the rest are not hop-by-hop,
-        // among them names as long as hop-by-hop ones (`user-agent`, `x-forwarded-proto`).
-        let order = [
-            CONNECTION,
-            KEEP_ALIVE,
-            PROXY_CONNECTION,
-            TRANSFER_ENCODING,
-            PROXY_AUTHORIZATION,
-            PROXY_AUTHENTICATE,
-            UPGRADE,
-            TE,
-        ];
-        for (i, name) in order.iter().enumerate() {
-            assert_eq!(hop_by_hop_bit(name), 1 << i, "{name}");
-        }
-        for name in ["user-agent", "x-forwarded-proto", "content-length", "host", "trailer", "tes"] {
-            assert_eq!(hop_by_hop_bit(&HeaderName::from_static(name)), 0, "{name}");
-        }
-    }
-
-    #[test]
-    fn request_ids_are_32_hex() {
-        let id = new_request_id();
-        assert_eq!(id.len(), 32);
-        assert!(id.as_bytes().iter().all(|b| b.is_ascii_hexdigit()));
-        assert_ne!(id, new_request_id());
-        let mut h = HeaderMap::new();
-        h.insert(X_REQUEST_ID, HeaderValue::from_static("abc"));
-        assert_eq!(request_id(&mut h), "abc");
-        // An empty one is replaced, a missing one set; the map holds what is returned.
-        for mut h in [HeaderMap::new(), HeaderMap::from_iter([(X_REQUEST_ID, HeaderValue::from_static(""))])]
-        {
-            let id = request_id(&mut h);
-            assert_eq!(id.len(), 32);
-            assert_eq!(h.get_all(X_REQUEST_ID).iter().collect::<Vec<_>>(), [&id]);
-        }
     }
 }

@@ -12,22 +12,17 @@
 //! - At most [`MAX_IN_FLIGHT`] copies are under way in the process; past that, requests are not
 //!   mirrored (logged at debug level), so that a slow mirror cannot pile up tasks and memory.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, HOST, HeaderMap, HeaderValue, TRANSFER_ENCODING};
 use http::{Request, Uri};
-use http_body::{Body, Frame, SizeHint};
+use http_body::Body;
 use http_body_util::BodyExt;
-use tokio::sync::mpsc;
 
-use super::client::UpstreamBody;
-use super::extauth::{Original, expand};
-use crate::model::{Mirror, UpstreamProtocol, UpstreamTls};
-use crate::policy::PolicyError;
+use super::headers::{Original, expand};
+use super::upstream::body::UpstreamBody;
+use crate::route::mirror::CompiledMirror;
 
 /// Frames a copy's body may lag behind the request's before the copy is aborted.
 pub(crate) const LAG_FRAMES: usize = 16;
@@ -35,65 +30,6 @@ pub(crate) const LAG_FRAMES: usize = 16;
 pub(crate) const MAX_IN_FLIGHT: usize = 1024;
 
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
-
-/// A [`Mirror`] ready for the request path.
-pub struct CompiledMirror {
-    target: String,
-    host: Option<HeaderValue>,
-    request_body: bool,
-    /// For `https://` targets: verification against the system's roots, HTTP/1.1.
-    tls: Option<Arc<rustls::ClientConfig>>,
-}
-
-impl std::fmt::Debug for CompiledMirror {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompiledMirror")
-            .field("target", &self.target)
-            .field("host", &self.host)
-            .field("request_body", &self.request_body)
-            .field("tls", &self.tls.is_some())
-            .finish()
-    }
-}
-
-impl CompiledMirror {
-    /// Checks the target's scheme and the host header; `https://` targets get the shared TLS
-    /// client config.
-    pub(crate) fn compile(mirror: &Mirror) -> Result<Self, PolicyError> {
-        let scheme = mirror.target.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
-        let tls = match scheme.as_deref() {
-            Some("http") => None,
-            Some("https") => Some(https_config()?),
-            _ => {
-                return Err(PolicyError::Mirror(format!(
-                    "target {:?} is not an absolute http:// or https:// URL",
-                    mirror.target
-                )));
-            }
-        };
-        let host = match &mirror.host {
-            Some(h) => Some(
-                HeaderValue::from_str(h)
-                    .map_err(|_| PolicyError::HeaderValue { field: "mirror host", value: h.clone() })?,
-            ),
-            None => None,
-        };
-        Ok(CompiledMirror { target: mirror.target.clone(), host, request_body: mirror.request_body, tls })
-    }
-}
-
-/// The client config of every `https://` mirror target, built once.
-fn https_config() -> Result<Arc<rustls::ClientConfig>, PolicyError> {
-    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            crate::tls::upstream_config(&UpstreamTls::default(), UpstreamProtocol::Https)
-                .map(|c| c.config)
-                .map_err(|e| e.to_string())
-        })
-        .clone()
-        .map_err(PolicyError::Mirror)
-}
 
 /// One copy under way; frees its place when dropped.
 struct Slot;
@@ -187,96 +123,10 @@ pub(super) fn start(
     });
 }
 
-/// The copy's side of a request body: the request's body hands each data frame to its copy.
-pub(crate) enum Side {
-    /// On the request's body: where its frames are offered.
-    Tee(Tee),
-    /// The copy's body, fed by the request's.
-    Feed(Feed),
-}
-
-/// Hands frames to a copy's [`Feed`]; dropped without [`Tee::finish`], the copy is aborted.
-pub(crate) struct Tee {
-    tx: mpsc::Sender<Bytes>,
-    complete: Arc<AtomicBool>,
-}
-
-/// A copy's body: the frames of the request's body, then its end (or an error if the request's
-/// body did not end properly).
-pub(crate) struct Feed {
-    rx: mpsc::Receiver<Bytes>,
-    complete: Arc<AtomicBool>,
-    hint: SizeHint,
-}
-
-/// A tee and the feed it fills, with room for `lag` frames; `hint` is the request body's size.
-pub(crate) fn channel(lag: usize, hint: SizeHint) -> (Tee, Feed) {
-    let (tx, rx) = mpsc::channel(lag.max(1));
-    let complete = Arc::new(AtomicBool::new(false));
-    (Tee { tx, complete: complete.clone() }, Feed { rx, complete, hint })
-}
-
-impl Tee {
-    /// Offers a data frame; `false` when the copy fell behind or is gone (drop the tee).
-    pub(crate) fn offer(&self, data: &Bytes) -> bool {
-        self.tx.try_send(data.clone()).is_ok()
-    }
-
-    /// The request's body ended properly: the copy's ends too.
-    pub(crate) fn finish(self) {
-        self.complete.store(true, Ordering::Release);
-    }
-}
-
-/// The request's body failed or stopped before its end, or the copy fell behind.
-#[derive(Debug, thiserror::Error)]
-#[error("the mirrored request's body did not end properly")]
-pub(crate) struct CutShort;
-
-impl Feed {
-    pub(crate) fn poll_frame(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, super::error::BoxError>>> {
-        match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(data)) => Poll::Ready(Some(Ok(Frame::data(data)))),
-            // The sender is gone: the request's body ended, or was abandoned.
-            Poll::Ready(None) if self.complete.load(Ordering::Acquire) => Poll::Ready(None),
-            Poll::Ready(None) => Poll::Ready(Some(Err(Box::new(CutShort)))),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    pub(crate) fn size_hint(&self) -> SizeHint {
-        self.hint
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use std::future::poll_fn;
-
-    #[tokio::test]
-    async fn a_finished_tee_ends_the_feed_and_a_dropped_one_cuts_it_short() {
-        let (tee, mut feed) = channel(2, SizeHint::with_exact(3));
-        assert!(tee.offer(&Bytes::from_static(b"ab")));
-        assert!(tee.offer(&Bytes::from_static(b"c")));
-        assert!(!tee.offer(&Bytes::from_static(b"d")), "a third frame overflows a lag of 2");
-        tee.finish();
-        let mut got = Vec::new();
-        while let Some(frame) = poll_fn(|cx| feed.poll_frame(cx)).await {
-            got.extend_from_slice(&frame.unwrap().into_data().unwrap());
-        }
-        assert_eq!(got, b"abc");
-
-        let (tee, mut feed) = channel(2, SizeHint::default());
-        assert!(tee.offer(&Bytes::from_static(b"ab")));
-        drop(tee);
-        assert!(poll_fn(|cx| feed.poll_frame(cx)).await.unwrap().is_ok());
-        assert!(poll_fn(|cx| feed.poll_frame(cx)).await.unwrap().is_err(), "an abandoned body is an error");
-    }
 
     #[test]
     fn slots_are_bounded_and_returned() {

@@ -1,4 +1,4 @@
-//! The HTTP proxy: listeners, forwarding, upgrades and the upstream client pool.
+//! The HTTP proxy: listeners, forwarding, upgrades and the upstream clients.
 //!
 //! A [`Proxy`] holds one compiled state (router + balancers + version) behind one
 //! [`ArcSwap`]. [`Proxy::publish`] compiles a new [`RouteTable`] on the caller's thread and swaps
@@ -10,46 +10,50 @@
 //!   HTTP/1.1 or h2 by ALPN), handshake limits, graceful drain.
 //! - [`proxy_protocol`]: PROXY protocol v1/v2 headers on either listener.
 //! - `forward`: routing, header policy, retries, upstream errors.
-//! - `retry`: the `proxy-next-upstream` conditions, compiled.
+//! - `extauth`, `mirror`: the external authentication subrequest, the mirrored copies.
 //! - `upgrade`: HTTP/1.1 `Upgrade` (WebSocket and others) splicing.
-//! - `client`: the upstream clients (HTTP/1.1 and HTTPS with our own idle pools, h2c/h2-over-TLS
-//!   multiplexed), the request body handed back on connect errors and the response body that
-//!   returns its connection to the pool.
-//! - `h1`: our own HTTP/1.1 client codec, driven by the request's task (no task, channel or
-//!   oneshot per connection; hyper serves h2/h2c upstreams).
+//! - [`accesslog`]: the access log's lines and their writer.
 //! - `deadline`: an HTTP/1 connection's lazily re-armed timer for its request-head and
 //!   response-head deadlines.
 //! - [`error`]: errors classified by where they came from, and the responses they become.
+//! - `settings`: the table's settings applied to a [`ProxyConfig`].
+//!
+//! Beneath the pipeline, in layers of their own: `headers` (hop-by-hop headers, `X-Request-ID`,
+//! the forwarded headers, the original request) and `upstream` (the upstream clients with our
+//! own HTTP/1.1 codec and idle pools, the request body sent upstream). Neither imports the
+//! pipeline; `upstream` imports `headers`, not the other way round.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto;
 
-use crate::balance::Balancer;
+use self::upstream::Balancer;
+use self::upstream::conn::Exchange;
+use crate::model::changes::TableChanges;
 use crate::model::{BackendId, HostMatch, RouteTable};
-use crate::mtls::ClientAuthIndex;
-use crate::ratelimit::LimiterCache;
-use crate::router::{CompileError, Router, TableChanges};
+use crate::route::retry::Retry;
+use crate::route::router::{CompileError, Router};
+use crate::state::ratelimit::LimiterCache;
+use crate::tls::mtls::ClientAuthIndex;
 use crate::tls::{CertCache, CertIndex};
 
-mod client;
+pub mod accesslog;
 mod deadline;
 pub mod error;
 mod extauth;
 mod forward;
-mod forwarded;
-mod h1;
+mod headers;
 pub(crate) mod mirror;
 pub mod proxy_protocol;
-mod retry;
 mod server;
 mod settings;
 mod upgrade;
+mod upstream;
 
-pub(crate) use client::Http1Pool;
 pub use error::{ErrorSource, ProxyError};
-pub use retry::Retry;
 
 /// Tunables of a [`Proxy`]. `Default` gives ingress-nginx-like values.
 #[derive(Clone, Debug)]
@@ -86,7 +90,7 @@ pub struct ProxyConfig {
     pub hsts: Option<http::HeaderValue>,
     /// Where the client address comes from behind trusted proxies (`use-forwarded-headers`,
     /// `enable-real-ip`); `None`: the connection's peer.
-    pub real_ip: Option<crate::realip::RealIp>,
+    pub real_ip: Option<crate::route::realip::RealIp>,
     /// How long a client connection may wait for its next request; `None`: the
     /// `header_read_timeout` bounds it; zero: no keep-alive (one request per connection).
     pub keepalive: Option<Duration>,
@@ -100,13 +104,13 @@ pub struct ProxyConfig {
     /// `encoded-slashes`).
     pub paths: crate::uri_path::PathOptions,
     /// The access-log format (`log-format-upstream`); `None`: no access log.
-    pub access_log: Option<Arc<crate::accesslog::Format>>,
+    pub access_log: Option<Arc<accesslog::Format>>,
     /// Where access-log lines go.
-    pub access_log_output: crate::accesslog::Output,
+    pub access_log_output: accesslog::Output,
     /// Headers set on every response (`add-headers`); a route's `custom-headers` win.
-    pub response_headers: crate::policy::HeaderList,
+    pub response_headers: crate::route::policy::HeaderList,
     /// Headers set on every request sent upstream (`proxy-set-headers`).
-    pub upstream_headers: crate::policy::HeaderList,
+    pub upstream_headers: crate::route::policy::HeaderList,
     /// When a request goes to the next endpoint (`proxy-next-upstream`, with
     /// `retry-non-idempotent` folded in).
     pub next_upstream: Retry,
@@ -152,7 +156,7 @@ impl Default for ProxyConfig {
             underscores_in_headers: false,
             paths: crate::uri_path::PathOptions::default(),
             access_log: None,
-            access_log_output: crate::accesslog::Output::Stdout,
+            access_log_output: accesslog::Output::Stdout,
             response_headers: Vec::new(),
             upstream_headers: Vec::new(),
             next_upstream: Retry::DEFAULT,
@@ -162,6 +166,40 @@ impl Default for ProxyConfig {
             send_timeout: Duration::from_secs(60),
             pool_max_requests: Some(10_000),
             pool_max_lifetime: Some(Duration::from_secs(3600)),
+        }
+    }
+}
+
+/// How client connections speak HTTP/1.1 and HTTP/2.
+type HttpBuilder = auto::Builder<TokioExecutor>;
+
+/// The connection settings of `config`: the head read timeout, which also bounds how long an
+/// idle HTTP/1 connection waits for its next request (`keep-alive` sets it), keep-alive itself,
+/// and WebSockets over HTTP/2.
+fn http_builder(config: &ProxyConfig) -> HttpBuilder {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let (idle, keep_alive) = match config.keepalive {
+        Some(idle) if idle.is_zero() => (config.header_read_timeout, false),
+        Some(idle) => (idle, true),
+        None => (config.header_read_timeout, true),
+    };
+    // The HTTP/1 timer is replaced per connection (`serve_http`); this one is a placeholder
+    // hyper requires alongside `header_read_timeout`.
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(idle).keep_alive(keep_alive);
+    // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
+    builder.http2().timer(TokioTimer::new()).enable_connect_protocol();
+    builder
+}
+
+impl Exchange {
+    /// The proxy's (or table's) values.
+    pub(crate) fn of(config: &ProxyConfig) -> Self {
+        Exchange {
+            connect_timeout: config.connect_timeout,
+            send_timeout: config.send_timeout,
+            max_idle: config.pool_max_idle_per_host,
+            max_requests: config.pool_max_requests,
+            max_lifetime: config.pool_max_lifetime,
         }
     }
 }
@@ -176,19 +214,19 @@ struct Inner {
     config: ProxyConfig,
     state: ArcSwap<Compiled>,
     publisher: Mutex<Publisher>,
-    clients: client::Clients,
+    clients: upstream::client::Clients,
     /// Rate limiters, kept across publishes.
     limiters: LimiterCache,
     /// The self-signed certificate served when the table names no default one; generated when
     /// the first TLS listener starts.
     fallback_cert: OnceLock<Arc<rustls::sign::CertifiedKey>>,
     /// The access-log writer, started with the first line.
-    access_log: OnceLock<crate::accesslog::Writer>,
+    access_log: OnceLock<accesslog::Writer>,
     /// Set once the task closing idle upstream connections runs (with the first listener).
     sweeping: std::sync::atomic::AtomicBool,
     /// TLS sessions for resumption, shared by the server configs without client
     /// authentication and kept across publishes.
-    sessions: Arc<crate::sessions::SessionCache>,
+    sessions: Arc<crate::tls::sessions::SessionCache>,
 }
 
 /// The `ssl-protocols` and `ssl-ciphers` (TLS 1.2 suites) a server TLS config offers.
@@ -208,7 +246,7 @@ struct Publisher {
 struct Compiled {
     version: u64,
     router: Router,
-    /// Indexed by [`crate::router::BackendIdx`].
+    /// Indexed by [`crate::state::balance::BackendIdx`].
     balancers: Vec<Arc<Balancer>>,
     /// SNI → certificate.
     certs: CertIndex,
@@ -219,7 +257,7 @@ struct Compiled {
     /// The proxy's configuration with the table's settings applied.
     config: ProxyConfig,
     /// How client connections speak HTTP (keep-alive per `config`).
-    http: Arc<server::HttpBuilder>,
+    http: Arc<HttpBuilder>,
     /// The TLS config offering the table's `ssl-protocols`; `None`: the listener's own.
     tls: Option<Arc<rustls::ServerConfig>>,
 }
@@ -285,7 +323,7 @@ impl PassIndex {
 impl Proxy {
     /// A proxy with an empty table: every request gets 404 until the first [`Proxy::publish`].
     pub fn new(config: ProxyConfig) -> Proxy {
-        let clients = client::Clients::new(&config);
+        let clients = upstream::client::Clients::new(Exchange::of(&config));
         let empty = Compiled {
             version: 0,
             router: Router::default(),
@@ -293,7 +331,7 @@ impl Proxy {
             certs: CertIndex::default(),
             passthrough: PassIndex::default(),
             client_auth: ClientAuthIndex::default(),
-            http: Arc::new(server::http_builder(&config)),
+            http: Arc::new(http_builder(&config)),
             config: config.clone(),
             tls: None,
         };
@@ -307,7 +345,7 @@ impl Proxy {
                 fallback_cert: OnceLock::new(),
                 access_log: OnceLock::new(),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
-                sessions: Arc::new(crate::sessions::SessionCache::default()),
+                sessions: Arc::new(crate::tls::sessions::SessionCache::default()),
             }),
         }
     }
@@ -328,7 +366,7 @@ impl Proxy {
         changes: Option<&TableChanges>,
     ) -> Result<u64, CompileError> {
         let config = self.inner.config.with_settings(&table.settings);
-        let http = Arc::new(server::http_builder(&config));
+        let http = Arc::new(http_builder(&config));
         // Serializes publishers (versions stay monotonic, registry updates don't interleave);
         // requests never take this lock.
         let mut publisher = self.inner.publisher.lock().unwrap_or_else(|poisoned| poisoned.into_inner());

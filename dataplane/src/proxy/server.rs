@@ -16,22 +16,21 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http::HeaderValue;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
-use super::Proxy;
 use super::deadline::ConnTimer;
 use super::forward::ConnCtx;
 use super::proxy_protocol;
-use crate::balance::EndpointKey;
-use crate::l4::{self, Prefixed};
-use crate::mtls::ClientCert;
+use super::{HttpBuilder, Proxy};
+use crate::state::balance::EndpointKey;
 use crate::tls;
+use crate::tls::l4::{self, Prefixed};
+use crate::tls::mtls::ClientCert;
 
 /// What a TLS listener shares between its connections.
 struct TlsListener {
@@ -222,27 +221,6 @@ impl Proxy {
     }
 }
 
-/// How client connections speak HTTP/1.1 and HTTP/2.
-pub(super) type HttpBuilder = auto::Builder<TokioExecutor>;
-
-/// The connection settings of `config`: the head read timeout, which also bounds how long an
-/// idle HTTP/1 connection waits for its next request (`keep-alive` sets it), keep-alive itself,
-/// and WebSockets over HTTP/2.
-pub(super) fn http_builder(config: &super::ProxyConfig) -> HttpBuilder {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    let (idle, keep_alive) = match config.keepalive {
-        Some(idle) if idle.is_zero() => (config.header_read_timeout, false),
-        Some(idle) => (idle, true),
-        None => (config.header_read_timeout, true),
-    };
-    // The HTTP/1 timer is replaced per connection (`serve_http`); this one is a placeholder
-    // hyper requires alongside `header_read_timeout`.
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(idle).keep_alive(keep_alive);
-    // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
-    builder.http2().timer(TokioTimer::new()).enable_connect_protocol();
-    builder
-}
-
 /// Serves HTTP on one established connection (plain or TLS), watched for graceful shutdown.
 ///
 /// `h2`: the connection negotiated HTTP/2 (ALPN), and each request's future is boxed where it is
@@ -338,7 +316,7 @@ async fn handshake(
 }
 
 /// Connects to one of the balancer's endpoints, trying others when connecting fails.
-async fn connect_any(proxy: &Proxy, balancer: &crate::balance::Balancer) -> io::Result<TcpStream> {
+async fn connect_any(proxy: &Proxy, balancer: &super::upstream::Balancer) -> io::Result<TcpStream> {
     let config = &proxy.inner.config;
     let mut tried = Vec::new();
     let mut last = io::Error::new(io::ErrorKind::NotFound, "the backend has no endpoints");

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::accesslog::{Format, Writer};
 use super::{Proxy, ProxyConfig, Publisher};
-use crate::accesslog::{Format, Writer};
 use crate::model::Settings;
-use crate::realip::RealIp;
+use crate::route::realip::RealIp;
 use crate::tls;
 
 /// Upper bound of `proxy-next-upstream-tries` (`0` means every endpoint, up to this many).
@@ -99,7 +99,7 @@ impl ProxyConfig {
         ] {
             for (name, value) in headers {
                 let one = std::collections::BTreeMap::from([(name.clone(), value.clone())]);
-                match crate::policy::compile_headers(field, &one) {
+                match crate::route::policy::compile_headers(field, &one) {
                     Ok(parsed) => list.extend(parsed),
                     Err(error) => tracing::warn!(%error, "header unusable; ignored"),
                 }
@@ -153,7 +153,7 @@ impl Proxy {
 
     /// Applies the table's `ssl-session-*` settings to the session cache.
     pub(super) fn configure_sessions(&self, settings: &Settings) {
-        use crate::sessions::{DEFAULT_SESSIONS, DEFAULT_TIMEOUT};
+        use crate::tls::sessions::{DEFAULT_SESSIONS, DEFAULT_TIMEOUT};
         let capacity = settings.tls_sessions.map_or(DEFAULT_SESSIONS, |n| n as usize);
         let timeout =
             settings.tls_session_timeout_secs.map_or(DEFAULT_TIMEOUT, |s| Duration::from_secs(s.into()));

@@ -1,6 +1,6 @@
 //! HTTP/1.1 upgrades (WebSocket and others): after a `101 Switching Protocols` from the upstream,
 //! the client's connection is taken over from hyper, the upstream's from our client
-//! ([`super::h1::Upgraded`]), and both are spliced byte for byte.
+//! ([`super::upstream::h1::Upgraded`]), and both are spliced byte for byte.
 
 use std::net::SocketAddr;
 
@@ -8,7 +8,7 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWriteExt;
 
-use super::h1::Upgraded;
+use super::upstream::h1::Upgraded;
 
 /// Spawns the task that waits for the client's side to finish upgrading, passes on what the
 /// upstream sent past its 101, then copies both ways until either side closes.

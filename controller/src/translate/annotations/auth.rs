@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
-use weir_dataplane::auth::HashKind;
 use weir_dataplane::model::{BasicAuth, ObjectRef};
+use weir_dataplane::route::auth::HashKind;
 
 /// The users of an htpasswd text (`user:hash` lines); lines that cannot serve are described in
 /// `skipped` (line number and why).

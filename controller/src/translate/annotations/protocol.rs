@@ -183,7 +183,7 @@ pub(crate) fn upstream_tls(
             format!("metadata.annotations[{key}]: invalid value {value:?}: {why}; {fallback}"),
         );
     };
-    let ciphers = get(ingress, PROXY_SSL_CIPHERS).and_then(|value| match weir_dataplane::ciphers::parse(value) {
+    let ciphers = get(ingress, PROXY_SSL_CIPHERS).and_then(|value| match weir_dataplane::tls::ciphers::parse(value) {
         Ok(selection) => {
             if !selection.unmatched.is_empty() {
                 warnings.warn(

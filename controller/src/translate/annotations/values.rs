@@ -282,7 +282,7 @@ pub(crate) fn header_name(s: &str) -> Result<String, String> {
 
 /// A regular expression in RE2 syntax (Rust's `regex` crate).
 pub(super) fn regex(s: &str) -> Result<String, String> {
-    weir_dataplane::router::compile_path_regex(s).map(|_| s.to_string()).map_err(|e| {
+    weir_dataplane::route::router::compile_path_regex(s).map(|_| s.to_string()).map_err(|e| {
         format!(
             "not a valid regular expression (RE2 syntax): {}",
             e.to_string().lines().last().unwrap_or_default()
@@ -504,7 +504,7 @@ pub(crate) fn cache_durations(s: &str) -> Result<Vec<weir_dataplane::model::Cach
 
 /// `auth-cache-key`: a template of request variables, as the dataplane's cache reads it.
 pub(crate) fn auth_cache_key(s: &str) -> Result<String, String> {
-    weir_dataplane::authcache::AuthKey::parse(s).map(|_| s.to_string())
+    weir_dataplane::state::authcache::AuthKey::parse(s).map(|_| s.to_string())
 }
 
 /// `auth-cache-key` (`key`) with `auth-cache-duration` (`valid`; ingress-nginx's default

@@ -8,7 +8,7 @@
 //! - Request: the head is encoded into the write buffer: request line (origin-form), the
 //!   headers as given (the proxy set `Host` and removed hop-by-hop headers), the proxy's
 //!   `X-Forwarded-*` and `X-Real-IP` when given (in place of the client's: see
-//!   [`super::forwarded`]), and the framing
+//!   [`crate::proxy::headers`]), and the framing
 //!   hyper's client chooses: an empty body sends no body (no framing header added); a
 //!   `Content-Length` given is kept; a body of exact size gets `Content-Length`; else
 //!   `Transfer-Encoding: chunked`, except on GET, HEAD and CONNECT, which then send no body.
@@ -37,13 +37,17 @@
 //!   processed the request, so only the proxy's retry policy may send it again.
 //! - A `101 Switching Protocols` leaves the connection (and any bytes read past the head) to
 //!   the caller ([`Body::take_upgrade`]).
+//! - Idle connections wait in an [`Http1Pool`]: a plain endpoint's own (in its balancer slot,
+//!   found without a lookup), or one of the clients' pools by name ([`PoolRef`]).
 
+use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{
@@ -54,14 +58,15 @@ use http_body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::client::{ConnMeta, Home, SendTimed, UpstreamBody};
-use super::error::BoxError;
-use super::forwarded::{Forwarded, is_forwarded};
+use super::body::UpstreamBody;
+use super::conn::{BoxError, ConnMeta, SendTimed, lock};
+use crate::proxy::headers::{Forwarded, is_forwarded};
+use crate::state::balance::EndpointState;
 
 /// Largest response head (hyper's default read buffer limit).
-pub(super) const MAX_HEAD: usize = 8192 + 4096 * 100;
+pub(crate) const MAX_HEAD: usize = 8192 + 4096 * 100;
 /// Most headers in a response head (hyper's default).
-pub(super) const MAX_HEADERS: usize = 100;
+pub(crate) const MAX_HEADERS: usize = 100;
 /// Largest trailer section of a chunked response (hyper's default).
 const MAX_TRAILERS: usize = 16 * 1024;
 /// Longest chunk-size line (with extensions).
@@ -70,7 +75,7 @@ const MAX_CHUNK_LINE: usize = 4096;
 const READ_CHUNK: usize = 16 * 1024;
 
 /// An upstream connection's transport.
-pub(super) enum Io {
+pub(crate) enum Io {
     Tcp(TcpStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
@@ -126,20 +131,20 @@ impl AsyncWrite for Io {
 }
 
 /// An HTTP/1.1 upstream connection.
-pub(super) struct Conn {
+pub(crate) struct Conn {
     io: SendTimed<Io>,
     /// What was read and not yet consumed.
     rbuf: BytesMut,
     /// Request heads are encoded here (kept for its capacity).
     wbuf: BytesMut,
     /// What the pool knows of it.
-    pub(super) meta: Arc<ConnMeta>,
+    pub(crate) meta: Arc<ConnMeta>,
 }
 
-/// The client's errors (the upstream's I/O errors, with [`super::client::SendTimedOut`] among
+/// The client's errors (the upstream's I/O errors, with [`super::conn::SendTimedOut`] among
 /// their causes when a write timed out, come as [`Error::Io`]).
 #[derive(Debug, thiserror::Error)]
-pub(super) enum Error {
+pub(crate) enum Error {
     /// Reading or writing failed.
     #[error("upstream connection: {0}")]
     Io(#[from] io::Error),
@@ -156,13 +161,13 @@ pub(super) enum Error {
 
 impl Error {
     /// Whether the upstream sent something that is not a valid response.
-    pub(super) fn is_parse(&self) -> bool {
+    pub(crate) fn is_parse(&self) -> bool {
         matches!(self, Error::Parse(_))
     }
 }
 
 /// A failed exchange.
-pub(super) enum Failed {
+pub(crate) enum Failed {
     /// Nothing of the request was written: here it is back, body unread.
     Unsent(Box<Request<UpstreamBody>>, Error),
     /// The request was (at least partly) sent.
@@ -214,13 +219,13 @@ enum Framing {
 // === impl Conn ===
 
 impl Conn {
-    pub(super) fn new(io: Io, meta: Arc<ConnMeta>) -> Self {
+    pub(crate) fn new(io: Io, meta: Arc<ConnMeta>) -> Self {
         Conn { io: SendTimed::new(io, meta.clone()), rbuf: BytesMut::new(), wbuf: BytesMut::new(), meta }
     }
 
     /// Whether an idle connection can take a request: still open, and nothing arrived
     /// unasked. Never waits.
-    pub(super) fn is_quiet(&mut self) -> bool {
+    pub(crate) fn is_quiet(&mut self) -> bool {
         if !self.rbuf.is_empty() {
             return false;
         }
@@ -450,7 +455,7 @@ fn parse_decimal(s: &[u8]) -> Option<u64> {
 
 /// The response to a request sent on `conn`, its head read; the body is read from `conn` by a
 /// [`Body`] built with [`Sent::into_response`].
-pub(super) struct Sent {
+pub(crate) struct Sent {
     response: Response<()>,
     decode: Decode,
     /// The connection may carry another request after this response.
@@ -458,7 +463,7 @@ pub(super) struct Sent {
 }
 
 /// Sends `req` on `conn` and reads the response head.
-pub(super) async fn send(
+pub(crate) async fn send(
     conn: &mut Conn,
     req: Request<UpstreamBody>,
     forwarded: Option<&Forwarded<'_>>,
@@ -740,7 +745,7 @@ impl Sent {
 
     /// The response, its body reading from `conn`, which goes `home` at the body's end when
     /// the exchange allows it (`home` is `None` when the connection is not to be reused).
-    pub(super) fn into_response(self, conn: Box<Conn>, home: Option<Home>) -> Response<Body> {
+    pub(crate) fn into_response(self, conn: Box<Conn>, home: Option<Home>) -> Response<Body> {
         let upgrade = self.response.status() == StatusCode::SWITCHING_PROTOCOLS;
         let home = home.filter(|_| self.reusable && !upgrade);
         let mut body = Body { decode: self.decode, conn: Some(conn), home, upgrade };
@@ -766,14 +771,14 @@ pub(crate) struct Body {
 
 /// An upgraded upstream connection (after `101 Switching Protocols`): its stream and what was
 /// read past the response head.
-pub(super) struct Upgraded {
-    pub(super) io: SendTimed<Io>,
-    pub(super) read: Bytes,
+pub(crate) struct Upgraded {
+    pub(crate) io: SendTimed<Io>,
+    pub(crate) read: Bytes,
 }
 
 impl Body {
     /// The connection of a `101 Switching Protocols` response.
-    pub(super) fn take_upgrade(&mut self) -> Option<Upgraded> {
+    pub(crate) fn take_upgrade(&mut self) -> Option<Upgraded> {
         if !self.upgrade {
             return None;
         }
@@ -956,6 +961,94 @@ fn parse_trailers(section: &Bytes) -> Result<HeaderMap, Error> {
         trailers.append(name, value);
     }
     Ok(trailers)
+}
+
+// === impl Http1Pool ===
+
+/// Idle HTTP/1.1 connections to one upstream, the most recently used on top: busy connections
+/// stay warm and the surplus ages out at the bottom, where [`Clients::sweep`](super::client::Clients::sweep)
+/// closes it.
+#[derive(Default)]
+pub(crate) struct Http1Pool(Mutex<VecDeque<Idle>>);
+
+/// A connection ready for its next request, and since when.
+struct Idle {
+    since: Instant,
+    conn: Box<Conn>,
+}
+
+impl std::fmt::Debug for Http1Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Http1Pool").field("idle", &lock(&self.0).len()).finish()
+    }
+}
+
+impl Http1Pool {
+    /// The most recently returned connection that is still open (and younger than
+    /// `max_lifetime`).
+    pub(crate) fn checkout(&self, max_lifetime: Option<Duration>, now: Instant) -> Option<Box<Conn>> {
+        let mut idle = lock(&self.0);
+        while let Some(Idle { mut conn, .. }) = idle.pop_back() {
+            // One the upstream has closed since it came back (or that has bytes to read, which
+            // no request asked for) is dropped here, as is one past its lifetime.
+            if conn.meta.young(max_lifetime, now) && conn.is_quiet() {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    /// Keeps an idle connection, unless `max` are kept already (then it is closed).
+    pub(crate) fn checkin(&self, conn: Box<Conn>, max: usize) {
+        let since = Instant::now();
+        let mut idle = lock(&self.0);
+        if idle.len() < max {
+            idle.push_back(Idle { since, conn });
+        }
+    }
+
+    /// Closes the connections the upstream closed and, with `expiry`, those idle since before it;
+    /// returns how many stay.
+    pub(crate) fn sweep(&self, expiry: Option<Instant>) -> usize {
+        let mut idle = lock(&self.0);
+        idle.retain_mut(|c| expiry.is_none_or(|t| c.since > t) && c.conn.is_quiet());
+        idle.len()
+    }
+}
+
+/// Where a connection goes back to.
+#[derive(Clone)]
+pub(crate) enum PoolRef {
+    /// A plain HTTP/1.1 endpoint's own pool.
+    Endpoint(Arc<EndpointState<Http1Pool>>),
+    /// A pool of [`Clients`](super::client::Clients)' maps.
+    Keyed(Arc<Http1Pool>),
+}
+
+impl PoolRef {
+    /// The pool itself.
+    pub(crate) fn get(&self) -> &Http1Pool {
+        match self {
+            PoolRef::Endpoint(endpoint) => endpoint.slot(),
+            PoolRef::Keyed(pool) => pool,
+        }
+    }
+}
+
+/// Where a connection goes back to once its response has been read, and how many idle ones
+/// that pool keeps.
+pub(crate) struct Home {
+    /// The pool.
+    pub(crate) pool: PoolRef,
+    /// Idle connections it keeps at most.
+    pub(crate) max: usize,
+}
+
+impl Home {
+    /// Back to the pool (closed if the pool is full).
+    pub(crate) fn put(self, conn: Box<Conn>) {
+        self.pool.get().checkin(conn, self.max);
+    }
 }
 
 #[cfg(test)]

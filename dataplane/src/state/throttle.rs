@@ -1,6 +1,6 @@
 //! Response bodies with per-request limits attached: bandwidth (ingress-nginx `limit-rate` and
 //! `limit-rate-after`, nginx's `limit_rate` / `limit_rate_after`) and the place the request
-//! holds under `limit-connections` ([`crate::connlimit::Slot`]), freed when the body ends or is
+//! holds under `limit-connections` ([`crate::state::connlimit::Slot`]), freed when the body ends or is
 //! dropped.
 //!
 //! The bandwidth limit paces data frames with a timer: once `after_bytes` have gone out, the
@@ -15,8 +15,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-use crate::connlimit::Slot;
 use crate::model::ResponseRate;
+use crate::state::connlimit::Slot;
 
 /// The largest piece a paced body yields at once.
 const MAX_PIECE: u64 = 16 * 1024;
@@ -217,11 +217,12 @@ mod tests {
 
     #[tokio::test]
     async fn the_slot_is_freed_at_the_end_and_on_drop() {
-        let limiter = std::sync::Arc::new(crate::connlimit::ConnLimiter::new(&crate::model::ConnLimit {
-            max: 5,
-            exempt: Vec::new(),
-            status: 503,
-        }));
+        let limiter =
+            std::sync::Arc::new(crate::state::connlimit::ConnLimiter::new(&crate::model::ConnLimit {
+                max: 5,
+                exempt: Vec::new(),
+                status: 503,
+            }));
         let ip: std::net::IpAddr = "192.0.2.9".parse().unwrap();
         let mut done = Shaped::plain(Full::new(Bytes::from_static(b"x")));
         done.limit(limiter.acquire(ip).unwrap(), None);

@@ -1,16 +1,17 @@
 //! The upstream clients: pooled HTTP/1.1 (plain and TLS), multiplexed HTTP/2 (h2c and h2 over
-//! TLS), and the request and response bodies that cross them.
+//! TLS), and the response bodies that come back.
 //!
 //! HTTP/1.1 runs on our own client ([`super::h1`]: the request's task writes the request and
 //! reads the response on the connection, no task or channel per connection) with our own
 //! idle pool ([`Http1Pool`]): a stack per upstream of connections whose last response was read to
-//! its end, most recently used on top, at most [`super::ProxyConfig::pool_max_idle_per_host`] of
+//! its end, most recently used on top, at most [`crate::proxy::ProxyConfig::pool_max_idle_per_host`] of
 //! them; [`Clients::sweep`] closes those idle longer than
-//! [`super::ProxyConfig::pool_idle_timeout`]. A connection is retired after
-//! [`super::ProxyConfig::pool_max_requests`] requests or past
-//! [`super::ProxyConfig::pool_max_lifetime`]; the table's values apply ([`Exchange`]). Writes
-//! to an upstream wait at most [`super::ProxyConfig::send_timeout`] for progress ([`SendTimed`]). A plain endpoint's pool lives in its
-//! [`EndpointState`], so a request finds it without a lookup. A connection goes back to its pool
+//! [`crate::proxy::ProxyConfig::pool_idle_timeout`]. A connection is retired after
+//! [`crate::proxy::ProxyConfig::pool_max_requests`] requests or past
+//! [`crate::proxy::ProxyConfig::pool_max_lifetime`]; the table's values apply ([`Exchange`]). Writes
+//! to an upstream wait at most [`crate::proxy::ProxyConfig::send_timeout`] for progress
+//! ([`SendTimed`](super::conn::SendTimed)). A plain endpoint's pool lives in its
+//! [`EndpointState`]'s slot, so a request finds it without a lookup. A connection goes back to its pool
 //! when the client has read the response body to its end ([`ResponseBody`]); a response body
 //! dropped before its end closes the connection.
 //!
@@ -24,13 +25,13 @@
 //! is the request's host (as nginx's `grpc_pass` does) while the connection goes to the
 //! endpoint address.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -40,21 +41,21 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::ProxyConfig;
-use super::error::BoxError;
-use super::forwarded::Forwarded;
-use super::h1::{self, Conn};
-use crate::balance::{Balancer, EndpointKey, EndpointState};
+use super::body::UpstreamBody;
+use super::conn::{BoxError, ConnMeta, Exchange, lock};
+use super::h1::{self, Conn, Home, Http1Pool, PoolRef};
+use super::{Balancer, EndpointState};
 use crate::model::UpstreamProtocol;
+use crate::proxy::headers::Forwarded;
+use crate::state::balance::EndpointKey;
 use crate::tls::UpstreamTlsConfig;
 use rustls_pki_types::ServerName;
 
 /// Why sending a request upstream failed.
 #[derive(Debug)]
-pub(super) enum SendError {
+pub(crate) enum SendError {
     /// No connection could be made, or it closed before the request went out: nothing of the
     /// request was sent, and here it is back.
     Connect {
@@ -104,49 +105,21 @@ impl ConnectFailed {
 /// protocols), the endpoint, and the request's host (the name verified when the backend
 /// configures none).
 #[derive(Clone, Copy)]
-pub(super) struct Target<'a> {
+pub(crate) struct Target<'a> {
     /// How the backend is spoken to.
-    pub(super) protocol: UpstreamProtocol,
+    pub(crate) protocol: UpstreamProtocol,
     /// The endpoint picked.
-    pub(super) endpoint: &'a Arc<EndpointState>,
+    pub(crate) endpoint: &'a Arc<EndpointState>,
     /// The backend's TLS client config.
-    pub(super) tls: Option<&'a Arc<UpstreamTlsConfig>>,
+    pub(crate) tls: Option<&'a Arc<UpstreamTlsConfig>>,
     /// The request's host.
-    pub(super) host: &'a str,
-}
-
-/// How one exchange uses upstream connections, from the table's settings and the route's policy.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Exchange {
-    /// A new connection (TCP, and TLS where used) must be up within it.
-    pub(super) connect_timeout: Duration,
-    /// Longest wait for one write to the upstream to make progress (HTTP/1.1 connections).
-    pub(super) send_timeout: Duration,
-    /// Idle connections kept per endpoint.
-    pub(super) max_idle: usize,
-    /// Requests per connection before it is closed.
-    pub(super) max_requests: Option<u32>,
-    /// A connection older than this is not reused.
-    pub(super) max_lifetime: Option<Duration>,
-}
-
-impl Exchange {
-    /// The proxy's (or table's) values.
-    pub(super) fn of(config: &ProxyConfig) -> Self {
-        Exchange {
-            connect_timeout: config.connect_timeout,
-            send_timeout: config.send_timeout,
-            max_idle: config.pool_max_idle_per_host,
-            max_requests: config.pool_max_requests,
-            max_lifetime: config.pool_max_lifetime,
-        }
-    }
+    pub(crate) host: &'a str,
 }
 
 /// The upstream clients of a proxy.
-pub(super) struct Clients {
+pub(crate) struct Clients {
     /// h2c prior knowledge and h2 over TLS, one multiplexed connection per endpoint.
-    pub(super) h2c: H2Pool,
+    pub(crate) h2c: H2Pool,
     /// HTTP/1.1 over TLS, by endpoint and verified name. The endpoint is held weakly, as in
     /// [`H2Pool`]: publish prunes endpoints gone from every table.
     https: Mutex<HashMap<H2Key, HttpsPool>>,
@@ -160,19 +133,19 @@ pub(super) struct Clients {
 }
 
 impl Clients {
-    pub(super) fn new(config: &ProxyConfig) -> Self {
+    pub(crate) fn new(exchange: Exchange) -> Self {
         Clients {
             h2c: H2Pool { conns: Mutex::default() },
             https: Mutex::default(),
             by_name: Mutex::default(),
             by_name_tls: Mutex::default(),
-            exchange: Exchange::of(config),
+            exchange,
         }
     }
 
     /// Sends `req` over HTTP/1.1 to its URI's authority (a name is resolved when connecting); its
     /// `Host` header must be set. For services named by URL, not endpoints.
-    pub(super) async fn send_http1(
+    pub(crate) async fn send_http1(
         &self,
         req: Request<UpstreamBody>,
     ) -> Result<Response<ResponseBody>, SendError> {
@@ -181,7 +154,7 @@ impl Clients {
 
     /// [`Clients::send_http1`], over TLS with `tls` when given (the URI's host is the name
     /// verified and sent as SNI; the port defaults to 443).
-    pub(super) async fn send_url(
+    pub(crate) async fn send_url(
         &self,
         mut req: Request<UpstreamBody>,
         tls: Option<&Arc<rustls::ClientConfig>>,
@@ -213,7 +186,7 @@ impl Clients {
     /// the request host as authority for h2. `opts` bound connecting, sending, and the
     /// connection's reuse. `forwarded`: headers the HTTP/1.1 encoder writes in place of the
     /// request's own of the same names (HTTP/1.1 only: an h2 request carries them in its map).
-    pub(super) async fn send(
+    pub(crate) async fn send(
         &self,
         target: Target<'_>,
         req: Request<UpstreamBody>,
@@ -310,19 +283,19 @@ impl Clients {
     }
 
     /// Drops pooled connections of endpoints no longer in use and closed ones.
-    pub(super) fn prune(&self) {
+    pub(crate) fn prune(&self) {
         self.h2c.prune();
         lock(&self.https).retain(|_, (endpoint, pool)| endpoint.strong_count() > 0 && in_use(pool, None));
     }
 
     /// Closes HTTP/1.1 connections idle for longer than `idle_timeout` (and those the upstream
     /// closed) in the pools of `balancers`' endpoints and the keyed pools.
-    pub(super) fn sweep(&self, balancers: &[Arc<Balancer>], idle_timeout: Duration) {
+    pub(crate) fn sweep(&self, balancers: &[Arc<Balancer>], idle_timeout: Duration) {
         let expiry = Instant::now().checked_sub(idle_timeout);
         let expiry = Some(expiry.unwrap_or_else(Instant::now));
         for balancer in balancers.iter().filter(|b| b.protocol() == UpstreamProtocol::Http1) {
             for endpoint in balancer.endpoints() {
-                endpoint.http1_idle.sweep(expiry);
+                endpoint.slot().sweep(expiry);
             }
         }
         lock(&self.https).retain(|_, (endpoint, pool)| endpoint.strong_count() > 0 && in_use(pool, expiry));
@@ -340,12 +313,6 @@ fn in_use(pool: &Arc<Http1Pool>, expiry: Option<Instant>) -> bool {
 /// The pool of HTTPS connections to one endpoint for one verified name (the endpoint held
 /// weakly).
 type HttpsPool = (Weak<EndpointState>, Arc<Http1Pool>);
-
-/// Locks `m`, ignoring poisoning (the data stays consistent: every critical section is a push,
-/// pop or retain).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The endpoint a URL's host and port name (port 80 when none).
 fn authority_key(host: &str, port: Option<u16>) -> Option<EndpointKey> {
@@ -369,7 +336,7 @@ fn tls_target(
     let name = match &tls.server_name {
         Some(name) => name.clone(),
         None => {
-            let bare = crate::router::normalize_host(host);
+            let bare = crate::http_util::normalize_host(host);
             let bare = bare.trim_start_matches('[').trim_end_matches(']');
             ServerName::try_from(bare.to_string())
                 .map_err(|_| ConnectFailed::new(format!("{host:?} is not a name to verify")))?
@@ -411,115 +378,6 @@ async fn tls_handshake(
     }
 }
 
-// === impl Http1Pool ===
-
-/// Idle HTTP/1.1 connections to one upstream, the most recently used on top: busy connections
-/// stay warm and the surplus ages out at the bottom, where [`Clients::sweep`] closes it.
-#[derive(Default)]
-pub(crate) struct Http1Pool(Mutex<VecDeque<Idle>>);
-
-/// A connection ready for its next request, and since when.
-struct Idle {
-    since: Instant,
-    conn: Box<Conn>,
-}
-
-/// What the pool knows of one upstream HTTP/1.1 connection, shared with its I/O ([`SendTimed`]).
-pub(super) struct ConnMeta {
-    created: Instant,
-    /// Requests sent on it so far.
-    pub(super) requests: AtomicU32,
-    /// The send timeout of the request it carries, in milliseconds (0: none).
-    pub(super) send_timeout_ms: AtomicU64,
-}
-
-impl ConnMeta {
-    fn new() -> Self {
-        ConnMeta { created: Instant::now(), requests: AtomicU32::new(0), send_timeout_ms: AtomicU64::new(0) }
-    }
-
-    /// Whether the connection may carry another request (its age as of `now`).
-    fn reusable(&self, opts: &Exchange, now: Instant) -> bool {
-        opts.max_requests.is_none_or(|max| self.requests.load(Relaxed) < max)
-            && self.young(opts.max_lifetime, now)
-    }
-
-    fn young(&self, max_lifetime: Option<Duration>, now: Instant) -> bool {
-        max_lifetime.is_none_or(|max| now.saturating_duration_since(self.created) < max)
-    }
-}
-
-impl std::fmt::Debug for Http1Pool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Http1Pool").field("idle", &lock(&self.0).len()).finish()
-    }
-}
-
-impl Http1Pool {
-    /// The most recently returned connection that is still open (and younger than
-    /// `max_lifetime`).
-    fn checkout(&self, max_lifetime: Option<Duration>, now: Instant) -> Option<Box<Conn>> {
-        let mut idle = lock(&self.0);
-        while let Some(Idle { mut conn, .. }) = idle.pop_back() {
-            // One the upstream has closed since it came back (or that has bytes to read, which
-            // no request asked for) is dropped here, as is one past its lifetime.
-            if conn.meta.young(max_lifetime, now) && conn.is_quiet() {
-                return Some(conn);
-            }
-        }
-        None
-    }
-
-    /// Keeps an idle connection, unless `max` are kept already (then it is closed).
-    fn checkin(&self, conn: Box<Conn>, max: usize) {
-        let since = Instant::now();
-        let mut idle = lock(&self.0);
-        if idle.len() < max {
-            idle.push_back(Idle { since, conn });
-        }
-    }
-
-    /// Closes the connections the upstream closed and, with `expiry`, those idle since before it;
-    /// returns how many stay.
-    fn sweep(&self, expiry: Option<Instant>) -> usize {
-        let mut idle = lock(&self.0);
-        idle.retain_mut(|c| expiry.is_none_or(|t| c.since > t) && c.conn.is_quiet());
-        idle.len()
-    }
-}
-
-/// Where a connection goes back to.
-#[derive(Clone)]
-enum PoolRef {
-    /// A plain HTTP/1.1 endpoint's own pool.
-    Endpoint(Arc<EndpointState>),
-    /// A pool of [`Clients`]' maps.
-    Keyed(Arc<Http1Pool>),
-}
-
-impl PoolRef {
-    fn get(&self) -> &Http1Pool {
-        match self {
-            PoolRef::Endpoint(endpoint) => &endpoint.http1_idle,
-            PoolRef::Keyed(pool) => pool,
-        }
-    }
-}
-
-/// Where a connection goes back to once its response has been read, and how many idle ones
-/// that pool keeps.
-pub(super) struct Home {
-    pool: PoolRef,
-    max: usize,
-}
-
-impl Home {
-    /// Back to the pool (closed if the pool is full).
-    pub(super) fn put(self, conn: Box<Conn>) {
-        self.pool.get().checkin(conn, self.max);
-    }
-}
-
 // === impl ResponseBody ===
 
 /// An upstream response body, streamed: HTTP/1.1's own ([`h1::Body`]: its connection goes
@@ -532,7 +390,7 @@ pub(crate) enum ResponseBody {
 
 impl ResponseBody {
     /// The upstream connection of a `101 Switching Protocols` response, for the splice.
-    pub(super) fn take_upgrade(&mut self) -> Option<h1::Upgraded> {
+    pub(crate) fn take_upgrade(&mut self) -> Option<h1::Upgraded> {
         match self {
             ResponseBody::H1(body) => body.take_upgrade(),
             ResponseBody::H2(_) => None,
@@ -579,7 +437,7 @@ type H2Key = (EndpointKey, Option<ServerName<'static>>);
 
 /// One HTTP/2 connection (h2c, or h2 over TLS per verified name) per endpoint, shared by all
 /// requests to it.
-pub(super) struct H2Pool {
+pub(crate) struct H2Pool {
     /// The endpoint's state is held weakly: entries of endpoints gone from every table are
     /// pruned on publish, closing their connections.
     conns: Mutex<HashMap<H2Key, H2Conn>>,
@@ -688,274 +546,6 @@ impl H2Pool {
     /// Drops connections of endpoints that no table refers to any more.
     fn prune(&self) {
         lock(&self.conns).retain(|_, (state, sender)| state.strong_count() > 0 && !sender.is_closed());
-    }
-}
-
-// === impl SendTimed ===
-
-/// No write to the upstream made progress within the send timeout (`proxy-send-timeout`).
-#[derive(Debug, thiserror::Error)]
-#[error("upstream send timed out")]
-pub(super) struct SendTimedOut;
-
-/// Whether `error` (or one of its causes) is a [`SendTimedOut`].
-pub(super) fn is_send_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(error);
-    while let Some(e) = cause {
-        if e.is::<SendTimedOut>()
-            || e.downcast_ref::<io::Error>()
-                .and_then(io::Error::get_ref)
-                .is_some_and(|i| i.is::<SendTimedOut>())
-        {
-            return true;
-        }
-        cause = e.source();
-    }
-    false
-}
-
-/// An upstream connection's I/O whose writes fail with [`SendTimedOut`] when one waits longer
-/// than the send timeout of the request it carries (nginx's `proxy_send_timeout`: the time
-/// between two successive writes, not the whole transfer). Reads are untouched.
-pub(super) struct SendTimed<T> {
-    io: T,
-    meta: Arc<ConnMeta>,
-    /// Armed when a write is first refused, cleared when one makes progress.
-    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl<T> SendTimed<T> {
-    pub(super) fn new(io: T, meta: Arc<ConnMeta>) -> Self {
-        SendTimed { io, meta, stalled: None }
-    }
-
-    /// Passes a write's outcome on; a write still waiting past the timeout fails.
-    fn watch<R>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<R>>) -> Poll<io::Result<R>> {
-        if poll.is_ready() {
-            self.stalled = None;
-            return poll;
-        }
-        let ms = self.meta.send_timeout_ms.load(Relaxed);
-        if ms == 0 {
-            return Poll::Pending;
-        }
-        let stalled =
-            self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::from_millis(ms))));
-        if stalled.as_mut().poll(cx).is_ready() {
-            self.stalled = None;
-            return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, SendTimedOut)));
-        }
-        Poll::Pending
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for SendTimed<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for SendTimed<T> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        let poll = Pin::new(&mut this.io).poll_write(cx, buf);
-        this.watch(cx, poll)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        let poll = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
-        this.watch(cx, poll)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        let poll = Pin::new(&mut this.io).poll_flush(cx);
-        this.watch(cx, poll)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-}
-
-// === impl UpstreamBody ===
-
-/// The client's request body passed the route's size limit (`proxy-body-size`): 413.
-#[derive(Debug, thiserror::Error)]
-#[error("request body larger than {0} bytes")]
-pub(super) struct BodyTooLarge(u64);
-
-/// The request body sent upstream: the client's body, streamed frame by frame, or a small body
-/// read whole beforehand so that a retry can send it again ([`UpstreamBody::buffered`]).
-pub(crate) struct UpstreamBody {
-    body: Option<Incoming>,
-    limit: Option<u64>,
-    seen: u64,
-    /// A whole body, sent as one frame.
-    buffered: Option<Bytes>,
-    /// `mirror-*`: on a request's body, the copy its frames go to; on a copy's body (no
-    /// `body`), where its frames come from. Boxed: rare, and every request carries this type.
-    mirror: Option<Box<super::mirror::Side>>,
-}
-
-impl UpstreamBody {
-    /// Streams `body`; one longer than `limit` bytes fails with [`BodyTooLarge`] once it passes
-    /// the limit.
-    pub(super) fn new(body: Incoming, limit: Option<u64>) -> Self {
-        if body.is_end_stream() {
-            return UpstreamBody::empty();
-        }
-        UpstreamBody { body: Some(body), limit, seen: 0, buffered: None, mirror: None }
-    }
-
-    /// An empty body.
-    pub(super) fn empty() -> Self {
-        UpstreamBody { body: None, limit: None, seen: 0, buffered: None, mirror: None }
-    }
-
-    /// A body read whole beforehand.
-    pub(super) fn buffered(bytes: Bytes) -> Self {
-        UpstreamBody {
-            body: None,
-            limit: None,
-            seen: 0,
-            buffered: (!bytes.is_empty()).then_some(bytes),
-            mirror: None,
-        }
-    }
-
-    /// The whole body, when it was read beforehand (and nothing of it was sent yet).
-    pub(super) fn whole(&self) -> Option<&Bytes> {
-        if self.body.is_some() || self.mirror.is_some() {
-            return None;
-        }
-        self.buffered.as_ref()
-    }
-
-    /// Marks the whole body ([`UpstreamBody::whole`]) as sent.
-    pub(super) fn take_whole(&mut self) {
-        self.buffered = None;
-    }
-
-    /// From now on this body's data frames also go to the body returned, which may lag `lag`
-    /// frames behind before it is cut off (with an error, as when this body fails or is dropped
-    /// before its end). A body read whole beforehand is simply shared.
-    pub(super) fn tee(&mut self, lag: usize) -> UpstreamBody {
-        if self.body.is_none()
-            && let Some(bytes) = &self.buffered
-        {
-            return UpstreamBody::buffered(bytes.clone());
-        }
-        let (tee, feed) = super::mirror::channel(lag, self.size_hint());
-        self.mirror = Some(Box::new(super::mirror::Side::Tee(tee)));
-        UpstreamBody {
-            body: None,
-            limit: None,
-            seen: 0,
-            buffered: None,
-            mirror: Some(Box::new(super::mirror::Side::Feed(feed))),
-        }
-    }
-
-    /// The copy's share of a frame that passed: a copy that cannot keep up is cut off; at the
-    /// body's end it ends too.
-    fn tee_frame(&mut self, data: Option<&Bytes>, at_end: bool) {
-        use super::mirror::Side;
-        let Some(side) = self.mirror.as_deref() else { return };
-        let Side::Tee(tee) = side else { return };
-        if data.is_some_and(|d| !tee.offer(d)) {
-            self.mirror = None;
-        } else if at_end
-            && let Some(side) = self.mirror.take()
-            && let Side::Tee(tee) = *side
-        {
-            tee.finish();
-        }
-    }
-}
-
-impl std::fmt::Debug for UpstreamBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UpstreamBody").field("limit", &self.limit).field("seen", &self.seen).finish()
-    }
-}
-
-impl Body for UpstreamBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        if let Some(bytes) = this.buffered.take() {
-            return Poll::Ready(Some(Ok(Frame::data(bytes))));
-        }
-        let Some(body) = &mut this.body else {
-            return match this.mirror.as_deref_mut() {
-                Some(super::mirror::Side::Feed(feed)) => feed.poll_frame(cx),
-                _ => Poll::Ready(None),
-            };
-        };
-        let frame = match ready!(Pin::new(&mut *body).poll_frame(cx)) {
-            Some(Ok(frame)) => frame,
-            Some(Err(e)) => {
-                this.mirror = None;
-                return Poll::Ready(Some(Err(Box::new(e))));
-            }
-            None => {
-                this.tee_frame(None, true);
-                return Poll::Ready(None);
-            }
-        };
-        if let (Some(limit), Some(data)) = (this.limit, frame.data_ref()) {
-            this.seen = this.seen.saturating_add(data.len() as u64);
-            if this.seen > limit {
-                this.mirror = None;
-                return Poll::Ready(Some(Err(Box::new(BodyTooLarge(limit)))));
-            }
-        }
-        if this.mirror.is_some() {
-            // A body of known length is not polled past its last frame.
-            let at_end = body.is_end_stream();
-            this.tee_frame(frame.data_ref(), at_end);
-        }
-        Poll::Ready(Some(Ok(frame)))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        if self.buffered.is_some() {
-            return false;
-        }
-        match &self.body {
-            Some(body) => body.is_end_stream(),
-            None => !matches!(self.mirror.as_deref(), Some(super::mirror::Side::Feed(_))),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        if let Some(bytes) = &self.buffered {
-            return SizeHint::with_exact(bytes.len() as u64);
-        }
-        match (&self.body, self.mirror.as_deref()) {
-            (Some(body), _) => body.size_hint(),
-            (None, Some(super::mirror::Side::Feed(feed))) => feed.size_hint(),
-            (None, _) => SizeHint::with_exact(0),
-        }
     }
 }
 

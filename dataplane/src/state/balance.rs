@@ -8,6 +8,10 @@
 //! backend's balancer and the one [`Balancer::next`] builds from it for the next table, for the
 //! backends and endpoints that still exist (pingora's `Backends::do_update`), so a swap does not
 //! reset round robin to the first endpoint nor forget what was learnt about an endpoint.
+//!
+//! Each endpoint's state has a slot of its user's type ([`EndpointState::slot`]): the proxy keeps
+//! the endpoint's idle HTTP/1.1 connections there, so a request finds them without a lookup and
+//! they outlive a table swap with the rest, while this module names no connection type.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -18,10 +22,16 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use http::uri::Authority;
 
+use crate::http_util::stable_hash;
 use crate::model::{Backend, BackendId, Target, UpstreamProtocol};
 
 /// Longest precomputed cycle; larger weight sums are scaled down to it.
 const MAX_CYCLE: u64 = 1 << 16;
+
+/// Index of a backend in a compiled table (the router's `backend_ids`, the proxy's balancers): a
+/// typed, allocation-free handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BackendIdx(pub u32);
 
 /// Identity of an endpoint, the key its state is carried over by.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -47,8 +57,11 @@ impl fmt::Display for EndpointKey {
 }
 
 /// Per-endpoint state shared by every table that contains the endpoint.
+///
+/// `S` is what the balancer's user keeps per endpoint with the rest of its state (the proxy: its
+/// idle HTTP/1.1 connections); the balancer only makes it (`S::default()`) and carries it over.
 #[derive(Debug)]
-pub struct EndpointState {
+pub struct EndpointState<S = ()> {
     key: EndpointKey,
     authority: Option<Authority>,
     failures: AtomicU64,
@@ -58,12 +71,11 @@ pub struct EndpointState {
     ewma_us: AtomicU64,
     /// Requests sent and not yet answered (response head).
     inflight: AtomicUsize,
-    /// Idle HTTP/1.1 connections to the endpoint (plain backends), kept across table swaps
-    /// with the rest of its state.
-    pub(crate) http1_idle: crate::proxy::Http1Pool,
+    /// The user's per-endpoint slot, kept across table swaps with the rest of its state.
+    slot: S,
 }
 
-impl EndpointState {
+impl<S: Default> EndpointState<S> {
     fn new(key: EndpointKey) -> Self {
         // Built once per endpoint, so requests clone it instead of formatting an address.
         let text = key.to_string();
@@ -77,8 +89,15 @@ impl EndpointState {
             failures: AtomicU64::new(0),
             ewma_us: AtomicU64::new(0),
             inflight: AtomicUsize::new(0),
-            http1_idle: Default::default(),
+            slot: S::default(),
         }
+    }
+}
+
+impl<S> EndpointState<S> {
+    /// The user's per-endpoint slot (the proxy: the endpoint's idle HTTP/1.1 connections).
+    pub fn slot(&self) -> &S {
+        &self.slot
     }
 
     /// The stable identifier of this endpoint (the same in every weir replica and build).
@@ -88,7 +107,7 @@ impl EndpointState {
 
     /// Marks a request sent; the guard marks it answered when dropped and, with
     /// [`InFlight::answered`], records its latency.
-    pub fn start(self: &Arc<Self>) -> InFlight {
+    pub fn start(self: &Arc<Self>) -> InFlight<S> {
         self.inflight.fetch_add(1, Relaxed);
         InFlight { endpoint: self.clone(), started: std::time::Instant::now() }
     }
@@ -121,12 +140,12 @@ impl EndpointState {
 
 /// A request in flight to an endpoint (see [`EndpointState::start`]).
 #[derive(Debug)]
-pub struct InFlight {
-    endpoint: Arc<EndpointState>,
+pub struct InFlight<S = ()> {
+    endpoint: Arc<EndpointState<S>>,
     started: std::time::Instant,
 }
 
-impl InFlight {
+impl<S> InFlight<S> {
     /// Records the time to the response head in the endpoint's EWMA (weight 1/5 per sample).
     pub fn answered(self) {
         let sample = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX).max(1);
@@ -136,36 +155,24 @@ impl InFlight {
     }
 }
 
-impl Drop for InFlight {
+impl<S> Drop for InFlight<S> {
     fn drop(&mut self) {
         self.endpoint.inflight.fetch_sub(1, Relaxed);
     }
 }
 
-/// FNV-1a over `bytes`, finished with splitmix64: stable across processes, builds and
-/// machines (affinity cookies and hash rings must agree between replicas).
-pub fn stable_hash(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
-}
-
 /// Points per endpoint on a consistent-hash ring (per unit of weight up to 4).
 const RING_POINTS: u64 = 160;
 
-/// The compiled balancer of one backend for one table.
+/// The compiled balancer of one backend for one table; `S` is its endpoints' slot
+/// ([`EndpointState::slot`]).
 #[derive(Debug)]
-pub struct Balancer {
+pub struct Balancer<S = ()> {
     protocol: UpstreamProtocol,
     /// For TLS protocols: the client config (`None` when it could not be built: 502s).
     tls: Option<Arc<crate::tls::UpstreamTlsConfig>>,
     cursor: Arc<AtomicUsize>,
-    endpoints: Box<[Arc<EndpointState>]>,
+    endpoints: Box<[Arc<EndpointState<S>>]>,
     /// One weighted cycle of endpoint indexes; empty when all weights are equal (plain modulo).
     cycle: Box<[u32]>,
     /// Relative weights, by endpoint.
@@ -174,9 +181,9 @@ pub struct Balancer {
     ring: std::sync::OnceLock<Box<[(u64, u32)]>>,
 }
 
-impl Balancer {
+impl<S> Balancer<S> {
     /// A balancer with no endpoint (requests to it answer 503).
-    pub(crate) fn empty() -> Balancer {
+    pub(crate) fn empty() -> Self {
         Balancer {
             protocol: UpstreamProtocol::default(),
             tls: None,
@@ -199,7 +206,7 @@ impl Balancer {
     }
 
     /// The endpoints, in table order.
-    pub fn endpoints(&self) -> &[Arc<EndpointState>] {
+    pub fn endpoints(&self) -> &[Arc<EndpointState<S>>] {
         &self.endpoints
     }
 
@@ -295,13 +302,13 @@ impl Balancer {
 // === state across tables ===
 
 /// Endpoints looked up by key: a scan for a few, a hash map for many.
-enum ByKey<'a> {
-    Few(&'a [Arc<EndpointState>]),
-    Many(HashMap<&'a EndpointKey, &'a Arc<EndpointState>>),
+enum ByKey<'a, S> {
+    Few(&'a [Arc<EndpointState<S>>]),
+    Many(HashMap<&'a EndpointKey, &'a Arc<EndpointState<S>>>),
 }
 
-impl<'a> ByKey<'a> {
-    fn new(endpoints: &'a [Arc<EndpointState>]) -> Self {
+impl<'a, S> ByKey<'a, S> {
+    fn new(endpoints: &'a [Arc<EndpointState<S>>]) -> Self {
         if endpoints.len() <= 16 {
             ByKey::Few(endpoints)
         } else {
@@ -309,7 +316,7 @@ impl<'a> ByKey<'a> {
         }
     }
 
-    fn get(&self, key: &EndpointKey) -> Option<&'a Arc<EndpointState>> {
+    fn get(&self, key: &EndpointKey) -> Option<&'a Arc<EndpointState<S>>> {
         match self {
             ByKey::Few(list) => list.iter().find(|e| e.key == *key),
             ByKey::Many(map) => map.get(key).copied(),
@@ -317,11 +324,11 @@ impl<'a> ByKey<'a> {
     }
 }
 
-impl Balancer {
+impl<S: Default> Balancer<S> {
     /// The balancer of `backend` (`id`) in a new table. `previous` is its balancer in the last
     /// table, if it was there: the cursor and the state of the endpoints still in the backend
     /// carry over; endpoints that left are forgotten.
-    pub fn next(previous: Option<&Balancer>, id: &BackendId, backend: &Backend) -> Balancer {
+    pub fn next(previous: Option<&Self>, id: &BackendId, backend: &Backend) -> Self {
         let weighted: Vec<(EndpointKey, u32)> = match &backend.target {
             Target::Endpoints(eps) => eps.iter().map(|e| (EndpointKey::Addr(e.address), e.weight)).collect(),
             Target::Dns { host, port } => {
@@ -329,7 +336,7 @@ impl Balancer {
             }
         };
         let old = ByKey::new(previous.map_or(&[][..], |p| &p.endpoints));
-        let mut endpoints: Vec<Arc<EndpointState>> = Vec::with_capacity(weighted.len());
+        let mut endpoints: Vec<Arc<EndpointState<S>>> = Vec::with_capacity(weighted.len());
         let mut weights = Vec::with_capacity(weighted.len());
         let large = weighted.len() > 16;
         let mut seen = std::collections::HashSet::new();
@@ -370,7 +377,7 @@ impl Balancer {
     }
 
     /// The state of the endpoint `key`, if it is in this balancer.
-    pub fn endpoint(&self, key: &EndpointKey) -> Option<&Arc<EndpointState>> {
+    pub fn endpoint(&self, key: &EndpointKey) -> Option<&Arc<EndpointState<S>>> {
         self.endpoints.iter().find(|e| e.key == *key)
     }
 }
@@ -441,6 +448,9 @@ fn gcd(a: u64, b: u64) -> u64 {
 mod tests {
     use super::*;
     use crate::model::Endpoint;
+
+    /// The balancer without a slot.
+    type Balancer = super::Balancer;
 
     fn backend(eps: &[(u16, u32)]) -> Backend {
         Backend {

@@ -118,13 +118,13 @@ fn refilled(specs: &[Spec], c: &Client, now: Instant) -> bool {
 #[derive(Debug, Default)]
 pub struct LimiterCache(
     Mutex<HashMap<(ObjectRef, RateLimit), Weak<Limiter>>>,
-    crate::connlimit::ConnLimiterCache,
-    crate::authcache::AuthCaches,
+    crate::state::connlimit::ConnLimiterCache,
+    crate::state::authcache::AuthCaches,
 );
 
 impl LimiterCache {
     /// The live external-authentication answer caches.
-    pub fn auth_caches(&self) -> &crate::authcache::AuthCaches {
+    pub fn auth_caches(&self) -> &crate::state::authcache::AuthCaches {
         &self.2
     }
 
@@ -146,7 +146,7 @@ impl LimiterCache {
         &self,
         origin: &ObjectRef,
         limit: &crate::model::ConnLimit,
-    ) -> Arc<crate::connlimit::ConnLimiter> {
+    ) -> Arc<crate::state::connlimit::ConnLimiter> {
         self.1.get(origin, limit)
     }
 }

@@ -10,6 +10,14 @@
 //! self-signed one generated at start-up). The `Host` header alone picks the route, as in
 //! ingress-nginx: a request whose `Host` the certificate does not cover is still routed by
 //! `Host` (clients that reuse one connection for several names rely on it).
+//!
+//! Beside it: [`mtls`] (client certificates), [`ciphers`] (TLS 1.2 suites by OpenSSL name),
+//! [`sessions`] (the resumption cache) and [`l4`] (the ClientHello read ahead of passthrough).
+
+pub mod ciphers;
+pub mod l4;
+pub mod mtls;
+pub mod sessions;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -93,7 +101,7 @@ pub fn versions(settings: &Settings) -> Vec<&'static SupportedProtocolVersion> {
 /// `ssl-ciphers` chose.
 pub fn server_provider(settings: &Settings) -> Arc<CryptoProvider> {
     match settings.tls_ciphers.as_deref() {
-        Some(chosen) if !chosen.is_empty() => crate::ciphers::provider(chosen),
+        Some(chosen) if !chosen.is_empty() => crate::tls::ciphers::provider(chosen),
         _ => provider(),
     }
 }
@@ -289,7 +297,7 @@ fn system_roots() -> Arc<rustls::RootCertStore> {
 /// roots (or none when explicitly asked), ALPN `h2` for [`UpstreamProtocol::H2`].
 pub fn upstream_config(tls: &UpstreamTls, protocol: UpstreamProtocol) -> Result<UpstreamTlsConfig, Error> {
     let crypto = match tls.ciphers.as_deref() {
-        Some(chosen) if !chosen.is_empty() => crate::ciphers::provider(chosen),
+        Some(chosen) if !chosen.is_empty() => crate::tls::ciphers::provider(chosen),
         _ => provider(),
     };
     let versions = versions(&Settings { tls_versions: tls.versions.clone(), ..Settings::default() });

@@ -21,14 +21,16 @@
 //! longest-prefix; the map walk is simpler to reason about and at least as fast for the few
 //! segments real paths have.
 
-use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::canary::CompiledCanary;
+use crate::http_util::normalize_host;
+use crate::model::changes::TableChanges;
 use crate::model::{BackendId, HostMatch, ObjectRef, PathMatch, RouteAction, RouteTable, VirtualHost};
-use crate::policy::{CompiledPolicy, PolicyError};
-use crate::ratelimit::LimiterCache;
+use crate::route::canary::CompiledCanary;
+use crate::route::policy::{CompiledPolicy, PolicyError};
+use crate::state::balance::BackendIdx;
+use crate::state::ratelimit::LimiterCache;
 
 /// Errors compiling a [`RouteTable`].
 #[derive(Debug, thiserror::Error)]
@@ -70,43 +72,6 @@ pub enum CompileError {
 
 /// `Result` with [`CompileError`].
 pub type Result<T, E = CompileError> = std::result::Result<T, E>;
-
-/// What differs between a table and the one before it: the virtual hosts added, removed or
-/// changed, and the backends added, removed or changed. Lets a publish recompile only those.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TableChanges {
-    /// Hosts whose [`crate::model::VirtualHost`] is new, gone or different.
-    pub hosts: BTreeSet<HostMatch>,
-    /// Backends that are new, gone or different.
-    pub backends: BTreeSet<BackendId>,
-}
-
-impl TableChanges {
-    /// Everything that differs between `old` and `new` (a full comparison; translation
-    /// reports its changes without one).
-    pub fn between(old: &RouteTable, new: &RouteTable) -> TableChanges {
-        fn hosts(t: &RouteTable) -> HashMap<&HostMatch, &VirtualHost> {
-            t.hosts.iter().map(|v| (&v.host, v)).collect()
-        }
-        let (old_hosts, new_hosts) = (hosts(old), hosts(new));
-        let mut changes = TableChanges::default();
-        for host in old_hosts.keys().chain(new_hosts.keys()) {
-            if old_hosts.get(host) != new_hosts.get(host) {
-                changes.hosts.insert((*host).clone());
-            }
-        }
-        for id in old.backends.keys().chain(new.backends.keys()) {
-            if old.backends.get(id) != new.backends.get(id) {
-                changes.backends.insert(id.clone());
-            }
-        }
-        changes
-    }
-}
-
-/// Index of a backend in [`Router::backend_ids`]: a typed, allocation-free handle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct BackendIdx(pub u32);
 
 /// What the router found for a request: the backend to forward to and where the route came from.
 #[derive(Clone, Debug)]
@@ -425,29 +390,6 @@ impl Vhost {
             }
         }
         self.root
-    }
-}
-
-/// Lower-cases a request host and strips the port (also `[v6]:port`) and a trailing dot.
-/// Borrows when nothing needs to change (the common case).
-pub fn normalize_host(raw: &str) -> Cow<'_, str> {
-    let host = if let Some(v6) = raw.strip_prefix('[') {
-        // `[::1]:8080` → `[::1]`: keep the brackets, they never match a host name anyway.
-        match v6.find(']') {
-            Some(end) => &raw[..end + 2],
-            None => raw,
-        }
-    } else {
-        match raw.rsplit_once(':') {
-            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-            _ => raw,
-        }
-    };
-    let host = host.strip_suffix('.').unwrap_or(host);
-    if host.bytes().any(|b| b.is_ascii_uppercase()) {
-        Cow::Owned(host.to_ascii_lowercase())
-    } else {
-        Cow::Borrowed(host)
     }
 }
 

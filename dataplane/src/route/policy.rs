@@ -12,10 +12,11 @@ use std::sync::Arc;
 
 use http::{HeaderName, HeaderValue, StatusCode};
 
-use crate::cors::{CompiledCors, InvalidCors};
 use crate::hashkey::HashKey;
 use crate::model::{Balance, BasicAuth, ObjectRef, RoutePolicy, SourceFilter};
-use crate::ratelimit::{Limiter, LimiterCache};
+use crate::route::cors::{CompiledCors, InvalidCors};
+use crate::route::mirror::InvalidMirror;
+use crate::state::ratelimit::{Limiter, LimiterCache};
 
 /// A policy that cannot be compiled (translation validates first; this guards hand-made tables).
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +32,7 @@ pub enum PolicyError {
     HashKey(String),
     /// A canary that cannot be used.
     #[error(transparent)]
-    Canary(#[from] crate::canary::InvalidCanary),
+    Canary(#[from] crate::route::canary::InvalidCanary),
     /// `rewrite_target` on a route whose path is not a regex.
     #[error("rewrite_target needs a regex path")]
     RewriteWithoutRegex,
@@ -46,6 +47,15 @@ pub enum PolicyError {
         /// The value.
         value: String,
     },
+}
+
+impl From<InvalidMirror> for PolicyError {
+    fn from(invalid: InvalidMirror) -> Self {
+        match invalid {
+            InvalidMirror::Target(why) => PolicyError::Mirror(why),
+            InvalidMirror::Host(value) => PolicyError::HeaderValue { field: "mirror host", value },
+        }
+    }
 }
 
 /// A [`RoutePolicy`] ready for the request path.
@@ -70,7 +80,7 @@ pub struct CompiledPolicy {
     /// Endpoints tried in all, when the route sets it (`0`: all).
     pub connect_tries: Option<u32>,
     /// When a request goes to the next endpoint, when the route sets it.
-    pub next_upstream: Option<crate::proxy::Retry>,
+    pub next_upstream: Option<crate::route::retry::Retry>,
     /// How long after the first try further tries may start, when the route sets it (`Some(None)`:
     /// no limit).
     pub next_upstream_timeout: Option<Option<std::time::Duration>>,
@@ -83,27 +93,27 @@ pub struct CompiledPolicy {
     /// External authentication.
     pub external_auth: Option<crate::model::ExternalAuth>,
     /// The canary, set by the router once its backend is resolved.
-    pub canary: Option<crate::canary::CompiledCanary>,
+    pub canary: Option<crate::route::canary::CompiledCanary>,
     /// How an endpoint is picked.
     pub balance: CompiledBalance,
     /// Error statuses replaced, and the backend serving the pages (set by the router).
-    pub custom_errors: Option<(Vec<u16>, crate::router::BackendIdx)>,
+    pub custom_errors: Option<(Vec<u16>, crate::state::balance::BackendIdx)>,
     /// `from-to-www-redirect`: the host every request is sent to (308).
     pub host_redirect: Option<String>,
     /// `custom-headers`: set on the route's responses.
     pub response_headers: HeaderList,
     /// `mirror-*`: where copies of the requests go.
-    pub mirror: Option<Box<crate::proxy::mirror::CompiledMirror>>,
+    pub mirror: Option<Box<crate::route::mirror::CompiledMirror>>,
     /// `limit-connections`: the requests in flight of this route's Ingress, per client.
-    pub conn_limit: Option<Arc<crate::connlimit::ConnLimiter>>,
+    pub conn_limit: Option<Arc<crate::state::connlimit::ConnLimiter>>,
     /// `limit-rate`, `limit-rate-after`: the pace of each response body.
     pub response_rate: Option<crate::model::ResponseRate>,
     /// `proxy-redirect-*`, `proxy-cookie-*`: upstream response headers rewritten.
-    pub response_rewrite: Option<crate::rewrite_response::ResponseRewrite>,
+    pub response_rewrite: Option<crate::route::rewrite_response::ResponseRewrite>,
     /// `preserve-trailing-slash`: the HTTPS redirect keeps a trailing `/`.
     pub preserve_trailing_slash: bool,
     /// External authentication's answer cache (`auth-cache-key`), set by the router.
-    pub auth_cache: Option<Arc<crate::authcache::AuthCache>>,
+    pub auth_cache: Option<Arc<crate::state::authcache::AuthCache>>,
 }
 
 /// Headers set as they are: name and value parsed once per table.
@@ -272,7 +282,7 @@ impl CompiledPolicy {
             read_timeout: policy.read_timeout_ms.map(std::time::Duration::from_millis),
             connect_timeout: policy.connect_timeout_ms.map(std::time::Duration::from_millis),
             connect_tries: policy.connect_tries,
-            next_upstream: policy.next_upstream.as_deref().map(crate::proxy::Retry::new),
+            next_upstream: policy.next_upstream.as_deref().map(crate::route::retry::Retry::new),
             next_upstream_timeout: policy
                 .next_upstream_timeout_ms
                 .map(|ms| (ms > 0).then(|| std::time::Duration::from_millis(ms))),
@@ -298,12 +308,12 @@ impl CompiledPolicy {
             },
             response_headers: compile_headers("custom-headers", &policy.response_headers)?,
             mirror: match &policy.mirror {
-                Some(m) => Some(Box::new(crate::proxy::mirror::CompiledMirror::compile(m)?)),
+                Some(m) => Some(Box::new(crate::route::mirror::CompiledMirror::compile(m)?)),
                 None => None,
             },
             conn_limit: policy.conn_limit.as_deref().map(|l| limiters.connections(origin, l)),
             response_rate: policy.response_rate.as_deref().cloned().filter(|r| r.bytes_per_sec > 0),
-            response_rewrite: crate::rewrite_response::ResponseRewrite::new(policy),
+            response_rewrite: crate::route::rewrite_response::ResponseRewrite::new(policy),
             preserve_trailing_slash: policy.preserve_trailing_slash,
             auth_cache: None,
         }))

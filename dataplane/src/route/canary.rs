@@ -4,7 +4,7 @@
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::model::Canary;
-use crate::router::BackendIdx;
+use crate::state::balance::BackendIdx;
 
 /// A [`Canary`] that cannot be used.
 #[derive(Debug, thiserror::Error)]

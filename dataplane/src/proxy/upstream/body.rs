@@ -1,0 +1,275 @@
+//! The request body sent upstream ([`UpstreamBody`]) and the tee that hands its frames to a
+//! mirrored copy as they pass ([`UpstreamBody::tee`]).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use tokio::sync::mpsc;
+
+use super::conn::BoxError;
+
+// === impl UpstreamBody ===
+
+/// The client's request body passed the route's size limit (`proxy-body-size`): 413.
+#[derive(Debug, thiserror::Error)]
+#[error("request body larger than {0} bytes")]
+pub(crate) struct BodyTooLarge(u64);
+
+/// The request body sent upstream: the client's body, streamed frame by frame, or a small body
+/// read whole beforehand so that a retry can send it again ([`UpstreamBody::buffered`]).
+pub(crate) struct UpstreamBody {
+    body: Option<Incoming>,
+    limit: Option<u64>,
+    seen: u64,
+    /// A whole body, sent as one frame.
+    buffered: Option<Bytes>,
+    /// `mirror-*`: on a request's body, the copy its frames go to; on a copy's body (no
+    /// `body`), where its frames come from. Boxed: rare, and every request carries this type.
+    mirror: Option<Box<Side>>,
+}
+
+impl UpstreamBody {
+    /// Streams `body`; one longer than `limit` bytes fails with [`BodyTooLarge`] once it passes
+    /// the limit.
+    pub(crate) fn new(body: Incoming, limit: Option<u64>) -> Self {
+        if body.is_end_stream() {
+            return UpstreamBody::empty();
+        }
+        UpstreamBody { body: Some(body), limit, seen: 0, buffered: None, mirror: None }
+    }
+
+    /// An empty body.
+    pub(crate) fn empty() -> Self {
+        UpstreamBody { body: None, limit: None, seen: 0, buffered: None, mirror: None }
+    }
+
+    /// A body read whole beforehand.
+    pub(crate) fn buffered(bytes: Bytes) -> Self {
+        UpstreamBody {
+            body: None,
+            limit: None,
+            seen: 0,
+            buffered: (!bytes.is_empty()).then_some(bytes),
+            mirror: None,
+        }
+    }
+
+    /// The whole body, when it was read beforehand (and nothing of it was sent yet).
+    pub(crate) fn whole(&self) -> Option<&Bytes> {
+        if self.body.is_some() || self.mirror.is_some() {
+            return None;
+        }
+        self.buffered.as_ref()
+    }
+
+    /// Marks the whole body ([`UpstreamBody::whole`]) as sent.
+    pub(crate) fn take_whole(&mut self) {
+        self.buffered = None;
+    }
+
+    /// From now on this body's data frames also go to the body returned, which may lag `lag`
+    /// frames behind before it is cut off (with an error, as when this body fails or is dropped
+    /// before its end). A body read whole beforehand is simply shared.
+    pub(crate) fn tee(&mut self, lag: usize) -> UpstreamBody {
+        if self.body.is_none()
+            && let Some(bytes) = &self.buffered
+        {
+            return UpstreamBody::buffered(bytes.clone());
+        }
+        let (tee, feed) = channel(lag, self.size_hint());
+        self.mirror = Some(Box::new(Side::Tee(tee)));
+        UpstreamBody {
+            body: None,
+            limit: None,
+            seen: 0,
+            buffered: None,
+            mirror: Some(Box::new(Side::Feed(feed))),
+        }
+    }
+
+    /// The copy's share of a frame that passed: a copy that cannot keep up is cut off; at the
+    /// body's end it ends too.
+    fn tee_frame(&mut self, data: Option<&Bytes>, at_end: bool) {
+        let Some(side) = self.mirror.as_deref() else { return };
+        let Side::Tee(tee) = side else { return };
+        if data.is_some_and(|d| !tee.offer(d)) {
+            self.mirror = None;
+        } else if at_end
+            && let Some(side) = self.mirror.take()
+            && let Side::Tee(tee) = *side
+        {
+            tee.finish();
+        }
+    }
+}
+
+impl std::fmt::Debug for UpstreamBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamBody").field("limit", &self.limit).field("seen", &self.seen).finish()
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if let Some(bytes) = this.buffered.take() {
+            return Poll::Ready(Some(Ok(Frame::data(bytes))));
+        }
+        let Some(body) = &mut this.body else {
+            return match this.mirror.as_deref_mut() {
+                Some(Side::Feed(feed)) => feed.poll_frame(cx),
+                _ => Poll::Ready(None),
+            };
+        };
+        let frame = match ready!(Pin::new(&mut *body).poll_frame(cx)) {
+            Some(Ok(frame)) => frame,
+            Some(Err(e)) => {
+                this.mirror = None;
+                return Poll::Ready(Some(Err(Box::new(e))));
+            }
+            None => {
+                this.tee_frame(None, true);
+                return Poll::Ready(None);
+            }
+        };
+        if let (Some(limit), Some(data)) = (this.limit, frame.data_ref()) {
+            this.seen = this.seen.saturating_add(data.len() as u64);
+            if this.seen > limit {
+                this.mirror = None;
+                return Poll::Ready(Some(Err(Box::new(BodyTooLarge(limit)))));
+            }
+        }
+        if this.mirror.is_some() {
+            // A body of known length is not polled past its last frame.
+            let at_end = body.is_end_stream();
+            this.tee_frame(frame.data_ref(), at_end);
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        if self.buffered.is_some() {
+            return false;
+        }
+        match &self.body {
+            Some(body) => body.is_end_stream(),
+            None => !matches!(self.mirror.as_deref(), Some(Side::Feed(_))),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if let Some(bytes) = &self.buffered {
+            return SizeHint::with_exact(bytes.len() as u64);
+        }
+        match (&self.body, self.mirror.as_deref()) {
+            (Some(body), _) => body.size_hint(),
+            (None, Some(Side::Feed(feed))) => feed.size_hint(),
+            (None, _) => SizeHint::with_exact(0),
+        }
+    }
+}
+
+// === impl Tee ===
+
+/// The copy's side of a request body: the request's body hands each data frame to its copy.
+pub(crate) enum Side {
+    /// On the request's body: where its frames are offered.
+    Tee(Tee),
+    /// The copy's body, fed by the request's.
+    Feed(Feed),
+}
+
+/// Hands frames to a copy's [`Feed`]; dropped without [`Tee::finish`], the copy is aborted.
+pub(crate) struct Tee {
+    tx: mpsc::Sender<Bytes>,
+    complete: Arc<AtomicBool>,
+}
+
+/// A copy's body: the frames of the request's body, then its end (or an error if the request's
+/// body did not end properly).
+pub(crate) struct Feed {
+    rx: mpsc::Receiver<Bytes>,
+    complete: Arc<AtomicBool>,
+    hint: SizeHint,
+}
+
+/// A tee and the feed it fills, with room for `lag` frames; `hint` is the request body's size.
+pub(crate) fn channel(lag: usize, hint: SizeHint) -> (Tee, Feed) {
+    let (tx, rx) = mpsc::channel(lag.max(1));
+    let complete = Arc::new(AtomicBool::new(false));
+    (Tee { tx, complete: complete.clone() }, Feed { rx, complete, hint })
+}
+
+impl Tee {
+    /// Offers a data frame; `false` when the copy fell behind or is gone (drop the tee).
+    pub(crate) fn offer(&self, data: &Bytes) -> bool {
+        self.tx.try_send(data.clone()).is_ok()
+    }
+
+    /// The request's body ended properly: the copy's ends too.
+    pub(crate) fn finish(self) {
+        self.complete.store(true, Ordering::Release);
+    }
+}
+
+/// The request's body failed or stopped before its end, or the copy fell behind.
+#[derive(Debug, thiserror::Error)]
+#[error("the mirrored request's body did not end properly")]
+pub(crate) struct CutShort;
+
+impl Feed {
+    pub(crate) fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(data)) => Poll::Ready(Some(Ok(Frame::data(data)))),
+            // The sender is gone: the request's body ended, or was abandoned.
+            Poll::Ready(None) if self.complete.load(Ordering::Acquire) => Poll::Ready(None),
+            Poll::Ready(None) => Poll::Ready(Some(Err(Box::new(CutShort)))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    pub(crate) fn size_hint(&self) -> SizeHint {
+        self.hint
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::future::poll_fn;
+
+    #[tokio::test]
+    async fn a_finished_tee_ends_the_feed_and_a_dropped_one_cuts_it_short() {
+        let (tee, mut feed) = channel(2, SizeHint::with_exact(3));
+        assert!(tee.offer(&Bytes::from_static(b"ab")));
+        assert!(tee.offer(&Bytes::from_static(b"c")));
+        assert!(!tee.offer(&Bytes::from_static(b"d")), "a third frame overflows a lag of 2");
+        tee.finish();
+        let mut got = Vec::new();
+        while let Some(frame) = poll_fn(|cx| feed.poll_frame(cx)).await {
+            got.extend_from_slice(&frame.unwrap().into_data().unwrap());
+        }
+        assert_eq!(got, b"abc");
+
+        let (tee, mut feed) = channel(2, SizeHint::default());
+        assert!(tee.offer(&Bytes::from_static(b"ab")));
+        drop(tee);
+        assert!(poll_fn(|cx| feed.poll_frame(cx)).await.unwrap().is_ok());
+        assert!(poll_fn(|cx| feed.poll_frame(cx)).await.unwrap().is_err(), "an abandoned body is an error");
+    }
+}

@@ -1,0 +1,79 @@
+//! The mirror of a route (ingress-nginx `mirror-target`, `mirror-host`, `mirror-request-body`),
+//! compiled with the table; the proxy starts the copies (`proxy/mirror.rs`).
+
+use std::sync::{Arc, OnceLock};
+
+use http::header::HeaderValue;
+
+use crate::model::{Mirror, UpstreamProtocol, UpstreamTls};
+
+/// A mirror that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidMirror {
+    /// The target is not an absolute `http://` or `https://` URL, or no TLS client config could
+    /// be built for an `https://` one.
+    #[error("mirror: {0}")]
+    Target(String),
+    /// The `mirror-host` value cannot be sent as a header.
+    #[error("mirror host {0:?} cannot be sent as an HTTP header value")]
+    Host(String),
+}
+
+/// A [`Mirror`] ready for the request path.
+pub struct CompiledMirror {
+    /// The target URL, a template of the request's variables.
+    pub(crate) target: String,
+    /// `Host` of the copies, else the target's authority.
+    pub(crate) host: Option<HeaderValue>,
+    /// The copies carry the request's body.
+    pub(crate) request_body: bool,
+    /// For `https://` targets: verification against the system's roots, HTTP/1.1.
+    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl std::fmt::Debug for CompiledMirror {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledMirror")
+            .field("target", &self.target)
+            .field("host", &self.host)
+            .field("request_body", &self.request_body)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+impl CompiledMirror {
+    /// Checks the target's scheme and the host header; `https://` targets get the shared TLS
+    /// client config.
+    pub(crate) fn compile(mirror: &Mirror) -> Result<Self, InvalidMirror> {
+        let scheme = mirror.target.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+        let tls = match scheme.as_deref() {
+            Some("http") => None,
+            Some("https") => Some(https_config()?),
+            _ => {
+                return Err(InvalidMirror::Target(format!(
+                    "target {:?} is not an absolute http:// or https:// URL",
+                    mirror.target
+                )));
+            }
+        };
+        let host = match &mirror.host {
+            Some(h) => Some(HeaderValue::from_str(h).map_err(|_| InvalidMirror::Host(h.clone()))?),
+            None => None,
+        };
+        Ok(CompiledMirror { target: mirror.target.clone(), host, request_body: mirror.request_body, tls })
+    }
+}
+
+/// The client config of every `https://` mirror target, built once.
+fn https_config() -> Result<Arc<rustls::ClientConfig>, InvalidMirror> {
+    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            crate::tls::upstream_config(&UpstreamTls::default(), UpstreamProtocol::Https)
+                .map(|c| c.config)
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(InvalidMirror::Target)
+}

@@ -1,0 +1,13 @@
+//! What a table compiles to for the request path, rebuilt with every table: the router and the
+//! route policies (redirects, CORS, authentication, canaries, client addresses, retries,
+//! mirrors, response rewrites).
+
+pub mod auth;
+pub mod canary;
+pub mod cors;
+pub mod mirror;
+pub mod policy;
+pub mod realip;
+pub mod retry;
+pub mod rewrite_response;
+pub mod router;

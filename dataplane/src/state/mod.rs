@@ -1,0 +1,8 @@
+//! What survives a table swap: balancers with their per-endpoint state, rate and connection
+//! limiters, external authentication's answer caches, response pacing.
+
+pub mod authcache;
+pub mod balance;
+pub mod connlimit;
+pub mod ratelimit;
+pub mod throttle;
