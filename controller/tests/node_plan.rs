@@ -185,3 +185,53 @@ fn ruleset_round_trips_through_yaml() {
         assert_eq!(back, ruleset, "{}", case.display());
     }
 }
+
+/// Names reach `iptables-restore` and `nft` input (rule comments) and ipset names: a newline or
+/// a quote in a Service, namespace or port name must never reach them. A manifest directory is
+/// not the API server, so such objects are skipped with a warning; the valid ones still render.
+#[test]
+fn names_with_newlines_and_quotes_never_reach_the_rule_text() {
+    let service = |namespace: &str, name: &str, port_name: &str, ip: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  clusterIP: {ip}\n  ports: [{{name: {port_name}, port: 80, targetPort: 8080}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: s-{ip}, namespace: {namespace}, labels: {{kubernetes.io/service-name: {name}}}}}\naddressType: IPv4\nports: [{{name: {port_name}, port: 8080}}]\nendpoints: [{{addresses: [10.244.0.9]}}]\n---\n"
+        )
+    };
+    let injections = [
+        // A newline that would start a rule of its own, in each name.
+        service("default", r#""web\n-A INPUT -j ACCEPT""#, "http", "10.96.20.1"),
+        service(r#""default\n-A INPUT -j ACCEPT""#, "web", "http", "10.96.20.2"),
+        service("default", "ports", r#""http\n-A INPUT -j ACCEPT""#, "10.96.20.3"),
+        // A quote that would end the comment.
+        service("default", r#"'web" -j ACCEPT #'"#, "http", "10.96.20.4"),
+        service("default", "quoted", r#"'h"p'"#, "10.96.20.5"),
+        // nft's own quoting and statement separator.
+        service("default", r#""web; flush ruleset""#, "http", "10.96.20.6"),
+    ];
+    let input = injections.concat() + &service("default", "good", "http", "10.96.20.9");
+    let objects = parse_manifests(&input).unwrap();
+    let snapshot: Snapshot = objects.into_iter().collect();
+    let ruleset = plan(&snapshot, &PlanConfig { node_name: None });
+    // Only the valid Service is planned; each invalid one is reported.
+    let planned: Vec<String> = ruleset.services.iter().map(|sp| sp.key.to_string()).collect();
+    assert_eq!(planned, ["default/good:http/tcp"], "{planned:?}");
+    assert_eq!(ruleset.warnings.len(), injections.len(), "{:?}", ruleset.warnings);
+    let texts = [render_iptables(&ruleset), render_nftables(&ruleset), render_ipvs(&ruleset)];
+    for text in &texts[..2] {
+        assert!(text.contains("\"default/good:http"), "the comment names the Service:\n{text}");
+    }
+    for text in &texts {
+        // The valid Service renders (ipvs mode names no Service: its address stands for it);
+        // none of the invalid ones does.
+        assert!(text.contains("10.96.20.9"), "the valid Service renders:\n{text}");
+        for i in 1..=6 {
+            assert!(!text.contains(&format!("10.96.20.{i}")), "an invalid Service rendered:\n{text}");
+        }
+        for bad in ["-A INPUT -j ACCEPT", "ACCEPT #", "flush ruleset", "h\"p", "web\""] {
+            assert!(!text.contains(bad), "{bad:?} reached the rule text:\n{text}");
+        }
+        // Every line is a rule, a chain, a table or a set line of weir's own making.
+        for line in text.lines() {
+            assert!(!line.starts_with("-A INPUT"), "{line}");
+        }
+    }
+}
