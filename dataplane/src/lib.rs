@@ -17,15 +17,17 @@
 //! 5  proxy::upstream  clients, our HTTP/1.1 codec and its idle pool, the request body sent
 //!                     upstream (and the mirror tee), what they share about a connection
 //! 4  proxy::headers   the proxy's own ground: hop-by-hop headers, X-Request-ID, forwarded
-//!                     headers, the original request for auth-url and mirror templates
+//!                     headers, the auth-url and mirror URL templates expanded
 //! 3  route            compiled with each table: router, policy, canary, cors, auth, realip,
 //!                     rewrite_response, retry, mirror (the spec)
 //! 2  state            kept across table swaps: balance (+ BackendIdx), ratelimit, connlimit,
 //!                     authcache, throttle
 //! 1  tls | echo       tls (certificates, configs), mtls, ciphers, sessions, l4 | echo stands
 //!                     apart (the debugging backend)
-//! 0  ground           model (+ logformat: the log template language; changes: TableChanges),
-//!                     http_util, hashkey, fast, uri_path (the request path as routes see it)
+//! 0  ground           vars (the nginx-variables language: one parser, one name table, the
+//!                     request view templates read), model (+ logformat: the log's templates;
+//!                     changes: TableChanges), http_util, hashkey, fast, uri_path (the request
+//!                     path as routes see it)
 //! ```
 //!
 //! `tls`, `state` and `route` are floors, not wings, for two reasons: a balancer holds its
@@ -44,3 +46,4 @@ pub mod route;
 pub mod state;
 pub mod tls;
 pub mod uri_path;
+pub mod vars;

@@ -4,7 +4,7 @@
 //! Plain data, serde-serializable, no Kubernetes types. `weir dump` prints it as YAML and the
 //! translation golden tests compare it, so every collection here has a deterministic order.
 //!
-//! Beside it: [`logformat`] (the access log's nginx-variables language, parsed once) and
+//! Beside it: [`logformat`] (the access log's fields, templates of [`crate::vars`]) and
 //! [`changes`] (what differs between two tables).
 
 pub mod changes;

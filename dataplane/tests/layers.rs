@@ -29,6 +29,7 @@ const MODULES: &[(&str, &str)] = &[
     ("http_util", "ground"),
     ("uri_path", "ground"), // request-path normalization
     ("hashkey", "ground"),
+    ("vars", "ground"), // the nginx-variables language
     ("fast", "ground"),
     ("echo", "echo"),
     ("tls", "tls"),

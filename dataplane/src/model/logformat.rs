@@ -1,144 +1,19 @@
-//! The nginx-variables language of the access log's `log-format-upstream`: text with `$name` or
-//! `${name}` variables ([`Template`]), of a fixed set weir knows ([`Var`]), parsed once when the
-//! table is built (translation rejects unknown names) and rendered per request by the proxy.
+//! The access log's `log-format-upstream` fields: templates of the nginx-variables language
+//! ([`crate::vars`]) in its access-log dialect, parsed once when the table is built (translation
+//! rejects unknown names), written back as `${name}`, and rendered per request by the proxy.
 
 use std::fmt;
 use std::str::FromStr;
 
-use http::HeaderName;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-// === impl Var ===
-
-/// A variable weir can log, by its nginx name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Var {
-    /// `$remote_addr`: the client address (behind trusted proxies, the one they name).
-    RemoteAddr,
-    /// `$realip_remote_addr`, `$proxy_protocol_addr`: the connection's client (the PROXY
-    /// protocol address when there is one), before `use-forwarded-headers`.
-    Peer,
-    /// `$remote_user`: the user name of a `Basic` `Authorization` header.
-    RemoteUser,
-    /// `$time_iso8601` (UTC).
-    TimeIso8601,
-    /// `$time_local` (UTC), `10/Oct/2000:13:55:36 +0000`.
-    TimeLocal,
-    /// `$msec`: seconds since the epoch, with milliseconds.
-    Msec,
-    /// `$request`: `GET /path?q HTTP/1.1`.
-    Request,
-    /// `$request_method`.
-    RequestMethod,
-    /// `$request_uri`: path and query as sent.
-    RequestUri,
-    /// `$uri`, `$document_uri`: the path (as sent; nginx logs it decoded).
-    Uri,
-    /// `$args`, `$query_string`.
-    Args,
-    /// `$server_protocol`: `HTTP/1.1`, `HTTP/2.0`.
-    ServerProtocol,
-    /// `$scheme`: `http` or `https`.
-    Scheme,
-    /// `$host`: the request's host name, lower case, without port.
-    Host,
-    /// `$server_port`: the listener's port.
-    ServerPort,
-    /// `$status`: the response status.
-    Status,
-    /// `$request_time`: seconds from the request to the response head, with milliseconds.
-    RequestTime,
-    /// `$upstream_addr`.
-    UpstreamAddr,
-    /// `$upstream_status`.
-    UpstreamStatus,
-    /// `$upstream_response_time`, `$upstream_header_time`: seconds to the upstream's head.
-    UpstreamResponseTime,
-    /// `$req_id`, `$request_id`: the `X-Request-ID`.
-    RequestId,
-    /// `$namespace`: the namespace of the route's Ingress.
-    Namespace,
-    /// `$ingress_name`.
-    IngressName,
-    /// `$service_name`.
-    ServiceName,
-    /// `$service_port`.
-    ServicePort,
-    /// `$proxy_upstream_name`: `namespace-service-port`, as ingress-nginx names upstreams.
-    ProxyUpstreamName,
-    /// `$http_NAME` (and `$content_type`, `$content_length`): a request header.
-    RequestHeader(HeaderName),
-    /// `$sent_http_NAME`: a response header.
-    ResponseHeader(HeaderName),
-}
-
-/// Variables by name, except the header families.
-const NAMES: &[(&str, Var)] = &[
-    ("remote_addr", Var::RemoteAddr),
-    ("the_real_ip", Var::RemoteAddr),
-    ("realip_remote_addr", Var::Peer),
-    ("proxy_protocol_addr", Var::Peer),
-    ("remote_user", Var::RemoteUser),
-    ("time_iso8601", Var::TimeIso8601),
-    ("time_local", Var::TimeLocal),
-    ("msec", Var::Msec),
-    ("request", Var::Request),
-    ("request_method", Var::RequestMethod),
-    ("request_uri", Var::RequestUri),
-    ("uri", Var::Uri),
-    ("document_uri", Var::Uri),
-    ("args", Var::Args),
-    ("query_string", Var::Args),
-    ("server_protocol", Var::ServerProtocol),
-    ("scheme", Var::Scheme),
-    ("host", Var::Host),
-    ("server_port", Var::ServerPort),
-    ("status", Var::Status),
-    ("request_time", Var::RequestTime),
-    ("upstream_addr", Var::UpstreamAddr),
-    ("upstream_status", Var::UpstreamStatus),
-    ("upstream_response_time", Var::UpstreamResponseTime),
-    ("upstream_header_time", Var::UpstreamResponseTime),
-    ("req_id", Var::RequestId),
-    ("request_id", Var::RequestId),
-    ("namespace", Var::Namespace),
-    ("ingress_name", Var::IngressName),
-    ("service_name", Var::ServiceName),
-    ("service_port", Var::ServicePort),
-    ("proxy_upstream_name", Var::ProxyUpstreamName),
-];
+use crate::vars::{Dialect, Problem};
+pub use crate::vars::{Part, Var};
 
 impl Var {
-    /// The variable named `name` (without `$`), if weir knows it.
+    /// The variable the access log knows by `name` (without `$`), if any.
     pub fn parse(name: &str) -> Option<Var> {
-        if let Some((_, var)) = NAMES.iter().find(|(n, _)| *n == name) {
-            return Some(var.clone());
-        }
-        let header = |rest: &str| HeaderName::from_bytes(rest.replace('_', "-").as_bytes()).ok();
-        if let Some(rest) = name.strip_prefix("sent_http_") {
-            return header(rest).map(Var::ResponseHeader);
-        }
-        if let Some(rest) = name.strip_prefix("http_") {
-            return header(rest).map(Var::RequestHeader);
-        }
-        match name {
-            "content_type" | "content_length" => header(name).map(Var::RequestHeader),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Var {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let underscored = |h: &HeaderName| h.as_str().replace('-', "_");
-        match self {
-            Var::RequestHeader(h) => write!(f, "http_{}", underscored(h)),
-            Var::ResponseHeader(h) => write!(f, "sent_http_{}", underscored(h)),
-            other => {
-                let name = NAMES.iter().find(|(_, v)| v == other).map_or("", |(n, _)| n);
-                f.write_str(name)
-            }
-        }
+        Dialect::AccessLog.lookup(name).ok()
     }
 }
 
@@ -146,18 +21,7 @@ impl fmt::Display for Var {
 
 /// Text with `$name` or `${name}` variables, as in an nginx `log_format`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Template {
-    parts: Vec<Part>,
-}
-
-/// One piece of a [`Template`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Part {
-    /// Text as written.
-    Text(String),
-    /// A variable, replaced by its value.
-    Var(Var),
-}
+pub struct Template(crate::vars::Template);
 
 /// A template naming variables weir does not know.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -167,28 +31,22 @@ pub struct UnknownVariables(pub Vec<String>);
 impl Template {
     /// A template of exactly one variable.
     pub fn var(var: Var) -> Template {
-        Template { parts: vec![Part::Var(var)] }
+        Template(crate::vars::Template::var(var))
     }
 
     /// The single variable, when the template is nothing else.
     pub fn as_var(&self) -> Option<&Var> {
-        match self.parts.as_slice() {
-            [Part::Var(v)] => Some(v),
-            _ => None,
-        }
+        self.0.as_var()
     }
 
     /// The pieces, in order.
     pub fn parts(&self) -> &[Part] {
-        &self.parts
+        self.0.parts()
     }
 
     /// The variables it names, in order.
     pub fn vars(&self) -> impl Iterator<Item = &Var> {
-        self.parts.iter().filter_map(|p| match p {
-            Part::Var(v) => Some(v),
-            Part::Text(_) => None,
-        })
+        self.0.vars()
     }
 }
 
@@ -196,49 +54,20 @@ impl FromStr for Template {
     type Err = UnknownVariables;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
-        let mut parts = Vec::new();
-        let mut unknown = Vec::new();
-        let mut text = String::new();
-        let mut rest = s;
-        while let Some(at) = rest.find('$') {
-            text.push_str(&rest[..at]);
-            let after = &rest[at + 1..];
-            let (name, next) = match after.strip_prefix('{').and_then(|a| a.split_once('}')) {
-                Some((name, next)) => (name, next),
-                None => {
-                    let end = after.find(|c: char| !is_name(c)).unwrap_or(after.len());
-                    (&after[..end], &after[end..])
-                }
-            };
-            if name.is_empty() {
-                // A `$` that starts no variable is text.
-                text.push('$');
-                rest = after;
-                continue;
-            }
-            match Var::parse(name) {
-                Some(var) => {
-                    if !text.is_empty() {
-                        parts.push(Part::Text(std::mem::take(&mut text)));
-                    }
-                    parts.push(Part::Var(var));
-                }
-                None => unknown.push(name.to_string()),
-            }
-            rest = next;
-        }
-        text.push_str(rest);
-        if !text.is_empty() {
-            parts.push(Part::Text(text));
-        }
-        if unknown.is_empty() { Ok(Template { parts }) } else { Err(UnknownVariables(unknown)) }
+        // A `$` that starts no variable is text in this dialect: the problems are names.
+        crate::vars::Template::parse(s, Dialect::AccessLog).map(Template).map_err(|rejected| {
+            let names = rejected.0.into_iter().filter_map(|p| match p {
+                Problem::Unsupported(name) | Problem::BadHeader(name) => Some(name),
+                Problem::Unclosed | Problem::Lone => None,
+            });
+            UnknownVariables(names.collect())
+        })
     }
 }
 
 impl fmt::Display for Template {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for part in &self.parts {
+        for part in self.parts() {
             match part {
                 Part::Text(t) => f.write_str(t)?,
                 Part::Var(v) => write!(f, "${{{v}}}")?,
@@ -264,6 +93,8 @@ impl<'de> Deserialize<'de> for Template {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use http::HeaderName;
+
     use super::*;
 
     #[test]

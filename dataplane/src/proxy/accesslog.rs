@@ -1,11 +1,12 @@
 //! The access log: one JSON object per request, one line each, with the fields that
 //! ingress-nginx's `log-format-upstream` selects.
 //!
-//! weir runs no nginx variables; it knows a fixed set of them ([`Var`]) and renders each field's
-//! [`Template`](crate::model::logformat::Template) (text with `$variables`) per request. The line is written when the response head
-//! is ready, so `$request_time` is the time to the response head. Lines go through a bounded
-//! queue to one writer thread (stdout by default); when the writer falls behind, lines are
-//! dropped and counted rather than slowing requests down.
+//! weir runs no nginx variables; it knows a fixed set of them ([`Var`], the access-log dialect of
+//! [`crate::vars`]) and renders each field's [`Template`](crate::model::logformat::Template)
+//! (text with `$variables`, parsed with the table) per request. The line is written when the
+//! response head is ready, so `$request_time` is the time to the response head. Lines go
+//! through a bounded queue to one writer thread (stdout by default); when the writer falls
+//! behind, lines are dropped and counted rather than slowing requests down.
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
@@ -109,7 +110,7 @@ impl Format {
             host,
             client,
             headers: self.request_headers.iter().map(|h| headers.get(h).cloned()).collect(),
-            remote_user: if self.remote_user { basic_user(headers) } else { None },
+            remote_user: if self.remote_user { crate::vars::basic_user(headers) } else { None },
         }
     }
 
@@ -214,6 +215,8 @@ impl Format {
                 return put(to, text(at.and_then(|i| req.headers.get(i)).and_then(Option::as_ref)));
             }
             Var::ResponseHeader(name) => return put(to, text(out.response_headers.get(name))),
+            // Not in the access log's dialect: never parsed into a field.
+            Var::EscapedRequestUri | Var::Cookie(_) | Var::Arg(_) => return false,
         };
         written.is_ok()
     }
@@ -228,19 +231,6 @@ fn put(to: &mut String, value: Option<&str>) -> bool {
         }
         None => false,
     }
-}
-
-/// The user name of a `Basic` `Authorization` header (not verified: nginx's `$remote_user`).
-fn basic_user(headers: &HeaderMap) -> Option<String> {
-    use base64::Engine as _;
-    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, encoded) = value.trim().split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    let decoded = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).ok()?;
-    let text = String::from_utf8(decoded).ok()?;
-    Some(text.split_once(':').map_or(text.as_str(), |(user, _)| user).to_string())
 }
 
 /// Whether `s` is a JSON number (so a bare variable can be written without quotes).

@@ -14,9 +14,9 @@ use super::headers::{X_REQUEST_ID, expand, is_hop_by_hop};
 use super::upstream::body::UpstreamBody;
 use super::upstream::client::Clients;
 use crate::http_util::percent_encode;
-
-/// What the request being authenticated looks like (the pipeline names it here).
-pub(super) use super::headers::Original;
+use crate::model::ExternalAuth;
+use crate::route::policy::CompiledExternalAuth;
+use crate::vars::{RequestView, Template};
 
 const X_ORIGINAL_URL: HeaderName = HeaderName::from_static("x-original-url");
 const X_ORIGINAL_METHOD: HeaderName = HeaderName::from_static("x-original-method");
@@ -38,7 +38,7 @@ pub(super) enum Decision {
 const COOKIE_STATUSES: [u16; 10] = [200, 201, 204, 206, 301, 302, 303, 304, 307, 308];
 
 /// Whether the service's cookies go on a response with `status`.
-pub(super) fn cookies_apply(auth: &crate::model::ExternalAuth, status: StatusCode) -> bool {
+pub(super) fn cookies_apply(auth: &ExternalAuth, status: StatusCode) -> bool {
     auth.always_set_cookie || COOKIE_STATUSES.contains(&status.as_u16())
 }
 
@@ -62,21 +62,12 @@ async fn drain(body: super::upstream::client::ResponseBody, until: tokio::time::
 pub(super) async fn decide(
     clients: &Clients,
     timeout: Duration,
-    auth: &crate::model::ExternalAuth,
+    auth: &CompiledExternalAuth,
     cache: Option<&crate::state::authcache::AuthCache>,
-    o: &Original<'_>,
+    o: &RequestView<'_>,
     request_id: &HeaderValue,
 ) -> (Decision, Vec<HeaderValue>) {
-    let key = cache.and_then(|c| {
-        c.key(&crate::state::authcache::KeyRequest {
-            client: o.client,
-            scheme: o.scheme,
-            host: o.host,
-            method: o.method.as_str(),
-            request_uri: o.request_uri,
-            headers: o.headers,
-        })
-    });
+    let key = cache.and_then(|c| c.key(o));
     if let (Some(cache), Some(key)) = (cache, &key)
         && let Some(answer) = cache.get(key, std::time::Instant::now())
     {
@@ -84,7 +75,7 @@ pub(super) async fn decide(
     }
     let (status, headers) = match ask(clients, timeout, auth, o, request_id).await {
         Ok(answer) => answer,
-        Err(why) => return (error(auth, why), Vec::new()),
+        Err(why) => return (error(&auth.spec, why), Vec::new()),
     };
     let decision = interpret(auth, o, status, &headers);
     let cookies = headers.get_all(SET_COOKIE).iter().cloned().collect();
@@ -94,6 +85,7 @@ pub(super) async fn decide(
         // Only what the decision reads is kept.
         let mut kept = HeaderMap::new();
         for name in auth
+            .spec
             .response_headers
             .iter()
             .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
@@ -109,7 +101,7 @@ pub(super) async fn decide(
     (decision, cookies)
 }
 
-fn error(auth: &crate::model::ExternalAuth, why: String) -> Decision {
+fn error(auth: &ExternalAuth, why: String) -> Decision {
     tracing::warn!(url = %auth.url, "external authentication failed: {why}");
     Decision::Deny(StatusCode::INTERNAL_SERVER_ERROR, Vec::new())
 }
@@ -118,8 +110,8 @@ fn error(auth: &crate::model::ExternalAuth, why: String) -> Decision {
 async fn ask(
     clients: &Clients,
     timeout: Duration,
-    auth: &crate::model::ExternalAuth,
-    o: &Original<'_>,
+    auth: &CompiledExternalAuth,
+    o: &RequestView<'_>,
     request_id: &HeaderValue,
 ) -> Result<(StatusCode, HeaderMap), String> {
     let url = expand(&auth.url, o);
@@ -127,7 +119,7 @@ async fn ask(
     let Some(authority) = uri.authority().cloned().filter(|_| uri.scheme() == Some(&Scheme::HTTP)) else {
         return Err(format!("{url:?} is not an http:// URL"));
     };
-    let request = subrequest(auth, o, uri, &authority, request_id)
+    let request = subrequest(&auth.spec, o, uri, &authority, request_id)
         .map_err(|e| format!("cannot build the subrequest: {e}"))?;
     let until = tokio::time::Instant::now() + timeout;
     let response = match tokio::time::timeout_at(until, clients.send_http1(request)).await {
@@ -142,13 +134,14 @@ async fn ask(
 
 /// What the service's answer means for the request.
 fn interpret(
-    auth: &crate::model::ExternalAuth,
-    o: &Original<'_>,
+    auth: &CompiledExternalAuth,
+    o: &RequestView<'_>,
     status: StatusCode,
     headers: &HeaderMap,
 ) -> Decision {
+    let (spec, signin) = (&auth.spec, &auth.signin);
     if status.is_success() {
-        let copied = auth
+        let copied = spec
             .response_headers
             .iter()
             .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
@@ -157,13 +150,13 @@ fn interpret(
         return Decision::Allow(copied);
     }
     match status {
-        StatusCode::UNAUTHORIZED => match &auth.signin {
+        StatusCode::UNAUTHORIZED => match signin {
             Some(signin) => {
                 let location =
-                    signin_location(signin, auth.signin_redirect_param.as_deref().unwrap_or("rd"), o);
+                    signin_location(signin, spec.signin_redirect_param.as_deref().unwrap_or("rd"), o);
                 match HeaderValue::try_from(location) {
                     Ok(v) => Decision::Deny(StatusCode::FOUND, vec![(LOCATION, v)]),
-                    Err(e) => error(auth, format!("invalid auth-signin location: {e}")),
+                    Err(e) => error(spec, format!("invalid auth-signin location: {e}")),
                 }
             }
             None => {
@@ -172,13 +165,13 @@ fn interpret(
             }
         },
         StatusCode::FORBIDDEN => Decision::Deny(status, Vec::new()),
-        other => error(auth, format!("the service answered {other}")),
+        other => error(spec, format!("the service answered {other}")),
     }
 }
 
 /// The `auth-signin` redirect: the expanded template, with `param=<original URL>` added unless
 /// its query has a non-empty `param` already (ingress-nginx's rule).
-fn signin_location(signin: &str, param: &str, o: &Original<'_>) -> String {
+fn signin_location(signin: &Template, param: &str, o: &RequestView<'_>) -> String {
     let mut location = expand(signin, o);
     let query = location.split_once('?').map_or("", |(_, q)| q);
     let has = query.split('&').any(|kv| kv.split_once('=').is_some_and(|(k, v)| k == param && !v.is_empty()));
@@ -194,8 +187,8 @@ fn signin_location(signin: &str, param: &str, o: &Original<'_>) -> String {
 /// The subrequest: the client's headers (no body), aimed at the service, plus what nginx's
 /// `auth_request` location in ingress-nginx adds.
 fn subrequest(
-    auth: &crate::model::ExternalAuth,
-    o: &Original<'_>,
+    auth: &ExternalAuth,
+    o: &RequestView<'_>,
     uri: Uri,
     authority: &Authority,
     request_id: &HeaderValue,
@@ -245,11 +238,17 @@ fn subrequest(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::vars::Dialect;
+
+    /// Parses `template` as the table does, then renders it as the proxy does.
+    fn expand(template: &str, o: &RequestView<'_>) -> String {
+        super::expand(&Template::parse_lenient(template, Dialect::Url), o)
+    }
 
     #[test]
     fn templates_expand() {
         let headers = HeaderMap::new();
-        let o = Original {
+        let o = RequestView {
             scheme: "https",
             host: "app.example.com",
             method: &Method::GET,

@@ -63,6 +63,7 @@ use crate::state::balance::BackendIdx;
 use crate::state::connlimit::Slot;
 use crate::state::throttle::Shaped;
 use crate::uri_path;
+use crate::vars::RequestView;
 
 const X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-prefix");
 const SEC_WEBSOCKET_KEY: HeaderName = HeaderName::from_static("sec-websocket-key");
@@ -201,7 +202,7 @@ impl ConnCtx {
         // The authentication service's cookies, on the answer (nginx's `add_header Set-Cookie`).
         if !auth_cookies.is_empty()
             && let (Ok(resp), Some(ext)) = (&mut result, ctx.policy.and_then(|p| p.external_auth.as_ref()))
-            && extauth::cookies_apply(ext, resp.status())
+            && extauth::cookies_apply(&ext.spec, resp.status())
         {
             for cookie in auth_cookies {
                 resp.headers_mut().append(http::header::SET_COOKIE, cookie);
@@ -410,7 +411,7 @@ impl ConnCtx {
         }
         let Some(ext) = &policy.external_auth else { return Ok(None) };
         let request_uri = req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned();
-        let original = extauth::Original {
+        let original = RequestView {
             scheme: self.scheme(),
             host: ctx.host_str,
             method: req.method(),
@@ -433,7 +434,7 @@ impl ConnCtx {
             (extauth::Decision::Deny(status, headers), cookies) => {
                 let mut resp = local_response(status, ctx.request_id.clone());
                 resp.headers_mut().extend(headers);
-                if extauth::cookies_apply(ext, status) {
+                if extauth::cookies_apply(&ext.spec, status) {
                     for cookie in cookies {
                         resp.headers_mut().append(http::header::SET_COOKIE, cookie);
                     }
@@ -483,7 +484,9 @@ impl ConnCtx {
         let pick = match balance {
             CompiledBalance::RoundRobin => Pick::RoundRobin,
             CompiledBalance::Ewma => Pick::Ewma,
-            CompiledBalance::Hash(key) => Pick::Hash(key.hash(&hashkey::Request {
+            CompiledBalance::Hash(key) => Pick::Hash(key.hash(&RequestView {
+                scheme: self.scheme(),
+                method: req.method(),
                 client: ctx.client.ip,
                 host: ctx.host_str,
                 request_uri: req.uri().path_and_query().map_or("/", |pq| pq.as_str()),
@@ -743,7 +746,7 @@ impl ConnCtx {
         body: &mut UpstreamBody,
         wait: std::time::Duration,
     ) {
-        let original = extauth::Original {
+        let original = RequestView {
             scheme: self.scheme(),
             host: ctx.host_str,
             method: &parts.method,

@@ -2,8 +2,8 @@
 //!
 //! - Hop-by-hop headers never cross the proxy ([`strip_hop_by_hop`]).
 //! - Each request has an `X-Request-ID`, the client's or a new one ([`request_id`]).
-//! - The request as the client sent it ([`Original`]) fills the templates of `auth-url` and
-//!   `mirror-target` ([`expand`]).
+//! - The request as the client sent it ([`RequestView`]) fills the templates of `auth-url`,
+//!   `auth-signin` and `mirror-target`, parsed with the table ([`expand`]).
 //! - The proxy sets `X-Forwarded-For`, `X-Real-IP`, `X-Forwarded-Proto`, `X-Forwarded-Host` and
 //!   `X-Forwarded-Port` on every request it forwards, replacing any the client sent
 //!   ([`Forwarded`]).
@@ -16,16 +16,14 @@
 //! upstreams, mirrored copies, `proxy-set-headers` (whose values win) — they are inserted into it
 //! instead ([`Forwarded::insert_into`]), and the encoder gets none.
 
-use std::net::IpAddr;
-
 use bytes::{Bytes, BytesMut};
-use http::Method;
 use http::header::{
     CONNECTION, Entry, HOST, HeaderMap, HeaderName, HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE,
     TRANSFER_ENCODING, UPGRADE,
 };
 
 use crate::http_util::percent_encode;
+use crate::vars::{Part, RequestView, Template, Var};
 
 /// `x-request-id`.
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -235,52 +233,49 @@ fn new_request_id() -> HeaderValue {
         .unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
-// === the original request ===
+// === URL templates ===
 
-/// The request as the client sent it, for the templates of `auth-url` and `mirror-target` and
-/// the headers of the authentication subrequest.
-pub(crate) struct Original<'a> {
-    /// `http` or `https`.
-    pub(crate) scheme: &'a str,
-    /// The host the client asked for.
-    pub(crate) host: &'a str,
-    /// The request method.
-    pub(crate) method: &'a Method,
-    /// Path and query as sent.
-    pub(crate) request_uri: &'a str,
-    /// The client's address.
-    pub(crate) client: IpAddr,
-    /// The client's headers.
-    pub(crate) headers: &'a HeaderMap,
+/// Renders a URL template (`auth-url`, `auth-signin`, `mirror-target`, parsed with the table in
+/// the [`Dialect::Url`](crate::vars::Dialect::Url)) for the request `o` as the client sent it:
+/// `$scheme`, `$host` (also `$http_host`, `$best_http_host`), `$request_uri`,
+/// `$escaped_request_uri`, `$uri` and `$remote_addr`; an unknown `$name` was kept as written
+/// (translation rejects them).
+pub(crate) fn expand(template: &Template, o: &RequestView<'_>) -> String {
+    let mut out = String::with_capacity(url_len(template, o));
+    for part in template.parts() {
+        let var = match part {
+            Part::Text(t) => {
+                out.push_str(t);
+                continue;
+            }
+            Part::Var(var) => var,
+        };
+        match var {
+            Var::Scheme => out.push_str(o.scheme),
+            Var::Host => out.push_str(o.host),
+            Var::RequestUri => out.push_str(o.request_uri),
+            Var::EscapedRequestUri => out.push_str(&percent_encode(o.request_uri)),
+            Var::Uri => out.push_str(o.path()),
+            Var::RemoteAddr => out.push_str(&o.client.to_string()),
+            // Not in the dialect: never parsed into a URL.
+            _ => {}
+        }
+    }
+    out
 }
 
-/// Expands `$scheme`, `$host`, `$http_host`, `$best_http_host`, `$request_uri`,
-/// `$escaped_request_uri`, `$uri` and `$remote_addr` in `template`; an unknown `$name` is
-/// left as written (translation rejects them).
-pub(crate) fn expand(template: &str, o: &Original<'_>) -> String {
-    let mut out = String::with_capacity(template.len() + o.request_uri.len());
-    let mut rest = template;
-    while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
-        rest = &rest[at + 1..];
-        let len = rest.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'_').count();
-        let (name, tail) = rest.split_at(len);
-        match name {
-            "scheme" => out.push_str(o.scheme),
-            "host" | "http_host" | "best_http_host" => out.push_str(o.host),
-            "request_uri" => out.push_str(o.request_uri),
-            "escaped_request_uri" => out.push_str(&percent_encode(o.request_uri)),
-            "uri" => out.push_str(o.request_uri.split('?').next().unwrap_or_default()),
-            "remote_addr" => out.push_str(&o.client.to_string()),
-            _ => {
-                out.push('$');
-                out.push_str(name);
-            }
-        }
-        rest = tail;
-    }
-    out.push_str(rest);
-    out
+/// The most a rendered URL can take, so that it is allocated once.
+fn url_len(template: &Template, o: &RequestView<'_>) -> usize {
+    let part = |p: &Part| match p {
+        Part::Text(t) => t.len(),
+        Part::Var(Var::Scheme) => o.scheme.len(),
+        Part::Var(Var::Host) => o.host.len(),
+        Part::Var(Var::RequestUri | Var::Uri) => o.request_uri.len(),
+        Part::Var(Var::EscapedRequestUri) => 3 * o.request_uri.len(),
+        Part::Var(Var::RemoteAddr) => 39, // the longest IPv6 address
+        Part::Var(_) => 0,
+    };
+    template.parts().iter().map(part).sum()
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use http::{Request, Uri};
 use http_body::Body;
 use http_body_util::BodyExt;
 
-use super::headers::{Original, expand};
+use super::headers::expand;
 use super::upstream::body::UpstreamBody;
 use crate::route::mirror::CompiledMirror;
 
@@ -56,7 +56,7 @@ impl Drop for Slot {
 pub(super) fn start(
     proxy: &super::Proxy,
     mirror: &CompiledMirror,
-    o: &Original<'_>,
+    o: &crate::vars::RequestView<'_>,
     body: &mut UpstreamBody,
     timeout: Duration,
 ) {
@@ -64,7 +64,7 @@ pub(super) fn start(
         tracing::debug!(target = %mirror.target, "request not mirrored: {MAX_IN_FLIGHT} copies under way");
         return;
     };
-    let url = expand(&mirror.target, o);
+    let url = expand(&mirror.template, o);
     let uri: Uri = match url.parse() {
         Ok(uri) => uri,
         Err(e) => {

@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 use http::header::HeaderValue;
 
 use crate::model::{Mirror, UpstreamProtocol, UpstreamTls};
+use crate::vars::{Dialect, Template};
 
 /// A mirror that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -21,8 +22,10 @@ pub enum InvalidMirror {
 
 /// A [`Mirror`] ready for the request path.
 pub struct CompiledMirror {
-    /// The target URL, a template of the request's variables.
+    /// The target URL as written, a template of the request's variables.
     pub(crate) target: String,
+    /// The target, parsed.
+    pub(crate) template: Template,
     /// `Host` of the copies, else the target's authority.
     pub(crate) host: Option<HeaderValue>,
     /// The copies carry the request's body.
@@ -43,8 +46,8 @@ impl std::fmt::Debug for CompiledMirror {
 }
 
 impl CompiledMirror {
-    /// Checks the target's scheme and the host header; `https://` targets get the shared TLS
-    /// client config.
+    /// Checks the target's scheme and the host header and parses the target (translation
+    /// checked its variables); `https://` targets get the shared TLS client config.
     pub(crate) fn compile(mirror: &Mirror) -> Result<Self, InvalidMirror> {
         let scheme = mirror.target.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
         let tls = match scheme.as_deref() {
@@ -61,7 +64,13 @@ impl CompiledMirror {
             Some(h) => Some(HeaderValue::from_str(h).map_err(|_| InvalidMirror::Host(h.clone()))?),
             None => None,
         };
-        Ok(CompiledMirror { target: mirror.target.clone(), host, request_body: mirror.request_body, tls })
+        Ok(CompiledMirror {
+            target: mirror.target.clone(),
+            template: Template::parse_lenient(&mirror.target, Dialect::Url),
+            host,
+            request_body: mirror.request_body,
+            tls,
+        })
     }
 }
 

@@ -13,10 +13,11 @@ use std::sync::Arc;
 use http::{HeaderName, HeaderValue, StatusCode};
 
 use crate::hashkey::HashKey;
-use crate::model::{Balance, BasicAuth, ObjectRef, RoutePolicy, SourceFilter};
+use crate::model::{Balance, BasicAuth, ExternalAuth, ObjectRef, RoutePolicy, SourceFilter};
 use crate::route::cors::{CompiledCors, InvalidCors};
 use crate::route::mirror::InvalidMirror;
 use crate::state::ratelimit::{Limiter, LimiterCache};
+use crate::vars::{Dialect, Template};
 
 /// A policy that cannot be compiled (translation validates first; this guards hand-made tables).
 #[derive(Debug, thiserror::Error)]
@@ -91,7 +92,7 @@ pub struct CompiledPolicy {
     /// HTTP Basic authentication and its ready-made challenge.
     pub basic_auth: Option<(BasicAuth, HeaderValue)>,
     /// External authentication.
-    pub external_auth: Option<crate::model::ExternalAuth>,
+    pub external_auth: Option<CompiledExternalAuth>,
     /// The canary, set by the router once its backend is resolved.
     pub canary: Option<crate::route::canary::CompiledCanary>,
     /// How an endpoint is picked.
@@ -114,6 +115,30 @@ pub struct CompiledPolicy {
     pub preserve_trailing_slash: bool,
     /// External authentication's answer cache (`auth-cache-key`), set by the router.
     pub auth_cache: Option<Arc<crate::state::authcache::AuthCache>>,
+}
+
+/// External authentication ready for the request path: its settings, with the URL templates
+/// parsed (translation checked their variables).
+#[derive(Debug)]
+pub struct CompiledExternalAuth {
+    /// The settings.
+    pub spec: ExternalAuth,
+    /// `auth-url`, parsed.
+    pub url: Template,
+    /// `auth-signin`, parsed.
+    pub signin: Option<Template>,
+}
+
+impl CompiledExternalAuth {
+    /// Parses the templates of `spec`.
+    pub fn compile(spec: &ExternalAuth) -> CompiledExternalAuth {
+        let parse = |t: &str| Template::parse_lenient(t, Dialect::Url);
+        CompiledExternalAuth {
+            spec: spec.clone(),
+            url: parse(&spec.url),
+            signin: spec.signin.as_deref().map(parse),
+        }
+    }
 }
 
 /// Headers set as they are: name and value parsed once per table.
@@ -296,7 +321,7 @@ impl CompiledPolicy {
                 }
                 None => None,
             },
-            external_auth: policy.external_auth.as_deref().cloned(),
+            external_auth: policy.external_auth.as_deref().map(CompiledExternalAuth::compile),
             canary: None,
             balance: CompiledBalance::compile(&policy.balance)?,
             custom_errors: None,

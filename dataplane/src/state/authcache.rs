@@ -10,14 +10,14 @@
 //! routes whose authentication did not change.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use http::header::{HeaderMap, HeaderName};
+use http::header::HeaderMap;
 
 use crate::model::{AuthCacheSpec, CacheValid, ExternalAuth, HostMatch, ObjectRef, PathMatch};
+use crate::vars::{Dialect, Part, RequestView, Template, Var, basic_user};
 
 /// Entries kept per route at most.
 const MAX_ENTRIES: usize = 4096;
@@ -26,42 +26,10 @@ const MAX_BYTES: usize = 4 << 20;
 /// A key longer than this is not cached (the service is asked every time).
 const MAX_KEY: usize = 4096;
 
-/// One piece of a key template.
+/// A parsed `auth-cache-key` template: literal text and nginx variables (the
+/// [`Dialect::AuthKey`] of [`crate::vars`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Part {
-    Literal(String),
-    RemoteAddr,
-    RemoteUser,
-    Scheme,
-    Host,
-    RequestMethod,
-    RequestUri,
-    Uri,
-    Args,
-    Header(HeaderName),
-    Cookie(String),
-    Arg(String),
-}
-
-/// A parsed `auth-cache-key` template: literal text and nginx variables.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuthKey(Vec<Part>);
-
-/// What a key is computed from.
-pub struct KeyRequest<'a> {
-    /// The client's address.
-    pub client: IpAddr,
-    /// `http` or `https`.
-    pub scheme: &'a str,
-    /// The host asked for.
-    pub host: &'a str,
-    /// The request method.
-    pub method: &'a str,
-    /// Path and query as sent.
-    pub request_uri: &'a str,
-    /// The request headers.
-    pub headers: &'a HeaderMap,
-}
+pub struct AuthKey(Template);
 
 impl AuthKey {
     /// Parses `template`: text with `$remote_addr`, `$remote_user`, `$scheme`, `$host` (also
@@ -69,59 +37,41 @@ impl AuthKey {
     /// `$cookie_NAME`, `$arg_NAME`; `${name}` delimits a name. Any other variable is an error,
     /// as is a template without variable (every client would share one answer).
     pub fn parse(template: &str) -> Result<AuthKey, String> {
-        use crate::hashkey::{Piece, RequestVariable, pieces, request_variable};
-        let mut parts = Vec::new();
-        for piece in pieces(template)? {
-            parts.push(match piece {
-                Piece::Literal(text) => Part::Literal(text.to_string()),
-                Piece::Var("remote_addr" | "binary_remote_addr") => Part::RemoteAddr,
-                Piece::Var("remote_user") => Part::RemoteUser,
-                Piece::Var("scheme") => Part::Scheme,
-                Piece::Var("host" | "http_host") => Part::Host,
-                Piece::Var("request_method") => Part::RequestMethod,
-                Piece::Var("request_uri") => Part::RequestUri,
-                Piece::Var("uri" | "document_uri") => Part::Uri,
-                Piece::Var("args" | "query_string") => Part::Args,
-                Piece::Var(name) => match request_variable(name)? {
-                    Some(RequestVariable::Header(h)) => Part::Header(h),
-                    Some(RequestVariable::Cookie(c)) => Part::Cookie(c),
-                    Some(RequestVariable::Arg(a)) => Part::Arg(a),
-                    None => {
-                        return Err(format!(
-                            "unsupported variable ${name} (use $http_NAME, $cookie_NAME, $arg_NAME, $remote_user, $remote_addr, $host, $scheme, $request_method, $request_uri, $uri or $args)"
-                        ));
-                    }
-                },
-            });
-        }
-        if parts.iter().all(|p| matches!(p, Part::Literal(_))) {
+        let template =
+            Template::parse(template, Dialect::AuthKey).map_err(|r| r.message(Dialect::AuthKey))?;
+        if template.vars().next().is_none() {
             return Err("the key has no variable: every client would share one answer".into());
         }
-        Ok(AuthKey(parts))
+        Ok(AuthKey(template))
     }
 
     /// The key of `req`. Each variable's value is written with its length, so that two
     /// requests share a key only when every variable has the same value.
-    pub fn key(&self, req: &KeyRequest<'_>) -> Vec<u8> {
+    pub fn key(&self, req: &RequestView<'_>) -> Vec<u8> {
         let mut key = Vec::with_capacity(128);
         let mut put = |value: &[u8]| {
             key.extend_from_slice(value.len().to_string().as_bytes());
             key.push(b':');
             key.extend_from_slice(value);
         };
-        let query = req.request_uri.split_once('?').map_or("", |(_, q)| q);
-        for part in &self.0 {
-            match part {
-                Part::Literal(s) => put(s.as_bytes()),
-                Part::RemoteAddr => put(crate::model::canonical_ip(req.client).to_string().as_bytes()),
-                Part::RemoteUser => put(basic_user(req.headers).unwrap_or_default().as_bytes()),
-                Part::Scheme => put(req.scheme.as_bytes()),
-                Part::Host => put(req.host.as_bytes()),
-                Part::RequestMethod => put(req.method.as_bytes()),
-                Part::RequestUri => put(req.request_uri.as_bytes()),
-                Part::Uri => put(req.request_uri.split('?').next().unwrap_or_default().as_bytes()),
-                Part::Args => put(query.as_bytes()),
-                Part::Header(h) => {
+        for part in self.0.parts() {
+            let var = match part {
+                Part::Text(s) => {
+                    put(s.as_bytes());
+                    continue;
+                }
+                Part::Var(var) => var,
+            };
+            match var {
+                Var::RemoteAddr => put(crate::model::canonical_ip(req.client).to_string().as_bytes()),
+                Var::RemoteUser => put(basic_user(req.headers).unwrap_or_default().as_bytes()),
+                Var::Scheme => put(req.scheme.as_bytes()),
+                Var::Host => put(req.host.as_bytes()),
+                Var::RequestMethod => put(req.method.as_str().as_bytes()),
+                Var::RequestUri => put(req.request_uri.as_bytes()),
+                Var::Uri => put(req.path().as_bytes()),
+                Var::Args => put(req.query().as_bytes()),
+                Var::RequestHeader(h) => {
                     // Every line of the header: the service sees them all.
                     let mut joined = Vec::new();
                     for (i, v) in req.headers.get_all(h).iter().enumerate() {
@@ -132,32 +82,14 @@ impl AuthKey {
                     }
                     put(&joined);
                 }
-                Part::Cookie(name) => {
-                    put(crate::http_util::cookie(req.headers, name).unwrap_or_default().as_bytes())
-                }
-                Part::Arg(name) => put(query
-                    .split('&')
-                    .filter_map(|kv| kv.split_once('='))
-                    .find(|(k, _)| k == name)
-                    .map_or("", |(_, v)| v)
-                    .as_bytes()),
+                Var::Cookie(name) => put(req.cookie(name).unwrap_or_default().as_bytes()),
+                Var::Arg(name) => put(req.arg(name).unwrap_or_default().as_bytes()),
+                // Not in the dialect: never parsed into a key.
+                _ => {}
             }
         }
         key
     }
-}
-
-/// The user name of a `Basic` `Authorization` header (not verified: nginx's `$remote_user`).
-fn basic_user(headers: &HeaderMap) -> Option<String> {
-    use base64::Engine as _;
-    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, encoded) = value.trim().split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    let decoded = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).ok()?;
-    let text = String::from_utf8(decoded).ok()?;
-    Some(text.split_once(':').map_or(text.as_str(), |(user, _)| user).to_string())
 }
 
 /// A kept answer of the service: its status and the headers that decide what it means.
@@ -201,7 +133,7 @@ impl AuthCache {
     }
 
     /// The key of `req`; `None` when it is too long to be cached.
-    pub fn key(&self, req: &KeyRequest<'_>) -> Option<Vec<u8>> {
+    pub fn key(&self, req: &RequestView<'_>) -> Option<Vec<u8>> {
         Some(self.key.key(req)).filter(|k| k.len() <= MAX_KEY)
     }
 
@@ -320,16 +252,16 @@ impl AuthCaches {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use http::HeaderValue;
+    use http::{HeaderValue, Method};
 
     use super::*;
 
-    fn req<'a>(headers: &'a HeaderMap, uri: &'a str) -> KeyRequest<'a> {
-        KeyRequest {
+    fn req<'a>(headers: &'a HeaderMap, uri: &'a str) -> RequestView<'a> {
+        RequestView {
             client: "192.0.2.1".parse().unwrap(),
             scheme: "https",
             host: "app.test",
-            method: "GET",
+            method: &Method::GET,
             request_uri: uri,
             headers,
         }

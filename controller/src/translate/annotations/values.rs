@@ -188,32 +188,28 @@ pub(crate) fn tries(s: &str) -> Result<u32, String> {
     s.parse().map_err(|_| "expected a whole number (0 for every endpoint)".to_string())
 }
 
-/// Variables an authentication URL may use (expanded by the proxy per request).
-const AUTH_VARIABLES: [&str; 8] = [
-    "scheme",
-    "host",
-    "http_host",
-    "best_http_host",
-    "request_uri",
-    "escaped_request_uri",
-    "uri",
-    "remote_addr",
-];
-
 /// An `auth-url` (`http://` only for now) or, with `https_ok`, an `auth-signin`: an absolute
-/// URL template whose `$variables` are among [`AUTH_VARIABLES`].
+/// URL template whose `$variables` the dataplane's URL dialect accepts (it expands them per
+/// request).
 pub(crate) fn auth_url(s: &str, https_ok: bool) -> Result<String, String> {
-    for (i, _) in s.match_indices('$') {
-        let name: String =
-            s[i + 1..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-        if !AUTH_VARIABLES.contains(&name.as_str()) {
-            return Err(format!("unsupported variable ${name} (supported: ${})", AUTH_VARIABLES.join(", $")));
-        }
-    }
+    use weir_dataplane::vars::{Dialect, Part, Problem, Template, Var};
+    let template = Template::parse(s, Dialect::Url).map_err(|rejected| {
+        let name = match rejected.0.first() {
+            Some(Problem::Unsupported(name) | Problem::BadHeader(name)) => name.as_str(),
+            _ => "",
+        };
+        format!("unsupported variable ${name} (supported: {})", Dialect::Url.hint())
+    })?;
     // Check the shape with the variables filled in.
-    let sample = AUTH_VARIABLES.iter().fold(s.to_string(), |acc, v| {
-        acc.replace(&format!("${v}"), if *v == "scheme" { "http" } else { "x" })
-    });
+    let sample: String = template
+        .parts()
+        .iter()
+        .map(|part| match part {
+            Part::Text(text) => text.as_str(),
+            Part::Var(Var::Scheme) => "http",
+            Part::Var(_) => "x",
+        })
+        .collect();
     let uri: http::Uri = sample.parse().map_err(|e| format!("not a URL ({e})"))?;
     match uri.scheme_str() {
         Some("http") => {}
@@ -233,7 +229,7 @@ pub(crate) fn auth_url(s: &str, https_ok: bool) -> Result<String, String> {
 }
 
 /// `mirror-target`: an absolute `http://` or `https://` URL (the scheme written out), whose
-/// `$variables` are among [`AUTH_VARIABLES`].
+/// `$variables` are those of [`auth_url`].
 pub(super) fn mirror_target(s: &str) -> Result<String, String> {
     let lower = s.get(..8).unwrap_or(s).to_ascii_lowercase();
     if !lower.starts_with("http://") && !lower.starts_with("https://") {
