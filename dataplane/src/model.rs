@@ -753,7 +753,7 @@ pub struct ExternalAuth {
 }
 
 /// How external authentication answers are cached: per route, by `key` (a template over
-/// request variables, see [`crate::state::authcache::AuthKey`]), for the time the first rule of
+/// request variables, the `auth-cache-key` dialect of [`crate::vars`]), for the time the first rule of
 /// `valid` naming the answer's status gives.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

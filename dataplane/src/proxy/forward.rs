@@ -121,6 +121,15 @@ impl ConnCtx {
             Ok(resp) => resp,
             Err(err) => {
                 let status = err.status();
+                tracing::debug!(
+                    peer = %self.peer,
+                    version = state.version,
+                    status = status.as_u16(),
+                    error = %err,
+                    source = ?err.source_kind(),
+                    elapsed_ms = start.elapsed().as_millis() as u64,
+                    "request answered locally"
+                );
                 let mut resp = if grpc {
                     grpc_local_response(status, request_id.clone())
                 } else {
@@ -603,7 +612,7 @@ impl ConnCtx {
         let peer = &self.upstream_peer(ctx, &req)?;
         let outgoing = self.upstream_request(ctx, peer, &mut req)?;
         let (parts, body) = req.into_parts();
-        let (state, config) = (ctx.state, &ctx.state.config);
+        let config = &ctx.state.config;
         let balancer = peer.balancer;
         let protocol = balancer.protocol();
         // The name a TLS upstream is verified against, unless the backend configures one.
@@ -678,19 +687,6 @@ impl ConnCtx {
                         attempt = head.request(bytes.clone());
                         continue;
                     }
-                    tracing::debug!(
-                        peer = %self.peer,
-                        version = state.version,
-                        route = ?ctx.route.path,
-                        origin = ctx.route.origin.as_ref().map(tracing::field::display),
-                        backend = %state.router.backend_ids()[peer.backend.0 as usize],
-                        upstream = %endpoint.key(),
-                        tries,
-                        status = status.as_u16(),
-                        upstream_ms = started.map(|t| t.elapsed().as_millis() as u64),
-                        elapsed_ms = ctx.start.elapsed().as_millis() as u64,
-                        "proxied"
-                    );
                     let answered = Answered {
                         idx,
                         tries,
