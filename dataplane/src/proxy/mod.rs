@@ -55,6 +55,30 @@ mod upstream;
 
 pub use error::{ErrorSource, ProxyError};
 
+/// Entry points for the fuzz targets (`fuzz/`) into parsers the proxy keeps private. Not an
+/// API: it exists so the fuzzers call the parsers themselves, not copies.
+#[doc(hidden)]
+pub mod fuzzing {
+    use std::net::IpAddr;
+
+    use http::{HeaderMap, Method};
+
+    use super::headers::{Original, expand};
+
+    /// Expands an `auth-url` / `mirror-target` template for a request of these parts.
+    pub fn expand_template(
+        template: &str,
+        scheme: &str,
+        host: &str,
+        request_uri: &str,
+        client: IpAddr,
+        headers: &HeaderMap,
+    ) -> String {
+        let original = Original { scheme, host, method: &Method::GET, request_uri, client, headers };
+        expand(template, &original)
+    }
+}
+
 /// Tunables of a [`Proxy`]. `Default` gives ingress-nginx-like values.
 #[derive(Clone, Debug)]
 pub struct ProxyConfig {
