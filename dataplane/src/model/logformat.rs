@@ -65,11 +65,23 @@ impl FromStr for Template {
     }
 }
 
+/// Prints variables as `${name}`, but as `$name` after text that leaves a `${` open (parsing
+/// took it as text because no `}` followed; a brace printed after it would close it and make a
+/// name of everything between). A variable parsed there was written `$name` and followed by no
+/// name character, so `$name` reads back the same.
 impl fmt::Display for Template {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut open = false;
         for part in self.parts() {
             match part {
-                Part::Text(t) => f.write_str(t)?,
+                Part::Text(t) => {
+                    f.write_str(t)?;
+                    open = match t.rfind('}') {
+                        Some(close) => t[close..].contains("${"),
+                        None => open || t.contains("${"),
+                    };
+                }
+                Part::Var(v) if open => write!(f, "${v}")?,
                 Part::Var(v) => write!(f, "${{{v}}}")?,
             }
         }
@@ -110,5 +122,17 @@ mod tests {
             Var::parse("http_x_forwarded_for"),
             Some(Var::RequestHeader(HeaderName::from_static("x-forwarded-for")))
         );
+    }
+
+    /// Found by the `templates` fuzz target: a `${` that never closes is text, and the braces
+    /// of a variable printed after it used to close it (`{``${${args}` does not parse).
+    #[test]
+    fn a_template_with_an_unclosed_brace_prints_back_to_itself() {
+        for text in ["{``${$args", "x ${ $status - $msec", "$$${$remote_addr", "${} $status ${"] {
+            let t: Template = text.parse().unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            let back: Template = t.to_string().parse().unwrap_or_else(|e| panic!("{t} from {text:?}: {e}"));
+            assert_eq!(back, t, "{text:?} printed as {t}");
+        }
+        assert_eq!("x ${ $status".parse::<Template>().unwrap().to_string(), "x ${ $status");
     }
 }

@@ -55,6 +55,32 @@ mod upstream;
 
 pub use error::{ErrorSource, ProxyError};
 
+/// Entry points for the fuzz targets (`fuzz/`) into parsers the proxy keeps private. Not an
+/// API: it exists so the fuzzers call the parsers themselves, not copies.
+#[doc(hidden)]
+pub mod fuzzing {
+    use std::net::IpAddr;
+
+    use http::{HeaderMap, Method};
+
+    use super::headers::expand;
+    use crate::vars::{Dialect, RequestView, Template};
+
+    /// Parses an `auth-url` / `mirror-target` template as the table's compilation does, then
+    /// expands it for a request of these parts.
+    pub fn expand_template(
+        template: &str,
+        scheme: &str,
+        host: &str,
+        request_uri: &str,
+        client: IpAddr,
+        headers: &HeaderMap,
+    ) -> String {
+        let view = RequestView { scheme, host, method: &Method::GET, request_uri, client, headers };
+        expand(&Template::parse_lenient(template, Dialect::Url), &view)
+    }
+}
+
 /// Tunables of a [`Proxy`]. `Default` gives ingress-nginx-like values.
 #[derive(Clone, Debug)]
 pub struct ProxyConfig {

@@ -909,5 +909,65 @@ impl Ctx<'_, '_> {
     }
 }
 
+/// Entry points for the fuzz targets (`fuzz/`) into the value parsers this module keeps
+/// private. Not an API: it exists so the fuzzers call the parsers themselves, not copies.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::values as v;
+
+    /// Every value parser whose answer is text that ends up in a header or a URL (`redirect_url`,
+    /// `auth_url`, ...), applied to `value`: (parser name, its answer).
+    pub fn text_values(value: &str) -> Vec<(&'static str, Result<String, String>)> {
+        vec![
+            ("redirect_url", v::redirect_url(value)),
+            ("rewrite_target", v::rewrite_target(value)),
+            ("cors_origins", v::cors_origins(value).map(|o| o.join(","))),
+            ("cors_methods", v::cors_methods(value)),
+            ("cors_headers", v::cors_headers(value)),
+            ("auth_url", v::auth_url(value, false)),
+            ("auth_signin", v::auth_url(value, true)),
+            ("mirror_target", v::mirror_target(value)),
+            ("method", v::method(value)),
+            ("header_name", v::header_name(value)),
+            ("cookie_domain", v::cookie_domain(value)),
+            ("app_root", v::app_root(value)),
+            ("header_text", v::header_text(value)),
+            ("host_and_port", v::host_and_port(value)),
+            ("query_param", v::query_param(value)),
+        ]
+    }
+
+    /// Every other value parser applied to `value` (the path regex and the cache key, which
+    /// never reach a header, among them): (parser name, its answer as `Debug` text).
+    pub fn typed_values(value: &str) -> Vec<(&'static str, Result<String, String>)> {
+        fn dbg<T: std::fmt::Debug>(r: Result<T, String>) -> Result<String, String> {
+            r.map(|t| format!("{t:?}"))
+        }
+        vec![
+            ("regex", v::regex(value)),
+            ("auth_cache_key", v::auth_cache_key(value)),
+            ("boolean", dbg(v::boolean(value))),
+            ("rate", dbg(v::rate(value))),
+            ("seconds", dbg(v::seconds(value))),
+            ("timeout_ms", dbg(v::timeout_ms(value))),
+            ("timeout_ms_or_zero", dbg(v::timeout_ms_or_zero(value))),
+            ("next_upstream", dbg(v::next_upstream(value))),
+            ("tries", dbg(v::tries(value))),
+            ("tls_versions", dbg(v::tls_versions(value))),
+            ("status_codes", dbg(v::status_codes(value))),
+            ("on_off", dbg(v::on_off(value))),
+            ("host_list", dbg(v::host_list(value))),
+            ("redirect_code", dbg(v::redirect_code(value))),
+            ("size", dbg(v::size(value))),
+            ("cidr_list", dbg(v::cidr_list(value))),
+            ("nginx_seconds", dbg(v::nginx_seconds(value))),
+            ("cache_durations", dbg(v::cache_durations(value))),
+            ("at_least_1", dbg(v::at_least(1)(value))),
+            ("buffer_size", dbg(v::buffer_size(value))),
+            ("buffers_number", dbg(v::buffers_number(value))),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests;
