@@ -1,17 +1,18 @@
-//! The nginx-variable template parsers, each through its public entry point (they are being
-//! merged into one engine: re-point each function below when that lands):
-//! the access-log `Template` (round trip through `Display`), `upstream-hash-by`'s `HashKey`,
-//! `auth-cache-key`'s `AuthKey`, and the `auth-url` / `mirror-target` expansion. No panic.
+//! The nginx-variables language (`weir_dataplane::vars`, one parser for every dialect) through
+//! each user's public entry point: the access-log `Template` (round trip through `Display`),
+//! `upstream-hash-by`'s `HashKey`, `auth-cache-key`'s `AuthKey`, and the `auth-url` /
+//! `mirror-target` expansion, each rendering one `RequestView`. No panic.
 #![no_main]
 
 use std::net::IpAddr;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use weir_dataplane::hashkey::{HashKey, Request};
+use weir_dataplane::hashkey::HashKey;
 use weir_dataplane::model::logformat::Template;
 use weir_dataplane::proxy::fuzzing::expand_template;
-use weir_dataplane::state::authcache::{AuthKey, KeyRequest};
+use weir_dataplane::state::authcache::AuthKey;
+use weir_dataplane::vars::RequestView;
 
 #[derive(Arbitrary, Debug)]
 struct Input<'a> {
@@ -20,6 +21,18 @@ struct Input<'a> {
     request_uri: &'a str,
     client: IpAddr,
     headers: Vec<(&'a str, &'a [u8])>,
+}
+
+/// The request the keys are rendered for.
+fn view<'a>(input: &Input<'a>, headers: &'a http::HeaderMap) -> RequestView<'a> {
+    RequestView {
+        scheme: "https",
+        host: input.host,
+        method: &http::Method::GET,
+        request_uri: input.request_uri,
+        client: input.client,
+        headers,
+    }
 }
 
 /// The log format: what parses prints back to a template that parses to the same thing.
@@ -33,22 +46,14 @@ fn log_template(input: &Input<'_>) {
 /// `upstream-hash-by`: parse, then hash one request.
 fn hash_key(input: &Input<'_>, headers: &http::HeaderMap) {
     let Ok(key) = HashKey::parse(input.template) else { return };
-    let req = Request { client: input.client, host: input.host, request_uri: input.request_uri, headers };
+    let req = view(input, headers);
     assert_eq!(key.hash(&req), key.hash(&req));
 }
 
 /// `auth-cache-key`: parse, then key one request.
 fn auth_key(input: &Input<'_>, headers: &http::HeaderMap) {
     let Ok(key) = AuthKey::parse(input.template) else { return };
-    let req = KeyRequest {
-        client: input.client,
-        scheme: "https",
-        host: input.host,
-        method: "GET",
-        request_uri: input.request_uri,
-        headers,
-    };
-    let _ = key.key(&req);
+    let _ = key.key(&view(input, headers));
 }
 
 /// `auth-url` / `mirror-target`: a template without `$` is sent as written.
