@@ -33,6 +33,17 @@ case "${1:-}" in
   *) only=$1; seconds=${2:-$seconds} ;;
 esac
 
+# libfuzzer-sys compiles libFuzzer (C++) with the system compiler.
+if ! command -v c++ >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "fuzz.sh: installing g++ (libFuzzer is C++)" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends g++ >/dev/null
+  else
+    echo "fuzz.sh: needs a C++ compiler (apt-get install g++)" >&2
+    exit 2
+  fi
+fi
 if ! cargo fuzz --version 2>/dev/null | grep -q "$cargo_fuzz_version"; then
   echo "fuzz.sh: installing cargo-fuzz $cargo_fuzz_version into $tools" >&2
   cargo install cargo-fuzz --locked --version "$cargo_fuzz_version" --root "$tools"
