@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use weir_dataplane::model::ObjectRef;
 use weir_dataplane::proxy::ProxyConfig;
+use weir_dataplane::proxy::limits::{self, ConnLimitConfig};
 
 use crate::serve::{KubeServe, Running, ServeOptions};
 use crate::source::files::ManifestDir;
@@ -136,6 +137,22 @@ pub struct ServeArgs {
     /// Worker threads (default: the number of CPUs); 1 runs the proxy on a single thread.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// Client connections open at once over all listeners; more are reset at once. 0: as many
+    /// as the open-file limit allows (two descriptors per connection, after a reserve), so that
+    /// weir refuses connections before it runs out of descriptors.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_connections: usize,
+    /// Client connections open at once from one client address (the PROXY protocol's client
+    /// behind --proxy-protocol); more are reset at once. 0: no per-client limit.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_connections_per_client: u32,
+    /// Listen backlog of the HTTP and HTTPS listeners. 0: the kernel's net.core.somaxconn.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub listen_backlog: u32,
+    /// Longest wait for a write to a client to make progress (nginx's send_timeout): a client
+    /// that stops reading a response is disconnected after it. 0: no limit.
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    pub client_send_timeout: u64,
     /// The Kubernetes API source (used when `--manifests` is not given).
     #[command(flatten)]
     pub kube: KubeArgs,
@@ -249,7 +266,13 @@ impl ServeArgs {
                 .clone()
                 .zip(self.default_key_file.clone()),
             threads: self.threads.map(usize::from),
+            listen_backlog: (self.listen_backlog > 0).then_some(self.listen_backlog),
             proxy: ProxyConfig {
+                connection_limits: ConnLimitConfig {
+                    max: self.connection_limit(open_file_limit()),
+                    per_client: self.max_connections_per_client,
+                },
+                client_send_timeout: Duration::from_secs(self.client_send_timeout),
                 https_redirect_port: self.https_redirect_port,
                 proxy_protocol: self.proxy_protocol,
                 hsts: self.hsts_max_age.map(|age| {
@@ -264,9 +287,66 @@ impl ServeArgs {
     }
 }
 
+impl ServeArgs {
+    /// `--max-connections`, or the connections `nofile` open files allow; warns when an explicit
+    /// limit needs more descriptors than the process may open.
+    fn connection_limit(&self, nofile: u64) -> usize {
+        let fits = limits::connections_for_fd_limit(nofile);
+        if self.max_connections == 0 {
+            return fits;
+        }
+        if self.max_connections > fits {
+            tracing::warn!(
+                max_connections = self.max_connections,
+                open_file_limit = nofile,
+                fits,
+                "--max-connections is more than the open-file limit allows (two descriptors per connection): past {fits} connections accepts may fail with EMFILE and weir backs off; raise the limit (ulimit -n) or lower --max-connections"
+            );
+        }
+        self.max_connections
+    }
+}
+
+/// Raises the soft open-file limit to the hard one (as Go programs and nginx's
+/// `worker_rlimit_nofile` do; the soft limit is often 1024 for compatibility with `select`, which
+/// weir does not use) and returns the soft limit in force.
+pub fn raise_open_file_limit() -> u64 {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if let (Some(current), maximum) = (limit.current, limit.maximum)
+        && maximum.is_none_or(|max| max > current)
+    {
+        // An unlimited hard limit: the kernel caps open files at fs.nr_open.
+        let target = maximum.unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/fs/nr_open")
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(1 << 20)
+        });
+        if let Err(error) = setrlimit(Resource::Nofile, Rlimit { current: Some(target), maximum }) {
+            tracing::debug!(%error, "cannot raise the open-file limit");
+        }
+    }
+    open_file_limit()
+}
+
+/// The soft open-file limit in force (`u64::MAX`: unlimited).
+fn open_file_limit() -> u64 {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX)
+}
+
 /// Runs `weir serve` until SIGTERM/Ctrl-C.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let running = Running::start(args.options()).await?;
+    let nofile = raise_open_file_limit();
+    let options = args.options();
+    let limits = options.proxy.connection_limits;
+    tracing::info!(
+        open_file_limit = nofile,
+        max_connections = limits.max,
+        max_connections_per_client = limits.per_client,
+        "connection limits"
+    );
+    let running = Running::start(options).await?;
     running.run_until_signal().await;
     Ok(())
 }

@@ -19,6 +19,7 @@ use hyper::{Request, Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use weir_dataplane::model::{Certificate, ObjectRef};
+use weir_dataplane::proxy::limits;
 use weir_dataplane::proxy::{Proxy, ProxyConfig};
 
 use crate::metrics::Metrics;
@@ -63,6 +64,8 @@ pub struct ServeOptions {
     pub default_certificate_files: Option<(PathBuf, PathBuf)>,
     /// Worker threads; only used by the binary, which builds the runtime.
     pub threads: Option<usize>,
+    /// Listen backlog of the HTTP and HTTPS listeners; `None`: the kernel's `somaxconn`.
+    pub listen_backlog: Option<u32>,
     /// How long a manifest change waits for further changes before it is translated.
     pub debounce: Duration,
     /// How often the directory is polled in addition to filesystem notifications.
@@ -89,6 +92,7 @@ impl Default for ServeOptions {
             default_certificate: translate.default_certificate,
             default_certificate_files: None,
             threads: None,
+            listen_backlog: None,
             debounce: Duration::from_millis(100),
             poll_interval: Duration::from_secs(2),
             proxy: ProxyConfig::default(),
@@ -127,16 +131,14 @@ impl Running {
     /// Binds the listeners, loads the manifest directory, publishes the first table and starts
     /// watching the directory for changes.
     pub async fn start(opts: ServeOptions) -> anyhow::Result<Running> {
-        let http = TcpListener::bind(opts.listen_http)
-            .await
+        let http = limits::bind(opts.listen_http, opts.listen_backlog)
             .with_context(|| format!("binding the HTTP listener on {}", opts.listen_http))?;
         let admin = TcpListener::bind(opts.listen_admin)
             .await
             .with_context(|| format!("binding the admin listener on {}", opts.listen_admin))?;
         let https = match opts.listen_https {
             Some(addr) => Some(
-                TcpListener::bind(addr)
-                    .await
+                limits::bind(addr, opts.listen_backlog)
                     .with_context(|| format!("binding the HTTPS listener on {addr}"))?,
             ),
             None => None,

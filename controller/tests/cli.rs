@@ -122,7 +122,25 @@ type Log = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
 
 /// [`spawn`] with `RUST_LOG` as given (unset: `None`); the returned log keeps every line.
 fn spawn_logged(args: &[&str], keys: &[&str], rust_log: Option<&str>) -> (Proc, Vec<SocketAddr>, Log) {
-    let mut command = Command::new(WEIR);
+    spawn_wrapped(&[], args, keys, rust_log)
+}
+
+/// [`spawn_logged`] through `wrapper` (a program and its arguments that runs `weir ARGS`, such
+/// as `prlimit --nofile=N:N`).
+fn spawn_wrapped(
+    wrapper: &[&str],
+    args: &[&str],
+    keys: &[&str],
+    rust_log: Option<&str>,
+) -> (Proc, Vec<SocketAddr>, Log) {
+    let mut command = match wrapper.split_first() {
+        Some((program, rest)) => {
+            let mut command = Command::new(program);
+            command.args(rest).arg(WEIR);
+            command
+        }
+        None => Command::new(WEIR),
+    };
     match rust_log {
         Some(filter) => command.env("RUST_LOG", filter),
         None => command.env_remove("RUST_LOG"),
@@ -485,4 +503,168 @@ fn serve_default_certificate_from_files_is_reloaded() {
     write_atomic(&crt, &leaf2);
     write_atomic(&key, &key2);
     wait_until("the reloaded default certificate", || curl_https(https, &ca2_path, "/").0);
+}
+
+// === overload: running out of descriptors ===
+
+/// A keep-alive backend on loopback (a thread per connection) answering `200 ok` to every
+/// request.
+fn plain_backend() -> SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 8192];
+                while let Ok(n) = conn.read(&mut buf) {
+                    if n == 0 || conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A keep-alive client connection; `request` sends one `GET` on it and returns the status
+/// (`None`: closed or reset without an answer).
+struct KeepAlive(std::net::TcpStream);
+
+impl KeepAlive {
+    fn open(addr: SocketAddr) -> KeepAlive {
+        let conn = std::net::TcpStream::connect(addr).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        KeepAlive(conn)
+    }
+
+    fn request(&mut self) -> Option<u16> {
+        use std::io::{Read, Write};
+        self.0.write_all(b"GET / HTTP/1.1\r\nHost: app.test\r\n\r\n").ok()?;
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = self.0.read(&mut buf).ok().filter(|n| *n > 0)?;
+            head.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&head);
+            if text.contains("\r\n\r\n") && text.ends_with("ok") || text.contains("content-length: 0") {
+                return text.split_whitespace().nth(1).and_then(|c| c.parse().ok());
+            }
+        }
+    }
+}
+
+/// utime + stime of `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+fn have_prlimit() -> bool {
+    let found = Command::new("prlimit").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var("WEIR_REQUIRE_ALL").as_deref() != Ok("1"),
+            "prlimit (util-linux) is required (WEIR_REQUIRE_ALL=1) but not installed"
+        );
+        eprintln!("skipping: prlimit (util-linux) is not installed");
+    }
+    found
+}
+
+/// With `--max-connections` above what the open-file limit allows, `accept` fails with EMFILE:
+/// weir says so at start, backs off instead of spinning on the readable listener, logs the
+/// failures at most about once a second, keeps serving the connections it has, and accepts
+/// again once descriptors are free.
+#[test]
+fn out_of_descriptors_the_accept_loop_backs_off_and_open_connections_are_served() {
+    if !have_prlimit() {
+        return;
+    }
+    let backend = plain_backend();
+    let dir = tempfile::tempdir().unwrap();
+    manifests(dir.path(), backend, "/");
+    let manifests_dir = dir.path().to_str().unwrap();
+    let (weir, addrs, log) = spawn_wrapped(
+        &["prlimit", "--nofile=160:160"],
+        &serve_args(manifests_dir, &["--threads", "2", "--max-connections", "1000"]),
+        &["http"],
+        Some("info"),
+    );
+    let http = addrs[0];
+    wait_until("the app to serve", || get(http, "app.test", "/").0 == 200);
+    assert!(
+        log.lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("--max-connections is more than the open-file limit allows")),
+        "weir warns at start that the limit does not fit"
+    );
+    // A keep-alive connection served once: its upstream connection waits in the pool.
+    let mut first = KeepAlive::open(http);
+    assert_eq!(first.request(), Some(200));
+
+    // More idle connections than descriptors: the last ones wait in the listen backlog.
+    let idle: Vec<KeepAlive> = (0..200).map(|_| KeepAlive::open(http)).collect();
+    wait_until("accept to fail with EMFILE", || {
+        log.lock().unwrap().iter().any(|l| l.contains("accept failed"))
+    });
+
+    // No spinning: over two seconds weir uses a fraction of one core, and logs the failures a
+    // few times, not thousands.
+    let pid = weir.0.id();
+    let (ticks, lines) = (cpu_ticks(pid), log.lock().unwrap().len());
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(pid) - ticks;
+    let logged = log.lock().unwrap()[lines..].iter().filter(|l| l.contains("accept failed")).count();
+    assert!(used < 100, "weir used {used} ticks (1/100 s) of CPU in 2 s while out of descriptors");
+    assert!(logged <= 4, "{logged} accept failures logged in 2 s");
+
+    // The open connection is still served.
+    assert_eq!(first.request(), Some(200), "an open connection is served while accept fails");
+
+    // Descriptors come back: weir accepts again.
+    drop(idle);
+    wait_until("a new connection to be served", || KeepAlive::open(http).request() == Some(200));
+}
+
+/// Without `--max-connections`, the limit follows the open-file limit: past it connections are
+/// reset at once and `accept` never fails.
+#[test]
+fn by_default_the_connection_limit_fits_the_open_file_limit() {
+    if !have_prlimit() {
+        return;
+    }
+    let backend = plain_backend();
+    let dir = tempfile::tempdir().unwrap();
+    manifests(dir.path(), backend, "/");
+    let manifests_dir = dir.path().to_str().unwrap();
+    // 256 open files: 128 reserved, 2 per connection, so 64 connections.
+    let (_weir, addrs, log) = spawn_wrapped(
+        &["prlimit", "--nofile=256:256"],
+        &serve_args(manifests_dir, &[]),
+        &["http"],
+        Some("info"),
+    );
+    let http = addrs[0];
+    wait_until("the app to serve", || get(http, "app.test", "/").0 == 200);
+    assert!(
+        log.lock().unwrap().iter().any(|l| l.contains("max_connections=64")),
+        "the limit is logged at start"
+    );
+    let mut open: Vec<KeepAlive> = (0..64).map(|_| KeepAlive::open(http)).collect();
+    for conn in &mut open {
+        assert_eq!(conn.request(), Some(200));
+    }
+    let mut refused = KeepAlive::open(http);
+    assert_eq!(refused.request(), None, "the 65th connection is refused");
+    wait_until("the refusal to be logged", || {
+        log.lock().unwrap().iter().any(|l| l.contains("connection limit reached"))
+    });
+    assert!(!log.lock().unwrap().iter().any(|l| l.contains("accept failed")), "no EMFILE");
+    drop(open.pop());
+    wait_until("a place to free up", || KeepAlive::open(http).request() == Some(200));
 }

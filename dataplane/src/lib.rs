@@ -43,6 +43,7 @@ pub mod http_util;
 pub mod model;
 pub mod proxy;
 pub mod route;
+pub(crate) mod stall;
 pub mod state;
 pub mod tls;
 pub mod uri_path;

@@ -165,6 +165,14 @@ pub struct Settings {
     /// a route sets none (`proxy-send-timeout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub send_timeout_ms: Option<u64>,
+    /// Time allowed for a client to send a request head, in milliseconds
+    /// (`client-header-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_header_timeout_ms: Option<u64>,
+    /// Longest wait between two reads of a client's request body, in milliseconds
+    /// (`client-body-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_body_timeout_ms: Option<u64>,
     /// Idle connections kept per upstream endpoint (`upstream-keepalive-connections`, when not
     /// `0`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -31,6 +31,7 @@ const MODULES: &[(&str, &str)] = &[
     ("hashkey", "ground"),
     ("vars", "ground"), // the nginx-variables language
     ("fast", "ground"),
+    ("stall", "ground"), // timeouts on I/O that waits without progress
     ("echo", "echo"),
     ("tls", "tls"),
     ("state", "state"),

@@ -82,9 +82,9 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("http2-max-header-size", Unsupported),
         ("http2-max-requests", Unsupported),
         ("client-header-buffer-size", Unsupported),
-        ("client-header-timeout", Unsupported),
+        ("client-header-timeout", Supported),
         ("client-body-buffer-size", Supported),
-        ("client-body-timeout", Unsupported),
+        ("client-body-timeout", Supported),
         ("large-client-header-buffers", Unsupported),
         ("server-tokens", Supported),
         // Request paths: weir's own keys (nginx's `merge_slashes`; ingress-nginx has none).
@@ -443,6 +443,8 @@ pub(crate) fn parse(
         ctx.value("proxy-next-upstream-timeout", values::timeout_ms_or_zero, "0, no limit");
     s.retry_non_idempotent = ctx.value("retry-non-idempotent", values::boolean, "false");
     s.send_timeout_ms = ctx.value("proxy-send-timeout", values::timeout_ms, "60s");
+    s.client_header_timeout_ms = ctx.value("client-header-timeout", values::timeout_ms, "30s");
+    s.client_body_timeout_ms = ctx.value("client-body-timeout", values::timeout_ms, "60s");
     s.upstream_idle_timeout_ms = ctx.value("upstream-keepalive-timeout", values::timeout_ms, "60s");
     s.upstream_conn_requests = ctx.value("upstream-keepalive-requests", values::rate, "10000");
     s.upstream_conn_lifetime_ms = ctx.value("upstream-keepalive-time", values::timeout_ms, "1h");

@@ -46,7 +46,7 @@ use super::headers::{
     Forwarded, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PORT, X_FORWARDED_PROTO, X_REQUEST_ID,
     connection_tokens, request_id, strip_hop_by_hop,
 };
-use super::upstream::body::{BodyTooLarge, UpstreamBody};
+use super::upstream::body::{BodyTimedOut, BodyTooLarge, UpstreamBody};
 use super::upstream::client::{ResponseBody, SendError, Target};
 use super::upstream::conn::{Exchange, is_send_timeout};
 use super::upstream::{Balancer, EndpointState};
@@ -620,7 +620,8 @@ impl ConnCtx {
         // The fields of `outgoing` are used in place: moved into new bindings, they would take
         // room of their own in this future, which every request carries.
         let plan = RetryPlan::of(ctx, balancer, &parts.method, outgoing.is_upgrade);
-        let (mut body, replay) = upstream_body(body, &plan, ctx.body_limit()).await?;
+        let (mut body, replay) =
+            upstream_body(body, &plan, ctx.body_limit(), ctx.state.config.client_body_timeout).await?;
         let head = replay.as_ref().map(|_| Head::of(&parts));
         if let Some(mirrored) = outgoing.mirrored.filter(|_| !outgoing.is_upgrade) {
             let wait = plan.opts.connect_timeout + plan.head_timeout;
@@ -1296,16 +1297,17 @@ async fn upstream_body(
     body: Incoming,
     plan: &RetryPlan,
     limit: Option<u64>,
+    idle: std::time::Duration,
 ) -> Result<(UpstreamBody, Option<Bytes>), ProxyError> {
     Ok(if !plan.resend {
-        (UpstreamBody::new(body, limit), None)
+        (UpstreamBody::new(body, limit, idle), None)
     } else if http_body::Body::is_end_stream(&body) {
         (UpstreamBody::empty(), Some(Bytes::new()))
     } else if http_body::Body::size_hint(&body).exact().is_some_and(|n| n <= RESEND_BODY_MAX) {
         let bytes = Box::pin(read_whole(body, plan.head_timeout)).await?;
         (UpstreamBody::buffered(bytes.clone()), Some(bytes))
     } else {
-        (UpstreamBody::new(body, limit), None)
+        (UpstreamBody::new(body, limit, idle), None)
     })
 }
 
@@ -1344,6 +1346,9 @@ fn upstream_uri(
 fn classify_send_error(error: BoxError) -> Result<(RetryOn, ProxyError), ProxyError> {
     if is_body_too_large(&*error) {
         return Err(ProxyError::PayloadTooLarge);
+    }
+    if caused_by::<BodyTimedOut>(&*error) {
+        return Err(ProxyError::ClientBodyTimeout);
     }
     if is_send_timeout(&*error) {
         return Ok((RetryOn::Timeout, ProxyError::SendTimeout));
@@ -1429,9 +1434,14 @@ fn note_tried(earlier: &mut String, config: &ProxyConfig, endpoint: &EndpointSta
 
 /// Whether a failed upstream request failed because the client's body passed the route's limit.
 fn is_body_too_large(error: &(dyn std::error::Error + 'static)) -> bool {
+    caused_by::<BodyTooLarge>(error)
+}
+
+/// Whether `error` or one of its sources is an `E`.
+fn caused_by<E: std::error::Error + 'static>(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut current = Some(error);
     while let Some(e) = current {
-        if e.is::<BodyTooLarge>() {
+        if e.is::<E>() {
             return true;
         }
         current = e.source();

@@ -46,6 +46,7 @@ pub mod error;
 mod extauth;
 mod forward;
 mod headers;
+pub mod limits;
 pub(crate) mod mirror;
 pub mod proxy_protocol;
 mod server;
@@ -98,8 +99,18 @@ pub struct ProxyConfig {
     /// Endpoints tried in all under [`ProxyConfig::next_upstream`] (`proxy-next-upstream-tries`;
     /// at most 8).
     pub connect_tries: usize,
-    /// Time allowed for a client to send a request head (slowloris guard).
+    /// Time allowed for a client to send a request head (slowloris guard;
+    /// `client-header-timeout`).
     pub header_read_timeout: Duration,
+    /// Longest wait between two reads of a request body streamed to the upstream
+    /// (`client-body-timeout`); past it the request fails with 408.
+    pub client_body_timeout: Duration,
+    /// Longest wait for a write to a client to make progress (nginx's `send_timeout`): a client
+    /// that stops reading is disconnected after it. Zero: no limit.
+    pub client_send_timeout: Duration,
+    /// Client connections admitted at once, in all and per client address; set when the proxy
+    /// is made ([`Proxy::new`]), not by a table.
+    pub connection_limits: limits::ConnLimitConfig,
     /// Largest request body accepted where a route sets no limit (413 past it); `None` is
     /// unlimited. ingress-nginx's global `proxy-body-size` (1m there by default).
     pub max_request_body: Option<u64>,
@@ -169,6 +180,10 @@ impl Default for ProxyConfig {
             drain_timeout: Duration::from_secs(30),
             connect_tries: 3,
             header_read_timeout: Duration::from_secs(30),
+            // nginx's defaults.
+            client_body_timeout: Duration::from_secs(60),
+            client_send_timeout: Duration::from_secs(60),
+            connection_limits: limits::ConnLimitConfig::default(),
             max_request_body: None,
             handshake_timeout: Duration::from_secs(10),
             max_concurrent_handshakes: 1024,
@@ -196,6 +211,9 @@ impl Default for ProxyConfig {
     }
 }
 
+/// The largest request header list an HTTP/2 client may send (decoded, as RFC 9113 counts it).
+const MAX_H2_HEADER_LIST: u32 = 64 * 1024;
+
 /// How client connections speak HTTP/1.1 and HTTP/2.
 type HttpBuilder = auto::Builder<TokioExecutor>;
 
@@ -212,8 +230,15 @@ fn http_builder(config: &ProxyConfig) -> HttpBuilder {
     // The HTTP/1 timer is replaced per connection (`serve_http`); this one is a placeholder
     // hyper requires alongside `header_read_timeout`.
     builder.http1().timer(TokioTimer::new()).header_read_timeout(idle).keep_alive(keep_alive);
-    // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
-    builder.http2().timer(TokioTimer::new()).enable_connect_protocol();
+    // RFC 8441: WebSockets over HTTP/2 (extended CONNECT). A request's header list may hold
+    // 64 KiB (nginx's `large_client_header_buffers 4 8k` allow 32 KiB): the h2 default of
+    // 16 MiB let one header block in CONTINUATION frames hold 16 MiB of a connection's memory
+    // before it was refused.
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .enable_connect_protocol()
+        .max_header_list_size(MAX_H2_HEADER_LIST);
     builder
 }
 
@@ -253,6 +278,8 @@ struct Inner {
     /// TLS sessions for resumption, shared by the server configs without client
     /// authentication and kept across publishes.
     sessions: Arc<crate::tls::sessions::SessionCache>,
+    /// Client connections admitted, shared by every listener.
+    conns: Arc<limits::ConnLimits>,
 }
 
 /// The `ssl-protocols` and `ssl-ciphers` (TLS 1.2 suites) a server TLS config offers.
@@ -361,8 +388,10 @@ impl Proxy {
             config: config.clone(),
             tls: None,
         };
+        let conns = Arc::new(limits::ConnLimits::new(config.connection_limits));
         Proxy {
             inner: Arc::new(Inner {
+                conns,
                 config,
                 state: ArcSwap::from_pointee(empty),
                 publisher: Mutex::new(Publisher::default()),
@@ -500,6 +529,11 @@ impl Proxy {
     /// The configuration this proxy was built with.
     pub fn config(&self) -> &ProxyConfig {
         &self.inner.config
+    }
+
+    /// Client connections open now and refused so far by the connection limits.
+    pub fn connection_stats(&self) -> limits::ConnStats {
+        self.inner.conns.stats()
     }
 }
 

@@ -7,6 +7,11 @@
 //! a connection whose first byte is not a TLS handshake record (plain HTTP sent to the HTTPS
 //! port) gets a `400` in plain text and is closed; every failed handshake is logged with its
 //! reason, at most a few lines per second.
+//!
+//! Overload ([`super::limits`]): every listener admits connections under the proxy's connection
+//! limits (in all and per client address) and resets the others at once; the accept loop backs
+//! off when descriptors run out; client writes that make no progress for
+//! [`super::ProxyConfig::client_send_timeout`] close the connection.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -25,6 +30,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::deadline::ConnTimer;
 use super::forward::ConnCtx;
+use super::limits::{AcceptBackoff, ConnGuard, Refusal, SendTimeout};
 use super::proxy_protocol;
 use super::{HttpBuilder, Proxy};
 use crate::state::balance::EndpointKey;
@@ -47,20 +53,36 @@ struct Conn {
     builder: Arc<HttpBuilder>,
     watcher: Watcher,
     failures: Arc<RateLimit>,
+    /// This connection's place under the connection limits, held until it closes.
+    admission: ConnGuard,
 }
 
 // === impl Conn ===
 
 impl Conn {
     /// Reads the PROXY protocol header when the listener expects one; returns the client.
-    async fn client(&self, stream: &mut TcpStream) -> Result<SocketAddr, String> {
-        if !self.proxy.inner.state.load().config.proxy_protocol {
-            return Ok(self.peer);
+    ///
+    /// The client's address then counts against the per-client connection limit; past it the
+    /// connection is refused (`Err`).
+    async fn client(&mut self, stream: &mut TcpStream) -> Result<SocketAddr, String> {
+        let client = if !self.proxy.inner.state.load().config.proxy_protocol {
+            self.peer
+        } else {
+            match proxy_protocol::read_header(stream).await {
+                Ok(client) => client.unwrap_or(self.peer),
+                Err(error) => return Err(error.to_string()),
+            }
+        };
+        let limits = &self.proxy.inner.conns;
+        if limits.per_client() && limits.admit_client(&mut self.admission, client.ip()).is_err() {
+            let _ = stream.set_zero_linger();
+            return Err(format!(
+                "{} already has {} connections open (--max-connections-per-client): connection refused",
+                client.ip().to_canonical(),
+                limits.config().per_client
+            ));
         }
-        match proxy_protocol::read_header(stream).await {
-            Ok(client) => Ok(client.unwrap_or(self.peer)),
-            Err(error) => Err(error.to_string()),
-        }
+        Ok(client)
     }
 
     fn ctx(&self, client: SocketAddr, https: bool, client_cert: Option<ClientCert>) -> Arc<ConnCtx> {
@@ -78,7 +100,7 @@ impl Conn {
         })
     }
 
-    async fn serve_plain(self, mut stream: TcpStream) {
+    async fn serve_plain(mut self, mut stream: TcpStream) {
         let timeout = self.proxy.inner.config.handshake_timeout;
         let client = match tokio::time::timeout(timeout, self.client(&mut stream)).await {
             Ok(Ok(client)) => client,
@@ -86,14 +108,16 @@ impl Conn {
             Err(_) => return self.failures.log(self.peer, "PROXY protocol header timed out"),
         };
         let ctx = self.ctx(client, false, None);
+        let send_timeout = self.proxy.inner.state.load().config.client_send_timeout;
+        let stream = SendTimeout::new(stream, send_timeout);
         serve_http(self.builder, stream, ctx, self.watcher, false).await;
     }
 
-    async fn serve_tls(self, mut stream: TcpStream, tls: Arc<TlsListener>, permit: OwnedSemaphorePermit) {
+    async fn serve_tls(mut self, mut stream: TcpStream, tls: Arc<TlsListener>, permit: OwnedSemaphorePermit) {
         let started = Instant::now();
         let accepted = tokio::time::timeout(self.proxy.inner.config.handshake_timeout, async {
             let client = self.client(&mut stream).await?;
-            Ok::<_, String>((client, handshake(&self.proxy, &tls, stream, client).await?))
+            Ok::<_, String>((client, handshake(&self.proxy, &tls, stream).await?))
         })
         .await;
         drop(permit);
@@ -103,7 +127,11 @@ impl Conn {
                 let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
                 serve_http(self.builder, stream, ctx, self.watcher, h2).await;
             }
-            Ok(Ok((_, Accepted::PassedThrough))) => {}
+            // The passthrough connection keeps its place until it closes.
+            Ok(Ok((client, Accepted::Passthrough(pass)))) => {
+                let Passthrough { stream, hello, upstream, sni } = *pass;
+                splice(stream, hello, upstream, client, sni).await;
+            }
             Ok(Err(reason)) => self.failures.log(self.peer, &reason),
             Err(_) => self
                 .failures
@@ -172,20 +200,45 @@ impl Proxy {
         tracing::info!(%local, kind, proxy_protocol, "proxy listening");
 
         let mut shutdown = std::pin::pin!(shutdown);
+        let limits = self.inner.conns.clone();
+        let mut backoff = AcceptBackoff::default();
         loop {
             let (stream, peer) = tokio::select! {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
                     Ok(pair) => pair,
                     Err(error) => {
-                        // Per-connection errors (reset before accept) and fd exhaustion are
-                        // transient: back off a little instead of spinning or giving up.
-                        tracing::warn!(%local, %error, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        let wait = backoff.failed(local, &error);
+                        if !wait.is_zero() {
+                            tokio::select! {
+                                () = &mut shutdown => break,
+                                () = tokio::time::sleep(wait) => {}
+                            }
+                        }
                         continue;
                     }
                 },
             };
+            backoff.reset();
+            // Limits first: a refused connection costs no task and no buffer.
+            let mut admission = match limits.admit() {
+                Ok(guard) => guard,
+                Err(refusal) => {
+                    refuse(&stream);
+                    failures.log(peer, refusal_reason(refusal));
+                    continue;
+                }
+            };
+            // Behind a PROXY protocol balancer the client is known after its header
+            // (`Conn::client`); the socket peer is the balancer.
+            if limits.per_client()
+                && !self.inner.state.load().config.proxy_protocol
+                && limits.admit_client(&mut admission, peer.ip()).is_err()
+            {
+                refuse(&stream);
+                failures.log(peer, refusal_reason(Refusal::PerClient));
+                continue;
+            }
             if let Err(error) = stream.set_nodelay(true) {
                 tracing::debug!(%peer, %error, "set_nodelay failed");
             }
@@ -197,6 +250,7 @@ impl Proxy {
                 builder: self.inner.state.load().http.clone(),
                 watcher: graceful.watcher(),
                 failures: failures.clone(),
+                admission,
             };
             let Some(tls) = &tls else {
                 tokio::spawn(conn.serve_plain(stream));
@@ -218,6 +272,21 @@ impl Proxy {
             Err(_) => tracing::warn!(%local, "drain timeout: closing remaining connections"),
         }
         Ok(())
+    }
+}
+
+/// Resets a refused connection at once: no FIN handshake, no `TIME_WAIT` for the refusal.
+fn refuse(stream: &TcpStream) {
+    let _ = stream.set_zero_linger();
+}
+
+/// The log line of a refusal.
+fn refusal_reason(refusal: Refusal) -> &'static str {
+    match refusal {
+        Refusal::Total => "connection limit reached (--max-connections): connection refused",
+        Refusal::PerClient => {
+            "this client's connection limit reached (--max-connections-per-client): connection refused"
+        }
     }
 }
 
@@ -258,19 +327,25 @@ where
 /// What the TLS listener does with a connection once it has read the first record.
 enum Accepted {
     /// TLS terminated here.
-    Terminated(Box<tokio_rustls::server::TlsStream<Prefixed<TcpStream>>>, Option<Box<ClientCert>>),
-    /// Spliced to a passthrough backend (already done when this is returned).
-    PassedThrough,
+    Terminated(
+        Box<tokio_rustls::server::TlsStream<Prefixed<SendTimeout<TcpStream>>>>,
+        Option<Box<ClientCert>>,
+    ),
+    /// To be spliced to a passthrough backend (connected).
+    Passthrough(Box<Passthrough>),
+}
+
+/// A passthrough connection: the client, its ClientHello, the connected backend and the SNI.
+struct Passthrough {
+    stream: TcpStream,
+    hello: bytes::BytesMut,
+    upstream: TcpStream,
+    sni: String,
 }
 
 /// Reads the first TLS record; passes the connection through when its SNI is a passthrough
 /// host, else runs the TLS handshake. Plain HTTP gets a 400 and is closed.
-async fn handshake(
-    proxy: &Proxy,
-    tls: &TlsListener,
-    mut stream: TcpStream,
-    client: SocketAddr,
-) -> Result<Accepted, String> {
+async fn handshake(proxy: &Proxy, tls: &TlsListener, mut stream: TcpStream) -> Result<Accepted, String> {
     let record = l4::read_first_record(&mut stream)
         .await
         .map_err(|e| format!("reading the ClientHello failed: {e}"))?;
@@ -293,8 +368,7 @@ async fn handshake(
     {
         let upstream =
             connect_any(proxy, balancer).await.map_err(|e| format!("passthrough to {sni}: {e}"))?;
-        tokio::spawn(splice(stream, record, upstream, client, sni));
-        return Ok(Accepted::PassedThrough);
+        return Ok(Accepted::Passthrough(Box::new(Passthrough { stream, hello: record, upstream, sni })));
     }
     // A host that asks for client certificates has its own server config.
     let auth = match l4::client_hello_sni(&record) {
@@ -303,8 +377,9 @@ async fn handshake(
     };
     // `ssl-protocols` of the live table, if it sets them.
     let versions = state.tls.clone();
+    let send_timeout = state.config.client_send_timeout;
     drop(state);
-    let stream = Prefixed::new(record, stream);
+    let stream = Prefixed::new(record, SendTimeout::new(stream, send_timeout));
     let acceptor = match (&auth, versions) {
         (Some(auth), _) => TlsAcceptor::from(auth.config.clone()),
         (None, Some(config)) => TlsAcceptor::from(config),

@@ -54,6 +54,12 @@ impl ProxyConfig {
         if let Some(ms) = settings.send_timeout_ms {
             config.send_timeout = Duration::from_millis(ms);
         }
+        if let Some(ms) = settings.client_header_timeout_ms {
+            config.header_read_timeout = Duration::from_millis(ms);
+        }
+        if let Some(ms) = settings.client_body_timeout_ms {
+            config.client_body_timeout = Duration::from_millis(ms);
+        }
         if let Some(max) = settings.upstream_idle_max {
             config.pool_max_idle_per_host = max as usize;
         }

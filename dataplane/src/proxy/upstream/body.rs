@@ -12,6 +12,7 @@ use hyper::body::Incoming;
 use tokio::sync::mpsc;
 
 use super::conn::BoxError;
+use crate::stall::Stall;
 
 // === impl UpstreamBody ===
 
@@ -20,12 +21,21 @@ use super::conn::BoxError;
 #[error("request body larger than {0} bytes")]
 pub(crate) struct BodyTooLarge(u64);
 
+/// The client's request body stopped arriving for longer than `client-body-timeout`: 408.
+#[derive(Debug, thiserror::Error)]
+#[error("no request body data for {0:?} (client-body-timeout)")]
+pub(crate) struct BodyTimedOut(std::time::Duration);
+
 /// The request body sent upstream: the client's body, streamed frame by frame, or a small body
 /// read whole beforehand so that a retry can send it again ([`UpstreamBody::buffered`]).
 pub(crate) struct UpstreamBody {
     body: Option<Incoming>,
     limit: Option<u64>,
     seen: u64,
+    /// Longest wait for the client's next frame, in milliseconds (`client-body-timeout`; 0: no
+    /// limit), and the wait in progress.
+    idle_ms: u32,
+    stall: Stall,
     /// A whole body, sent as one frame.
     buffered: Option<Bytes>,
     /// `mirror-*`: on a request's body, the copy its frames go to; on a copy's body (no
@@ -36,27 +46,31 @@ pub(crate) struct UpstreamBody {
 impl UpstreamBody {
     /// Streams `body`; one longer than `limit` bytes fails with [`BodyTooLarge`] once it passes
     /// the limit.
-    pub(crate) fn new(body: Incoming, limit: Option<u64>) -> Self {
+    /// A client that sends nothing for `idle` fails it with [`BodyTimedOut`].
+    pub(crate) fn new(body: Incoming, limit: Option<u64>, idle: std::time::Duration) -> Self {
         if body.is_end_stream() {
             return UpstreamBody::empty();
         }
-        UpstreamBody { body: Some(body), limit, seen: 0, buffered: None, mirror: None }
+        let idle_ms = u32::try_from(idle.as_millis()).unwrap_or(u32::MAX);
+        UpstreamBody { body: Some(body), limit, idle_ms, ..UpstreamBody::empty() }
     }
 
     /// An empty body.
     pub(crate) fn empty() -> Self {
-        UpstreamBody { body: None, limit: None, seen: 0, buffered: None, mirror: None }
-    }
-
-    /// A body read whole beforehand.
-    pub(crate) fn buffered(bytes: Bytes) -> Self {
         UpstreamBody {
             body: None,
             limit: None,
             seen: 0,
-            buffered: (!bytes.is_empty()).then_some(bytes),
+            idle_ms: 0,
+            stall: Stall::default(),
+            buffered: None,
             mirror: None,
         }
+    }
+
+    /// A body read whole beforehand.
+    pub(crate) fn buffered(bytes: Bytes) -> Self {
+        UpstreamBody { buffered: (!bytes.is_empty()).then_some(bytes), ..UpstreamBody::empty() }
     }
 
     /// The whole body, when it was read beforehand (and nothing of it was sent yet).
@@ -83,13 +97,7 @@ impl UpstreamBody {
         }
         let (tee, feed) = channel(lag, self.size_hint());
         self.mirror = Some(Box::new(Side::Tee(tee)));
-        UpstreamBody {
-            body: None,
-            limit: None,
-            seen: 0,
-            buffered: None,
-            mirror: Some(Box::new(Side::Feed(feed))),
-        }
+        UpstreamBody { mirror: Some(Box::new(Side::Feed(feed))), ..UpstreamBody::empty() }
     }
 
     /// The copy's share of a frame that passed: a copy that cannot keep up is cut off; at the
@@ -132,7 +140,15 @@ impl Body for UpstreamBody {
                 _ => Poll::Ready(None),
             };
         };
-        let frame = match ready!(Pin::new(&mut *body).poll_frame(cx)) {
+        let polled = Pin::new(&mut *body).poll_frame(cx);
+        if polled.is_pending() {
+            let idle = std::time::Duration::from_millis(u64::from(this.idle_ms));
+            ready!(this.stall.poll_expired(cx, idle));
+            this.mirror = None;
+            return Poll::Ready(Some(Err(Box::new(BodyTimedOut(idle)))));
+        }
+        this.stall.progressed();
+        let frame = match ready!(polled) {
             Some(Ok(frame)) => frame,
             Some(Err(e)) => {
                 this.mirror = None;

@@ -1,0 +1,140 @@
+"""Orchestrator of bench/idle/run.sh (run that, not this): the memory an idle client connection
+costs weir, nginx and HAProxy. For each proxy and kind of connection (plain HTTP/1.1 keep-alive,
+TLS with HTTP/1.1), starts the proxy fresh, opens N connections that each make one request and
+then stay idle, and reads the proxy's resident memory (VmRSS of all its processes) before and
+after. Reuses bench/peers' setup (upstream, certificate, configurations), with connection limits
+raised to hold N connections."""
+
+import asyncio
+import os
+import re
+import resource
+import ssl
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peers"))
+import peers  # noqa: E402  (the side-by-side bench's setup and process handling)
+
+N = int(os.environ.get("CONNS", "10000"))
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+KINDS = os.environ.get("KINDS", "keepalive,tls").split(",")
+SETTLE = float(os.environ.get("SETTLE", "2"))
+OPENING = 200  # connections being opened at once
+
+
+def rss_kb(proxy):
+    total = 0
+    for pid in proxy.pids():
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                m = re.search(r"VmRSS:\s+(\d+) kB", f.read())
+            total += int(m.group(1)) if m else 0
+        except FileNotFoundError:
+            pass
+    return total
+
+
+async def open_idle(port, tls, n):
+    """n connections to 127.0.0.1:port, each after one GET / answered; returns them open."""
+    ctx = None
+    if tls:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.set_alpn_protocols(["http/1.1"])
+    gate = asyncio.Semaphore(OPENING)
+    failures = []
+
+    async def one():
+        async with gate:
+            try:
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, ssl=ctx, server_hostname="bench.local" if tls else None)
+                writer.write(b"GET / HTTP/1.1\r\nHost: bench.local\r\n\r\n")
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(re.search(rb"(?i)content-length:\s*(\d+)", head).group(1))
+                await reader.readexactly(length)
+                if not head.startswith(b"HTTP/1.1 200"):
+                    failures.append(head.split(b"\r\n")[0])
+                return reader, writer
+            except Exception as e:  # counted, reported
+                failures.append(repr(e))
+                return None
+
+    conns = await asyncio.gather(*(one() for _ in range(n)))
+    return [c for c in conns if c], failures
+
+
+async def measure(name, kind):
+    proxy = peers.Proxy(name)
+    try:
+        time.sleep(0.5)
+        before = rss_kb(proxy)
+        port = peers.PORTS[name]["https" if kind == "tls" else "http"]
+        conns, failures = await open_idle(port, kind == "tls", N)
+        await asyncio.sleep(SETTLE)
+        after = rss_kb(proxy)
+        # Still open and idle at the end? (a proxy that closed them would look cheap)
+        await asyncio.sleep(0.2)
+        closed = sum(1 for r, _ in conns if r.at_eof())
+        for _, w in conns:
+            w.close()
+        return {"before_kb": before, "after_kb": after, "open": len(conns) - closed,
+                "failures": len(failures), "first_failure": failures[0] if failures else None}
+    finally:
+        proxy.stop()
+
+
+def raise_limits(work):
+    """nginx and HAProxy as bench/peers configures them, able to hold N connections."""
+    conf = os.path.join(work, "nginx/nginx.conf")
+    text = open(conf).read()
+    text = text.replace("worker_connections 8192;", f"worker_connections {2 * N + 1000};")
+    text = text.replace("worker_processes 1;", f"worker_processes 1;\nworker_rlimit_nofile {4 * N + 1000};")
+    open(conf, "w").write(text)
+    conf = os.path.join(work, "haproxy/haproxy.cfg")
+    text = open(conf).read().replace("maxconn 4096", f"maxconn {2 * N + 1000}")
+    open(conf, "w").write(text)
+
+
+def main():
+    limit = 4 * N + 4096
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+    peers.setup_files()
+    raise_limits(peers.WORK)
+    upstream = peers.subprocess.Popen(
+        peers.pinned(peers.LOAD_CPU, ["nginx", "-p", f"{peers.WORK}/up", "-e", f"{peers.WORK}/up/error.log",
+                                      "-c", f"{peers.WORK}/up/nginx.conf", "-g", "daemon off;"]),
+        start_new_session=True)
+    results = {}
+    try:
+        peers.wait_port(peers.UP)
+        print(f"{N} idle connections per run, {ROUNDS} rounds; proxies {peers.PROXIES}; kinds {KINDS}", flush=True)
+        for rnd in range(ROUNDS):
+            order = peers.PROXIES[rnd % len(peers.PROXIES):] + peers.PROXIES[:rnd % len(peers.PROXIES)]
+            for kind in KINDS:
+                for name in order:
+                    r = asyncio.run(measure(name, kind))
+                    per = (r["after_kb"] - r["before_kb"]) * 1024 / max(r["open"], 1)
+                    results.setdefault((kind, name), []).append(per)
+                    print(f"round {rnd + 1} {kind:9} {name:8} rss {r['before_kb'] / 1024:7.1f} -> "
+                          f"{r['after_kb'] / 1024:7.1f} MiB, {r['open']} open, {r['failures']} failed "
+                          f"({r['first_failure']}): {per:7.0f} B/conn", flush=True)
+    finally:
+        upstream.terminate()
+        upstream.wait()
+    print("\nmedian bytes of resident memory per idle connection")
+    print(f"{'kind':10}" + "".join(f"{p:>10}" for p in peers.PROXIES) + "  weir/nginx  weir/haproxy")
+    bad = False
+    for kind in KINDS:
+        med = {p: statistics.median(results[(kind, p)]) for p in peers.PROXIES}
+        ratios = "".join(f"  {med['weir'] / med[p]:10.2f}" if med.get(p) else "  " + " " * 10
+                         for p in ("nginx", "haproxy") if p in med and "weir" in med)
+        print(f"{kind:10}" + "".join(f"{med[p]:10.0f}" for p in peers.PROXIES) + ratios)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
