@@ -56,7 +56,8 @@ fn validate_path() -> PathBuf {
         .unwrap_or_else(|| "/var/cache/weir/kubernetes-validate/bin/kubernetes-validate".into())
 }
 
-/// `Some(reason)` when one of `tools` is missing; panics instead under `WEIR_REQUIRE_ALL=1`.
+/// True (with the reason printed) when one of `tools` is missing; panics instead under
+/// `WEIR_REQUIRE_ALL=1`.
 fn skip(tools: &[PathBuf]) -> bool {
     for tool in tools {
         if !tool.is_file() {
@@ -221,6 +222,15 @@ fn container_env(container: &Value, pod: &str, namespace: &str, ip: &str) -> BTr
 
 // === rendering ===
 
+/// The chart's appVersion (the image tag it runs by default) is weir's version.
+#[test]
+fn app_version_is_weirs() {
+    let text = std::fs::read_to_string(chart().join("Chart.yaml")).unwrap();
+    let chart: Value = serde_saphyr::from_str(&text).unwrap();
+    assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"), "charts/weir/Chart.yaml appVersion");
+    assert_eq!(chart["apiVersion"], "v2");
+}
+
 /// `helm lint --strict` passes with the default values and with every CI values set.
 #[test]
 fn helm_lint_strict() {
@@ -314,7 +324,11 @@ fn rendered_manifests_validate_strictly() {
         .map(|p| (p["name"].as_str().unwrap(), p["containerPort"].as_i64().unwrap()))
         .collect();
     assert_eq!(container_ports, BTreeMap::from([("http", 8080), ("https", 8443), ("metrics", 10254)]));
-    assert_eq!(c["image"], "weir:0.1.0", "the tag defaults to the appVersion");
+    assert_eq!(
+        c["image"],
+        format!("weir:{}", env!("CARGO_PKG_VERSION")),
+        "the tag defaults to the appVersion"
+    );
     let class = find(docs, "IngressClass", "weir");
     assert_eq!(class["spec"]["controller"], "weir.dev/ingress-controller");
     assert!(
@@ -763,7 +777,8 @@ fn helm_install_upgrade_uninstall() {
             "NOTES lists a key the file does not set:\n{notes}"
         );
 
-        // Install with two replicas and autoscaling: the PDB and HPA in the versions 1.20 serves.
+        // Install with two replicas and autoscaling: the PDB and HPA in the versions the API
+        // server serves (1.20 here: policy/v1beta1 and autoscaling/v2beta2).
         let out = helm.ok(&[
             "install",
             "weir",
@@ -780,9 +795,13 @@ fn helm_install_upgrade_uninstall() {
         ]);
         assert!(out.contains("IngressClass \"weir\""), "NOTES name the class:\n{out}");
         let manifest = documents(&helm.ok(&["get", "manifest", "weir", "-n", ns]));
+        let version = admin.apiserver_version().await.unwrap();
+        let minor: u32 = version.minor.trim_end_matches('+').parse().unwrap();
         let versions = kinds(&manifest);
-        assert!(versions.contains("policy/v1beta1/PodDisruptionBudget"), "{versions:?}");
-        assert!(versions.contains("autoscaling/v2beta2/HorizontalPodAutoscaler"), "{versions:?}");
+        let pdb = if minor >= 21 { "policy/v1" } else { "policy/v1beta1" };
+        let hpa = if minor >= 23 { "autoscaling/v2" } else { "autoscaling/v2beta2" };
+        assert!(versions.contains(&format!("{pdb}/PodDisruptionBudget")), "1.{minor}: {versions:?}");
+        assert!(versions.contains(&format!("{hpa}/HorizontalPodAutoscaler")), "1.{minor}: {versions:?}");
         for object in objects(&manifest) {
             assert!(exists(&admin, &object).await, "{object:?} was not created");
         }

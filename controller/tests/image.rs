@@ -146,6 +146,12 @@ fn image_builds_unpacks_and_serves() {
     let manifest = run(Command::new("tar").arg("-xOf").arg(&archive).arg("manifest.json"));
     let manifest: Value = serde_json::from_str(&manifest).unwrap();
     assert_eq!(manifest[0]["RepoTags"][0], "docker.io/library/weir:test");
+    let loaded = run(Command::new("skopeo")
+        .arg("inspect")
+        .arg("--config")
+        .arg(format!("docker-archive:{}", archive.display())));
+    let loaded: Value = serde_json::from_str(&loaded).unwrap();
+    assert_eq!(loaded["config"]["Entrypoint"], serde_json::json!(["weir"]));
 
     // The image's configuration.
     let inspect = run(Command::new("skopeo")
