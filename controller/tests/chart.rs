@@ -499,6 +499,8 @@ fn the_schema_refuses_typos() {
         ("controller:\n  kind: StatefulSet\n", "kind"),
         ("node:\n  mode: userspace\n", "mode"),
         ("controller:\n  config:\n    proxy-body-size: [1m]\n", "proxy-body-size"),
+        ("controller:\n  extraArgs:\n    ingress-class: other\n", "ingress-class"),
+        ("controller:\n  service:\n    ports:\n      http: 70000\n", "http"),
     ];
     for (i, (values, key)) in cases.iter().enumerate() {
         let path = dir.path().join(format!("typo-{i}.yaml"));
@@ -934,6 +936,10 @@ fn helm_install_upgrade_uninstall() {
         // helm uninstall: the pods stop (SIGTERM) and every object of the release is gone,
         // the leader-election Lease included.
         helm.ok(&["uninstall", "weir", "-n", ns, "--wait"]);
+        // The pods outlive the uninstall by their preStop sleep and drain: weir, still running
+        // for longer than a Lease renewal period, must not re-create what was removed.
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        assert!(pod.running(), "weir exited:\n{}", pod.log());
         pod.terminate();
         for object in objects(&upgraded) {
             assert!(!exists(&admin, &object).await, "{object:?} is left behind");
