@@ -3,7 +3,7 @@
 #
 #   scripts/image.sh [--binary PATH] [--output DIR] [--tag TAG] [--source TEXT]
 #
-# The image holds the weir binary (stripped), exactly the shared libraries `ldd` lists for it,
+# The image holds the weir binary (stripped; file capability cap_net_bind_service), exactly the shared libraries `ldd` lists for it,
 # the CA certificates, /etc/passwd and /etc/group naming user 65532 (nonroot), an empty /tmp;
 # no shell, no package manager. It runs as 65532:65532, entrypoint `weir`, default command
 # `serve`, with OCI labels (source, revision, version, licenses).
@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-for tool in umoci skopeo ldd tar sha256sum; do
+for tool in umoci skopeo ldd tar setcap; do
   command -v "$tool" >/dev/null || die "$tool not found: run scripts/test.sh install (as root)"
 done
 ca=/etc/ssl/certs/ca-certificates.crt
@@ -66,6 +66,11 @@ install -m 0755 "$binary" "$root/usr/local/bin/weir"
 if command -v strip >/dev/null; then
   strip --strip-debug "$root/usr/local/bin/weir"
 fi
+# Binding ports below 1024 as user 65532 (the chart's hostNetwork DaemonSet on 80/443): a file
+# capability, since Kubernetes grants no ambient capabilities. The pod must keep
+# NET_BIND_SERVICE in its bounding set (the chart adds it): the kernel refuses to exec a binary
+# whose file capabilities it cannot grant.
+setcap cap_net_bind_service=+ep "$root/usr/local/bin/weir"
 
 # The shared libraries the binary loads, at the paths the dynamic loader looks for them.
 # `ldd` prints "name => /path (addr)" and, for the loader, "/path (addr)".
@@ -83,7 +88,7 @@ printf 'hosts: files dns\n' >"$root/etc/nsswitch.conf"
 
 # One layer, files owned by root, sorted, with the commit's time.
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" \
-  -C "$root" -cf "$work/layer.tar" .
+  --xattrs --xattrs-include=security.capability -C "$root" -cf "$work/layer.tar" .
 
 mkdir -p "$output"
 layout=$output/oci

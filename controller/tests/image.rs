@@ -2,10 +2,12 @@
 //! cargo built for these tests (the debug build: a release build would add about 15 minutes to
 //! CI; the script strips its debug info). The test unpacks the image with umoci and runs
 //! `weir --version` and a `weir serve --manifests` smoke test from the unpacked root, in a
-//! chroot, as the image's user (65532).
+//! chroot, as the image's user (65532), listening on ports 80 and 443 as the chart's hostNetwork
+//! DaemonSet does (the binary carries the file capability CAP_NET_BIND_SERVICE). It runs in a
+//! private network namespace (`unshare --net`), so those ports are its own.
 //!
-//! Needs root (chroot), umoci and skopeo (`scripts/test.sh install`). Without them it is skipped
-//! with a printed reason, or fails when `WEIR_REQUIRE_ALL=1`.
+//! Needs root (chroot, unshare), umoci, skopeo and getcap (`scripts/test.sh install`). Without
+//! them it is skipped with a printed reason, or fails when `WEIR_REQUIRE_ALL=1`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -31,7 +33,7 @@ fn missing() -> Option<String> {
     if !root {
         return Some("not root (the smoke test runs weir in a chroot)".into());
     }
-    for tool in ["umoci", "skopeo", "chroot", "ldd"] {
+    for tool in ["umoci", "skopeo", "chroot", "ldd", "getcap", "unshare", "ip"] {
         let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output();
         if !found.is_ok_and(|o| o.status.success()) {
             return Some(format!("{tool} not found: run scripts/test.sh install"));
@@ -49,10 +51,6 @@ fn run(cmd: &mut Command) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Every path under `root`, relative, directories included.
@@ -127,12 +125,35 @@ fn get(addr: SocketAddr, host: &str) -> Option<(u16, String)> {
 /// is tagged; and weir runs from the unpacked root: `--version`, then serving an Ingress.
 #[test]
 fn image_builds_unpacks_and_serves() {
-    if let Some(reason) = missing() {
-        let require_all = std::env::var("WEIR_REQUIRE_ALL").is_ok_and(|v| v == "1");
-        assert!(!require_all, "cannot run the image test and WEIR_REQUIRE_ALL=1: {reason}");
-        eprintln!("SKIPPED: {reason}");
+    const INSIDE: &str = "WEIR_IMAGE_TEST_INSIDE_NETNS";
+    if std::env::var_os(INSIDE).is_none() {
+        if let Some(reason) = missing() {
+            let require_all = std::env::var("WEIR_REQUIRE_ALL").is_ok_and(|v| v == "1");
+            assert!(!require_all, "cannot run the image test and WEIR_REQUIRE_ALL=1: {reason}");
+            eprintln!("SKIPPED: {reason}");
+            return;
+        }
+        // Again, in a private network namespace.
+        let out = Command::new("unshare")
+            .arg("--net")
+            .arg(std::env::current_exe().unwrap())
+            .args(["image_builds_unpacks_and_serves", "--exact", "--nocapture", "--test-threads=1"])
+            .env(INSIDE, "1")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for line in stdout.lines().chain(stderr.lines()).filter(|l| l.contains("MEASURED")) {
+            eprintln!("{line}");
+        }
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "failed in its network namespace:\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+        );
         return;
     }
+    run(Command::new("ip").args(["link", "set", "lo", "up"]));
     let weir = env!("CARGO_BIN_EXE_weir");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
@@ -207,6 +228,8 @@ fn image_builds_unpacks_and_serves() {
     for shell in ["bin/sh", "usr/bin/sh", "bin/bash", "usr/bin/apt", "usr/bin/dpkg"] {
         assert!(!rootfs.join(shell).exists(), "{shell} is in the image");
     }
+    let caps = run(Command::new("getcap").arg(rootfs.join("usr/local/bin/weir")));
+    assert!(caps.contains("cap_net_bind_service=ep"), "the binary's file capabilities: {caps:?}");
     let passwd = std::fs::read_to_string(rootfs.join("etc/passwd")).unwrap();
     assert!(passwd.lines().any(|l| l.starts_with("nonroot:x:65532:65532:")), "{passwd}");
     let runtime: Value =
@@ -251,7 +274,8 @@ fn image_builds_unpacks_and_serves() {
         std::thread::sleep(Duration::from_millis(20));
     }
     manifests(&rootfs.join("srv/manifests"), backend_addr);
-    let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    // Ports 80 and 443, as the user 65532: the file capability at work.
+    let http = SocketAddr::from(([127, 0, 0, 1], 80));
     let mut serve = chroot(&[
         "serve",
         "--manifests",
@@ -259,9 +283,9 @@ fn image_builds_unpacks_and_serves() {
         "--listen-http",
         &http.to_string(),
         "--listen-https",
-        &format!("127.0.0.1:{}", free_port()),
+        "127.0.0.1:443",
         "--listen-admin",
-        &format!("127.0.0.1:{}", free_port()),
+        "127.0.0.1:10254",
     ])
     .stdin(Stdio::null())
     .stdout(Stdio::null())
