@@ -3,8 +3,9 @@
 //! CI; the script strips its debug info). The test unpacks the image with umoci and runs
 //! `weir --version` and a `weir serve --manifests` smoke test from the unpacked root, in a
 //! chroot, as the image's user (65532), listening on ports 80 and 443 as the chart's hostNetwork
-//! DaemonSet does (the binary carries the file capability CAP_NET_BIND_SERVICE). It runs in a
-//! private network namespace (`unshare --net`), so those ports are its own.
+//! DaemonSet does (the binary carries the file capability CAP_NET_BIND_SERVICE), from a
+//! read-only root (the chart's `readOnlyRootFilesystem`). It runs in private network and mount
+//! namespaces (`unshare --net --mount`), so those ports and that mount are its own.
 //!
 //! Needs root (chroot, unshare), umoci, skopeo and getcap (`scripts/test.sh install`). Without
 //! them it is skipped with a printed reason, or fails when `WEIR_REQUIRE_ALL=1`.
@@ -120,6 +121,15 @@ fn get(addr: SocketAddr, host: &str) -> Option<(u16, String)> {
     Some((status, text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()))
 }
 
+/// Unmounts its path when dropped (before the temporary directory holding it is removed).
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
 /// The image holds weir, its libraries, CA certificates and user 65532, and nothing else (no
 /// shell); its configuration runs `weir serve` as 65532 with the OCI labels; the docker-archive
 /// is tagged; and weir runs from the unpacked root: `--version`, then serving an Ingress.
@@ -133,9 +143,9 @@ fn image_builds_unpacks_and_serves() {
             eprintln!("SKIPPED: {reason}");
             return;
         }
-        // Again, in a private network namespace.
+        // Again, in private network and mount namespaces.
         let out = Command::new("unshare")
-            .arg("--net")
+            .args(["--net", "--mount"])
             .arg(std::env::current_exe().unwrap())
             .args(["image_builds_unpacks_and_serves", "--exact", "--nocapture", "--test-threads=1"])
             .env(INSIDE, "1")
@@ -274,6 +284,13 @@ fn image_builds_unpacks_and_serves() {
         std::thread::sleep(Duration::from_millis(20));
     }
     manifests(&rootfs.join("srv/manifests"), backend_addr);
+    // A read-only root file system, as the chart's securityContext makes it (this mount
+    // namespace is the test's own).
+    let root = rootfs.to_str().unwrap();
+    run(Command::new("mount").args(["--bind", root, root]));
+    let _unmount = Unmount(rootfs.clone());
+    run(Command::new("mount").args(["-o", "remount,bind,ro", root, root]));
+    assert!(std::fs::write(rootfs.join("tmp/probe"), "x").is_err(), "the root is not read-only");
     // Ports 80 and 443, as the user 65532: the file capability at work.
     let http = SocketAddr::from(([127, 0, 0, 1], 80));
     let mut serve = chroot(&[
