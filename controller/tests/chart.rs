@@ -667,7 +667,8 @@ fn examples_are_rendered_from_the_chart() {
 // === helm install against the API server ===
 
 /// `weir serve` started exactly as the rendered container: its args and env (the downward API
-/// emulated), plus KUBECONFIG standing in for the in-cluster configuration.
+/// emulated, `$(VAR)` expanded as the kubelet does), and nothing else but KUBECONFIG, standing in
+/// for the in-cluster configuration (the ServiceAccount token and CA a pod has mounted).
 struct Pod {
     child: Child,
     log: Arc<Mutex<String>>,
@@ -683,7 +684,6 @@ impl Pod {
             .env_clear()
             .envs(env)
             .env("KUBECONFIG", kubeconfig)
-            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
