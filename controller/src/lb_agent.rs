@@ -247,6 +247,8 @@ struct Writer {
     client: Client,
     class: ClassConfig,
     recorder: Recorder,
+    /// The reporting controller and instance of Events (for those the recorder cannot write).
+    reporter: (String, String),
     /// Per Service: the addresses written and the resourceVersion seen before the write, so a
     /// store that has not caught up with our own write does not cause a second one.
     written: BTreeMap<ObjectRef, (Vec<IpAddr>, Option<String>)>,
@@ -269,6 +271,7 @@ impl Writer {
             client,
             class: options.class.clone(),
             recorder,
+            reporter: (options.controller_name.clone(), options.identity.clone()),
             written: BTreeMap::new(),
             pool_status: BTreeMap::new(),
             emitted: BTreeSet::new(),
@@ -452,7 +455,12 @@ impl Writer {
                 action: "AssignAddress".to_string(),
                 secondary: None,
             };
-            match self.recorder.publish(&event, &reference).await {
+            let published = if reference.namespace.is_none() {
+                self.publish_cluster_scoped(&event, &reference).await
+            } else {
+                self.recorder.publish(&event, &reference).await
+            };
+            match published {
                 Ok(()) => {
                     if type_ == EventType::Warning {
                         self.emitted.insert(key);
@@ -461,6 +469,42 @@ impl Writer {
                 Err(error) => tracing::warn!(object = %key.0, %error, "cannot publish an Event"),
             }
         }
+    }
+}
+
+/// The namespace of Events about cluster-scoped objects: the API servers that validate
+/// `events.k8s.io/v1` strictly (1.20 among them) accept them only there.
+const CLUSTER_EVENTS_NAMESPACE: &str = "kube-system";
+
+impl Writer {
+    /// Publishes an Event about a cluster-scoped object (an `IPAddressPool`) in
+    /// [`CLUSTER_EVENTS_NAMESPACE`], where kube's recorder (which uses `default`) cannot.
+    async fn publish_cluster_scoped(&self, event: &Event, reference: &ObjectReference) -> kube::Result<()> {
+        use k8s_openapi::api::events::v1::Event as K8sEvent;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let name = reference.name.as_deref().unwrap_or("object");
+        let object = K8sEvent {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}.{:x}", now.as_nanosecond())),
+                namespace: Some(CLUSTER_EVENTS_NAMESPACE.to_string()),
+                ..ObjectMeta::default()
+            },
+            action: Some(event.action.clone()),
+            reason: Some(event.reason.clone()),
+            note: event.note.clone(),
+            type_: Some(match event.type_ {
+                EventType::Normal => "Normal".to_string(),
+                EventType::Warning => "Warning".to_string(),
+            }),
+            regarding: Some(reference.clone()),
+            event_time: Some(MicroTime(now)),
+            reporting_controller: Some(self.reporter.0.clone()),
+            reporting_instance: Some(self.reporter.1.clone()),
+            ..K8sEvent::default()
+        };
+        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), CLUSTER_EVENTS_NAMESPACE);
+        api.create(&kube::api::PostParams::default(), &object).await.map(drop)
     }
 }
 
