@@ -388,6 +388,29 @@ fn weir_node_assigns_load_balancer_addresses() {
                 "{moved} was rewritten after the restart:\n{log}"
             );
         }
+
+        // A pool edit that drops an address in use: the Service keeps it, with a warning.
+        let shrink = json!({"spec": {"addresses": ["192.0.2.10-192.0.2.11"]}});
+        Api::<IpAddressPool>::all(admin.clone())
+            .patch("lan", &PatchParams::default(), &Patch::Merge(&shrink))
+            .await
+            .unwrap();
+        expect_event(
+            &admin,
+            &n3,
+            NS,
+            "i",
+            "AddressOutsidePools",
+            "192.0.2.12 is in no IPAddressPool any more",
+        )
+        .await;
+        expect(
+            &admin,
+            &[&n3],
+            &[("i", &["192.0.2.12"]), ("k", &["192.0.2.10"]), ("h", &["192.0.2.11"])],
+            Duration::from_secs(2),
+        )
+        .await;
         weir::node::cleanup(&weir::node::exec::Runner::host()).unwrap();
     });
 }
