@@ -72,7 +72,14 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default()).default_backoff().reflect(writer);
+    // Every Service of the cluster is held: without what nothing here reads.
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|object: &mut K| {
+            object.managed_fields_mut().clear();
+            object.annotations_mut().remove(crate::source::trim::LAST_APPLIED);
+        })
+        .reflect(writer);
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         let mut failing = false;
