@@ -16,6 +16,8 @@ set -euo pipefail
 CACHE=${WEIR_KUBE_CACHE:-/var/cache/weir/kube}
 BIN=$CACHE/bin
 KUBE_VERSION=v1.20.2
+# Fixes applied to the source before building; a cached build without this stamp is rebuilt.
+PATCHES="reflect2-go1.18-mapiterinit"
 
 log() { printf '[kube-apiserver.sh] %s\n' "$*" >&2; }
 
@@ -41,8 +43,48 @@ EOF
   export APT_CONFIG=$apt/apt.conf
 }
 
+# Kubernetes 1.20 vendors github.com/modern-go/reflect2 v1.0.1, whose map iteration calls
+# reflect.mapiterinit with its pre-Go-1.18 signature: built with Go 1.19, the API server dies
+# (SIGSEGV) the first time json-iterator encodes a map, i.e. at the first custom resource it
+# decodes. Apply reflect2 v1.0.2's fix (mapiterinit fills a caller-allocated, full-size hiter).
+patch_reflect2() {
+  local dir=$1/vendor/github.com/modern-go/reflect2
+  grep -q 'func mapiterinit(rtype unsafe.Pointer, m unsafe.Pointer) \*hiter' "$dir/unsafe_link.go" || return 0
+  log "patching vendored reflect2 for Go >= 1.18 (map iteration)"
+  perl -0pi -e 's#// m escapes into the return value.*?func mapiterinit\(rtype unsafe.Pointer, m unsafe.Pointer\) \*hiter\n##s;
+    s#type hiter struct \{.*?\n\}#type hiter struct {
+	key         unsafe.Pointer
+	value       unsafe.Pointer
+	t           unsafe.Pointer
+	h           unsafe.Pointer
+	buckets     unsafe.Pointer
+	bptr        unsafe.Pointer
+	overflow    *[]unsafe.Pointer
+	oldoverflow *[]unsafe.Pointer
+	startBucket uintptr
+	offset      uint8
+	wrapped     bool
+	B           uint8
+	i           uint8
+	bucket      uintptr
+	checkBucket uintptr
+}#s' "$dir/unsafe_link.go"
+  perl -0pi -e 's#return &UnsafeMapIterator\{\n\t\thiter:      mapiterinit\(type2.rtype, \*\(\*unsafe.Pointer\)\(obj\)\),#var it hiter\n\tmapiterinit(type2.rtype, *(*unsafe.Pointer)(obj), &it)\n\treturn &UnsafeMapIterator{\n\t\thiter:      &it,#' "$dir/unsafe_map.go"
+  cat >"$dir/go_above_118.go" <<'GO'
+package reflect2
+
+import "unsafe"
+
+//go:linkname mapiterinit reflect.mapiterinit
+func mapiterinit(rtype unsafe.Pointer, m unsafe.Pointer, it *hiter)
+GO
+  grep -q 'mapiterinit(type2.rtype, \*(\*unsafe.Pointer)(obj), &it)' "$dir/unsafe_map.go" ||
+    { log "patching reflect2 failed"; exit 1; }
+}
+
 cmd_build() {
-  if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/etcd" ]; then
+  if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/etcd" ] &&
+    [ "$(cat "$BIN/PATCHES" 2>/dev/null)" = "$PATCHES" ]; then
     log "cached: $BIN ($("$BIN/kube-apiserver" --version 2>/dev/null || true))"
     return 0
   fi
@@ -74,6 +116,7 @@ cmd_build() {
   local dsc
   dsc=$(ls "$work"/kubernetes_*.dsc)
   (cd "$work" && dpkg-source --no-check -q -x "$dsc" src >/dev/null)
+  patch_reflect2 "$work/src"
   local goroot=$work/root/usr/lib/go-1.19
   if [ ! -e "$goroot/src/runtime" ]; then
     # golang-1.19-go links src to /usr/share/go-1.19/src; point it into the unpacked tree.
@@ -94,6 +137,7 @@ cmd_build() {
     install -m 0755 "$(find "$work/src/_output" -type f -name kube-apiserver | head -1)" "$BIN/kube-apiserver"
   install -m 0755 "$work/root/usr/bin/etcd" "$BIN/etcd"
   [ -x "$work/root/usr/bin/etcdctl" ] && install -m 0755 "$work/root/usr/bin/etcdctl" "$BIN/etcdctl"
+  echo "$PATCHES" >"$BIN/PATCHES"
   rm -rf "$work" "$CACHE/gopath"
   log "built in $((SECONDS - started)) s: $("$BIN/kube-apiserver" --version)"
 }

@@ -2,6 +2,7 @@
 //! routing table, and the `weir` command line.
 
 pub mod cli;
+pub mod lb_agent;
 pub mod memory;
 pub mod metrics;
 pub mod node;

@@ -11,6 +11,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio::sync::{mpsc, watch};
 
+use weir_dataplane::model::ObjectRef;
+
+use crate::lb_agent::{self, LbOptions, ManifestLb};
 use crate::node::exec::Runner;
 use crate::node::plan::{self, PlanConfig, PlanWarning, Ruleset};
 use crate::node::{self, NodeArgs, admin, sync};
@@ -76,7 +79,19 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
     tracing::info!(admin = %admin_listener.local_addr()?, "serving /healthz and /metrics");
     let admin_task = AbortOnDrop(tokio::spawn(admin::serve(admin_listener, admin)));
     let (tx, rx) = watch::channel(None);
-    let publisher = Publisher { config, tx, warnings: Vec::new() };
+    let mut publisher = Publisher { config, tx, warnings: Vec::new(), lb: None };
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut lb_task = None;
+    if args.load_balancer {
+        match &source {
+            Source::Manifests(dir) => publisher.lb = Some(ManifestLb::new(args.lb_class(), dir)),
+            Source::Kube(client) => {
+                let options = lb_options(&args);
+                tracing::info!(class = %options.class.class, lease = %options.lease, identity = %options.identity, "load balancer enabled");
+                lb_task = Some(lb_agent::spawn(client.clone(), options, shutdown_rx));
+            }
+        }
+    }
     let source = match source {
         Source::Kube(client) => tokio::spawn(watch_kube(client, publisher)),
         Source::Manifests(dir) => tokio::spawn(watch_manifests(dir, publisher)),
@@ -90,7 +105,28 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
         }
     };
     drop(admin_task);
+    // The load balancer releases its Lease, so that another replica takes over at once.
+    shutdown_tx.send_replace(true);
+    if let Some(task) = lb_task
+        && tokio::time::timeout(Duration::from_secs(5), task).await.is_err()
+    {
+        tracing::warn!("the load balancer did not stop within 5 s");
+    }
     result
+}
+
+/// The load balancer's settings from `weir node`'s flags.
+fn lb_options(args: &NodeArgs) -> LbOptions {
+    let identity = args.election_identity.clone().unwrap_or_else(|| {
+        format!("{}-{}", node_name(args).unwrap_or_else(|| "weir-node".to_string()), std::process::id())
+    });
+    LbOptions {
+        class: args.lb_class(),
+        lease: ObjectRef::new(&args.election_namespace, &args.election_id),
+        lease_duration: Duration::from_secs(args.election_lease_duration),
+        identity,
+        controller_name: "weir.dev/node-lb".to_string(),
+    }
 }
 
 /// Aborts a task when dropped.
@@ -116,10 +152,20 @@ struct Publisher {
     tx: watch::Sender<Option<Arc<Ruleset>>>,
     /// The plan warnings last logged (a new plan logs them again only when they change).
     warnings: Vec<PlanWarning>,
+    /// With `--manifests --load-balancer`: the assignment, written into each snapshot.
+    lb: Option<ManifestLb>,
 }
 
 impl Publisher {
     fn publish(&mut self, snapshot: &Snapshot) {
+        let assigned;
+        let snapshot = match &mut self.lb {
+            Some(lb) => {
+                assigned = lb.apply(snapshot).0;
+                &assigned
+            }
+            None => snapshot,
+        };
         let ruleset = plan::plan(snapshot, &self.config);
         if ruleset.warnings != self.warnings {
             for w in &ruleset.warnings {
@@ -145,7 +191,9 @@ async fn watch_manifests(dir: PathBuf, mut publisher: Publisher) -> anyhow::Resu
     let mut force = true;
     loop {
         let scan = source.rescan(force).with_context(|| format!("reading {}", dir.display()))?;
-        if scan.changed || !publisher.published() {
+        // Pools are not objects of the snapshot: re-read at every change of the directory.
+        let pools_changed = publisher.lb.as_mut().is_some_and(|lb| lb.reload());
+        if scan.changed || pools_changed || !publisher.published() {
             let (snapshot, duplicates) = source.snapshot();
             for d in duplicates {
                 tracing::warn!("{d}");

@@ -54,6 +54,7 @@ fn ruleset(services: usize, endpoints: usize) -> Ruleset {
             node_port: None,
             external_ips: Vec::new(),
             load_balancer_ips: Vec::new(),
+            source_ranges: None,
             affinity: None,
             internal_policy: TrafficPolicy::Cluster,
             external_policy: TrafficPolicy::Cluster,

@@ -9,6 +9,10 @@
 //!   random --probability 1/(n−i)` (uniform), after ClientIP affinity checks (`recent --rcheck`).
 //! - `WEIR-SVL-<hash>`: the same over this node's endpoints, for `Local` traffic policies.
 //! - `WEIR-EXT-<hash>`: external traffic; marks it for masquerade under the `Cluster` policy.
+//! - `WEIR-FW-<hash>`: for LoadBalancer IPs with `loadBalancerSourceRanges`, the admitted
+//!   sources go on to `WEIR-EXT-<hash>`; the others are not DNATed, and filter's
+//!   `WEIR-EXTERNAL-SERVICES` drops them (as kube-proxy's firewall chains do; ipvs mode,
+//!   whose filter table this is, relies on those rules alone).
 //! - `WEIR-SEP-<hash>` per endpoint: hairpin masquerade mark, affinity `recent --set`, DNAT.
 //! - `WEIR-MARK-MASQ` sets mark bit 0x4000; `WEIR-POSTROUTING` (from POSTROUTING) masquerades
 //!   marked packets.
@@ -146,6 +150,11 @@ pub fn ext_chain(key: &ServicePortKey) -> String {
     format!("WEIR-EXT-{}", hash16(&port_identity(key)))
 }
 
+/// `WEIR-FW-<hash>`: the source ranges admitted to a service port's LoadBalancer IPs.
+pub fn fw_chain(key: &ServicePortKey) -> String {
+    format!("WEIR-FW-{}", hash16(&port_identity(key)))
+}
+
 /// `WEIR-SEP-<hash>`: one endpoint of a service port.
 pub fn sep_chain(key: &ServicePortKey, ep: &Endpoint) -> String {
     let addr = match ep.ip {
@@ -260,6 +269,7 @@ fn render_port(
     let svc = svc_chain(key);
     let svl = svl_chain(key);
     let ext = ext_chain(key);
+    let fw = fw_chain(key);
     let chain_of = |policy: TrafficPolicy| match policy {
         TrafficPolicy::Cluster => svc.clone(),
         TrafficPolicy::Local => svl.clone(),
@@ -294,7 +304,22 @@ fn render_port(
         .chain(sp.load_balancer_ips.iter().map(|ip| (ip, "loadbalancer IP")))
     {
         let m = format!("-d {} {p} --dport {}", host(ip), sp.port);
-        if has_external {
+        let firewalled = sp.source_ranges.is_some() && what == "loadbalancer IP";
+        if has_external && firewalled {
+            // Admitted sources go on to the external chain; the others are not DNATed, and the
+            // filter table drops them. (ipvs mode, which shares this filter table, sees every
+            // packet still addressed to the LoadBalancer IP there: the admitted ones return.)
+            nat_services.push(format!(r#"-m comment --comment "{name} {what}" {m} -j {fw}"#));
+            let filter = t.filter.entry(EXTERNAL_SERVICES.into()).or_default();
+            for cidr in sp.source_ranges.iter().flatten() {
+                filter.push(format!(
+                    r#"-m comment --comment "{name} loadBalancerSourceRanges" -s {cidr} {m} -j RETURN"#
+                ));
+            }
+            filter.push(format!(
+                r#"-m comment --comment "{name} traffic not admitted by loadBalancerSourceRanges" {m} -j DROP"#
+            ));
+        } else if has_external {
             nat_services.push(format!(r#"-m comment --comment "{name} {what}" {m} -j {ext}"#));
         } else {
             t.filter
@@ -311,6 +336,17 @@ fn render_port(
                 r#"-m comment --comment "{name} {why}" -m addrtype --dst-type LOCAL {p} --dport {np} -j {filter_target}"#
             ));
         }
+    }
+
+    // The firewall chain: the admitted source ranges.
+    if let Some(ranges) =
+        sp.source_ranges.as_ref().filter(|_| has_external && !sp.load_balancer_ips.is_empty())
+    {
+        let rules = ranges
+            .iter()
+            .map(|cidr| format!(r#"-m comment --comment "{name} loadbalancer IP" -s {cidr} -j {ext}"#))
+            .collect();
+        t.nat.insert(fw, rules);
     }
 
     // The external chain.
@@ -432,16 +468,18 @@ fn tier(name: &str) -> u8 {
         2
     } else if name.starts_with("WEIR-EXT-") {
         3
-    } else {
+    } else if name.starts_with("WEIR-FW-") {
         4
+    } else {
+        5
     }
 }
 
 /// [`restore_text`], split into runs that declare at most `max` chains each (`max / 16` for
 /// chains that jump to weir's service and endpoint chains). A small change is
 /// one run (each table commits atomically). A bigger one is written in dependency order, each
-/// chain whole in one run: endpoint chains, then service chains, then external chains, then the
-/// entry chains (`WEIR-SERVICES`, ...) and the filter table; only then are vanished chains
+/// chain whole in one run: endpoint chains, then service chains, then external chains, then
+/// firewall chains, then the entry chains (`WEIR-SERVICES`, ...) and the filter table; only then are vanished chains
 /// flushed (all of them, so that none refers to another) and deleted. A run that fails leaves
 /// every reachable chain complete, and the retry is a full sync.
 pub fn restore_batches(old: Option<&Tables>, new: &Tables, stale: &Tables, max: usize) -> Vec<String> {
@@ -872,6 +910,64 @@ endpoints:
 - addresses: [10.244.0.2]
 - addresses: [10.244.0.3]
 "#;
+
+    #[test]
+    fn source_ranges_render_a_firewall() {
+        let lb = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: lb}
+spec:
+  type: LoadBalancer
+  clusterIP: 10.96.0.10
+  loadBalancerSourceRanges: [198.51.100.0/24, 192.0.2.0/28]
+  ports: [{port: 80, nodePort: 30080}]
+status: {loadBalancer: {ingress: [{ip: 203.0.113.7}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: lb-1, labels: {kubernetes.io/service-name: lb}}
+addressType: IPv4
+ports: [{port: 8080}]
+endpoints:
+- addresses: [10.244.0.1]
+"#;
+        let r = ruleset(lb);
+        let key = &r.services[0].key;
+        let t = render(&r, &Config::default());
+        let fw = fw_chain(key);
+        let ext = ext_chain(key);
+        assert_eq!(
+            t.nat[&fw],
+            [
+                format!(r#"-m comment --comment "default/lb loadbalancer IP" -s 192.0.2.0/28 -j {ext}"#),
+                format!(r#"-m comment --comment "default/lb loadbalancer IP" -s 198.51.100.0/24 -j {ext}"#),
+            ]
+        );
+        assert!(
+            t.nat[SERVICES]
+                .iter()
+                .any(|r| r.contains("-d 203.0.113.7/32") && r.ends_with(&format!("-j {fw}")))
+        );
+        // The cluster IP and the node port are not firewalled.
+        assert!(
+            t.nat[SERVICES]
+                .iter()
+                .any(|r| r.contains("-d 10.96.0.10/32") && r.ends_with(&format!("-j {}", svc_chain(key))))
+        );
+        let filter = &t.filter[EXTERNAL_SERVICES];
+        assert_eq!(filter.len(), 3, "{filter:?}");
+        assert!(filter[0].contains("-s 192.0.2.0/28 -d 203.0.113.7/32") && filter[0].ends_with("-j RETURN"));
+        assert!(filter[2].contains("-d 203.0.113.7/32 -p tcp -m tcp --dport 80 -j DROP"), "{filter:?}");
+        assert!(tier(&fw) > tier(&ext) && tier(SERVICES) > tier(&fw));
+        // ipvs mode's filter table is this one.
+        let ipvs = crate::node::ipvs::tables(&r, &crate::node::ipvs::Config::default());
+        assert_eq!(&ipvs.filter[EXTERNAL_SERVICES], filter);
+        // Without ranges: no firewall.
+        let open = ruleset(&lb.replace("  loadBalancerSourceRanges: [198.51.100.0/24, 192.0.2.0/28]\n", ""));
+        let t = render(&open, &Config::default());
+        assert!(!t.nat.contains_key(&fw) && t.filter[EXTERNAL_SERVICES].is_empty());
+    }
 
     #[test]
     fn chain_names_are_short_stable_and_distinct() {

@@ -13,6 +13,7 @@ pub mod conntrack;
 pub mod exec;
 pub mod iptables;
 pub mod ipvs;
+pub mod lb;
 pub mod netlink;
 pub mod nftables;
 pub mod nftnl;
@@ -77,6 +78,39 @@ pub struct NodeArgs {
     /// Admin listener: `/healthz` (200 while rules are in sync) and `/metrics`.
     #[arg(long, default_value = "127.0.0.1:10256", value_name = "ADDR")]
     pub listen_admin: std::net::SocketAddr,
+    /// Assign addresses from IPAddressPools to LoadBalancer Services (one replica assigns,
+    /// elected by a Lease; with --manifests, pools are read from DIR).
+    #[arg(long)]
+    pub load_balancer: bool,
+    /// The `spec.loadBalancerClass` of the Services weir assigns addresses to.
+    #[arg(long, default_value = lb::ipam::DEFAULT_CLASS, value_name = "CLASS")]
+    pub load_balancer_class: String,
+    /// Assign addresses only to Services naming --load-balancer-class (not to those without a
+    /// class).
+    #[arg(long)]
+    pub load_balancer_class_required: bool,
+    /// Name of the coordination.k8s.io/v1 Lease that elects the replica assigning addresses.
+    #[arg(long, default_value = "weir-node-lb", value_name = "NAME")]
+    pub election_id: String,
+    /// Namespace of that Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default", value_name = "NS")]
+    pub election_namespace: String,
+    /// How long the Lease stays valid without renewal (seconds).
+    #[arg(long, default_value_t = 15, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(2..))]
+    pub election_lease_duration: u64,
+    /// This replica's identity in the Lease (default: the node name and process id).
+    #[arg(long, env = "POD_NAME", value_name = "ID")]
+    pub election_identity: Option<String>,
+}
+
+impl NodeArgs {
+    /// Which Services the load balancer handles.
+    pub fn lb_class(&self) -> lb::ipam::ClassConfig {
+        lb::ipam::ClassConfig {
+            class: self.load_balancer_class.clone(),
+            class_required: self.load_balancer_class_required,
+        }
+    }
 }
 
 /// Parses `500ms`, `30s`, `5m`, `1h` (a bare number is seconds).
@@ -559,5 +593,25 @@ mod tests {
         assert_eq!(cli.node.kubeconfig.as_deref(), Some(Path::new("/k")));
         assert!(cli.node.manifests.is_none());
         assert!(Cli::try_parse_from(["weir", "--kubeconfig", "/k", "--manifests", "/m"]).is_err());
+        // The load balancer: off by default, weir's class, no class required.
+        assert!(!cli.node.load_balancer);
+        assert_eq!(cli.node.lb_class(), lb::ipam::ClassConfig::default());
+        assert_eq!((cli.node.election_id.as_str(), cli.node.election_lease_duration), ("weir-node-lb", 15));
+        let cli = Cli::try_parse_from([
+            "weir",
+            "--load-balancer",
+            "--load-balancer-class",
+            "example.com/lb",
+            "--load-balancer-class-required",
+            "--election-lease-duration",
+            "5",
+        ])
+        .unwrap();
+        assert!(cli.node.load_balancer);
+        assert_eq!(
+            cli.node.lb_class(),
+            lb::ipam::ClassConfig { class: "example.com/lb".into(), class_required: true }
+        );
+        assert!(Cli::try_parse_from(["weir", "--election-lease-duration", "1"]).is_err());
     }
 }

@@ -12,7 +12,8 @@
 //!   of map elements only, which the kernel applies without re-validating the table (adding a
 //!   rule with a jump or a NAT statement makes it walk the whole table from its base chains).
 //!   `local-...` does the same over this node's endpoints, `external-...` handles external
-//!   traffic (masquerade under the `Cluster` policy).
+//!   traffic (masquerade under the `Cluster` policy), and `firewall-...` admits only the
+//!   `loadBalancerSourceRanges` of a LoadBalancer IP (others are dropped).
 //! - A map `endpoints-N` holds [`SLOTS_PER_MAP`] service ports: the kernel looks sets up by
 //!   name in a list, so 10,000 maps (one per port) would make a full sync quadratic, and each
 //!   element added walks the rules bound to its map, so one map for all would too.
@@ -658,6 +659,11 @@ pub fn external_chain(key: &ServicePortKey) -> String {
     format!("external-{}-{}", hash8(&key.to_string()), port_path(key))
 }
 
+/// The chain admitting a service port's `loadBalancerSourceRanges` to its LoadBalancer IPs.
+pub fn firewall_chain(key: &ServicePortKey) -> String {
+    format!("firewall-{}-{}", hash8(&key.to_string()), port_path(key))
+}
+
 fn ep_path(ep: &Endpoint) -> String {
     format!("{}/{}", ep.ip, ep.port)
 }
@@ -750,7 +756,9 @@ fn render_port(sp: &ServicePort, config: &Config, w: Words, st: &mut State, slot
     {
         let k = MapKey { ip: Some(*ip), proto, port: sp.port };
         let comment = format!("{name} {what}");
-        if has_external {
+        if has_external && sp.source_ranges.is_some() && what == "loadbalancer IP" {
+            insert(st, SERVICE_IPS, k, comment, goto(&firewall_chain(key)));
+        } else if has_external {
             insert(st, SERVICE_IPS, k, comment, goto(&ext));
         } else {
             insert(st, NO_ENDPOINT_SERVICES, k, comment, no_endpoint_verdict.clone());
@@ -765,6 +773,17 @@ fn render_port(sp: &ServicePort, config: &Config, w: Words, st: &mut State, slot
         }
     }
 
+    // Admitted sources go on to the external chain; the others are dropped.
+    if let Some(ranges) =
+        sp.source_ranges.as_ref().filter(|_| has_external && !sp.load_balancer_ips.is_empty())
+    {
+        let mut rules: Vec<Rule> = ranges
+            .iter()
+            .map(|cidr| rule(w).saddr_in(cidr, CmpOp::Eq).commented(goto(&ext), "loadBalancerSourceRanges"))
+            .collect();
+        rules.push(rule(w).verdict(Verdict::Drop));
+        st.chains.insert(firewall_chain(key), rules);
+    }
     if sp.is_external() && has_external {
         let mut rules = Vec::new();
         match sp.external_policy {
@@ -1480,6 +1499,41 @@ endpoints:
 - addresses: [10.244.0.2]
 - addresses: [10.244.0.3]
 "#;
+
+    /// `loadBalancerSourceRanges`: the LoadBalancer IP goes to a firewall chain admitting the
+    /// ranges, dropping the rest; the cluster IP does not.
+    #[test]
+    fn source_ranges_render_a_firewall_chain() {
+        let lb = WEB
+            .replace("spec: {clusterIP: 10.96.0.10,", "spec: {type: LoadBalancer, loadBalancerSourceRanges: [198.51.100.0/24, 192.0.2.0/25], clusterIP: 10.96.0.10,")
+            .replace("metadata: {name: web}\n", "metadata: {name: web}\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.7}]}}\n");
+        let r = ruleset(&lb);
+        let key = &r.services[0].key;
+        let st = render(&r, &Config::default());
+        let fw = firewall_chain(key);
+        let texts: Vec<&str> = st.chains[&fw].iter().map(|r| r.text.as_str()).collect();
+        let ext = external_chain(key);
+        assert_eq!(
+            texts,
+            [
+                format!(r#"ip saddr 192.0.2.0/25 goto {ext} comment "loadBalancerSourceRanges""#).as_str(),
+                format!(r#"ip saddr 198.51.100.0/24 goto {ext} comment "loadBalancerSourceRanges""#).as_str(),
+                "drop",
+            ]
+        );
+        let verdict = |ip: &str| {
+            st.maps[SERVICE_IPS][&MapKey { ip: Some(ip.parse().unwrap()), proto: Protocol::Tcp, port: 80 }]
+                .1
+                .clone()
+        };
+        assert_eq!(verdict("203.0.113.7"), goto(&fw));
+        assert_eq!(verdict("10.96.0.10"), goto(&service_chain(key)));
+        let open = render(
+            &ruleset(&lb.replace(" loadBalancerSourceRanges: [198.51.100.0/24, 192.0.2.0/25],", "")),
+            &Config::default(),
+        );
+        assert!(!open.chains.contains_key(&fw));
+    }
 
     /// An endpoint change writes map elements only: no rule, no chain (rules with a jump or a
     /// NAT statement make the kernel re-validate the whole table).

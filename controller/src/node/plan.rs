@@ -24,6 +24,10 @@ use crate::snapshot::{Slice, Snapshot};
 /// Default ClientIP affinity timeout (3 hours), as in the Service API.
 pub const DEFAULT_AFFINITY_TIMEOUT: u32 = 10_800;
 
+/// The annotation older clients use for `spec.loadBalancerSourceRanges` (comma-separated CIDRs;
+/// the field wins when both are set).
+pub const SOURCE_RANGES_ANNOTATION: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
+
 /// What the plan needs to know about the node it runs on.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -160,6 +164,11 @@ pub struct ServicePort {
     /// `status.loadBalancer.ingress[].ip` of this family (not those with `ipMode: Proxy`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub load_balancer_ips: Vec<IpAddr>,
+    /// `spec.loadBalancerSourceRanges` (or its annotation) of this family: when set, traffic to
+    /// the LoadBalancer IPs from other sources is dropped (an empty list admits no one: a
+    /// family the Service lists no range of, or ranges none of which parses, is closed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_ranges: Option<Vec<Cidr>>,
     /// ClientIP session affinity, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
@@ -306,7 +315,35 @@ impl fmt::Display for Cidr {
     }
 }
 
+impl Serialize for Cidr {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl Cidr {
+    /// Whether `ip` is in the prefix.
+    pub fn contains(&self, ip: &IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                u32::from(net) & mask == u32::from(*ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
+                u128::from(net) & mask == u128::from(*ip) & mask
+            }
+            _ => false,
+        }
+    }
+
     /// The family of the prefix.
     pub fn family(&self) -> IpFamily {
         IpFamily::of(&self.addr)
@@ -512,6 +549,8 @@ fn service_ports(
         }
         load_balancer_ips = ips;
     }
+    let source_ranges =
+        if kind == "LoadBalancer" { source_ranges(service, &mut |r| warn(warnings, r)) } else { None };
     let has_node_ports = matches!(kind, "NodePort" | "LoadBalancer");
     let affinity = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| Affinity {
         timeout_seconds: spec
@@ -557,6 +596,9 @@ fn service_ports(
                 node_port,
                 external_ips: of_family(&external_ips),
                 load_balancer_ips: of_family(&load_balancer_ips),
+                source_ranges: source_ranges
+                    .as_ref()
+                    .map(|r| r.iter().filter(|c| c.family() == family).copied().collect()),
                 affinity,
                 internal_policy,
                 external_policy: TrafficPolicy::Cluster,
@@ -574,6 +616,47 @@ fn service_ports(
             out.push(sp);
         }
     }
+}
+
+/// The source ranges of a LoadBalancer Service: `spec.loadBalancerSourceRanges`, else the
+/// annotation; `None` when neither lists any. Entries that are not CIDRs are warned about and
+/// left out (what remains may be nothing, which admits no one).
+fn source_ranges(service: &Service, warn: &mut dyn FnMut(String)) -> Option<Vec<Cidr>> {
+    let field: Vec<&str> = service
+        .spec
+        .iter()
+        .flat_map(|s| s.load_balancer_source_ranges.iter().flatten())
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let (raw, from) = if !field.is_empty() {
+        (field, "loadBalancerSourceRanges")
+    } else {
+        let annotation = service.metadata.annotations.as_ref().and_then(|a| a.get(SOURCE_RANGES_ANNOTATION));
+        let raw: Vec<&str> = annotation
+            .into_iter()
+            .flat_map(|a| a.split(','))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        (raw, SOURCE_RANGES_ANNOTATION)
+    };
+    if raw.is_empty() {
+        return None;
+    }
+    let mut out = Vec::new();
+    for entry in raw {
+        match entry.parse::<Cidr>() {
+            Ok(cidr) => out.push(cidr),
+            Err(e) => warn(format!("{from}: {e}; left out")),
+        }
+    }
+    if out.is_empty() {
+        warn(format!("{from}: no valid range; traffic to the LoadBalancer IPs is dropped"));
+    }
+    out.sort();
+    out.dedup();
+    Some(out)
 }
 
 /// A DNS-1123 label: at most 63 of `[a-z0-9-]`, starting and ending alphanumeric.
@@ -656,6 +739,68 @@ mod tests {
     fn run(yaml: &str, node: Option<&str>) -> Ruleset {
         let snapshot: Snapshot = parse_manifests(yaml).unwrap().into_iter().collect();
         plan(&snapshot, &PlanConfig { node_name: node.map(str::to_string) })
+    }
+
+    #[test]
+    fn load_balancer_source_ranges() {
+        let svc = |extra: &str| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata:\n  name: lb\n{extra}spec:\n  type: LoadBalancer\n  \
+                 clusterIPs: [10.96.0.10, 'fd00::10']\n  ipFamilies: [IPv4, IPv6]\n  ports: [{{port: 80, nodePort: 30080}}]\n\
+                 status: {{loadBalancer: {{ingress: [{{ip: 192.0.2.10}}, {{ip: '2001:db8::10'}}]}}}}\n"
+            )
+        };
+        let ranges = |r: &Ruleset| -> Vec<Option<Vec<String>>> {
+            r.services
+                .iter()
+                .map(|sp| sp.source_ranges.as_ref().map(|v| v.iter().map(ToString::to_string).collect()))
+                .collect()
+        };
+        // None: open.
+        let r = run(&svc(""), None);
+        assert_eq!(ranges(&r), [None, None]);
+        // The field, split by family; a family without a range admits no one.
+        let field = svc("")
+            .replace("  ports:", "  loadBalancerSourceRanges: [198.51.100.0/24, 10.0.0.0/8]\n  ports:");
+        let r = run(&field, None);
+        assert_eq!(
+            ranges(&r),
+            [Some(vec!["10.0.0.0/8".to_string(), "198.51.100.0/24".to_string()]), Some(vec![])]
+        );
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        // The annotation, when the field is empty; bad entries are left out with a warning.
+        let annotated = svc(
+            "  annotations: {service.beta.kubernetes.io/load-balancer-source-ranges: \"2001:db8::/32 , nope, 192.0.2.0/24\"}\n",
+        );
+        let r = run(&annotated, None);
+        assert_eq!(
+            ranges(&r),
+            [Some(vec!["192.0.2.0/24".to_string()]), Some(vec!["2001:db8::/32".to_string()])]
+        );
+        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        assert!(r.warnings[0].reason.contains("invalid CIDR \"nope\""), "{:?}", r.warnings);
+        // The field wins over the annotation.
+        let both = field.replace("metadata:\n  name: lb\n", "metadata:\n  name: lb\n  annotations: {service.beta.kubernetes.io/load-balancer-source-ranges: 192.0.2.0/24}\n");
+        assert_eq!(
+            ranges(&run(&both, None))[0],
+            Some(vec!["10.0.0.0/8".to_string(), "198.51.100.0/24".to_string()])
+        );
+        // Nothing valid: closed, and said.
+        let bad = svc("  annotations: {service.beta.kubernetes.io/load-balancer-source-ranges: \"x, y\"}\n");
+        let r = run(&bad, None);
+        assert_eq!(ranges(&r), [Some(vec![]), Some(vec![])]);
+        assert!(r.warnings.iter().any(|w| w.reason.contains("no valid range")), "{:?}", r.warnings);
+        // Only LoadBalancer Services have them.
+        let node_port = field.replace("type: LoadBalancer", "type: NodePort");
+        assert_eq!(ranges(&run(&node_port, None)), [None, None]);
+        // Cidr::contains.
+        let cidr: Cidr = "198.51.100.0/24".parse().unwrap();
+        assert!(
+            cidr.contains(&"198.51.100.7".parse().unwrap())
+                && !cidr.contains(&"198.51.101.7".parse().unwrap())
+        );
+        assert!("::/0".parse::<Cidr>().unwrap().contains(&"2001:db8::1".parse().unwrap()));
+        assert!(!"::/0".parse::<Cidr>().unwrap().contains(&"192.0.2.1".parse().unwrap()));
     }
 
     #[test]
