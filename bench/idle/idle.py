@@ -21,7 +21,7 @@ N = int(os.environ.get("CONNS", "10000"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 KINDS = os.environ.get("KINDS", "keepalive,tls").split(",")
 SETTLE = float(os.environ.get("SETTLE", "2"))
-OPENING = 200  # connections being opened at once
+OPENING = int(os.environ.get("OPENING", "200"))  # connections being opened at once
 
 
 def rss_kb(proxy):
@@ -92,18 +92,38 @@ def raise_limits(work):
     conf = os.path.join(work, "nginx/nginx.conf")
     text = open(conf).read()
     text = text.replace("worker_connections 8192;", f"worker_connections {2 * N + 1000};")
-    text = text.replace("worker_processes 1;", f"worker_processes 1;\nworker_rlimit_nofile {4 * N + 1000};")
+    text = text.replace("worker_processes 1;", f"worker_processes 1;\nworker_rlimit_nofile {2 * N + 64};")
     open(conf, "w").write(text)
     conf = os.path.join(work, "haproxy/haproxy.cfg")
-    text = open(conf).read().replace("maxconn 4096", f"maxconn {2 * N + 1000}")
+    # HAProxy needs 2 x maxconn + 14 descriptors and refuses to start without them.
+    text = open(conf).read().replace("maxconn 4096", f"maxconn {N + 50}")
     open(conf, "w").write(text)
+
+
+def weir_argv(name, argv=peers.proxy_argv):
+    """weir as bench/peers runs it, admitting N connections whatever the open-file limit."""
+    args = argv(name)
+    return args + ["--max-connections", str(N + 1000)] if name.startswith("weir") else args
 
 
 def main():
-    limit = 4 * N + 4096
-    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+    # Each process (the client here, each proxy) holds about N descriptors, plus its upstream's.
+    need = 2 * N + 64  # HAProxy's need; the others' is about N
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(need, soft), max(need, hard)))
+    except (ValueError, OSError):
+        if hard < need:
+            sys.exit(f"needs an open-file limit of {need} (hard limit {hard}): run as root or raise it")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     peers.setup_files()
     raise_limits(peers.WORK)
+    peers.proxy_argv = weir_argv
+    # Idle keep-alive connections live 300 s in every proxy (bench/peers configures nginx's
+    # keepalive_timeout and HAProxy's http-keep-alive so); weir's default is 30 s.
+    peers.write(os.path.join(peers.WORK, "weir/manifests/settings.yaml"),
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: weir-settings, namespace: default}\n"
+                "data: {keep-alive: \"300\"}\n")
     upstream = peers.subprocess.Popen(
         peers.pinned(peers.LOAD_CPU, ["nginx", "-p", f"{peers.WORK}/up", "-e", f"{peers.WORK}/up/error.log",
                                       "-c", f"{peers.WORK}/up/nginx.conf", "-g", "daemon off;"]),

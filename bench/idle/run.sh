@@ -8,7 +8,7 @@
 #
 # Environment: WEIR_BIN (default: build it with cargo), CONNS, ROUNDS, KINDS (keepalive,tls),
 # PROXIES, SETTLE (seconds between the last connection and the reading, default 2), PROXY_CPU,
-# LOAD_CPU, WORKDIR. Needs root or a hard open-file limit of at least 4 x CONNS.
+# LOAD_CPU, WORKDIR. Needs root or a hard open-file limit of at least 2 x CONNS + 64 (HAProxy needs two per connection).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
