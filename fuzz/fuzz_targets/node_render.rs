@@ -102,13 +102,13 @@ fuzz_target!(|input: (Option<&str>, Vec<Svc<'_>>)| {
     let ruleset = plan(&snapshot, &PlanConfig { node_name: node.map(str::to_string) });
     let cidr = "10.244.0.0/16".parse().ok();
 
-    let config = iptables::Config { cluster_cidr: cidr.clone(), ..Default::default() };
+    let config = iptables::Config { cluster_cidr: cidr, ..Default::default() };
     let tables = iptables::render(&ruleset, &config);
     if let Some(text) = iptables::restore_text(None, &tables, &iptables::Tables::default()) {
         check("iptables", &text);
     }
 
-    let config = nftables::Config { cluster_cidr: cidr.clone(), ..Default::default() };
+    let config = nftables::Config { cluster_cidr: cidr, ..Default::default() };
     let state = nftables::render(&ruleset, &config);
     if let Some(text) = nftables::transaction(IpFamily::IPv4, None, &state) {
         check("nftables", &text);
