@@ -11,7 +11,7 @@
 #
 # Environment: SOAK_MINUTES (30), SOAK_INTERVAL (sampling, 10 s), OUT_DIR (default
 # /tmp/weir-soak.<date>), WEIR_BIN and SOAK_BIN (default: `cargo build --release` of this
-# checkout), SOAK_SCALE (multiplies the load, 1: about 190 requests/s), SWAP_EVERY (3 s),
+# checkout), SOAK_SCALE (multiplies the load, 1: about 160 requests/s), SWAP_EVERY (3 s),
 # ROTATE_EVERY (60 s), CHURN_EVERY (20 s), DRAIN (5 s), FLAP_EVERY (90 s), FLAP_DOWN (3 s),
 # FLAP_GRACE (5 s), GROWTH_TOLERANCE (0.10), PORT_BASE (29100: ports 29101-29190 on
 # 127.0.0.1 and backends on 127.0.0.21-42), PROXY_CPU / LOAD_CPU (taskset weir / the rest).

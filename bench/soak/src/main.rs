@@ -66,7 +66,7 @@ struct LoadArgs {
     /// Directory for intervals.jsonl, errors.jsonl and summary.json.
     #[arg(long)]
     out: PathBuf,
-    /// Multiplies every client's pace (1: about 190 requests/s in all).
+    /// Multiplies every client's pace (1: about 160 requests/s in all).
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
 }
