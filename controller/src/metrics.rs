@@ -19,6 +19,9 @@ pub struct Metrics {
     pub reloads_ok: Counter,
     /// Routing tables the dataplane rejected (the previous one kept serving).
     pub reloads_failed: Counter,
+    /// Tasks alive in the runtime that encodes the metrics (the proxy's: connections, streams,
+    /// the admin listener), read at each scrape: a count that only grows is a task leak.
+    runtime_alive_tasks: Gauge,
 }
 
 impl Metrics {
@@ -30,6 +33,7 @@ impl Metrics {
         let manifest_errors = Gauge::default();
         let reloads_ok = Counter::default();
         let reloads_failed = Counter::default();
+        let runtime_alive_tasks = Gauge::default();
         registry.register(
             "routing_table_version",
             "Version of the routing table being served",
@@ -47,11 +51,30 @@ impl Metrics {
             "Routing tables rejected by the dataplane",
             reloads_failed.clone(),
         );
-        Metrics { registry, table_version, translation_warnings, manifest_errors, reloads_ok, reloads_failed }
+        registry.register(
+            "runtime_alive_tasks",
+            "Tasks alive in the proxy's runtime when the metrics were scraped",
+            runtime_alive_tasks.clone(),
+        );
+        Metrics {
+            registry,
+            table_version,
+            translation_warnings,
+            manifest_errors,
+            reloads_ok,
+            reloads_failed,
+            runtime_alive_tasks,
+        }
     }
 
-    /// The OpenMetrics text of every metric.
+    /// The OpenMetrics text of every metric. Called on a runtime (the admin listener's, which is
+    /// the proxy's), it first reads that runtime's alive tasks; elsewhere that gauge keeps its
+    /// last value.
     pub fn encode(&self) -> Bytes {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let tasks = runtime.metrics().num_alive_tasks();
+            self.runtime_alive_tasks.set(i64::try_from(tasks).unwrap_or(i64::MAX));
+        }
         let mut out = String::new();
         if let Err(error) = encode(&mut out, &self.registry) {
             tracing::warn!(%error, "encoding metrics failed");
@@ -63,5 +86,35 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The gauge counts the scraping runtime's tasks: it follows tasks spawned and finished.
+    #[tokio::test(flavor = "current_thread")]
+    async fn alive_tasks_follow_the_runtime() {
+        let metrics = Metrics::new();
+        let tasks = |text: &Bytes| -> i64 {
+            let text = String::from_utf8_lossy(text).into_owned();
+            let line = text.lines().find(|l| l.starts_with("weir_runtime_alive_tasks ")).unwrap_or_default();
+            line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(-1)
+        };
+        let before = tasks(&metrics.encode());
+        assert!(before >= 0, "{:?}", metrics.encode());
+        let (senders, parked): (Vec<_>, Vec<_>) = (0..10)
+            .map(|_| {
+                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+                (tx, tokio::spawn(rx))
+            })
+            .unzip();
+        assert_eq!(tasks(&metrics.encode()), before + 10);
+        drop(senders);
+        for task in parked {
+            assert!(matches!(task.await, Ok(Err(_))));
+        }
+        assert_eq!(tasks(&metrics.encode()), before);
     }
 }

@@ -294,6 +294,35 @@ fn routes_and_hot_reloads(threads: &str) {
     wait_until("the deleted route to go", || get(http, "app.test", "/v2").0 == 404);
 }
 
+/// `weir_runtime_alive_tasks` on a real `weir serve`'s `/metrics`: client connections are tasks
+/// while open, and the count comes back down when they close (what the soak benchmark samples to
+/// see task leaks).
+#[test]
+fn metrics_count_the_tasks_of_open_connections() {
+    let (_echo, echo_addrs) = spawn(&["echo", "--listen", "127.0.0.1:0", "--name", "backend-a"], &["listen"]);
+    let dir = tempfile::tempdir().unwrap();
+    manifests(dir.path(), echo_addrs[0], "/");
+    let (_weir, addrs) = spawn(&serve_args(dir.path().to_str().unwrap(), &[]), &["http", "admin"]);
+    let (http, admin) = (addrs[0], addrs[1]);
+    let tasks = || {
+        let (status, text) = get(admin, "x", "/metrics");
+        assert_eq!(status, 200, "{text}");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("weir_runtime_alive_tasks "))
+            .unwrap_or_else(|| panic!("{text}"));
+        line.rsplit(' ').next().and_then(|v| v.parse::<i64>().ok()).unwrap_or_else(|| panic!("{line}"))
+    };
+    assert_eq!(get(http, "app.test", "/").0, 200);
+    let idle = tasks();
+    assert!(idle > 0, "{idle}");
+    let open: Vec<std::net::TcpStream> =
+        (0..20).map(|_| std::net::TcpStream::connect(http).unwrap()).collect();
+    wait_until("a task per open connection", || tasks() >= idle + 20);
+    drop(open);
+    wait_until("the connections' tasks to end", || tasks() < idle + 5);
+}
+
 /// A CA and a leaf for `app.test`, made now: (CA PEM, Secret manifest with the leaf).
 fn tls_secret(name: &str) -> (String, String) {
     use base64::Engine as _;
