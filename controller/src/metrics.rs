@@ -3,8 +3,10 @@
 use bytes::Bytes;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use weir_dataplane::proxy::Proxy;
 
 /// The controller's metrics and the registry that encodes them.
 pub struct Metrics {
@@ -22,6 +24,12 @@ pub struct Metrics {
     /// Tasks alive in the runtime that encodes the metrics (the proxy's: connections, streams,
     /// the admin listener), read at each scrape: a count that only grows is a task leak.
     runtime_alive_tasks: Gauge,
+    /// Client connections open, read from the proxy at each scrape.
+    connections_open: Gauge,
+    /// Client connections refused by the connection limits, by `limit` (`total`, `per_client`).
+    connections_refused: Family<Vec<(&'static str, &'static str)>, Counter>,
+    /// The proxy whose connections are counted, once known.
+    proxy: std::sync::OnceLock<Proxy>,
 }
 
 impl Metrics {
@@ -56,7 +64,22 @@ impl Metrics {
             "Tasks alive in the proxy's runtime when the metrics were scraped",
             runtime_alive_tasks.clone(),
         );
+        let connections_open = Gauge::default();
+        let connections_refused = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
+        registry.register(
+            "connections_open",
+            "Client connections open over every listener",
+            connections_open.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Client connections reset at once by --max-connections (limit=total) or --max-connections-per-client (limit=per_client)",
+            connections_refused.clone(),
+        );
         Metrics {
+            connections_open,
+            connections_refused,
+            proxy: std::sync::OnceLock::new(),
             registry,
             table_version,
             translation_warnings,
@@ -71,6 +94,15 @@ impl Metrics {
     /// the proxy's), it first reads that runtime's alive tasks; elsewhere that gauge keeps its
     /// last value.
     pub fn encode(&self) -> Bytes {
+        if let Some(proxy) = self.proxy.get() {
+            let stats = proxy.connection_stats();
+            self.connections_open.set(i64::try_from(stats.open).unwrap_or(i64::MAX));
+            for (limit, refused) in [("total", stats.refused_total), ("per_client", stats.refused_per_client)]
+            {
+                let counter = self.connections_refused.get_or_create(&vec![("limit", limit)]);
+                counter.inc_by(refused.saturating_sub(counter.get()));
+            }
+        }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let tasks = runtime.metrics().num_alive_tasks();
             self.runtime_alive_tasks.set(i64::try_from(tasks).unwrap_or(i64::MAX));
@@ -80,6 +112,13 @@ impl Metrics {
             tracing::warn!(%error, "encoding metrics failed");
         }
         Bytes::from(out)
+    }
+}
+
+impl Metrics {
+    /// Counts `proxy`'s client connections from now on (the first proxy given wins).
+    pub fn observe(&self, proxy: &Proxy) {
+        let _ = self.proxy.set(proxy.clone());
     }
 }
 

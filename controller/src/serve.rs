@@ -148,6 +148,7 @@ impl Running {
         let admin_addr = admin.local_addr()?;
         let proxy = Proxy::new(opts.proxy.clone());
         let metrics = Arc::new(Metrics::new());
+        metrics.observe(&proxy);
         let ready = Arc::new(AtomicBool::new(false));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (version_tx, versions) = watch::channel(0u64);

@@ -675,10 +675,10 @@ fn by_default_the_connection_limit_fits_the_open_file_limit() {
     let (_weir, addrs, log) = spawn_wrapped(
         &["prlimit", "--nofile=256:256"],
         &serve_args(manifests_dir, &[]),
-        &["http"],
+        &["http", "admin"],
         Some("info"),
     );
-    let http = addrs[0];
+    let (http, admin) = (addrs[0], addrs[1]);
     wait_until("the app to serve", || get(http, "app.test", "/").0 == 200);
     assert!(
         log.lock().unwrap().iter().any(|l| l.contains("max_connections=64")),
@@ -694,6 +694,11 @@ fn by_default_the_connection_limit_fits_the_open_file_limit() {
         log.lock().unwrap().iter().any(|l| l.contains("connection limit reached"))
     });
     assert!(!log.lock().unwrap().iter().any(|l| l.contains("accept failed")), "no EMFILE");
+    // The admin listener is not a client listener: its scrape counts nowhere.
+    let metrics = get(admin, "x", "/metrics").1;
+    assert!(metrics.contains("weir_connections_open 64"), "{metrics}");
+    assert!(metrics.contains("weir_connections_refused_total{limit=\"total\"} 1"), "{metrics}");
+    assert!(metrics.contains("weir_connections_refused_total{limit=\"per_client\"} 0"), "{metrics}");
     drop(open.pop());
     wait_until("a place to free up", || KeepAlive::open(http).request() == Some(200));
 }
