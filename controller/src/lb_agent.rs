@@ -24,7 +24,6 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use weir_dataplane::model::ObjectRef;
@@ -117,27 +116,18 @@ async fn run(client: Client, options: LbOptions, mut shutdown: watch::Receiver<b
     let (namespaces, t3) = reflect(Api::<Namespace>::all(client.clone()), "Namespace", changes.clone());
     let _tasks = AbortAll(vec![t1, t2, t3]);
 
-    let lease_secs = options.lease_duration.as_secs().max(2);
-    let mut retry = Duration::from_millis(250);
-    let manager = loop {
-        let built = LeaseManagerBuilder::new(client.clone(), &options.lease.name)
-            .with_namespace(&options.lease.namespace)
-            .with_identity(&options.identity)
-            .with_duration(lease_secs)
-            .with_grace((lease_secs / 3).max(1))
-            .build()
-            .await;
-        match built {
-            Ok(manager) => break manager,
-            Err(error) => {
-                tracing::warn!(%error, lease = %options.lease, "cannot set up the load balancer's election; retrying");
-                tokio::select! {
-                    _ = shutdown.wait_for(|s| *s) => return,
-                    _ = tokio::time::sleep(retry) => {}
-                }
-                retry = (retry * 2).min(Duration::from_secs(5));
-            }
-        }
+    let election = "the load balancer's election";
+    let Some(manager) = crate::status::lease_manager(
+        &client,
+        &options.lease,
+        &options.identity,
+        options.lease_duration,
+        election,
+        &mut shutdown,
+    )
+    .await
+    else {
+        return;
     };
     let (mut leader, lease_task) = manager.watch().await;
 

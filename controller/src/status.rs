@@ -83,6 +83,41 @@ pub fn spawn(
     tokio::spawn(run(client, options, stores, outcomes, shutdown))
 }
 
+/// A Lease manager for `lease` held by `identity` for `duration` (at least 2 s; renewed a third
+/// of it before it lapses), retried with backoff while the API server refuses; `None` once
+/// `shutdown` turns true. `what` names the election in logs.
+pub(crate) async fn lease_manager(
+    client: &Client,
+    lease: &ObjectRef,
+    identity: &str,
+    duration: Duration,
+    what: &str,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<kube_lease_manager::LeaseManager> {
+    let lease_secs = duration.as_secs().max(2);
+    let mut retry = Duration::from_millis(250);
+    loop {
+        let built = LeaseManagerBuilder::new(client.clone(), &lease.name)
+            .with_namespace(&lease.namespace)
+            .with_identity(identity)
+            .with_duration(lease_secs)
+            .with_grace((lease_secs / 3).max(1))
+            .build()
+            .await;
+        match built {
+            Ok(manager) => return Some(manager),
+            Err(error) => {
+                tracing::warn!(%error, %lease, "cannot set up {what}; retrying");
+                tokio::select! {
+                    _ = shutdown.wait_for(|s| *s) => return None,
+                    _ = tokio::time::sleep(retry) => {}
+                }
+                retry = (retry * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
 async fn run(
     client: Client,
     options: StatusOptions,
@@ -90,28 +125,17 @@ async fn run(
     mut outcomes: watch::Receiver<Outcome>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let lease_secs = options.lease_duration.as_secs().max(2);
-    let grace = (lease_secs / 3).max(1);
-    let mut retry = Duration::from_millis(250);
-    let manager = loop {
-        let built = LeaseManagerBuilder::new(client.clone(), &options.lease.name)
-            .with_namespace(&options.lease.namespace)
-            .with_identity(&options.identity)
-            .with_duration(lease_secs)
-            .with_grace(grace)
-            .build()
-            .await;
-        match built {
-            Ok(manager) => break manager,
-            Err(error) => {
-                tracing::warn!(%error, lease = %options.lease, "cannot set up leader election; retrying");
-                tokio::select! {
-                    _ = shutdown.wait_for(|s| *s) => return,
-                    _ = tokio::time::sleep(retry) => {}
-                }
-                retry = (retry * 2).min(Duration::from_secs(5));
-            }
-        }
+    let Some(manager) = lease_manager(
+        &client,
+        &options.lease,
+        &options.identity,
+        options.lease_duration,
+        "leader election",
+        &mut shutdown,
+    )
+    .await
+    else {
+        return;
     };
     let (mut leader, lease_task) = manager.watch().await;
 
