@@ -14,34 +14,15 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
-missing=()
-for tool in nginx:nginx-light haproxy:haproxy openssl:openssl taskset:util-linux python3:python3; do
-  command -v "${tool%%:*}" >/dev/null 2>&1 || PATH=$PATH:/usr/sbin command -v "${tool%%:*}" >/dev/null 2>&1 ||
-    missing+=("${tool#*:}")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "missing tools; install them with: apt-get install -y ${missing[*]}" >&2
-  exit 2
-fi
-export PATH=$PATH:/usr/sbin
-
+# shellcheck source=../lib.sh
+. "$here/../lib.sh"
+require_tools nginx:nginx-light haproxy:haproxy openssl:openssl taskset:util-linux python3:python3
 if [ -z "${WEIR_BIN:-}" ]; then
-  echo "building weir (release)..." >&2
-  (cd "$root" && cargo build --release --locked --bin weir >&2)
-  target=$(cd "$root" && cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-  WEIR_BIN=$target/release/weir
+  WEIR_BIN=$(release_bins "$root" weir)/weir
 fi
 export WEIR_BIN
-
-if [ -n "${WORKDIR:-}" ]; then
-  workdir=$WORKDIR
-else
-  workdir=$(mktemp -d /tmp/weir-bench-idle.XXXXXX)
-  trap 'rm -rf "$workdir"' EXIT
-fi
-mkdir -p "$workdir"
-chmod 755 "$workdir"
-export WORKDIR=$workdir
+work_dir weir-bench-idle
+workdir=$WORKDIR
 
 openssl ecparam -name prime256v1 -genkey -noout -out "$workdir/key.pem" 2>/dev/null
 openssl req -x509 -new -key "$workdir/key.pem" -out "$workdir/cert.pem" -days 2 \

@@ -21,39 +21,21 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
-missing=()
-for tool in nginx:nginx-light haproxy:haproxy wrk:wrk h2load:nghttp2-client openssl:openssl \
-  taskset:util-linux python3:python3 curl:curl; do
-  command -v "${tool%%:*}" >/dev/null 2>&1 || PATH=$PATH:/usr/sbin command -v "${tool%%:*}" >/dev/null 2>&1 ||
-    missing+=("${tool#*:}")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "missing tools; install them with: apt-get install -y ${missing[*]}" >&2
-  exit 2
-fi
-export PATH=$PATH:/usr/sbin
+# shellcheck source=../lib.sh
+. "$here/../lib.sh"
+require_tools nginx:nginx-light haproxy:haproxy wrk:wrk h2load:nghttp2-client openssl:openssl \
+  taskset:util-linux python3:python3 curl:curl
 if [ "$(nproc)" -lt 2 ]; then
   echo "needs at least 2 CPUs (one for the proxy, one for load and upstream)" >&2
   exit 2
 fi
 
 if [ -z "${WEIR_BIN:-}" ]; then
-  echo "building weir (release)..." >&2
-  (cd "$root" && cargo build --release --locked --bin weir >&2)
-  target=$(cd "$root" && cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-  WEIR_BIN=$target/release/weir
+  WEIR_BIN=$(release_bins "$root" weir)/weir
 fi
 export WEIR_BIN
-
-if [ -n "${WORKDIR:-}" ]; then
-  workdir=$WORKDIR
-else
-  workdir=$(mktemp -d /tmp/weir-bench-peers.XXXXXX)
-  trap 'rm -rf "$workdir"' EXIT  # the generated key goes with it
-fi
-mkdir -p "$workdir"
-chmod 755 "$workdir"  # nginx workers (user nobody) read the 1 MiB body from it
-export WORKDIR=$workdir
+work_dir weir-bench-peers  # nginx workers (user nobody) read the 1 MiB body from it
+workdir=$WORKDIR
 
 # A fresh ECDSA P-256 key and self-signed certificate for every run (never committed).
 # KEY_TYPE=rsa: RSA 2048 instead (full handshakes cost differently per key type).

@@ -20,24 +20,16 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
-missing=()
-for tool in openssl:openssl python3:python3; do
-  command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool#*:}")
-done
-if [ -n "${PROXY_CPU:-}${LOAD_CPU:-}" ] && ! command -v taskset >/dev/null 2>&1; then
-  missing+=(util-linux)
-fi
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "missing tools; install them with: apt-get install -y ${missing[*]}" >&2
-  exit 2
-fi
+# shellcheck source=../lib.sh
+. "$here/../lib.sh"
+tools=(openssl:openssl python3:python3)
+if [ -n "${PROXY_CPU:-}${LOAD_CPU:-}" ]; then tools+=(taskset:util-linux); fi
+require_tools "${tools[@]}"
 
 if [ -z "${WEIR_BIN:-}" ] || [ -z "${SOAK_BIN:-}" ]; then
-  echo "building weir and weir-soak (release)..." >&2
-  (cd "$root" && cargo build --release --locked --bin weir --bin weir-soak >&2)
-  target=$(cd "$root" && cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-  WEIR_BIN=${WEIR_BIN:-$target/release/weir}
-  SOAK_BIN=${SOAK_BIN:-$target/release/weir-soak}
+  bins=$(release_bins "$root" weir weir-soak)
+  WEIR_BIN=${WEIR_BIN:-$bins/weir}
+  SOAK_BIN=${SOAK_BIN:-$bins/weir-soak}
 fi
 export WEIR_BIN SOAK_BIN
 
