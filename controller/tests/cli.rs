@@ -592,8 +592,26 @@ fn cpu_ticks(pid: u32) -> u64 {
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
-fn have_prlimit() -> bool {
-    have("prlimit")
+/// `weir serve` under `prlimit --nofile=NOFILE` with `extra` flags, routing `app.test` to a
+/// [`plain_backend`]: (process, HTTP and admin addresses, log, the manifest directory); `None`
+/// (test skipped) without `prlimit`.
+fn serve_limited(
+    nofile: u32,
+    extra: &[&str],
+) -> Option<(Proc, SocketAddr, SocketAddr, Log, tempfile::TempDir)> {
+    if !have("prlimit") {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    manifests(dir.path(), plain_backend(), "/");
+    let limit = format!("--nofile={nofile}:{nofile}");
+    let (weir, addrs, log) = spawn_wrapped(
+        &["prlimit", &limit],
+        &serve_args(dir.path().to_str().unwrap(), extra),
+        &["http", "admin"],
+        Some("info"),
+    );
+    Some((weir, addrs[0], addrs[1], log, dir))
 }
 
 /// With `--max-connections` above what the open-file limit allows, `accept` fails with EMFILE:
@@ -602,20 +620,11 @@ fn have_prlimit() -> bool {
 /// again once descriptors are free.
 #[test]
 fn out_of_descriptors_the_accept_loop_backs_off_and_open_connections_are_served() {
-    if !have_prlimit() {
+    let Some((weir, http, _admin, log, _dir)) =
+        serve_limited(160, &["--threads", "2", "--max-connections", "1000"])
+    else {
         return;
-    }
-    let backend = plain_backend();
-    let dir = tempfile::tempdir().unwrap();
-    manifests(dir.path(), backend, "/");
-    let manifests_dir = dir.path().to_str().unwrap();
-    let (weir, addrs, log) = spawn_wrapped(
-        &["prlimit", "--nofile=160:160"],
-        &serve_args(manifests_dir, &["--threads", "2", "--max-connections", "1000"]),
-        &["http"],
-        Some("info"),
-    );
-    let http = addrs[0];
+    };
     wait_until("the app to serve", || get(http, "app.test", "/").0 == 200);
     assert!(
         log.lock()
@@ -656,21 +665,8 @@ fn out_of_descriptors_the_accept_loop_backs_off_and_open_connections_are_served(
 /// reset at once and `accept` never fails.
 #[test]
 fn by_default_the_connection_limit_fits_the_open_file_limit() {
-    if !have_prlimit() {
-        return;
-    }
-    let backend = plain_backend();
-    let dir = tempfile::tempdir().unwrap();
-    manifests(dir.path(), backend, "/");
-    let manifests_dir = dir.path().to_str().unwrap();
     // 256 open files: 128 reserved, 2 per connection, so 64 connections.
-    let (_weir, addrs, log) = spawn_wrapped(
-        &["prlimit", "--nofile=256:256"],
-        &serve_args(manifests_dir, &[]),
-        &["http", "admin"],
-        Some("info"),
-    );
-    let (http, admin) = (addrs[0], addrs[1]);
+    let Some((_weir, http, admin, log, _dir)) = serve_limited(256, &[]) else { return };
     wait_until("the app to serve", || get(http, "app.test", "/").0 == 200);
     assert!(
         log.lock().unwrap().iter().any(|l| l.contains("max_connections=64")),
