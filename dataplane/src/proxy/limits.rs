@@ -42,9 +42,9 @@ pub fn somaxconn() -> u32 {
 }
 
 /// Binds a listener on `addr` with a listen backlog of `backlog` connections (`None`: the
-/// kernel's `somaxconn`, the most it grants; nginx uses 511 and tokio 1024, both of which a burst
-/// of connects can overflow, and an overflowing backlog drops SYNs: the client retries after a
-/// second). Must run inside a tokio runtime.
+/// kernel's `somaxconn`, the most it grants; nginx uses 511 and tokio, as std, 128, which a
+/// burst of connects overflows, and an overflowing backlog drops SYNs: the client retries after
+/// a second). Must run inside a tokio runtime.
 pub fn bind(addr: SocketAddr, backlog: Option<u32>) -> io::Result<TcpListener> {
     let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
     // A restarted weir can bind while connections of the old one linger in TIME_WAIT.
