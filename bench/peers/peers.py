@@ -321,16 +321,20 @@ class Proxy:
                 pass
         return user / TICK, system / TICK
 
-    def peak_rss_mb(self):
+    def memory_kb(self, field):
+        """A /proc/PID/status memory field (VmRSS, VmHWM...), summed over the proxy's processes."""
         total = 0
         for pid in self.pids():
             try:
                 with open(f"/proc/{pid}/status") as f:
-                    m = re.search(r"VmHWM:\s+(\d+) kB", f.read())
+                    m = re.search(rf"{field}:\s+(\d+) kB", f.read())
                 total += int(m.group(1)) if m else 0
             except FileNotFoundError:
                 pass
-        return total / 1024
+        return total
+
+    def peak_rss_mb(self):
+        return self.memory_kb("VmHWM") / 1024
 
     def stop(self):
         try:
