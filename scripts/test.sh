@@ -7,7 +7,8 @@
 #
 # What it installs, as root on Debian (apt-get; without root it only says what is missing, and
 # the tests that need it skip with the reason, or fail under WEIR_REQUIRE_ALL=1):
-# - clients the TLS and proxy tests drive: curl, openssl, h2load (nghttp2-client), a C compiler;
+# - clients the TLS and proxy tests drive: curl, openssl, h2load (nghttp2-client), a C compiler,
+#   Python's brotli and zstandard (decoding compressed responses);
 # - the kernel tools `weir node` programs in network namespaces: iptables, nftables, ipvsadm,
 #   ipset, conntrack, iproute2 (`ip netns`), util-linux (`unshare`);
 # - a real kube-apiserver and etcd for the Kubernetes end-to-end tests, built once from
@@ -129,6 +130,12 @@ install_tools() {
       log "installing python3-venv python3-pip"
       apt-get update -qq
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv python3-pip >/dev/null
+    fi
+    # The compression tests decode brotli and zstd with Debian's Python packages.
+    if ! /usr/bin/python3 -c 'import brotli, zstandard' 2>/dev/null; then
+      log "installing python3-brotli python3-zstandard"
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-brotli python3-zstandard >/dev/null
     fi
     install_helm
     install_kubernetes_validate

@@ -56,7 +56,7 @@ async def open_idle(port, tls, n):
 
 
 async def measure(name, kind):
-    proxy = peers.Proxy(name)
+    proxy = peers.Proxy(name, "idle")
     try:
         time.sleep(0.5)
         before = proxy.memory_kb("VmRSS")
@@ -88,9 +88,9 @@ def raise_limits(work):
     open(conf, "w").write(text)
 
 
-def weir_argv(name, argv=peers.proxy_argv):
+def weir_argv(name, scenario, argv=peers.proxy_argv):
     """weir as bench/peers runs it, admitting N connections whatever the open-file limit."""
-    args = argv(name)
+    args = argv(name, scenario)
     return args + ["--max-connections", str(N + 1000)] if name.startswith("weir") else args
 
 

@@ -4,8 +4,10 @@ it up, runs one bounded load, reads the proxy's CPU time and peak RSS from /proc
 finally prints medians, ratios, integrity failures and the bottleneck of each cell."""
 
 import base64
+import gzip
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -28,7 +30,13 @@ WARMUP = int(os.environ.get("WARMUP", "1"))
 PROXY_CPU = os.environ.get("PROXY_CPU", "1")
 LOAD_CPU = os.environ.get("LOAD_CPU", "0")
 ALL_SCENARIOS = ["h1", "h1-tls", "h2-tls", "h2-tls-32", "1m", "post-64k", "handshake", "resume",
-                 "ws", "h1-rate", "h2-tls-rate"]
+                 "ws", "h1-rate", "h2-tls-rate", "gzip-100k", "br-100k"]
+# Response compression of a 100 KB HTML page, as ingress-nginx configures it (use-gzip: gzip
+# level 1; enable-brotli: brotli level 4): each proxy runs a configuration with it on.
+# HAProxy has gzip (libslz, its stateless encoder: faster, less compact) and no brotli.
+COMPRESSION = {"gzip-100k": "gzip", "br-100k": "br"}
+UNSUPPORTED = {("br-100k", "haproxy")}
+BROTLI_MODULE = "/usr/lib/nginx/modules/ngx_http_brotli_filter_module.so"
 SCENARIOS = os.environ.get("SCENARIOS", ",".join(ALL_SCENARIOS)).split(",")
 PROXIES = os.environ.get("PROXIES", "weir,nginx,haproxy" + (",weir-base" if WEIR_BASE else "")).split(",")
 if "weir-base" in PROXIES and not WEIR_BASE:
@@ -48,6 +56,7 @@ PORTS = {
 H1_CONNS = 32
 H2_CONNS, H2_STREAMS = 8, 16
 BIG_CONNS = 8
+ZIP_CONNS = 8
 POST_CONNS = 16
 WS_CONNS = 4
 # The fixed-rate scenarios: the same load for every proxy (requests/s in all), below what each
@@ -101,9 +110,29 @@ def pinned(cpu, argv):
 
 # === configuration of the upstream and the three proxies ===
 
+def page_html():
+    """A 100 KB HTML page of varied prose (it compresses about as a real page does)."""
+    rng = random.Random(7)
+    words = ("weir ingress route backend service request header proxy table host path cluster node "
+             "latency the a of to and in is for with on that by this be are from at as it or an "
+             "kubernetes controller gateway endpoint slice secret certificate annotation").split()
+    parts = ["<!doctype html>\n<html><head><meta charset=utf-8><title>bench</title></head><body>\n"]
+    size = len(parts[0])
+    i = 0
+    while size < 100_000:
+        sentence = " ".join(rng.choice(words) for _ in range(rng.randint(8, 20)))
+        line = f'<p id="p{i}" class="c{i % 7}"><a href="/doc/{rng.randint(1, 999)}">{sentence}</a>.</p>\n'
+        parts.append(line)
+        size += len(line)
+        i += 1
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
 def setup_files():
     with open(os.path.join(WORK, "1m.bin"), "wb") as f:
         f.write(os.urandom(1 << 20))
+    write(os.path.join(WORK, "page.html"), page_html())
     write(os.path.join(WORK, "post.lua"),
           'wrk.method = "POST"\nwrk.body = string.rep("x", 65536)\n'
           'wrk.headers["Content-Type"] = "application/octet-stream"\n')
@@ -125,6 +154,7 @@ http {{
   server {{
     listen 127.0.0.1:{UP} backlog=4096;
     location = /1m {{ default_type application/octet-stream; alias {WORK}/1m.bin; }}
+    location = /page.html {{ default_type text/html; alias {WORK}/page.html; }}
     location = /sink {{ client_max_body_size 2m; client_body_buffer_size 128k; return 200 "ok\\n"; }}
     location = /up-status {{ stub_status; }}
     location / {{ default_type text/plain; return 200 "hello from the upstream, a small fixed body\\n"; }}
@@ -139,13 +169,25 @@ http {{
         ("X-Real-IP", "$remote_addr"), ("X-Forwarded-Proto", "$scheme"),
         ("X-Forwarded-Host", "$http_host"), ("X-Forwarded-Port", "$server_port"),
     )) if PEER_HEADERS == "weir" else ""
-    write(os.path.join(WORK, "nginx/nginx.conf"), f"""
+    # ingress-nginx's nginx.tmpl lines for use-gzip and enable-brotli, with its default levels.
+    nginx_compression = {
+        "": ("", ""),
+        "gzip": ("", "gzip on; gzip_comp_level 1; gzip_http_version 1.1; gzip_min_length 256; "
+                     "gzip_types text/plain application/json; gzip_proxied any; gzip_vary on;"),
+        "br": (f"load_module {BROTLI_MODULE};",
+               "brotli on; brotli_comp_level 4; brotli_min_length 20; brotli_types text/plain application/json;"),
+    }
+    for variant, (main_ctx, http_ctx) in nginx_compression.items():
+        conf = "nginx.conf" if not variant else f"nginx-{variant}.conf"
+        write(os.path.join(WORK, "nginx", conf), f"""
+{main_ctx}
 worker_processes 1;
 pid {WORK}/nginx/nginx.pid;
 error_log {WORK}/nginx/error.log warn;
 events {{ worker_connections 8192; }}
 http {{
   access_log off;
+  {http_ctx}
   keepalive_requests 100000000;
   keepalive_timeout 300s;
   client_body_temp_path {WORK}/nginx/body;
@@ -188,7 +230,9 @@ http {{
         ("X-Forwarded-Proto", "https if { ssl_fc }"), ("X-Forwarded-Proto", "http if !{ ssl_fc }"),
         ("X-Forwarded-Host", "%[req.hdr(host)]"), ("X-Forwarded-Port", "%[dst_port]"),
     )) if PEER_HEADERS == "weir" else ""
-    write(os.path.join(WORK, "haproxy/haproxy.cfg"), f"""
+    for variant, compression in (("", ""), ("gzip", "  compression algo gzip\n  compression type text/html\n")):
+        conf = "haproxy.cfg" if not variant else f"haproxy-{variant}.cfg"
+        write(os.path.join(WORK, "haproxy", conf), f"""
 global
   nbthread 1
   maxconn 4096
@@ -208,7 +252,7 @@ frontend fe
 {haproxy_headers}  use_backend ws if {{ path_beg /ws }}
   default_backend up
 backend up
-  server up 127.0.0.1:{UP}
+{compression}  server up 127.0.0.1:{UP}
 backend ws
   server ws 127.0.0.1:{WS_UP}
 """)
@@ -266,17 +310,28 @@ endpoints:
 - addresses: ["127.0.0.1"]
   conditions: {{ready: true}}
 """ for name, port in (("up", UP), ("ws", WS_UP))))
+    # The compression scenarios' weir: the same manifests and the ConfigMap keys ingress-nginx
+    # users set (their default levels).
+    for variant, keys in (("gzip", 'use-gzip: "true"'), ("br", 'enable-brotli: "true"')):
+        d = os.path.join(WORK, f"weir/manifests-{variant}")
+        os.makedirs(d, exist_ok=True)
+        shutil.copy(os.path.join(WORK, "weir/manifests/bench.yaml"), d)
+        write(os.path.join(d, "settings.yaml"), "apiVersion: v1\nkind: ConfigMap\n"
+              "metadata: {name: weir-settings, namespace: default}\n"
+              f"data:\n  {keys}\n")
 
 
-def proxy_argv(name):
+def proxy_argv(name, scenario):
+    variant = COMPRESSION.get(scenario)
+    suffix = f"-{variant}" if variant else ""
     if name == "nginx":
         return ["nginx", "-p", f"{WORK}/nginx", "-e", f"{WORK}/nginx/error.log",
-                "-c", f"{WORK}/nginx/nginx.conf", "-g", "daemon off;"]
+                "-c", f"{WORK}/nginx/nginx{suffix}.conf", "-g", "daemon off;"]
     if name == "haproxy":
-        return ["haproxy", "-db", "-f", f"{WORK}/haproxy/haproxy.cfg"]
+        return ["haproxy", "-db", "-f", f"{WORK}/haproxy/haproxy{suffix}.cfg"]
     p = PORTS[name]
     binary = WEIR_BASE if name == "weir-base" else WEIR
-    return [binary, "--log-level", "warn", "serve", "--manifests", f"{WORK}/weir/manifests",
+    return [binary, "--log-level", "warn", "serve", "--manifests", f"{WORK}/weir/manifests{suffix}",
             "--listen-http", f"127.0.0.1:{p['http']}", "--listen-https", f"127.0.0.1:{p['https']}",
             "--listen-admin", f"127.0.0.1:{p['admin']}", "--threads", "1",
             "--default-certificate", "bench/bench-tls"]
@@ -285,10 +340,10 @@ def proxy_argv(name):
 class Proxy:
     """One proxy process (tree), pinned to the proxy core, started fresh for every run."""
 
-    def __init__(self, name):
+    def __init__(self, name, scenario):
         self.name = name
         self.log = open(os.path.join(WORK, name, "stdout.log"), "ab")
-        self.proc = subprocess.Popen(pinned(PROXY_CPU, proxy_argv(name)), stdout=self.log,
+        self.proc = subprocess.Popen(pinned(PROXY_CPU, proxy_argv(name, scenario)), stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         if name.startswith("weir"):
             admin = PORTS[name]["admin"]
@@ -361,10 +416,12 @@ def seconds(value, unit):
     return float(value) * {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}[unit]
 
 
-def run_wrk(url, conns, duration, script=None):
+def run_wrk(url, conns, duration, script=None, header=None):
     argv = ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency", "--timeout", "5s"]
     if script:
         argv += ["-s", script]
+    if header:
+        argv += ["-H", header]
     out = run_bounded(argv + [url], duration + 15)
     res = {"raw": out, "inflight": conns}
     m = re.search(r"(\d+) requests in ([\d.]+)(\w+),", out)
@@ -512,6 +569,8 @@ def load(scenario, proxy, duration):
         return run_h2load(https + "/", duration, rate=H2_RATE)
     if scenario == "1m":
         return run_wrk(http + "/1m", BIG_CONNS, duration)
+    if scenario in COMPRESSION:
+        return run_wrk(http + "/page.html", ZIP_CONNS, duration, header=f"Accept-Encoding: {COMPRESSION[scenario]}")
     if scenario == "post-64k":
         return run_wrk(http + "/sink", POST_CONNS, duration, os.path.join(WORK, "post.lua"))
     if scenario == "handshake":
@@ -595,9 +654,26 @@ def busy_share(before, after, cpu):
     return (b1 - b0) / max(1, t1 - t0)
 
 
+def check_coding(proxy, coding):
+    """The proxy really compresses the page with `coding` (else the run measures nothing)."""
+    p = PORTS[proxy]
+    req = urllib.request.Request(f"http://127.0.0.1:{p['http']}/page.html", headers={"Accept-Encoding": coding})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        got, body = resp.headers.get("Content-Encoding"), resp.read()
+    page = open(os.path.join(WORK, "page.html"), "rb").read()
+    if got != coding:
+        return [f"the page came with Content-Encoding {got!r}, not {coding}"]
+    if coding == "gzip" and gzip.decompress(body) != page:
+        return ["the gzip body does not decode to the page"]
+    if len(body) * 2 > len(page):
+        return [f"{coding}: {len(body)} bytes for a {len(page)}-byte page"]
+    return []
+
+
 def one_run(scenario, proxy):
-    px = Proxy(proxy)
+    px = Proxy(proxy, scenario)
     try:
+        checked = check_coding(proxy, COMPRESSION[scenario]) if scenario in COMPRESSION else []
         if WARMUP > 0:
             load(scenario, proxy, WARMUP)
             time.sleep(0.5)  # the warm-up's last in-flight requests reach the upstream first
@@ -640,6 +716,7 @@ def one_run(scenario, proxy):
                                  f"{res['requests']} (at most {res['inflight']} in flight)")
     if res["requests"] == 0:
         res["errors"].append("no request completed")
+    res["errors"] += checked
     return res
 
 
@@ -704,6 +781,8 @@ def main():
             for scenario in SCENARIOS:
                 order = PROXIES[rnd % len(PROXIES):] + PROXIES[:rnd % len(PROXIES)]
                 for proxy in order:
+                    if (scenario, proxy) in UNSUPPORTED:
+                        continue
                     try:
                         res = one_run(scenario, proxy)
                     except Exception as error:  # a failed run is reported, not fatal
@@ -739,6 +818,9 @@ def main():
     for scenario in SCENARIOS:
         for proxy in PROXIES:
             runs = [r for r in results[scenario][proxy] if "rps" in r]
+            if (scenario, proxy) in UNSUPPORTED:
+                print(f"{scenario:12}{proxy:9}{'not supported':>30}")
+                continue
             if not runs:
                 print(f"{scenario:12}{proxy:9}{'no successful run':>30}")
                 continue

@@ -8,6 +8,7 @@
 #   bench/peers/run.sh                         # 3 rounds x 5 s, every scenario
 #   ROUNDS=5 DURATION=10 bench/peers/run.sh    # longer
 #   SCENARIOS=h1,h2-tls PROXIES=weir,nginx bench/peers/run.sh
+#   SCENARIOS=gzip-100k,br-100k bench/peers/run.sh   # response compression (ingress-nginx's levels)
 #
 # Environment: WEIR_BIN (default: build it with cargo), ROUNDS, DURATION (s), WARMUP (s),
 # SCENARIOS, PROXIES, PROXY_CPU (default 1), LOAD_CPU (default 0), WORKDIR (default a temp dir),
@@ -25,6 +26,15 @@ root=$(cd "$here/../.." && pwd)
 . "$here/../lib.sh"
 require_tools nginx:nginx-light haproxy:haproxy wrk:wrk h2load:nghttp2-client openssl:openssl \
   taskset:util-linux python3:python3 curl:curl
+# br-100k compares with nginx's brotli module (Debian's libnginx-mod-http-brotli-filter).
+case ",${SCENARIOS:-br-100k}," in
+  *,br-100k,*)
+    [ -f /usr/lib/nginx/modules/ngx_http_brotli_filter_module.so ] || {
+      echo "br-100k needs nginx's brotli module: apt-get install -y libnginx-mod-http-brotli-filter" \
+        "(or leave br-100k out of SCENARIOS)" >&2
+      exit 2
+    } ;;
+esac
 if [ "$(nproc)" -lt 2 ]; then
   echo "needs at least 2 CPUs (one for the proxy, one for load and upstream)" >&2
   exit 2

@@ -208,6 +208,7 @@ impl Checker {
         let (status, headers, body) = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
             .await
             .map_err(|_| format!("no answer within {REQUEST_TIMEOUT:?}"))??;
+        let body = decoded(&headers, &body)?;
         let seen = serde_json::from_slice::<EchoResponse>(&body).ok();
         let echo = seen.as_ref().map(|echo| echo.name.clone());
         let excerpt = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
@@ -277,10 +278,28 @@ fn parse_raw(answer: &[u8]) -> Result<Answer, String> {
         .get(http::header::TRANSFER_ENCODING)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"chunked"));
     let body = if chunked { dechunk(body)? } else { body.to_vec() };
+    let body = decoded(&headers, &body)?;
     let seen = serde_json::from_slice::<EchoResponse>(&body).ok();
     let echo = seen.as_ref().map(|echo| echo.name.clone());
     let excerpt = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
     Ok(Answer { status, echo, seen, headers, excerpt })
+}
+
+/// The body as the application sent it: undoes a `Content-Encoding` weir applied (gzip, br,
+/// zstd), as a browser would.
+fn decoded(headers: &http::HeaderMap, body: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let coding = headers.get(http::header::CONTENT_ENCODING).map(|v| v.as_bytes().to_ascii_lowercase());
+    let mut out = Vec::new();
+    let result = match coding.as_deref() {
+        None => return Ok(body.to_vec()),
+        Some(b"gzip") => flate2::read::GzDecoder::new(body).read_to_end(&mut out),
+        Some(b"br") => brotli::Decompressor::new(body, 4096).read_to_end(&mut out),
+        Some(b"zstd") => zstd::stream::read::Decoder::new(body).and_then(|mut d| d.read_to_end(&mut out)),
+        // Not weir's doing: left as it came.
+        Some(_) => return Ok(body.to_vec()),
+    };
+    result.map(|_| out).map_err(|e| format!("the body does not decode as its Content-Encoding says: {e}"))
 }
 
 /// The payload of a chunked body.

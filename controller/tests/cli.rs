@@ -3,15 +3,15 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup step should panic the test
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod support_app;
+mod support_proc;
 
-const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+use support_proc::{Log, Proc, WEIR, spawn, spawn_logged, spawn_wrapped};
 
 fn quickstart() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/quickstart/manifests")
@@ -99,108 +99,6 @@ fn node_without_its_kernel_tools_says_what_to_install() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(needs), "{mode}: {stderr}");
     }
-}
-
-/// A child process killed on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `weir ARGS` and waits for the log line that carries `key=ADDR`; returns the addresses.
-fn spawn(args: &[&str], keys: &[&str]) -> (Proc, Vec<SocketAddr>) {
-    let (proc, addrs, _log) = spawn_logged(args, keys, Some("info"));
-    (proc, addrs)
-}
-
-/// What a child process logged so far.
-type Log = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
-
-/// [`spawn`] with `RUST_LOG` as given (unset: `None`); the returned log keeps every line.
-fn spawn_logged(args: &[&str], keys: &[&str], rust_log: Option<&str>) -> (Proc, Vec<SocketAddr>, Log) {
-    spawn_wrapped(&[], args, keys, rust_log)
-}
-
-/// [`spawn_logged`] through `wrapper` (a program and its arguments that runs `weir ARGS`, such
-/// as `prlimit --nofile=N:N`).
-fn spawn_wrapped(
-    wrapper: &[&str],
-    args: &[&str],
-    keys: &[&str],
-    rust_log: Option<&str>,
-) -> (Proc, Vec<SocketAddr>, Log) {
-    let mut command = match wrapper.split_first() {
-        Some((program, rest)) => {
-            let mut command = Command::new(program);
-            command.args(rest).arg(WEIR);
-            command
-        }
-        None => Command::new(WEIR),
-    };
-    match rust_log {
-        Some(filter) => command.env("RUST_LOG", filter),
-        None => command.env_remove("RUST_LOG"),
-    };
-    let mut child = command.args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut proc = Proc(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut seen = Vec::new();
-    loop {
-        let line = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).unwrap_or_else(|_| {
-            let _ = proc.0.kill();
-            panic!("weir {args:?} did not log its addresses; saw:\n{}", seen.join("\n"))
-        });
-        let plain = strip_ansi(&line);
-        let addrs: Vec<Option<SocketAddr>> = keys.iter().map(|k| field(&plain, k)).collect();
-        if addrs.iter().all(Option::is_some) {
-            // Keep draining stderr so the child never blocks on a full pipe.
-            let log = Log::default();
-            let kept = log.clone();
-            kept.lock().unwrap().extend(seen.drain(..).chain([plain]));
-            std::thread::spawn(move || {
-                for line in rx {
-                    kept.lock().unwrap().push(strip_ansi(&line));
-                }
-            });
-            return (proc, addrs.into_iter().flatten().collect(), log);
-        }
-        seen.push(plain);
-    }
-}
-
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::new();
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-fn field(line: &str, key: &str) -> Option<SocketAddr> {
-    let start = line.find(&format!("{key}="))? + key.len() + 1;
-    line[start..].split_whitespace().next()?.parse().ok()
 }
 
 fn get(addr: SocketAddr, host: &str, path: &str) -> (u16, String) {

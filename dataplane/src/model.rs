@@ -8,6 +8,7 @@
 //! [`changes`] (what differs between two tables).
 
 pub mod changes;
+pub mod compression;
 pub mod logformat;
 
 use std::collections::BTreeMap;
@@ -189,6 +190,10 @@ pub struct Settings {
     /// (`upstream-keepalive-time`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_conn_lifetime_ms: Option<u64>,
+    /// Response compression (`use-gzip`, `enable-brotli`, `enable-zstd` and their companions);
+    /// `None`: responses go as the upstream sent them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<compression::Compression>,
 }
 
 impl Settings {

@@ -222,15 +222,20 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("datadog-priority-sampling", Unsupported),
         ("datadog-sample-rate", Unsupported),
         // Compression, GeoIP, WAF.
-        ("use-gzip", Unsupported),
-        ("gzip-level", Unsupported),
-        ("gzip-min-length", Unsupported),
-        ("gzip-types", Unsupported),
-        ("gzip-disable", Unsupported),
-        ("enable-brotli", Unsupported),
-        ("brotli-level", Unsupported),
-        ("brotli-min-length", Unsupported),
-        ("brotli-types", Unsupported),
+        ("use-gzip", Supported),
+        ("gzip-level", Supported),
+        ("gzip-min-length", Supported),
+        ("gzip-types", Supported),
+        ("gzip-disable", Supported),
+        ("enable-brotli", Supported),
+        ("brotli-level", Supported),
+        ("brotli-min-length", Supported),
+        ("brotli-types", Supported),
+        // weir's own: zstd (nginx's zstd module's directive names).
+        ("enable-zstd", Supported),
+        ("zstd-level", Supported),
+        ("zstd-min-length", Supported),
+        ("zstd-types", Supported),
         ("use-geoip", Unsupported),
         ("use-geoip2", Unsupported),
         ("enable-modsecurity", Unsupported),
@@ -458,6 +463,7 @@ pub(crate) fn parse(
     s.merge_slashes = ctx.value("merge-slashes", values::boolean, "true");
     s.reject_encoded_slashes = ctx.value("encoded-slashes", encoded_slashes, "decode");
     s.access_log = ctx.access_log();
+    s.compression = ctx.compression();
     s.response_headers = ctx.headers("add-headers", Direction::Response, config_maps);
     s.upstream_headers = ctx.headers("proxy-set-headers", Direction::Upstream, config_maps);
     parsed.allowed_response_headers = ctx.raw("global-allowed-response-headers").map(|list| {
@@ -1030,6 +1036,7 @@ impl<'a> Scanner<'a> {
     }
 }
 
+mod compression;
 mod limits;
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use http::{Response, StatusCode};
 use http_body_util::{Either, Full};
 
+use super::compress::Encoded;
 use super::headers::X_REQUEST_ID;
 use super::upstream::client::ResponseBody;
 use crate::state::throttle::Shaped;
@@ -15,7 +16,7 @@ pub use super::upstream::conn::BoxError;
 /// The body of every response the proxy returns: the upstream's, streamed (paced by
 /// `limit-rate` and holding its `limit-connections` place where the route says so), or a small
 /// local one.
-pub(crate) type ProxyBody = Either<Shaped<ResponseBody>, Full<Bytes>>;
+pub(crate) type ProxyBody = Either<Shaped<Encoded<ResponseBody>>, Full<Bytes>>;
 
 /// Where an error came from: decides the status and whether a retry makes sense.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

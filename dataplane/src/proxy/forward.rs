@@ -40,6 +40,7 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
 use super::accesslog;
+use super::compress::{self, Encoded};
 use super::deadline::{Deadline, Deadlines};
 use super::error::{BoxError, ProxyBody, ProxyError, grpc_local_response, is_grpc, local_response};
 use super::headers::{
@@ -957,7 +958,7 @@ impl ConnCtx {
         } else if switching {
             resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("upgrade"));
         }
-        Ok(resp.map(|body| Either::Left(Shaped::plain(body))))
+        Ok(resp.map(|body| Either::Left(Shaped::plain(Encoded::plain(body)))))
     }
 }
 
@@ -983,6 +984,8 @@ fn with_response_headers(
 struct Seen {
     http1: bool,
     log: Option<accesslog::Captured>,
+    /// The codings the client takes, when compression is on and may apply.
+    compress: Option<compress::Accepted>,
 }
 
 /// The client of one request, as far as the proxy believes.
@@ -1032,10 +1035,12 @@ impl ConnCtx {
             .access_log
             .as_ref()
             .map(|format| format.capture(req, self.client(config, req.headers()).ip));
-        Seen { http1: req.version() <= Version::HTTP_11, log }
+        let compress =
+            config.compression.as_ref().and_then(|c| c.accepted(req.method(), req.version(), req.headers()));
+        Seen { http1: req.version() <= Version::HTTP_11, log, compress }
     }
 
-    /// Settings applied to the answer: `keep-alive-requests`, the access-log line.
+    /// Settings applied to the answer: compression, `keep-alive-requests`, the access-log line.
     fn after(
         &self,
         state: &Compiled,
@@ -1044,6 +1049,17 @@ impl ConnCtx {
         start: Instant,
         request_id: &HeaderValue,
     ) {
+        // Upstream answers only: weir's own are short.
+        if let (Some(config), Some(accepted)) = (&state.config.compression, seen.compress)
+            && matches!(resp.body(), Either::Left(_))
+        {
+            let status = resp.status();
+            if let Some(encoding) = config.respond(accepted, status, resp.headers_mut())
+                && let Either::Left(body) = resp.body_mut()
+            {
+                body.get_mut().encode(encoding);
+            }
+        }
         if seen.http1
             && let Some(max) = state.config.keepalive_requests
             && resp.status() != StatusCode::SWITCHING_PROTOCOLS

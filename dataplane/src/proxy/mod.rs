@@ -41,6 +41,7 @@ use crate::tls::mtls::ClientAuthIndex;
 use crate::tls::{CertCache, CertIndex};
 
 pub mod accesslog;
+pub mod compress;
 mod deadline;
 pub mod error;
 mod extauth;
@@ -165,6 +166,8 @@ pub struct ProxyConfig {
     /// Longest life of an upstream HTTP/1.1 connection: not reused past it
     /// (`upstream-keepalive-time`); `None`: no limit.
     pub pool_max_lifetime: Option<Duration>,
+    /// Response compression (`use-gzip`, `enable-brotli`, `enable-zstd`); `None`: off.
+    pub compression: Option<Arc<compress::Config>>,
 }
 
 impl Default for ProxyConfig {
@@ -207,6 +210,7 @@ impl Default for ProxyConfig {
             send_timeout: Duration::from_secs(60),
             pool_max_requests: Some(10_000),
             pool_max_lifetime: Some(Duration::from_secs(3600)),
+            compression: None,
         }
     }
 }

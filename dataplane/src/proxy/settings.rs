@@ -96,6 +96,9 @@ impl ProxyConfig {
         if let Some(on) = settings.proxy_protocol {
             config.proxy_protocol = on;
         }
+        if let Some(compression) = &settings.compression {
+            config.compression = super::compress::Config::new(compression).map(Arc::new);
+        }
         if let Some(fields) = &settings.access_log {
             config.access_log = Some(Arc::new(Format::new(fields)));
         }

@@ -78,6 +78,11 @@ impl<B> Shaped<B> {
         Shaped { inner, extras: None }
     }
 
+    /// The body inside.
+    pub fn get_mut(&mut self) -> &mut B {
+        &mut self.inner
+    }
+
     /// Attaches the request's `slot` (freed with the body) and its bandwidth limit.
     pub fn limit(&mut self, slot: Option<Slot>, rate: Option<&ResponseRate>) {
         let pace = rate.and_then(Pace::new);

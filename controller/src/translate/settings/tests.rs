@@ -64,7 +64,7 @@ fn an_empty_configmap_changes_nothing() {
 
 #[test]
 fn unsupported_unknown_and_refused_keys_are_reported() {
-    let (_, w) = finding(&[("use-gzip", "true")], "use-gzip");
+    let (_, w) = finding(&[("use-geoip2", "true")], "use-geoip2");
     assert_eq!((w.severity, w.reason), (Severity::Warning, Reason::UnsupportedSetting));
     let (_, w) = finding(&[("use-gzipp", "true")], "use-gzipp");
     assert_eq!((w.severity, w.reason), (Severity::Warning, Reason::UnknownSetting));
@@ -664,4 +664,52 @@ fn request_path_keys() {
     assert_eq!(rejected(&[("merge-slashes", "on")], "merge-slashes").settings.merge_slashes, None);
     let bad = rejected(&[("encoded-slashes", "keep")], "encoded-slashes");
     assert_eq!(bad.settings.reject_encoded_slashes, None);
+}
+
+#[test]
+fn compression_keys() {
+    use weir_dataplane::model::compression::Codec;
+    // Off by default, and off when only the companions are set.
+    assert_eq!(clean(&[]).settings.compression, None);
+    assert_eq!(clean(&[("gzip-level", "5"), ("brotli-types", "text/css")]).settings.compression, None);
+    // ingress-nginx's defaults.
+    let c = clean(&[("use-gzip", "true"), ("enable-brotli", "true")]).settings.compression.unwrap();
+    let gzip = c.gzip.unwrap();
+    assert_eq!((gzip.level, gzip.min_length), (1, 256));
+    assert_eq!(gzip.types.len(), 17);
+    assert!(gzip.types.iter().any(|t| t == "application/json"));
+    let brotli = c.brotli.unwrap();
+    assert_eq!((brotli.level, brotli.min_length), (4, 20));
+    assert!(brotli.types.iter().any(|t| t == "application/xml+rss"));
+    assert_eq!((c.zstd, c.gzip_disable), (None, None));
+    // Every key.
+    let c = clean(&[
+        ("use-gzip", "true"),
+        ("gzip-level", "9"),
+        ("gzip-min-length", "1k"),
+        ("gzip-types", "Text/CSS  application/json"),
+        ("gzip-disable", "msie6"),
+        ("enable-zstd", "true"),
+        ("zstd-level", "3"),
+        ("zstd-min-length", "0"),
+        ("zstd-types", "*"),
+    ])
+    .settings
+    .compression
+    .unwrap();
+    assert_eq!(
+        c.gzip,
+        Some(Codec { level: 9, min_length: 1024, types: vec!["text/css".into(), "application/json".into()] })
+    );
+    assert_eq!(c.zstd, Some(Codec { level: 3, min_length: 0, types: vec!["*".into()] }));
+    assert_eq!(c.gzip_disable.as_deref(), Some("msie6"));
+    // Bad values: an error naming the key; the coding stays on with the default.
+    let s = rejected(&[("use-gzip", "true"), ("gzip-level", "10")], "gzip-level").settings;
+    assert_eq!(s.compression.unwrap().gzip.unwrap().level, 1);
+    rejected(&[("enable-brotli", "true"), ("brotli-level", "-1")], "brotli-level");
+    rejected(&[("use-gzip", "yes")], "use-gzip");
+    rejected(&[("use-gzip", "true"), ("gzip-types", "text/css, application/json")], "gzip-types");
+    rejected(&[("use-gzip", "true"), ("gzip-types", "css")], "gzip-types");
+    rejected(&[("use-gzip", "true"), ("gzip-disable", "MSIE [4-6\\.")], "gzip-disable");
+    rejected(&[("enable-zstd", "true"), ("zstd-min-length", "big")], "zstd-min-length");
 }
