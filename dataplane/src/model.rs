@@ -7,6 +7,7 @@
 //! Beside it: [`logformat`] (the access log's fields, templates of [`crate::vars`]) and
 //! [`changes`] (what differs between two tables).
 
+pub mod blocklist;
 pub mod changes;
 pub mod compression;
 pub mod logformat;
@@ -194,6 +195,12 @@ pub struct Settings {
     /// `None`: responses go as the upstream sent them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression: Option<compression::Compression>,
+    /// Requests whose `User-Agent` matches one of these get 403 (`block-user-agents`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub block_user_agents: Vec<blocklist::HeaderPattern>,
+    /// Requests whose `Referer` matches one of these get 403 (`block-referers`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub block_referers: Vec<blocklist::HeaderPattern>,
 }
 
 impl Settings {

@@ -132,8 +132,8 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("whitelist-source-range", Supported),
         ("denylist-source-range", Supported),
         ("block-cidrs", Supported),
-        ("block-user-agents", UnsupportedFailClosed),
-        ("block-referers", UnsupportedFailClosed),
+        ("block-user-agents", Supported),
+        ("block-referers", Supported),
         ("limit-req-status-code", Supported),
         ("limit-conn-status-code", Supported),
         ("limit-conn-zone-variable", Unsupported),
@@ -464,6 +464,8 @@ pub(crate) fn parse(
     s.reject_encoded_slashes = ctx.value("encoded-slashes", encoded_slashes, "decode");
     s.access_log = ctx.access_log();
     s.compression = ctx.compression();
+    s.block_user_agents = ctx.blocklist("block-user-agents");
+    s.block_referers = ctx.blocklist("block-referers");
     s.response_headers = ctx.headers("add-headers", Direction::Response, config_maps);
     s.upstream_headers = ctx.headers("proxy-set-headers", Direction::Upstream, config_maps);
     parsed.allowed_response_headers = ctx.raw("global-allowed-response-headers").map(|list| {
@@ -1036,6 +1038,7 @@ impl<'a> Scanner<'a> {
     }
 }
 
+mod blocklist;
 mod compression;
 mod limits;
 

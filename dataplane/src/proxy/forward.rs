@@ -156,6 +156,12 @@ impl ConnCtx {
         start: Instant,
         request_id: &HeaderValue,
     ) -> Result<Response<ProxyBody>, ProxyError> {
+        // `block-user-agents`, `block-referers`: before anything else, in every server.
+        if let Some(lists) = &state.config.blocklists
+            && lists.blocks(req.headers())
+        {
+            return Err(ProxyError::Forbidden);
+        }
         let host = match request_host(&req)? {
             Some(host) => host,
             // `Host` is optional in HTTP/1.0: such a request is for no name in particular, so

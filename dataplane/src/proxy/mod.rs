@@ -41,6 +41,7 @@ use crate::tls::mtls::ClientAuthIndex;
 use crate::tls::{CertCache, CertIndex};
 
 pub mod accesslog;
+pub mod blocklist;
 pub mod compress;
 mod deadline;
 pub mod error;
@@ -168,6 +169,8 @@ pub struct ProxyConfig {
     pub pool_max_lifetime: Option<Duration>,
     /// Response compression (`use-gzip`, `enable-brotli`, `enable-zstd`); `None`: off.
     pub compression: Option<Arc<compress::Config>>,
+    /// `block-user-agents` and `block-referers`; `None`: nothing blocked.
+    pub blocklists: Option<Arc<blocklist::Blocklists>>,
 }
 
 impl Default for ProxyConfig {
@@ -211,6 +214,7 @@ impl Default for ProxyConfig {
             pool_max_requests: Some(10_000),
             pool_max_lifetime: Some(Duration::from_secs(3600)),
             compression: None,
+            blocklists: None,
         }
     }
 }

@@ -99,6 +99,9 @@ impl ProxyConfig {
         if let Some(compression) = &settings.compression {
             config.compression = super::compress::Config::new(compression).map(Arc::new);
         }
+        config.blocklists =
+            super::blocklist::Blocklists::new(&settings.block_user_agents, &settings.block_referers)
+                .map(Arc::new);
         if let Some(fields) = &settings.access_log {
             config.access_log = Some(Arc::new(Format::new(fields)));
         }

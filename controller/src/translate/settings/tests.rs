@@ -82,17 +82,36 @@ fn unsupported_unknown_and_refused_keys_are_reported() {
 }
 
 #[test]
-fn unsupported_access_controls_fail_closed() {
-    for key in ["block-user-agents", "block-referers"] {
-        let (parsed, w) = finding(&[(key, "x")], key);
-        assert_eq!((w.severity, w.reason), (Severity::Error, Reason::UnsupportedSetting));
-        let mut policy = RoutePolicy::default();
-        parsed.routes.apply(&mut policy, true);
-        assert!(!policy.source.permits("192.0.2.1".parse().unwrap()), "{key}");
-    }
-    // Empty: nothing to protect.
-    let parsed = clean(&[("block-user-agents", "")]);
-    assert!(!parsed.routes.fail_closed);
+fn blocklists_as_nginx_map_reads_them() {
+    use weir_dataplane::model::blocklist::HeaderPattern;
+    let s = clean(&[
+        ("block-user-agents", r#"BadBot/1.0, ~^curl/, ~*scrapy, "Mozilla/4.0 (compatible)""#),
+        ("block-referers", "~*spam\\.example"),
+    ])
+    .settings;
+    assert_eq!(
+        s.block_user_agents,
+        [
+            HeaderPattern::Exact("BadBot/1.0".into()),
+            HeaderPattern::Regex { pattern: "^curl/".into(), caseless: false },
+            HeaderPattern::Regex { pattern: "scrapy".into(), caseless: true },
+            HeaderPattern::Exact("Mozilla/4.0 (compatible)".into()),
+        ]
+    );
+    assert_eq!(s.block_referers, [HeaderPattern::Regex { pattern: "spam\\.example".into(), caseless: true }]);
+    // No route is closed any more: the lists are enforced by the proxy.
+    assert!(!clean(&[("block-user-agents", "x")]).routes.fail_closed);
+    // A bad entry is an error naming it; the others still apply.
+    let (parsed, w) = finding(&[("block-user-agents", "~a(, ~*bot")], "block-user-agents");
+    assert_eq!((w.severity, w.reason), (Severity::Error, Reason::InvalidSetting));
+    assert!(w.message.contains("~a("), "{}", w.message);
+    assert_eq!(
+        parsed.settings.block_user_agents,
+        [HeaderPattern::Regex { pattern: "bot".into(), caseless: true }]
+    );
+    let (_, warnings) = parse_pairs(&[("block-referers", "~")]);
+    assert!(warnings[0].message.contains("every client"), "{:?}", warnings);
+    assert_eq!(clean(&[("block-user-agents", " , ")]).settings.block_user_agents, []);
 }
 
 #[test]
