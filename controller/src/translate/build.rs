@@ -149,7 +149,10 @@ impl<'a> Build<'a> {
                 &mut self.warnings,
             );
             if let Some(list) = couplings.as_deref_mut() {
-                list.push((o.rank.object.clone(), incremental::Couplings::of(o, &parsed)));
+                list.push((
+                    o.rank.object.clone(),
+                    incremental::Couplings::of(o, &parsed, self.settings.routes.custom_errors.is_some()),
+                ));
             }
             if parsed.regex_paths {
                 let rules = o.ingress.spec.as_ref().and_then(|s| s.rules.as_deref()).unwrap_or_default();
@@ -169,8 +172,12 @@ impl<'a> Build<'a> {
             if parsed.from_to_www {
                 self.www_redirects.push((o.rank.clone(), o.ingress));
             }
+            let balance_annotated = parsed.balance_annotated;
             let mut policy = parsed.policy;
             self.settings.routes.apply(&mut policy, parsed.global_auth);
+            if !balance_annotated && let Some(balance) = &self.settings.routes.balance {
+                policy.balance = balance.clone();
+            }
             parsed.response.or(&self.settings.routes.response).apply(&mut policy);
             self.policies.insert(o.key, policy);
         }
@@ -286,6 +293,17 @@ impl<'a> Build<'a> {
     /// The table's hosts and default backend, from the winning claims; only the backends a
     /// winning route or the default backend uses are resolved, each once.
     pub(super) fn build_routes(&mut self) {
+        if self.settings.routes.custom_errors.is_some()
+            && self.plan.default_backend.is_none()
+            && let Some(configmap) = &self.config.settings
+        {
+            self.warnings.warn_on(
+                super::warnings::ObjectKind::ConfigMap,
+                configmap,
+                Reason::InvalidSetting,
+                "data[custom-http-errors]: ignored: no default backend serves the pages (--default-backend-service, or an Ingress's defaultBackend)".into(),
+            );
+        }
         let mut ssl_redirects = SslRedirects {
             ingresses: &self.by_key,
             coverage: tls::Coverage::new(&self.tls.entries),
@@ -306,7 +324,17 @@ impl<'a> Build<'a> {
                     self.backends.resolve(c, &mut self.warnings);
                     Some(spec.with_backend(c.backend.clone()))
                 });
-                let custom_errors = self.error_specs.get(&claim.rank.object).and_then(|spec| {
+                // The Ingress's own `custom-http-errors`, else the ConfigMap's (served by the
+                // default backend; without one they do nothing, as the ConfigMap's warning says).
+                let global_errors = self
+                    .settings
+                    .routes
+                    .custom_errors
+                    .as_ref()
+                    .filter(|_| self.plan.default_backend.is_some())
+                    .map(|codes| (codes.clone(), None));
+                let spec = self.error_specs.get(&claim.rank.object).cloned().or(global_errors);
+                let custom_errors = spec.as_ref().and_then(|spec| {
                     self.backends.error_pages(
                         claim,
                         spec,

@@ -56,8 +56,10 @@ pub(crate) struct Couplings {
 }
 
 impl Couplings {
-    /// The ties of `ingress`, whose annotations parsed to `parsed`.
-    pub(crate) fn of(ingress: &Ours<'_>, parsed: &Parsed) -> Couplings {
+    /// The ties of `ingress`, whose annotations parsed to `parsed`; `global_errors`: the
+    /// ConfigMap has `custom-http-errors` (served by the default backend where the Ingress has
+    /// none of its own).
+    pub(crate) fn of(ingress: &Ours<'_>, parsed: &Parsed, global_errors: bool) -> Couplings {
         let mut c = Couplings::default();
         let namespace = ingress.rank.object.namespace.as_str();
         let spec = ingress.ingress.spec.as_ref();
@@ -77,7 +79,7 @@ impl Couplings {
         match &parsed.custom_errors {
             Some((_, Some(name))) => service(Some(name)),
             Some((_, None)) => c.default_backend = true,
-            None => {}
+            None => c.default_backend |= global_errors,
         }
         if default.is_some() && rules.is_empty() {
             c.default_backend = true;

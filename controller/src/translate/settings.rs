@@ -118,14 +118,14 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("upstream-keepalive-time", Supported),
         ("upstream-keepalive-timeout", Supported),
         ("upstream-keepalive-requests", Supported),
-        ("load-balance", Unsupported),
-        ("upstream-hash-by", Unsupported),
+        ("load-balance", Supported),
+        ("upstream-hash-by", Supported),
         ("upstream-hash-by-subset", Unsupported),
         ("upstream-hash-by-subset-size", Unsupported),
         ("service-upstream", Unsupported),
         ("preserve-trailing-slash", Supported),
         ("use-port-in-redirects", Unsupported),
-        ("custom-http-errors", Unsupported),
+        ("custom-http-errors", Supported),
         ("disable-proxy-intercept-errors", Unsupported),
         ("default-type", Unsupported),
         // Access.
@@ -342,6 +342,12 @@ pub(crate) struct RouteDefaults {
     /// `limit-rate`, `limit-rate-after`, `proxy-redirect-*`, `proxy-cookie-*`,
     /// `preserve-trailing-slash`: for the keys an Ingress's annotations leave unset.
     pub(crate) response: super::annotations::limits::ResponseSettings,
+    /// `upstream-hash-by`, else `load-balance`: the balancing of routes whose Ingress sets none
+    /// (`affinity`, `upstream-hash-by` or `load-balance` annotations).
+    pub(crate) balance: Option<weir_dataplane::model::Balance>,
+    /// `custom-http-errors`: the codes whose answers the default backend replaces, on routes
+    /// whose Ingress has no `custom-http-errors` of its own.
+    pub(crate) custom_errors: Option<Vec<u16>>,
 }
 
 impl Default for RouteDefaults {
@@ -358,6 +364,8 @@ impl Default for RouteDefaults {
             no_auth_locations: vec!["/.well-known/acme-challenge".to_string()],
             conn_status: None,
             response: Default::default(),
+            balance: None,
+            custom_errors: None,
         }
     }
 }
@@ -850,6 +858,11 @@ impl<'a> Ctx<'a, '_> {
         }
         routes.global_auth = self.global_auth().map(Box::new);
         routes.fail_closed = self.fail_closed;
+        routes.balance = match self.value("upstream-hash-by", values::hash_key, "none") {
+            Some(template) => Some(weir_dataplane::model::Balance::Hash(template)),
+            None => self.value("load-balance", values::load_balance, "round_robin"),
+        };
+        routes.custom_errors = self.value("custom-http-errors", values::status_codes, "none");
         routes
     }
 

@@ -230,6 +230,9 @@ pub(crate) struct Parsed {
     /// `custom-http-errors` codes, and the `default-backend` Service that serves their pages
     /// (`None`: the table's default backend).
     pub(crate) custom_errors: Option<(Vec<u16>, Option<String>)>,
+    /// Whether `affinity`, `upstream-hash-by` or `load-balance` chose the balancing (else the
+    /// ConfigMap's applies).
+    pub(crate) balance_annotated: bool,
     /// `server-alias`: more names for the Ingress's first host.
     pub(crate) server_aliases: Vec<weir_dataplane::model::HostMatch>,
     /// `from-to-www-redirect`: the other name of each host (`www.` added or removed) answers
@@ -253,6 +256,7 @@ impl Default for Parsed {
         Parsed {
             policy: RoutePolicy::default(),
             custom_errors: None,
+            balance_annotated: false,
             server_aliases: Vec::new(),
             from_to_www: false,
             canary: None,
@@ -397,7 +401,9 @@ pub(crate) fn parse(
     let (external_auth, external_failed) = ctx.external_auth(refs);
     parsed.policy.external_auth = external_auth.map(Box::new);
     parsed.canary = ctx.canary();
-    parsed.policy.balance = ctx.balance();
+    let balance = ctx.balance();
+    parsed.balance_annotated = balance.is_some();
+    parsed.policy.balance = balance.unwrap_or_default();
     parsed.server_aliases = ctx.value("server-alias", values::host_list).unwrap_or_default();
     parsed.from_to_www = ctx.value("from-to-www-redirect", values::boolean).unwrap_or(false);
     parsed.policy.response_headers = ctx.custom_headers(refs);
@@ -746,8 +752,9 @@ impl Ctx<'_, '_> {
 
     /// `affinity: cookie` (with `session-cookie-*` and `affinity-mode`), else `upstream-hash-by`,
     /// else `load-balance`: ingress-nginx's precedence. An empty cookie path stands for the
-    /// route's path, filled in per route.
-    fn balance(&mut self) -> Balance {
+    /// route's path, filled in per route. `None`: none of them is set (the ConfigMap's
+    /// `upstream-hash-by` or `load-balance` applies).
+    fn balance(&mut self) -> Option<Balance> {
         let affinity = self.value("affinity", |v| match v {
             "cookie" => Ok(()),
             _ => Err("only cookie affinity exists".to_string()),
@@ -781,7 +788,7 @@ impl Ctx<'_, '_> {
                     format!("metadata.annotations[{key}]: weir always moves a session whose endpoint failed to the endpoint that answered; \"false\" is not available"),
                 );
             }
-            return Balance::Cookie(Box::new(CookieAffinity {
+            return Some(Balance::Cookie(Box::new(CookieAffinity {
                 name: self
                     .value("session-cookie-name", values::header_name)
                     .unwrap_or_else(|| "INGRESSCOOKIE".into()),
@@ -803,24 +810,15 @@ impl Ctx<'_, '_> {
                         _ => Err("expected sticky or legacy".to_string()),
                     })
                     .unwrap_or(false),
-            }));
+            })));
         }
         if self.reader.get("affinity").is_none() {
             self.unused_without(&cookie_settings, "affinity: cookie");
         }
-        if let Some(template) = self
-            .value("upstream-hash-by", |v| weir_dataplane::hashkey::HashKey::parse(v).map(|_| v.to_string()))
-        {
-            return Balance::Hash(template);
+        if let Some(template) = self.value("upstream-hash-by", values::hash_key) {
+            return Some(Balance::Hash(template));
         }
-        match self.value("load-balance", |v| match v {
-            "round_robin" => Ok(Balance::RoundRobin),
-            "ewma" => Ok(Balance::Ewma),
-            _ => Err("expected round_robin or ewma".to_string()),
-        }) {
-            Some(balance) => balance,
-            None => Balance::RoundRobin,
-        }
+        self.value("load-balance", values::load_balance)
     }
 
     /// `canary: "true"` with `canary-weight` (0), `canary-weight-total` (100), `canary-by-header`

@@ -276,6 +276,20 @@ pub(crate) fn header_name(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// `load-balance`: `round_robin` or `ewma` (ingress-nginx's two).
+pub(crate) fn load_balance(s: &str) -> Result<weir_dataplane::model::Balance, String> {
+    match s {
+        "round_robin" => Ok(weir_dataplane::model::Balance::RoundRobin),
+        "ewma" => Ok(weir_dataplane::model::Balance::Ewma),
+        _ => Err("expected round_robin or ewma".to_string()),
+    }
+}
+
+/// `upstream-hash-by`: a hash key template (literal text and nginx variables weir knows).
+pub(crate) fn hash_key(s: &str) -> Result<String, String> {
+    weir_dataplane::hashkey::HashKey::parse(s).map(|_| s.to_string())
+}
+
 /// A regular expression in RE2 syntax (Rust's `regex` crate).
 pub(super) fn regex(s: &str) -> Result<String, String> {
     weir_dataplane::route::router::compile_path_regex(s).map(|_| s.to_string()).map_err(|e| {
@@ -300,7 +314,7 @@ pub(super) fn cookie_domain(s: &str) -> Result<String, String> {
 }
 
 /// Comma-separated HTTP error statuses (400 to 599).
-pub(super) fn status_codes(s: &str) -> Result<Vec<u16>, String> {
+pub(crate) fn status_codes(s: &str) -> Result<Vec<u16>, String> {
     let mut codes = Vec::new();
     for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         match item.parse::<u16>() {
