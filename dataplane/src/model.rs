@@ -201,6 +201,14 @@ pub struct Settings {
     /// Requests whose `Referer` matches one of these get 403 (`block-referers`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub block_referers: Vec<blocklist::HeaderPattern>,
+    /// Headers removed from upstream responses (`hide-headers`, nginx's `proxy_hide_header`);
+    /// names in lower case.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hide_headers: Vec<String>,
+    /// The upstream's `Server` header reaches clients (`allow-backend-server-header`). `None`:
+    /// hidden, as nginx does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_backend_server_header: Option<bool>,
 }
 
 impl Settings {

@@ -473,3 +473,56 @@ async fn an_incremental_publish_applies_changed_settings() {
     p.proxy.publish_changes(&base, Some(&TableChanges::default())).unwrap();
     assert_eq!(seen(&p, &[CHAIN]).await.headers["x-real-ip"], "127.0.0.1", "back to the defaults");
 }
+
+/// A backend whose answers carry what nginx hides by default and what `hide-headers` names.
+async fn chatty_backend() -> std::net::SocketAddr {
+    use http_body_util::Full;
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let svc = service_fn(|_req: http::Request<hyper::body::Incoming>| async move {
+                    http::Response::builder()
+                        .header("server", "Apache/2.4.1 (Unix)")
+                        .header("x-powered-by", "PHP/5.3")
+                        .header("x-accel-redirect", "/internal/file")
+                        .header("x-kept", "yes")
+                        .body(Full::new(bytes::Bytes::from_static(b"ok")))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn upstream_server_and_nginx_instructions_are_hidden_as_nginx_does() {
+    let addr = chatty_backend().await;
+    let base = table().host("a.test").prefix("/", &backend("chatty", &[addr])).build();
+    let p = proxy(base.clone()).await;
+    let names = |r: &Resp| {
+        ["server", "x-powered-by", "x-accel-redirect", "x-kept"]
+            .into_iter()
+            .filter(|n| r.headers.contains_key(*n))
+            .collect::<Vec<_>>()
+    };
+    // nginx's defaults (`allow-backend-server-header: false`).
+    let r = p.get("a.test", "/").await;
+    assert_eq!((r.status, names(&r)), (StatusCode::OK, vec!["x-powered-by", "x-kept"]));
+    // `hide-headers` and `allow-backend-server-header`, published without a restart.
+    let settings = Settings {
+        hide_headers: vec!["x-powered-by".into()],
+        allow_backend_server_header: Some(true),
+        ..Settings::default()
+    };
+    p.proxy.publish(with_settings(base, settings)).unwrap();
+    let r = p.get("a.test", "/").await;
+    assert_eq!(names(&r), ["server", "x-kept"]);
+    assert_eq!(r.headers["server"], "Apache/2.4.1 (Unix)");
+}

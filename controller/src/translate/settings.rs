@@ -112,8 +112,8 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("proxy-set-headers", Supported),
         ("add-headers", Supported),
         ("global-allowed-response-headers", Supported),
-        ("hide-headers", Unsupported),
-        ("allow-backend-server-header", Unsupported),
+        ("hide-headers", Supported),
+        ("allow-backend-server-header", Supported),
         ("upstream-keepalive-connections", Supported),
         ("upstream-keepalive-time", Supported),
         ("upstream-keepalive-timeout", Supported),
@@ -303,6 +303,15 @@ fn encoded_slashes(s: &str) -> Result<bool, String> {
 /// ingress-nginx's `hsts-max-age` default: a year.
 const HSTS_MAX_AGE: u64 = 31_536_000;
 
+/// `hide-headers`: comma-separated header names, lower-cased.
+fn header_names(s: &str) -> Result<Vec<String>, String> {
+    let mut names = Vec::new();
+    for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        names.push(values::header_name(name)?.to_ascii_lowercase());
+    }
+    Ok(names)
+}
+
 /// What the settings ConfigMap says, typed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Parsed {
@@ -474,6 +483,8 @@ pub(crate) fn parse(
     s.compression = ctx.compression();
     s.block_user_agents = ctx.blocklist("block-user-agents");
     s.block_referers = ctx.blocklist("block-referers");
+    s.hide_headers = ctx.value("hide-headers", header_names, "none").unwrap_or_default();
+    s.allow_backend_server_header = ctx.value("allow-backend-server-header", values::boolean, "false");
     s.response_headers = ctx.headers("add-headers", Direction::Response, config_maps);
     s.upstream_headers = ctx.headers("proxy-set-headers", Direction::Upstream, config_maps);
     parsed.allowed_response_headers = ctx.raw("global-allowed-response-headers").map(|list| {

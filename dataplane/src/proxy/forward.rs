@@ -45,7 +45,7 @@ use super::deadline::{Deadline, Deadlines};
 use super::error::{BoxError, ProxyBody, ProxyError, grpc_local_response, is_grpc, local_response};
 use super::headers::{
     Forwarded, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PORT, X_FORWARDED_PROTO, X_REQUEST_ID,
-    connection_tokens, request_id, strip_hop_by_hop,
+    connection_tokens, hide_headers, request_id, strip_hop_by_hop,
 };
 use super::upstream::body::{BodyTimedOut, BodyTooLarge, UpstreamBody};
 use super::upstream::client::{ResponseBody, SendError, Target};
@@ -790,6 +790,7 @@ impl ConnCtx {
             "proxied"
         );
         let mut resp = self.response(resp, downstream_upgrade, h2_websocket)?;
+        hide_headers(resp.headers_mut(), &ctx.state.config.hidden_response_headers);
         if let Some(policy) = ctx.policy {
             if let Some(rewrite) = &policy.response_rewrite {
                 rewrite.apply(resp.headers_mut());

@@ -278,6 +278,37 @@ fn url_len(template: &Template, o: &RequestView<'_>) -> usize {
     template.parts().iter().map(part).sum()
 }
 
+/// Removes `hidden` from an upstream response's headers: one pass over the names (usually
+/// none is there), lookups only when one is.
+pub(crate) fn hide_headers(headers: &mut HeaderMap, hidden: &[HeaderName]) {
+    if headers.keys().any(|name| hidden.contains(name)) {
+        for name in hidden {
+            headers.remove(name);
+        }
+    }
+}
+
+/// The upstream response headers nginx hides by default (`proxy_hide_header`'s built-in list:
+/// instructions to nginx, and its own `Server`), unless `allow_server`
+/// (`allow-backend-server-header`).
+pub(crate) fn hidden_by_default(allow_server: bool) -> Vec<HeaderName> {
+    let mut names: Vec<HeaderName> = [
+        "x-pad",
+        "x-accel-expires",
+        "x-accel-redirect",
+        "x-accel-limit-rate",
+        "x-accel-buffering",
+        "x-accel-charset",
+    ]
+    .into_iter()
+    .map(HeaderName::from_static)
+    .collect();
+    if !allow_server {
+        names.push(http::header::SERVER);
+    }
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -171,6 +171,9 @@ pub struct ProxyConfig {
     pub compression: Option<Arc<compress::Config>>,
     /// `block-user-agents` and `block-referers`; `None`: nothing blocked.
     pub blocklists: Option<Arc<blocklist::Blocklists>>,
+    /// Headers removed from every upstream response: nginx's `proxy_hide_header` defaults
+    /// (`Server`, unless `allow-backend-server-header`; `X-Pad`, `X-Accel-*`) and `hide-headers`.
+    pub hidden_response_headers: Arc<[http::HeaderName]>,
 }
 
 impl Default for ProxyConfig {
@@ -215,6 +218,7 @@ impl Default for ProxyConfig {
             pool_max_lifetime: Some(Duration::from_secs(3600)),
             compression: None,
             blocklists: None,
+            hidden_response_headers: headers::hidden_by_default(false).into(),
         }
     }
 }

@@ -99,6 +99,18 @@ impl ProxyConfig {
         if let Some(compression) = &settings.compression {
             config.compression = super::compress::Config::new(compression).map(Arc::new);
         }
+        if settings.allow_backend_server_header.is_some() || !settings.hide_headers.is_empty() {
+            let mut hidden =
+                super::headers::hidden_by_default(settings.allow_backend_server_header == Some(true));
+            for name in &settings.hide_headers {
+                match http::HeaderName::from_bytes(name.as_bytes()) {
+                    Ok(name) if !hidden.contains(&name) => hidden.push(name),
+                    Ok(_) => {}
+                    Err(_) => tracing::warn!(header = name, "hide-headers: not a header name; ignored"),
+                }
+            }
+            config.hidden_response_headers = hidden.into();
+        }
         config.blocklists =
             super::blocklist::Blocklists::new(&settings.block_user_agents, &settings.block_referers)
                 .map(Arc::new);

@@ -732,3 +732,16 @@ fn compression_keys() {
     rejected(&[("use-gzip", "true"), ("gzip-disable", "MSIE [4-6\\.")], "gzip-disable");
     rejected(&[("enable-zstd", "true"), ("zstd-min-length", "big")], "zstd-min-length");
 }
+
+#[test]
+fn hidden_response_headers() {
+    let s =
+        clean(&[("hide-headers", "X-Powered-By, x-aspnet-version"), ("allow-backend-server-header", "true")])
+            .settings;
+    assert_eq!(s.hide_headers, ["x-powered-by", "x-aspnet-version"]);
+    assert_eq!(s.allow_backend_server_header, Some(true));
+    assert_eq!(
+        rejected(&[("hide-headers", "X-Ok, bad header")], "hide-headers").settings.hide_headers,
+        [] as [String; 0]
+    );
+}
