@@ -96,6 +96,7 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
     let mut publisher = Publisher { config, tx, warnings: Vec::new(), lb: None, announce: None };
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut lb_task = None;
+    let mut members_task = None;
     let mut announce_tasks = Vec::new();
     if args.load_balancer {
         let (targets_tx, targets_rx) = watch::channel(Targets::default());
@@ -104,16 +105,26 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
             Source::Manifests(dir) => {
                 publisher.lb = Some(ManifestLb::new(args.lb_class(), dir));
                 let (members_tx, members_rx) = watch::channel(Membership::default());
-                publisher.announce =
-                    Some(Announce { class: args.lb_class(), targets: targets_tx, members: Some(members_tx) });
+                publisher.announce = Some(Announce {
+                    class: args.lb_class(),
+                    targets: targets_tx,
+                    members: Some(members_tx),
+                    node: node.clone(),
+                    alone: false,
+                });
                 (members_rx, None)
             }
             Source::Kube(client) => {
                 let options = lb_options(&args);
                 tracing::info!(class = %options.class.class, lease = %options.lease, identity = %options.identity, "load balancer enabled");
                 lb_task = Some(lb_agent::spawn(client.clone(), options, shutdown_rx.clone()));
-                publisher.announce =
-                    Some(Announce { class: args.lb_class(), targets: targets_tx, members: None });
+                publisher.announce = Some(Announce {
+                    class: args.lb_class(),
+                    targets: targets_tx,
+                    members: None,
+                    node: node.clone(),
+                    alone: false,
+                });
                 let recorder = kube::runtime::events::Recorder::new(
                     client.clone(),
                     kube::runtime::events::Reporter {
@@ -128,7 +139,7 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
                         node.clone(),
                         shutdown_rx.clone(),
                     );
-                    announce_tasks.push(AbortOnDrop(task));
+                    members_task = Some(task);
                     (members_rx, Some(recorder))
                 } else {
                     (watch::channel(Membership::default()).1, None)
@@ -144,6 +155,12 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
                 members_rx,
                 lb_status.clone(),
             ))));
+        } else {
+            let why = match args.lb_announce {
+                node::LbAnnounce::None => "--lb-announce none",
+                node::LbAnnounce::L2 => "no --lb-interface and no default route",
+            };
+            lb_status.set_unannounced(&node, why);
         }
     }
     let source = match source {
@@ -159,11 +176,17 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
         }
     };
     drop(admin_task);
-    // Announcing stops with the process (the sockets close); the others take over when this
-    // node's Lease lapses, or at once when the Node turns not Ready (--manifests).
+    // Announcing stops first (the sockets close), then this node's liveness Lease is deleted so
+    // that the others take over at once (after a crash they do when it lapses; with --manifests,
+    // when the Node turns not Ready).
     drop(announce_tasks);
     // The load balancer releases its Lease, so that another replica takes over at once.
     shutdown_tx.send_replace(true);
+    if let Some(task) = members_task
+        && tokio::time::timeout(Duration::from_secs(3), task).await.is_err()
+    {
+        tracing::warn!("this node's liveness Lease was not deleted within 3 s");
+    }
     if let Some(task) = lb_task
         && tokio::time::timeout(Duration::from_secs(5), task).await.is_err()
     {
@@ -241,6 +264,10 @@ struct Announce {
     targets: watch::Sender<Targets>,
     /// With `--manifests`: the Node objects of the directory.
     members: Option<watch::Sender<Membership>>,
+    /// This node's name.
+    node: String,
+    /// Whether the directory holds no Node object (this node then announces alone; logged once).
+    alone: bool,
 }
 
 impl Publisher {
@@ -253,7 +280,7 @@ impl Publisher {
             }
             None => snapshot,
         };
-        if let Some(announce) = &self.announce {
+        if let Some(announce) = &mut self.announce {
             let targets = Targets {
                 list: elect::targets(snapshot, &announce.class),
                 uids: snapshot
@@ -271,11 +298,25 @@ impl Publisher {
                 }
             });
             if let (Some(members), Some(lb)) = (&announce.members, &self.lb) {
+                let mut membership = lb.membership().clone();
+                let alone = membership.members.is_empty();
+                if alone {
+                    // No Node object to elect among: a single-node set-up, this node announces.
+                    membership.members.push(elect::Member {
+                        name: announce.node.clone(),
+                        live: true,
+                        excluded: false,
+                    });
+                    if !announce.alone {
+                        tracing::warn!(node = %announce.node, "no Node object in the manifests: this node announces every address alone (add Node objects when several nodes share the directory)");
+                    }
+                }
+                announce.alone = alone;
                 members.send_if_modified(|m| {
-                    if m == lb.membership() {
+                    if *m == membership {
                         false
                     } else {
-                        m.clone_from(lb.membership());
+                        *m = membership;
                         true
                     }
                 });

@@ -75,6 +75,12 @@ impl LbStatus {
         self.document.lock().map(|d| d.clone()).unwrap_or_default()
     }
 
+    /// The document of a node that announces nothing, saying why.
+    pub fn set_unannounced(&self, node: &str, why: &str) {
+        let document = serde_json::json!({ "node": node, "announcer": null, "why": why }).to_string();
+        self.set(node, document, &BTreeSet::new());
+    }
+
     fn set(&self, node: &str, document: String, mine: &BTreeSet<IpAddr>) {
         if let Ok(mut d) = self.document.lock() {
             *d = document;
@@ -115,6 +121,7 @@ pub async fn run(
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_document = String::new();
+    let mut last_error = String::new();
     loop {
         let current = targets.borrow_and_update().clone();
         let membership = members.borrow_and_update().clone();
@@ -157,8 +164,16 @@ pub async fn run(
                         }
                     }
                     announced = Some(mine.clone());
+                    last_error.clear();
                 }
-                Err(error) => tracing::error!(%error, "the announcer failed"),
+                Err(error) => {
+                    // Retried every tick: said once per distinct failure.
+                    let text = format!("{error:#}");
+                    if text != last_error {
+                        tracing::error!(error = %text, "the announcer failed");
+                        last_error = text;
+                    }
+                }
             }
         }
         let document = serde_json::json!({

@@ -147,7 +147,7 @@ impl Observer {
 }
 
 /// Renews this node's Lease and watches the others'; publishes the [`Membership`] on each
-/// change. Ends when `shutdown` turns true.
+/// change. Ends when `shutdown` turns true, deleting this node's Lease.
 pub fn spawn(
     client: Client,
     namespace: String,
@@ -179,8 +179,8 @@ async fn run(
     let watch_leases = tokio::spawn(drive(lease_stream, "Lease", changes.clone()));
     let watch_nodes = tokio::spawn(drive(node_stream, "Node", changes.clone()));
     let (renewed_tx, mut renewed) = watch::channel(None::<Instant>);
-    let renew = tokio::spawn(renew(leases_api, node.clone(), renewed_tx));
-    let _tasks = super::announce::AbortAll(vec![watch_leases, watch_nodes, renew]);
+    let renew = tokio::spawn(renew(leases_api.clone(), node.clone(), renewed_tx));
+    let tasks = super::announce::AbortAll(vec![watch_leases, watch_nodes, renew]);
 
     let mut observer = Observer::default();
     let mut tick = tokio::time::interval(EVALUATE_EVERY);
@@ -196,11 +196,24 @@ async fn run(
             }
         });
         tokio::select! {
-            _ = shutdown.wait_for(|s| *s) => return,
+            _ = shutdown.wait_for(|s| *s) => break,
             _ = changes.notified() => {}
             _ = renewed.changed() => {}
             _ = tick.tick() => {}
         }
+    }
+    // A clean stop: renewals end, and the Lease goes so that the others take over at once
+    // rather than when it lapses.
+    drop(tasks);
+    let name = lease_name(&node);
+    let params = kube::api::DeleteParams::default();
+    let delete = leases_api.delete(&name, &params);
+    match tokio::time::timeout(Duration::from_secs(2), delete).await {
+        Ok(Ok(_)) => tracing::info!(lease = %name, "node Lease deleted"),
+        Ok(Err(error)) => {
+            tracing::warn!(lease = %name, %error, "cannot delete this node's Lease; it lapses in 2 s")
+        }
+        Err(_) => tracing::warn!(lease = %name, "deleting this node's Lease timed out; it lapses in 2 s"),
     }
 }
 
