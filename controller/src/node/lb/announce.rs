@@ -237,3 +237,83 @@ async fn publish(
         tracing::warn!(service = %service, %error, "cannot publish the announcing Event");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::node::lb::elect::{Member, Target};
+    use crate::node::lb::members::Membership;
+
+    /// Records every set it is told to announce.
+    struct Recording(Arc<Mutex<Vec<BTreeSet<IpAddr>>>>);
+
+    impl Announcer for Recording {
+        fn name(&self) -> &'static str {
+            "test"
+        }
+
+        fn announce(&mut self, addresses: &BTreeSet<IpAddr>) -> anyhow::Result<()> {
+            self.0.lock().unwrap().push(addresses.clone());
+            Ok(())
+        }
+    }
+
+    fn member(name: &str, live: bool) -> Member {
+        Member { name: name.to_string(), live, excluded: false }
+    }
+
+    #[tokio::test]
+    async fn the_loop_announces_this_nodes_share_and_stops_when_its_lease_lapses() {
+        let addresses: Vec<IpAddr> = (0..20).map(|i| format!("203.0.113.{i}").parse().unwrap()).collect();
+        let list = addresses
+            .iter()
+            .map(|a| Target {
+                address: *a,
+                services: vec![weir_dataplane::model::ObjectRef::new("default", "web")],
+                local_nodes: None,
+            })
+            .collect();
+        let (targets_tx, targets) = tokio::sync::watch::channel(Targets { list, uids: Default::default() });
+        let valid = tokio::time::Instant::now() + Duration::from_millis(1500);
+        let membership = |b_live: bool| Membership {
+            members: vec![member("node-a", true), member("node-b", b_live)],
+            valid_until: Some(valid),
+        };
+        let (members_tx, members) = tokio::sync::watch::channel(membership(true));
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let status = Arc::new(LbStatus::default());
+        let options =
+            LoopOptions { node: "node-a".to_string(), interfaces: vec!["eth0".to_string()], events: None };
+        let task =
+            tokio::spawn(run(options, Box::new(Recording(calls.clone())), targets, members, status.clone()));
+
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let first = calls.lock().unwrap().last().cloned().unwrap();
+        // Its share: some of the addresses, not all (node-b takes the others).
+        assert!(!first.is_empty() && first.len() < addresses.len(), "{first:?}");
+        let doc: serde_json::Value = serde_json::from_str(&status.document()).unwrap();
+        assert_eq!(doc["announcing"].as_array().unwrap().len(), first.len());
+
+        // node-b dies: node-a announces everything, and says so once.
+        members_tx.send_replace(membership(false));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(calls.lock().unwrap().last().unwrap().len(), addresses.len());
+        let before = calls.lock().unwrap().len();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(calls.lock().unwrap().len(), before, "an unchanged set is not announced again");
+
+        // Its own Lease lapses (no renewal arrives): it stops announcing by itself.
+        tokio::time::sleep_until(valid + Duration::from_millis(300)).await;
+        assert!(calls.lock().unwrap().last().unwrap().is_empty());
+        let doc: serde_json::Value = serde_json::from_str(&status.document()).unwrap();
+        assert_eq!(doc["mayAnnounce"], false);
+
+        drop(targets_tx);
+        drop(members_tx);
+        tokio::time::timeout(Duration::from_secs(1), task).await.unwrap().unwrap();
+    }
+}
