@@ -525,6 +525,8 @@ pub struct ManifestLb {
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
     /// The addresses of the last assignment (stable from one change to the next).
     last: BTreeMap<ObjectRef, Vec<IpAddr>>,
+    /// The Node objects of the directory, as announcer election members.
+    members: crate::node::lb::members::Membership,
     /// What was logged last (logged again only when it changes).
     logged: BTreeSet<String>,
 }
@@ -538,6 +540,7 @@ impl ManifestLb {
             pools: Vec::new(),
             namespaces: BTreeMap::new(),
             last: BTreeMap::new(),
+            members: crate::node::lb::members::Membership::default(),
             logged: BTreeSet::new(),
         }
     }
@@ -553,10 +556,17 @@ impl ManifestLb {
             tracing::error!("{m}; the other pools are used");
         }
         self.logged = messages;
-        let changed = pools != self.pools || read.namespaces != self.namespaces;
+        let members = crate::node::lb::members::from_nodes(&read.nodes);
+        let changed = pools != self.pools || read.namespaces != self.namespaces || members != self.members;
         self.pools = pools;
         self.namespaces = read.namespaces;
+        self.members = members;
         changed
+    }
+
+    /// The Node objects of the directory as election members (live when `Ready`).
+    pub fn membership(&self) -> &crate::node::lb::members::Membership {
+        &self.members
     }
 
     /// The pools in use.
@@ -601,10 +611,11 @@ impl ManifestLb {
 struct Read {
     pools: Vec<IpAddressPool>,
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    nodes: Vec<k8s_openapi::api::core::v1::Node>,
     errors: Vec<String>,
 }
 
-/// Reads every `IPAddressPool` and `Namespace` of the manifests below `dir` (`.yaml`, `.yml`,
+/// Reads every `IPAddressPool`, `Namespace` and `Node` of the manifests below `dir` (`.yaml`, `.yml`,
 /// `.json`; hidden entries skipped). Other kinds are the main source's business; a document that
 /// is not YAML is skipped here (the main source reports it).
 fn read_dir(dir: &Path) -> Read {
@@ -638,6 +649,10 @@ fn read_dir(dir: &Path) -> Read {
                         read.namespaces.insert(ns.name_any(), ns.labels().clone());
                     }
                 }
+                ("v1", "Node") => match serde_json::from_value::<k8s_openapi::api::core::v1::Node>(value) {
+                    Ok(node) => read.nodes.push(node),
+                    Err(e) => read.errors.push(format!("{}: Node: {e}", file.display())),
+                },
                 (other, pool::KIND) if other.starts_with("weir.dev/") => read.errors.push(format!(
                     "{}: IPAddressPool of apiVersion {other}: only weir.dev/v1alpha1 exists",
                     file.display()

@@ -15,6 +15,9 @@ use weir_dataplane::model::ObjectRef;
 
 use crate::lb_agent::{self, LbOptions, ManifestLb};
 use crate::node::exec::Runner;
+use crate::node::lb::announce::{self as announce, LbStatus, Targets};
+use crate::node::lb::members::{self, Membership};
+use crate::node::lb::{elect, l2};
 use crate::node::plan::{self, PlanConfig, PlanWarning, Ruleset};
 use crate::node::{self, NodeArgs, admin, sync};
 use crate::snapshot::Snapshot;
@@ -75,21 +78,89 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
     let admin_listener = tokio::net::TcpListener::bind(args.listen_admin)
         .await
         .with_context(|| format!("binding the admin listener on {}", args.listen_admin))?;
-    let admin = Arc::new(admin::Admin::new(stats.clone(), args.sync_period));
+    // The announcer opens its sockets before anything else runs: a bad --lb-interface is a
+    // usage error.
+    let announcer = match (args.load_balancer, args.lb_announce) {
+        (true, node::LbAnnounce::L2) => l2_announcer(&args)?,
+        _ => None,
+    };
+    let lb_status = Arc::new(LbStatus::default());
+    let mut admin = admin::Admin::new(stats.clone(), args.sync_period);
+    if args.load_balancer {
+        admin = admin.with_lb(lb_status.clone());
+    }
+    let admin = Arc::new(admin);
     tracing::info!(admin = %admin_listener.local_addr()?, "serving /healthz and /metrics");
     let admin_task = AbortOnDrop(tokio::spawn(admin::serve(admin_listener, admin)));
     let (tx, rx) = watch::channel(None);
-    let mut publisher = Publisher { config, tx, warnings: Vec::new(), lb: None };
+    let mut publisher = Publisher { config, tx, warnings: Vec::new(), lb: None, announce: None };
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut lb_task = None;
+    let mut members_task = None;
+    let mut announce_tasks = Vec::new();
     if args.load_balancer {
-        match &source {
-            Source::Manifests(dir) => publisher.lb = Some(ManifestLb::new(args.lb_class(), dir)),
+        let (targets_tx, targets_rx) = watch::channel(Targets::default());
+        let node = node_name(&args).unwrap_or_else(|| "weir-node".to_string());
+        let (members_rx, events) = match &source {
+            Source::Manifests(dir) => {
+                publisher.lb = Some(ManifestLb::new(args.lb_class(), dir));
+                let (members_tx, members_rx) = watch::channel(Membership::default());
+                publisher.announce = Some(Announce {
+                    class: args.lb_class(),
+                    targets: targets_tx,
+                    members: Some(members_tx),
+                    node: node.clone(),
+                    alone: false,
+                });
+                (members_rx, None)
+            }
             Source::Kube(client) => {
                 let options = lb_options(&args);
                 tracing::info!(class = %options.class.class, lease = %options.lease, identity = %options.identity, "load balancer enabled");
-                lb_task = Some(lb_agent::spawn(client.clone(), options, shutdown_rx));
+                lb_task = Some(lb_agent::spawn(client.clone(), options, shutdown_rx.clone()));
+                publisher.announce = Some(Announce {
+                    class: args.lb_class(),
+                    targets: targets_tx,
+                    members: None,
+                    node: node.clone(),
+                    alone: false,
+                });
+                let recorder = kube::runtime::events::Recorder::new(
+                    client.clone(),
+                    kube::runtime::events::Reporter {
+                        controller: "weir.dev/node-lb".to_string(),
+                        instance: Some(node.clone()),
+                    },
+                );
+                if announcer.is_some() {
+                    let (members_rx, task) = members::spawn(
+                        client.clone(),
+                        args.election_namespace.clone(),
+                        node.clone(),
+                        shutdown_rx.clone(),
+                    );
+                    members_task = Some(task);
+                    (members_rx, Some(recorder))
+                } else {
+                    (watch::channel(Membership::default()).1, None)
+                }
             }
+        };
+        if let Some((announcer, interfaces)) = announcer {
+            let options = announce::LoopOptions { node, interfaces, events };
+            announce_tasks.push(AbortOnDrop(tokio::spawn(announce::run(
+                options,
+                Box::new(announcer),
+                targets_rx,
+                members_rx,
+                lb_status.clone(),
+            ))));
+        } else {
+            let why = match args.lb_announce {
+                node::LbAnnounce::None => "--lb-announce none",
+                node::LbAnnounce::L2 => "no --lb-interface and no default route",
+            };
+            lb_status.set_unannounced(&node, why);
         }
     }
     let source = match source {
@@ -105,14 +176,42 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
         }
     };
     drop(admin_task);
+    // Announcing stops first (the sockets close), then this node's liveness Lease is deleted so
+    // that the others take over at once (after a crash they do when it lapses; with --manifests,
+    // when the Node turns not Ready).
+    drop(announce_tasks);
     // The load balancer releases its Lease, so that another replica takes over at once.
     shutdown_tx.send_replace(true);
+    if let Some(task) = members_task
+        && tokio::time::timeout(Duration::from_secs(3), task).await.is_err()
+    {
+        tracing::warn!("this node's liveness Lease was not deleted within 3 s");
+    }
     if let Some(task) = lb_task
         && tokio::time::timeout(Duration::from_secs(5), task).await.is_err()
     {
         tracing::warn!("the load balancer did not stop within 5 s");
     }
     result
+}
+
+/// The L2 announcer on `--lb-interface`s (default: the default route's interface), with their
+/// names; `None` (logged) when no interface is named and there is no default route.
+fn l2_announcer(args: &NodeArgs) -> anyhow::Result<Option<(l2::L2Announcer, Vec<String>)>> {
+    let names = if args.lb_interfaces.is_empty() {
+        match l2::default_route_interface() {
+            Ok(name) => vec![name],
+            Err(error) => {
+                tracing::warn!("{error:#}; LoadBalancer addresses are assigned but not announced");
+                return Ok(None);
+            }
+        }
+    } else {
+        args.lb_interfaces.clone()
+    };
+    let interfaces = names.iter().map(|n| l2::Interface::lookup(n)).collect::<anyhow::Result<Vec<_>>>()?;
+    let announcer = l2::L2Announcer::start(&interfaces)?;
+    Ok(Some((announcer, names)))
 }
 
 /// The load balancer's settings from `weir node`'s flags.
@@ -154,6 +253,21 @@ struct Publisher {
     warnings: Vec<PlanWarning>,
     /// With `--manifests --load-balancer`: the assignment, written into each snapshot.
     lb: Option<ManifestLb>,
+    /// With `--load-balancer`: where the addresses to announce (and, with `--manifests`, the
+    /// Nodes) go.
+    announce: Option<Announce>,
+}
+
+/// The announcing loop's inputs.
+struct Announce {
+    class: crate::node::lb::ipam::ClassConfig,
+    targets: watch::Sender<Targets>,
+    /// With `--manifests`: the Node objects of the directory.
+    members: Option<watch::Sender<Membership>>,
+    /// This node's name.
+    node: String,
+    /// Whether the directory holds no Node object (this node then announces alone; logged once).
+    alone: bool,
 }
 
 impl Publisher {
@@ -166,6 +280,48 @@ impl Publisher {
             }
             None => snapshot,
         };
+        if let Some(announce) = &mut self.announce {
+            let targets = Targets {
+                list: elect::targets(snapshot, &announce.class),
+                uids: snapshot
+                    .services
+                    .iter()
+                    .filter_map(|(k, s)| s.metadata.uid.clone().map(|u| (k.clone(), u)))
+                    .collect(),
+            };
+            announce.targets.send_if_modified(|t| {
+                if *t == targets {
+                    false
+                } else {
+                    *t = targets;
+                    true
+                }
+            });
+            if let (Some(members), Some(lb)) = (&announce.members, &self.lb) {
+                let mut membership = lb.membership().clone();
+                let alone = membership.members.is_empty();
+                if alone {
+                    // No Node object to elect among: a single-node set-up, this node announces.
+                    membership.members.push(elect::Member {
+                        name: announce.node.clone(),
+                        live: true,
+                        excluded: false,
+                    });
+                    if !announce.alone {
+                        tracing::warn!(node = %announce.node, "no Node object in the manifests: this node announces every address alone (add Node objects when several nodes share the directory)");
+                    }
+                }
+                announce.alone = alone;
+                members.send_if_modified(|m| {
+                    if *m == membership {
+                        false
+                    } else {
+                        *m = membership;
+                        true
+                    }
+                });
+            }
+        }
         let ruleset = plan::plan(snapshot, &self.config);
         if ruleset.warnings != self.warnings {
             for w in &ruleset.warnings {

@@ -1,5 +1,6 @@
 //! The admin listener of `weir node` (`--listen-admin`, by default `127.0.0.1:10256`, kube-proxy's
-//! healthz port): `/metrics` (the sync loop's [`Stats`], OpenMetrics text) and `/healthz`.
+//! healthz port): `/metrics` (the sync loop's [`Stats`], OpenMetrics text), `/healthz`, and,
+//! with `--load-balancer`, `/lb` (assignments and announcers as JSON, [`LbStatus`]).
 //!
 //! `/healthz` answers 200 while rules are being kept in sync: the last successful sync is at
 //! most twice the sync period (plus a grace of 10 s for slow full syncs) old. It answers 503
@@ -16,6 +17,7 @@ use hyper::{Request, Response, StatusCode};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use super::lb::announce::LbStatus;
 use super::sync::Stats;
 
 /// Extra age allowed to the last successful sync on top of twice the sync period.
@@ -26,6 +28,7 @@ pub struct Admin {
     registry: Registry,
     stats: Arc<Stats>,
     max_age: Duration,
+    lb: Option<Arc<LbStatus>>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -40,7 +43,14 @@ impl Admin {
     pub fn new(stats: Arc<Stats>, sync_period: Duration) -> Self {
         let mut registry = Registry::with_prefix("weir");
         stats.register(&mut registry);
-        Admin { registry, stats, max_age: sync_period.saturating_mul(2) + HEALTH_GRACE }
+        Admin { registry, stats, max_age: sync_period.saturating_mul(2) + HEALTH_GRACE, lb: None }
+    }
+
+    /// Serves the load balancer's `/lb` document and metric as well.
+    pub fn with_lb(mut self, lb: Arc<LbStatus>) -> Self {
+        lb.register(&mut self.registry);
+        self.lb = Some(lb);
+        self
     }
 
     /// The OpenMetrics text of every metric.
@@ -75,6 +85,11 @@ impl Admin {
             "/metrics" => {
                 (StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", self.metrics())
             }
+            "/lb" if self.lb.is_some() => (
+                StatusCode::OK,
+                "application/json",
+                self.lb.as_ref().map(|l| l.document()).unwrap_or_default(),
+            ),
             _ => (StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "404 Not Found\n".to_string()),
         };
         let mut response = Response::new(Full::new(Bytes::from(body)));

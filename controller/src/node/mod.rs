@@ -101,6 +101,24 @@ pub struct NodeArgs {
     /// This replica's identity in the Lease (default: the node name and process id).
     #[arg(long, env = "POD_NAME", value_name = "ID")]
     pub election_identity: Option<String>,
+    /// How this node makes the addresses it is elected for reachable: `l2` answers ARP and
+    /// NDP for them; `none` leaves it to something else (static routes, BGP elsewhere).
+    #[arg(long, value_enum, default_value_t = LbAnnounce::L2)]
+    pub lb_announce: LbAnnounce,
+    /// Interface on which to announce LoadBalancer addresses (repeatable; default: the
+    /// interface of the default route).
+    #[arg(long = "lb-interface", value_name = "IFACE")]
+    pub lb_interfaces: Vec<String>,
+}
+
+/// How LoadBalancer addresses are made reachable (`--lb-announce`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LbAnnounce {
+    /// ARP and NDP answers from the elected node (L2 mode).
+    #[default]
+    L2,
+    /// Not announced by weir.
+    None,
 }
 
 impl NodeArgs {

@@ -4,13 +4,20 @@
 //!   into [`pool::Pool`]s;
 //! - [`ipam`]: which LoadBalancer Service gets which address ([`ipam::assign`]);
 //! - [`announce`]: the trait behind which L2 (ARP/NDP) announcement, and later BGP, make the
-//!   assigned addresses reachable (not implemented yet).
+//!   assigned addresses reachable, and the loop feeding it;
+//! - [`elect`]: which node announces which address (pure); [`members`]: which nodes are alive
+//!   (node Leases, or Node objects with `--manifests`);
+//! - [`frame`] (pure) and [`l2`]: the ARP/NDP speaker.
 //!
 //! The impure edges (watching the API server, electing the one replica that assigns, writing
 //! Service and pool status and Events) live in `crate::lb_agent`.
 
 pub mod announce;
+pub mod elect;
+pub mod frame;
 pub mod ipam;
+pub mod l2;
+pub mod members;
 pub mod pool;
 
 use std::collections::BTreeMap;
