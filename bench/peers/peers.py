@@ -655,25 +655,26 @@ def busy_share(before, after, cpu):
 
 
 def check_coding(proxy, coding):
-    """The proxy really compresses the page with `coding` (else the run measures nothing)."""
+    """The proxy really compresses the page with `coding` (else the run measures nothing):
+    (errors, the compressed size)."""
     p = PORTS[proxy]
     req = urllib.request.Request(f"http://127.0.0.1:{p['http']}/page.html", headers={"Accept-Encoding": coding})
     with urllib.request.urlopen(req, timeout=5) as resp:
         got, body = resp.headers.get("Content-Encoding"), resp.read()
     page = open(os.path.join(WORK, "page.html"), "rb").read()
     if got != coding:
-        return [f"the page came with Content-Encoding {got!r}, not {coding}"]
+        return [f"the page came with Content-Encoding {got!r}, not {coding}"], None
     if coding == "gzip" and gzip.decompress(body) != page:
-        return ["the gzip body does not decode to the page"]
+        return ["the gzip body does not decode to the page"], None
     if len(body) * 2 > len(page):
-        return [f"{coding}: {len(body)} bytes for a {len(page)}-byte page"]
-    return []
+        return [f"{coding}: {len(body)} bytes for a {len(page)}-byte page"], len(body)
+    return [], len(body)
 
 
 def one_run(scenario, proxy):
     px = Proxy(proxy, scenario)
     try:
-        checked = check_coding(proxy, COMPRESSION[scenario]) if scenario in COMPRESSION else []
+        checked, zipped = check_coding(proxy, COMPRESSION[scenario]) if scenario in COMPRESSION else ([], None)
         if WARMUP > 0:
             load(scenario, proxy, WARMUP)
             time.sleep(0.5)  # the warm-up's last in-flight requests reach the upstream first
@@ -717,6 +718,8 @@ def one_run(scenario, proxy):
     if res["requests"] == 0:
         res["errors"].append("no request completed")
     res["errors"] += checked
+    if zipped is not None:
+        res["zipped_bytes"] = zipped
     return res
 
 
@@ -797,7 +800,8 @@ def main():
                         f"segs/req {fmt(res.get('segs_per_req'), '5.2f')}  "
                         f"sleeps/req up {fmt(res.get('up_sleeps_per_req'), '5.3f')} "
                         f"proxy {fmt(res.get('proxy_sleeps_per_req'), '5.3f')}  "
-                        f"{'FAIL' if res['errors'] else 'ok'}")
+                        + (f"{res['zipped_bytes']} B/page  " if "zipped_bytes" in res else "")
+                        + f"{'FAIL' if res['errors'] else 'ok'}")
     finally:
         for proc in filter(None, (upstream, ws_upstream)):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -833,6 +837,12 @@ def main():
                   f"{fmt(m['load_cpu_per_10k'], '11.3f')}{fmt(m['upstream_conns_per_10k'], '9.0f')}"
                   f"{fmt(m['segs_per_req'], '9.2f')}"
                   f"  {bottleneck(runs)}")
+    zipped = [(scenario, proxy, median([r.get("zipped_bytes") for r in results[scenario][proxy]]))
+              for scenario in SCENARIOS if scenario in COMPRESSION for proxy in PROXIES]
+    if zipped:
+        page = os.path.getsize(os.path.join(WORK, "page.html"))
+        print(f"\ncompressed size of the {page}-byte page: " + ", ".join(
+            f"{scenario} {proxy} {fmt(size, '.0f')} B" for scenario, proxy, size in zipped if size))
     if "weir" in PROXIES:
         print("\nweir relative to peers (req/s, p99, CPU per request, peak RSS; CPU < 1 is better)")
         for scenario in SCENARIOS:

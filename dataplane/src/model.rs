@@ -209,6 +209,9 @@ pub struct Settings {
     /// hidden, as nginx does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_backend_server_header: Option<bool>,
+    /// Requests sent upstream carry `X-Original-Uri` (`proxy-add-original-uri-header`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_uri_header: Option<bool>,
 }
 
 impl Settings {

@@ -526,3 +526,19 @@ async fn upstream_server_and_nginx_instructions_are_hidden_as_nginx_does() {
     assert_eq!(names(&r), ["server", "x-kept"]);
     assert_eq!(r.headers["server"], "Apache/2.4.1 (Unix)");
 }
+
+#[tokio::test]
+async fn the_original_uri_goes_upstream_when_asked() {
+    let e = echo("e").await;
+    let base = table().host("a.test").prefix("/", &to(&e)).build();
+    let p = proxy(base.clone()).await;
+    let seen = p.get("a.test", "/shop/items?page=2&q=a%20b").await.echo();
+    assert!(!seen.headers.contains_key("x-original-uri"), "off by default, as ingress-nginx");
+    let on = Settings { original_uri_header: Some(true), ..Settings::default() };
+    p.proxy.publish(with_settings(base, on)).unwrap();
+    let seen = p.get("a.test", "/shop/items?page=2&q=a%20b").await.echo();
+    assert_eq!(seen.headers["x-original-uri"], "/shop/items?page=2&q=a%20b");
+    // A client cannot choose it.
+    let req = p.req("a.test", "/real").header("x-original-uri", "/forged").body(empty()).unwrap();
+    assert_eq!(p.send(req).await.echo().headers["x-original-uri"], "/real");
+}

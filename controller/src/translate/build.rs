@@ -347,7 +347,8 @@ impl<'a> Build<'a> {
                     path: path.clone(),
                     action: RouteAction::Forward(claim.backend.clone()),
                     policy: RoutePolicy {
-                        ssl_redirect: ssl_redirects.applies(&claim.rank.object, host, &mut self.warnings),
+                        ssl_redirect: ssl_redirects.applies(&claim.rank.object, host, &mut self.warnings)
+                            && !self.settings.routes.tls_redirect_exempt(path),
                         canary: canary.map(Box::new),
                         custom_errors: custom_errors.map(Box::new),
                         host_redirect: self.host_redirects.get(host).cloned(),

@@ -45,7 +45,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("proxy-real-ip-cidr", Supported),
         ("use-proxy-protocol", Supported),
         ("proxy-protocol-header-timeout", Unsupported),
-        ("proxy-add-original-uri-header", Unsupported),
+        ("proxy-add-original-uri-header", Supported),
         ("generate-request-id", Supported),
         // TLS.
         ("hsts", Supported),
@@ -56,7 +56,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("ssl-redirect", Supported),
         ("force-ssl-redirect", Supported),
         ("http-redirect-code", Supported),
-        ("no-tls-redirect-locations", Unsupported),
+        ("no-tls-redirect-locations", Supported),
         ("ssl-ciphers", Supported),
         ("ssl-ecdh-curve", Unsupported),
         ("ssl-dh-param", Unsupported),
@@ -357,6 +357,9 @@ pub(crate) struct RouteDefaults {
     /// `custom-http-errors`: the codes whose answers the default backend replaces, on routes
     /// whose Ingress has no `custom-http-errors` of its own.
     pub(crate) custom_errors: Option<Vec<u16>>,
+    /// `no-tls-redirect-locations`: routes whose path starts with one of these never redirect
+    /// to HTTPS (ACME HTTP-01 challenges must be answered over plain HTTP).
+    pub(crate) no_tls_redirect_locations: Vec<String>,
 }
 
 impl Default for RouteDefaults {
@@ -375,6 +378,7 @@ impl Default for RouteDefaults {
             response: Default::default(),
             balance: None,
             custom_errors: None,
+            no_tls_redirect_locations: vec!["/.well-known/acme-challenge".to_string()],
         }
     }
 }
@@ -416,6 +420,16 @@ impl RouteDefaults {
 }
 
 impl RouteDefaults {
+    /// Whether the route on `path` never redirects to HTTPS (`no-tls-redirect-locations`: prefixes
+    /// of the route's path, as ingress-nginx's `isLocationInLocationList` compares them).
+    pub(crate) fn tls_redirect_exempt(&self, path: &weir_dataplane::model::PathMatch) -> bool {
+        use weir_dataplane::model::PathMatch;
+        let path = match path {
+            PathMatch::Exact(p) | PathMatch::Prefix(p) | PathMatch::Regex(p) => p,
+        };
+        self.no_tls_redirect_locations.iter().any(|l| path.starts_with(l.as_str()))
+    }
+
     /// Whether the route on `path` is exempt from the global authentication it was given
     /// (`no-auth-locations`: prefixes of the route's path, as ingress-nginx compares them).
     pub(crate) fn exempt(&self, policy: &RoutePolicy, path: &weir_dataplane::model::PathMatch) -> bool {
@@ -485,6 +499,7 @@ pub(crate) fn parse(
     s.block_referers = ctx.blocklist("block-referers");
     s.hide_headers = ctx.value("hide-headers", header_names, "none").unwrap_or_default();
     s.allow_backend_server_header = ctx.value("allow-backend-server-header", values::boolean, "false");
+    s.original_uri_header = ctx.value("proxy-add-original-uri-header", values::boolean, "false");
     s.response_headers = ctx.headers("add-headers", Direction::Response, config_maps);
     s.upstream_headers = ctx.headers("proxy-set-headers", Direction::Upstream, config_maps);
     parsed.allowed_response_headers = ctx.raw("global-allowed-response-headers").map(|list| {
@@ -862,6 +877,10 @@ impl<'a> Ctx<'a, '_> {
                 Some(nets) => *list = nets,
                 None => self.fail_closed = true,
             }
+        }
+        if let Some(locations) = self.raw("no-tls-redirect-locations") {
+            routes.no_tls_redirect_locations =
+                locations.split(',').map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect();
         }
         if let Some(locations) = self.raw("no-auth-locations") {
             routes.no_auth_locations =

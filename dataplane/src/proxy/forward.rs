@@ -102,6 +102,7 @@ pub(super) struct ConnCtx {
     pub(super) stream_deadlines: Deadlines,
 }
 
+const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
 const SSL_CLIENT_CERT: HeaderName = HeaderName::from_static("ssl-client-cert");
 const SSL_CLIENT_VERIFY: HeaderName = HeaderName::from_static("ssl-client-verify");
 const SSL_CLIENT_SUBJECT_DN: HeaderName = HeaderName::from_static("ssl-client-subject-dn");
@@ -547,6 +548,12 @@ impl ConnCtx {
         // where the map is what goes out or is copied, or `proxy-set-headers` may override
         // them, they go in it.
         let encoded = !h2 && mirrored.is_none() && config.upstream_headers.is_empty();
+        // `proxy-add-original-uri-header`: the request target as the client sent it.
+        let original_uri = if config.original_uri_header {
+            HeaderValue::from_str(req.uri().path_and_query().map_or("/", |pq| pq.as_str())).ok()
+        } else {
+            None
+        };
         let headers = req.headers_mut();
         // Room for the headers set below, so the map grows (and rehashes) at most once.
         headers.reserve(if encoded { 3 } else { 8 });
@@ -576,6 +583,9 @@ impl ConnCtx {
         }
         if let Some(prefix) = policy.and_then(|p| p.forwarded_prefix.clone()) {
             headers.insert(X_FORWARDED_PREFIX, prefix);
+        }
+        if let Some(uri) = original_uri {
+            headers.insert(X_ORIGINAL_URI, uri);
         }
         // `proxy-set-headers` (translation refuses Host and the framing headers).
         set_headers(headers, &config.upstream_headers);

@@ -174,6 +174,9 @@ pub struct ProxyConfig {
     /// Headers removed from every upstream response: nginx's `proxy_hide_header` defaults
     /// (`Server`, unless `allow-backend-server-header`; `X-Pad`, `X-Accel-*`) and `hide-headers`.
     pub hidden_response_headers: Arc<[http::HeaderName]>,
+    /// Requests sent upstream carry `X-Original-Uri`, the target as the client sent it
+    /// (`proxy-add-original-uri-header`).
+    pub original_uri_header: bool,
 }
 
 impl Default for ProxyConfig {
@@ -219,6 +222,7 @@ impl Default for ProxyConfig {
             compression: None,
             blocklists: None,
             hidden_response_headers: headers::hidden_by_default(false).into(),
+            original_uri_header: false,
         }
     }
 }

@@ -111,6 +111,9 @@ impl ProxyConfig {
             }
             config.hidden_response_headers = hidden.into();
         }
+        if let Some(on) = settings.original_uri_header {
+            config.original_uri_header = on;
+        }
         config.blocklists =
             super::blocklist::Blocklists::new(&settings.block_user_agents, &settings.block_referers)
                 .map(Arc::new);
