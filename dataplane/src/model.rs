@@ -8,6 +8,7 @@
 //! [`changes`] (what differs between two tables).
 
 pub mod changes;
+pub mod l4;
 pub mod logformat;
 
 use std::collections::BTreeMap;
@@ -56,6 +57,10 @@ pub struct RouteTable {
     /// Global settings (the controller ConfigMap); they swap with the table.
     #[serde(default, skip_serializing_if = "Settings::is_empty")]
     pub settings: Settings,
+    /// TCP and UDP services (`--tcp-services-configmap`, `--udp-services-configmap`), sorted by
+    /// protocol and port; each (protocol, port) at most once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub l4: Vec<l4::L4Service>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -189,6 +194,30 @@ pub struct Settings {
     /// (`upstream-keepalive-time`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_conn_lifetime_ms: Option<u64>,
+    /// Idle time after which an L4 connection or UDP flow is closed, in milliseconds
+    /// (`proxy-stream-timeout`). `None`: 600 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_timeout_ms: Option<u64>,
+    /// Whether a failed L4 upstream connect moves on to the next endpoint
+    /// (`proxy-stream-next-upstream`). `None`: on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_next_upstream: Option<bool>,
+    /// Time from the first L4 connect attempt during which further ones may start, in
+    /// milliseconds (`proxy-stream-next-upstream-timeout`); `0`: no limit. `None`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_next_upstream_timeout_ms: Option<u64>,
+    /// L4 connect attempts in all (`proxy-stream-next-upstream-tries`); `0`: every endpoint.
+    /// `None`: 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_next_upstream_tries: Option<u32>,
+    /// Replies from the upstream after which a UDP flow ends (`proxy-stream-responses`); `0`:
+    /// replies never end a flow (it ends when idle). `None`: 1, ingress-nginx's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_responses: Option<u32>,
+    /// The PROXY protocol header sent to L4 upstreams is v2 (binary) instead of v1 (text)
+    /// (`stream-proxy-protocol-version: v2`, weir's own key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_proxy_protocol_v2: Option<bool>,
 }
 
 impl Settings {

@@ -469,6 +469,7 @@ impl Translator {
             self.apply_default_certificate(snapshot, config);
         }
         self.translation.warnings.extend(self.certificate_warnings.iter().cloned());
+        super::l4_apply(&mut self.translation, snapshot, &self.slices, config);
         Update { changes: Some(changes), translated: group.len() }
     }
 
@@ -494,6 +495,7 @@ impl Translator {
         self.config = Some(config.clone());
         self.apply_default_certificate(snapshot, config);
         self.translation.warnings.extend(self.certificate_warnings.iter().cloned());
+        super::l4_apply(&mut self.translation, snapshot, &self.slices, config);
         Update { changes: None, translated: snapshot.ingresses.len() }
     }
 
