@@ -5,8 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use weir_dataplane::l4::L4Proxy;
-use weir_dataplane::model::RouteTable;
-use weir_dataplane::model::l4::L4Protocol;
+use weir_dataplane::model::{L4Protocol, RouteTable};
 
 use crate::translate::{ObjectKind, Reason, Severity, TranslateConfig, Warning};
 

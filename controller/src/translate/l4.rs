@@ -9,8 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use weir_dataplane::model::l4::{L4Protocol, L4Service};
-use weir_dataplane::model::{BackendId, ObjectRef, ServicePort};
+use weir_dataplane::model::{BackendId, L4Protocol, L4Service, ObjectRef, ServicePort};
 
 use super::backend::{Resolver, SliceIndex};
 use super::warnings::{ObjectKind, Reason, Warnings};

@@ -17,9 +17,11 @@
 //!   is bounded (the oldest flow is evicted and counted); datagrams that find a full socket
 //!   buffer are dropped, never queued.
 //! - `header`: the PROXY protocol header sent upstream (v1 by default, as nginx; v2 on demand).
+//! - `service`: a port's live service and the table's stream settings.
 //! - `stats`: per-service counters, read by the controller's metrics.
 
 mod header;
+mod service;
 pub mod stats;
 mod tcp;
 mod udp;
@@ -29,42 +31,17 @@ use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
-use crate::model::l4::{L4Protocol, L4Service};
-use crate::model::{Backend, BackendId, RouteTable, Settings, UpstreamProtocol};
+use crate::model::{Backend, BackendId, L4Protocol, L4Service, RouteTable, UpstreamProtocol};
 use crate::proxy::Proxy;
 use crate::proxy::limits::ConnLimits;
 use crate::state::balance::Balancer;
+pub use service::L4Config;
+use service::{Service, Stream};
 pub use stats::{Stats, StatsSnapshot};
-
-/// Tunables of an [`L4Proxy`] that no table changes.
-#[derive(Clone, Debug)]
-pub struct L4Config {
-    /// The address L4 ports listen on; `None`: every address (`[::]`, which takes IPv4 too;
-    /// `0.0.0.0` where IPv6 is off).
-    pub listen: Option<IpAddr>,
-    /// UDP flows kept per port; past it the oldest flow is evicted.
-    pub udp_max_flows: usize,
-    /// Bytes buffered per direction of a TCP connection.
-    pub buffer: usize,
-    /// Time allowed to connect to an endpoint when the table sets no `proxy-connect-timeout`.
-    pub connect_timeout: Duration,
-}
-
-impl Default for L4Config {
-    fn default() -> Self {
-        L4Config {
-            listen: None,
-            udp_max_flows: 16_384,
-            buffer: 64 * 1024,
-            connect_timeout: Duration::from_secs(5),
-        }
-    }
-}
 
 /// A port that could not be bound.
 #[derive(Debug)]
@@ -103,51 +80,6 @@ pub struct ServiceStats {
     pub backend: BackendId,
     /// The counts.
     pub stats: StatsSnapshot,
-}
-
-/// The stream settings of a table (`proxy-stream-*`), with their defaults.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Stream {
-    /// `proxy-stream-timeout`.
-    pub(crate) idle: Duration,
-    /// `proxy-connect-timeout`.
-    pub(crate) connect_timeout: Duration,
-    /// Connect attempts in all (`proxy-stream-next-upstream-tries`, 1 when
-    /// `proxy-stream-next-upstream` is off; 0: every endpoint).
-    pub(crate) tries: usize,
-    /// `proxy-stream-next-upstream-timeout`.
-    pub(crate) next_upstream_timeout: Option<Duration>,
-    /// `proxy-stream-responses`; 0: no limit.
-    pub(crate) responses: u32,
-    /// The PROXY header sent upstream is v2.
-    pub(crate) v2: bool,
-}
-
-impl Stream {
-    fn of(settings: &Settings, config: &L4Config) -> Stream {
-        let next = settings.stream_next_upstream.unwrap_or(true);
-        Stream {
-            idle: Duration::from_millis(settings.stream_timeout_ms.unwrap_or(600_000).max(1)),
-            connect_timeout: settings
-                .connect_timeout_ms
-                .map_or(config.connect_timeout, Duration::from_millis),
-            tries: if next { settings.stream_next_upstream_tries.unwrap_or(3) as usize } else { 1 },
-            next_upstream_timeout: settings
-                .stream_next_upstream_timeout_ms
-                .filter(|ms| *ms > 0)
-                .map(Duration::from_millis),
-            responses: settings.stream_responses.unwrap_or(1),
-            v2: settings.stream_proxy_protocol_v2.unwrap_or(false),
-        }
-    }
-}
-
-/// One port's service as the live table has it.
-#[derive(Debug)]
-pub(crate) struct Service {
-    pub(crate) spec: L4Service,
-    pub(crate) balancer: Arc<Balancer>,
-    pub(crate) stream: Stream,
 }
 
 /// A bound port: its live service (swapped by publishes), its counters, and the sender whose
@@ -325,9 +257,4 @@ fn no_ipv6(error: &io::Error) -> bool {
     const EAFNOSUPPORT: i32 = 97;
     const EADDRNOTAVAIL: i32 = 99;
     matches!(error.raw_os_error(), Some(EAFNOSUPPORT | EADDRNOTAVAIL))
-}
-
-/// Resolves when `stop` turns true or its sender is gone.
-pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
 }

@@ -13,8 +13,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use super::header;
+use super::service::{Service, stopped};
 use super::stats::Stats;
-use super::{Service, header, stopped};
 use crate::proxy::limits::{AcceptBackoff, ConnGuard, ConnLimits};
 use crate::proxy::proxy_protocol;
 use crate::state::balance::EndpointKey;

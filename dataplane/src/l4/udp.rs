@@ -20,8 +20,8 @@ use tokio::net::UdpSocket;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
+use super::service::{Service, stopped};
 use super::stats::{OpenGuard, Stats};
-use super::{Service, stopped};
 use crate::state::balance::EndpointKey;
 
 /// The largest UDP payload.
