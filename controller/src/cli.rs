@@ -76,6 +76,14 @@ pub struct SourceArgs {
     /// with --manifests, read from DIR (default: default/weir-settings, used when DIR has it).
     #[arg(long, value_name = "NS/NAME", value_parser = parse_object_ref)]
     pub configmap: Option<ObjectRef>,
+    /// ConfigMap of TCP services (ingress-nginx's format: key = port to listen on, value =
+    /// `namespace/service:port[:PROXY][:PROXY]`), hot-reloaded; with --manifests, read from DIR.
+    #[arg(long, value_name = "NS/NAME", value_parser = parse_object_ref)]
+    pub tcp_services_configmap: Option<ObjectRef>,
+    /// ConfigMap of UDP services (same format, without PROXY), hot-reloaded; with --manifests,
+    /// read from DIR.
+    #[arg(long, value_name = "NS/NAME", value_parser = parse_object_ref)]
+    pub udp_services_configmap: Option<ObjectRef>,
 }
 
 fn parse_object_ref(s: &str) -> Result<ObjectRef, String> {
@@ -95,6 +103,9 @@ impl SourceArgs {
             watch_ingress_without_class: self.watch_ingress_without_class,
             default_certificate: self.default_certificate.clone(),
             settings: Some(self.configmap.clone().unwrap_or_else(translate::settings::default_configmap)),
+            tcp_services: self.tcp_services_configmap.clone(),
+            udp_services: self.udp_services_configmap.clone(),
+            listener_ports: Default::default(),
         }
     }
 }
@@ -153,6 +164,13 @@ pub struct ServeArgs {
     /// that stops reading a response is disconnected after it. 0: no limit.
     #[arg(long, default_value_t = 60, value_name = "SECONDS")]
     pub client_send_timeout: u64,
+    /// The address the TCP and UDP services listen on (default: every address, IPv6 and IPv4).
+    #[arg(long, value_name = "IP")]
+    pub l4_listen_address: Option<std::net::IpAddr>,
+    /// UDP flows (client address and port) kept per UDP service; past it the oldest flow is
+    /// evicted.
+    #[arg(long, default_value_t = 16_384, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub udp_max_flows: u32,
     /// The Kubernetes API source (used when `--manifests` is not given).
     #[command(flatten)]
     pub kube: KubeArgs,
@@ -206,6 +224,7 @@ impl KubeArgs {
                 configmap,
                 holdoff: Duration::from_millis(self.sync_holdoff_ms),
                 max_delay: Duration::from_millis(self.sync_max_delay_ms.max(self.sync_holdoff_ms)),
+                l4_config_maps: Vec::new(),
             },
             status: StatusOptions {
                 publish_service: self.publish_service.clone(),
@@ -247,7 +266,20 @@ impl ServeArgs {
             manifests: self.source.manifests.clone().unwrap_or_default(),
             kube: match self.source.manifests {
                 Some(_) => None,
-                None => Some(self.kube.options(&config.controller_name, self.source.configmap.clone())),
+                None => Some(self.kube.options(&config.controller_name, self.source.configmap.clone())).map(
+                    |mut kube| {
+                        kube.source.l4_config_maps =
+                            config.tcp_services.iter().chain(&config.udp_services).cloned().collect();
+                        kube
+                    },
+                ),
+            },
+            tcp_services: config.tcp_services.clone(),
+            udp_services: config.udp_services.clone(),
+            l4: weir_dataplane::l4::L4Config {
+                listen: self.l4_listen_address,
+                udp_max_flows: self.udp_max_flows as usize,
+                ..Default::default()
             },
             // In a cluster only a named ConfigMap is read.
             settings: match self.source.manifests {

@@ -2,9 +2,11 @@
 //! routing table, and the `weir` command line.
 
 pub mod cli;
+pub mod l4_serve;
 pub mod lb_agent;
 pub mod memory;
 pub mod metrics;
+pub mod metrics_l4;
 pub mod node;
 pub mod node_agent;
 pub mod serve;

@@ -30,6 +30,8 @@ pub struct Metrics {
     connections_refused: Family<Vec<(&'static str, &'static str)>, Counter>,
     /// The proxy whose connections are counted, once known.
     proxy: std::sync::OnceLock<Proxy>,
+    /// The TCP and UDP services' metrics (`metrics_l4.rs`).
+    pub l4: crate::metrics_l4::L4Metrics,
 }
 
 impl Metrics {
@@ -76,7 +78,9 @@ impl Metrics {
             "Client connections reset at once by --max-connections (limit=total) or --max-connections-per-client (limit=per_client)",
             connections_refused.clone(),
         );
+        let l4 = crate::metrics_l4::L4Metrics::register(&mut registry);
         Metrics {
+            l4,
             connections_open,
             connections_refused,
             proxy: std::sync::OnceLock::new(),

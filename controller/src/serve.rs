@@ -18,6 +18,7 @@ use http_body_util::Full;
 use hyper::{Request, Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
+use weir_dataplane::l4::{L4Config, L4Proxy};
 use weir_dataplane::model::{Certificate, ObjectRef};
 use weir_dataplane::proxy::limits;
 use weir_dataplane::proxy::{Proxy, ProxyConfig};
@@ -75,6 +76,12 @@ pub struct ServeOptions {
     /// The ConfigMap of global settings: watched in a cluster, read from the manifest
     /// directory otherwise; its keys override `proxy`.
     pub settings: Option<ObjectRef>,
+    /// The TCP services ConfigMap (`--tcp-services-configmap`).
+    pub tcp_services: Option<ObjectRef>,
+    /// The UDP services ConfigMap (`--udp-services-configmap`).
+    pub udp_services: Option<ObjectRef>,
+    /// Tunables of the TCP and UDP services' listeners.
+    pub l4: L4Config,
 }
 
 impl Default for ServeOptions {
@@ -97,6 +104,9 @@ impl Default for ServeOptions {
             poll_interval: Duration::from_secs(2),
             proxy: ProxyConfig::default(),
             settings: Some(translate::settings::default_configmap()),
+            tcp_services: None,
+            udp_services: None,
+            l4: L4Config::default(),
         }
     }
 }
@@ -109,6 +119,9 @@ impl ServeOptions {
             watch_ingress_without_class: self.watch_ingress_without_class,
             default_certificate: self.default_certificate.clone(),
             settings: self.settings.clone(),
+            tcp_services: self.tcp_services.clone(),
+            udp_services: self.udp_services.clone(),
+            listener_ports: Default::default(),
         }
     }
 }
@@ -122,6 +135,7 @@ pub struct Running {
     /// Where the admin listener is bound.
     pub admin_addr: SocketAddr,
     proxy: Proxy,
+    l4: L4Proxy,
     versions: watch::Receiver<u64>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -149,10 +163,12 @@ impl Running {
         let proxy = Proxy::new(opts.proxy.clone());
         let metrics = Arc::new(Metrics::new());
         metrics.observe(&proxy);
+        let l4 = L4Proxy::new(opts.l4.clone(), &proxy);
+        metrics.l4.observe(&l4);
         let ready = Arc::new(AtomicBool::new(false));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (version_tx, versions) = watch::channel(0u64);
-        let publisher = Publisher {
+        let mut publisher = Publisher {
             proxy: proxy.clone(),
             config: opts.translate_config(),
             metrics: metrics.clone(),
@@ -163,7 +179,11 @@ impl Running {
             translator: Translator::new(),
             in_sync: false,
             kube_snapshot: None,
+            l4: l4.clone(),
+            l4_reported: BTreeSet::new(),
+            l4_warnings: Vec::new(),
         };
+        publisher.config.listener_ports = crate::l4_serve::listener_ports(http_addr, https_addr, admin_addr);
 
         let mut tasks = Vec::new();
         if let Some(kube) = &opts.kube {
@@ -201,7 +221,7 @@ impl Running {
         tasks.push(tokio::spawn(serve_admin(admin, metrics, ready, wait_for(shutdown_rx))));
         let https_shown = https_addr.map_or_else(|| "none".to_string(), |a| a.to_string());
         tracing::info!(http = %http_addr, https = %https_shown, admin = %admin_addr, "weir is serving");
-        Ok(Running { http_addr, https_addr, admin_addr, proxy, versions, shutdown, tasks })
+        Ok(Running { http_addr, https_addr, admin_addr, proxy, l4, versions, shutdown, tasks })
     }
 
     /// Loads the manifest directory, publishes the first table and watches the directory, all
@@ -265,6 +285,7 @@ impl Running {
     /// and stops watching.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
+        self.l4.shutdown();
         for task in self.tasks {
             if let Err(error) = task.await
                 && error.is_panic()
@@ -344,6 +365,12 @@ struct Publisher {
     in_sync: bool,
     /// The Kubernetes source's last snapshot, to tell what changed since.
     kube_snapshot: Option<Snapshot>,
+    /// The TCP and UDP services' listeners.
+    l4: L4Proxy,
+    /// The L4 bind errors already logged.
+    l4_reported: BTreeSet<String>,
+    /// The L4 bind errors of the last publish, as warnings on their ConfigMaps.
+    l4_warnings: Vec<translate::Warning>,
 }
 
 /// The default certificate from a file pair: re-read when a file changes; the last good one is
@@ -417,7 +444,7 @@ impl Publisher {
         let translation = self.translator.translation();
         Outcome {
             ingresses: translation.ingresses.iter().cloned().collect(),
-            warnings: translation.warnings.clone(),
+            warnings: translation.warnings.iter().chain(&self.l4_warnings).cloned().collect(),
         }
     }
 
@@ -472,12 +499,22 @@ impl Publisher {
                 tracing::error!(%error, "routing table rejected; the previous table keeps serving");
             }
         }
+        self.publish_l4();
         // After the swap: what only the next change needs.
         self.translator.prepare();
         if update.changes.is_none() {
             // A full rebuild freed a table's worth: give it back now, not at the allocator's pace.
             crate::memory::release_free_memory();
         }
+    }
+}
+
+impl Publisher {
+    /// Makes the translated table's TCP and UDP services live; ports that cannot be bound
+    /// become errors on their ConfigMap (logged once, Events in a cluster).
+    fn publish_l4(&mut self) {
+        let table = &self.translator.translation().table;
+        self.l4_warnings = crate::l4_serve::publish(&self.l4, table, &self.config, &mut self.l4_reported);
     }
 }
 

@@ -959,3 +959,64 @@ fn helm_install_upgrade_uninstall() {
         assert!(helm.ok(&["list", "-A", "-q"]).trim().is_empty(), "a release is left");
     });
 }
+
+/// `tcp:` and `udp:` (ingress-nginx's keys) render the two services ConfigMaps, the flags that
+/// name them, and each port on the controller's container and Service; without them, none.
+#[test]
+fn tcp_and_udp_values_render_configmaps_flags_and_ports() {
+    if skip(&[helm_path()]) {
+        return;
+    }
+    let helm = Helm::new();
+    let values = chart().join("ci/l4-values.yaml");
+    let docs = documents(&helm.template(&["--values", values.to_str().unwrap()]));
+    let tcp = find(&docs, "ConfigMap", "weir-controller-tcp");
+    assert_eq!(tcp["data"]["5432"], "db/postgres:5432");
+    assert_eq!(tcp["data"]["1883"], "iot/mqtt:mqtt:PROXY:PROXY");
+    let udp = find(&docs, "ConfigMap", "weir-controller-udp");
+    assert_eq!(udp["data"]["53"], "kube-system/dns:dns");
+    let c = controller_container(&docs);
+    let args = strings(&c["args"]);
+    for flag in [
+        "--tcp-services-configmap=weir-system/weir-controller-tcp",
+        "--udp-services-configmap=weir-system/weir-controller-udp",
+    ] {
+        assert!(args.contains(&flag.to_string()), "{flag} missing from {args:?}");
+    }
+    let ports = |v: &Value, key: &str| -> BTreeSet<(String, i64, String)> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap().to_string(),
+                    p[key].as_i64().unwrap(),
+                    p["protocol"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let container = ports(&c["ports"], "containerPort");
+    let service = find(&docs, "Service", "weir-controller");
+    let service_ports = ports(&service["spec"]["ports"], "port");
+    for want in [("5432-tcp", 5432, "TCP"), ("1883-tcp", 1883, "TCP"), ("53-udp", 53, "UDP")] {
+        let want = (want.0.to_string(), want.1, want.2.to_string());
+        assert!(container.contains(&want), "{want:?} not in the container's ports {container:?}");
+        assert!(service_ports.contains(&want), "{want:?} not in the Service's ports {service_ports:?}");
+    }
+    let targets: Vec<&str> = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["targetPort"].as_str())
+        .collect();
+    assert!(targets.contains(&"53-udp") && targets.contains(&"5432-tcp"), "{targets:?}");
+
+    let plain = documents(&helm.template(&[]));
+    assert!(
+        !plain.iter().any(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "weir-controller-tcp"),
+        "no tcp ConfigMap without tcp values"
+    );
+    let args = strings(&controller_container(&plain)["args"]);
+    assert!(!args.iter().any(|a| a.contains("services-configmap")), "{args:?}");
+}

@@ -12,6 +12,8 @@
 //! module is one line there).
 //!
 //! ```text
+//! 7  l4               TCP and UDP services (listeners per port, connect retries, flows); it
+//!                     admits connections under the proxy's limits and reads PROXY headers
 //! 6  proxy            the request pipeline: server, forward, extauth, mirror (the copies),
 //!                     accesslog, error, settings, deadline, proxy_protocol, upgrade
 //! 5  proxy::upstream  clients, our HTTP/1.1 codec and its idle pool, the request body sent
@@ -40,6 +42,7 @@ pub mod echo;
 pub mod fast;
 pub mod hashkey;
 pub mod http_util;
+pub mod l4;
 pub mod model;
 pub mod proxy;
 pub mod route;

@@ -58,6 +58,10 @@ pub struct RouteTable {
     /// Global settings (the controller ConfigMap); they swap with the table.
     #[serde(default, skip_serializing_if = "Settings::is_empty")]
     pub settings: Settings,
+    /// TCP and UDP services (`--tcp-services-configmap`, `--udp-services-configmap`), sorted by
+    /// protocol and port; each (protocol, port) at most once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub l4: Vec<L4Service>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -212,6 +216,30 @@ pub struct Settings {
     /// Requests sent upstream carry `X-Original-Uri` (`proxy-add-original-uri-header`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_uri_header: Option<bool>,
+    /// Idle time after which an L4 connection or UDP flow is closed, in milliseconds
+    /// (`proxy-stream-timeout`). `None`: 600 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_timeout_ms: Option<u64>,
+    /// Whether a failed L4 upstream connect moves on to the next endpoint
+    /// (`proxy-stream-next-upstream`). `None`: on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_next_upstream: Option<bool>,
+    /// Time from the first L4 connect attempt during which further ones may start, in
+    /// milliseconds (`proxy-stream-next-upstream-timeout`); `0`: no limit. `None`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_next_upstream_timeout_ms: Option<u64>,
+    /// L4 connect attempts in all (`proxy-stream-next-upstream-tries`); `0`: every endpoint.
+    /// `None`: 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_next_upstream_tries: Option<u32>,
+    /// Replies from the upstream after which a UDP flow ends (`proxy-stream-responses`); `0`:
+    /// replies never end a flow (it ends when idle). `None`: 1, ingress-nginx's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_responses: Option<u32>,
+    /// The PROXY protocol header sent to L4 upstreams is v2 (binary) instead of v1 (text)
+    /// (`stream-proxy-protocol-version: v2`, weir's own key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_proxy_protocol_v2: Option<bool>,
 }
 
 impl Settings {
@@ -1348,6 +1376,54 @@ impl fmt::Debug for Certificate {
         // Never print key material.
         f.debug_struct("Certificate").field("chain_pem_len", &self.chain_pem.len()).finish_non_exhaustive()
     }
+}
+
+// === L4 services ===
+
+// TCP and UDP ports weir listens on and forwards as they are to a Service's endpoints
+// (ingress-nginx's `--tcp-services-configmap` and `--udp-services-configmap`); the stream
+// settings (`proxy-stream-*`) are global, in [`Settings`].
+
+/// The transport of an L4 service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum L4Protocol {
+    /// A TCP listener; each connection is spliced to one endpoint.
+    Tcp,
+    /// A UDP socket; each client address and port is a flow to one endpoint.
+    Udp,
+}
+
+impl std::fmt::Display for L4Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            L4Protocol::Tcp => "TCP",
+            L4Protocol::Udp => "UDP",
+        })
+    }
+}
+
+/// One listening port forwarded to a Service port.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct L4Service {
+    /// The port weir listens on (the ConfigMap key).
+    pub port: u16,
+    /// TCP or UDP.
+    pub protocol: L4Protocol,
+    /// The Service port forwarded to: the identity its balancer state is kept by.
+    pub backend: BackendId,
+    /// Its ready endpoints (or DNS name); no endpoint: connections are closed, datagrams
+    /// dropped.
+    pub target: Target,
+    /// Clients start each connection with a PROXY protocol header (the first `:PROXY`; TCP).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub proxy_protocol_in: bool,
+    /// weir starts each upstream connection with a PROXY protocol header naming the client
+    /// (the second `:PROXY`; TCP), of the version [`Settings::stream_proxy_protocol_v2`]
+    /// says (v1 by default, as nginx's `proxy_protocol on`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub proxy_protocol_out: bool,
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("proxy::headers", 4),
     ("proxy::upstream", 5),
     ("proxy", 6),
+    ("l4", 7),
 ];
 
 /// Modules and their layers. A file belongs to the longest entry that is its module or one of
@@ -39,6 +40,7 @@ const MODULES: &[(&str, &str)] = &[
     ("proxy::headers", "proxy::headers"),
     ("proxy::upstream", "proxy::upstream"),
     ("proxy", "proxy"),
+    ("l4", "l4"),
 ];
 
 #[test]

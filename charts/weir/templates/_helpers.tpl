@@ -130,8 +130,6 @@ values.schema.json declares each of them (a test checks that the two lists agree
 */}}
 {{- define "weir.ignoredKeys" -}}
 defaultBackend: weir answers 404 itself; a default backend is an Ingress's spec.defaultBackend
-tcp: weir serve takes no tcp-services ConfigMap flag yet
-udp: weir serve takes no udp-services ConfigMap flag yet
 portNamePrefix: weir's ports have fixed names (http, https, metrics)
 dhParam: weir's TLS (rustls) uses ECDHE only, no DH parameters
 commonLabels: not supported; use controller.podLabels and controller.service.labels

@@ -98,6 +98,9 @@ pub struct KubeOptions {
     pub holdoff: Duration,
     /// ...or at the latest this long after the first change of a burst.
     pub max_delay: Duration,
+    /// The TCP and UDP services ConfigMaps (`--tcp-services-configmap`,
+    /// `--udp-services-configmap`), each watched by name.
+    pub l4_config_maps: Vec<ObjectRef>,
 }
 
 impl Default for KubeOptions {
@@ -109,6 +112,7 @@ impl Default for KubeOptions {
             configmap: None,
             holdoff: Duration::from_millis(100),
             max_delay: Duration::from_millis(1000),
+            l4_config_maps: Vec::new(),
         }
     }
 }
@@ -213,6 +217,8 @@ pub struct Stores {
     pub secrets: Vec<Store<Secret>>,
     /// The settings ConfigMap, when one was named.
     pub configmap: Vec<Store<ConfigMap>>,
+    /// The TCP and UDP services ConfigMaps, when named.
+    pub l4_config_maps: Vec<Store<ConfigMap>>,
 }
 
 impl Stores {
@@ -238,6 +244,7 @@ impl Stores {
         add(&mut snapshot, &self.endpoints, SharedObject::Endpoints);
         add(&mut snapshot, &self.secrets, SharedObject::Secret);
         add(&mut snapshot, &self.configmap, SharedObject::ConfigMap);
+        add(&mut snapshot, &self.l4_config_maps, SharedObject::ConfigMap);
         snapshot
     }
 
@@ -268,7 +275,16 @@ impl Stores {
                 })*
             };
         }
-        wait!(ingress_classes, ingresses, services, endpoint_slices, endpoints, secrets, configmap);
+        wait!(
+            ingress_classes,
+            ingresses,
+            services,
+            endpoint_slices,
+            endpoints,
+            secrets,
+            configmap,
+            l4_config_maps
+        );
         true
     }
 }
@@ -409,6 +425,15 @@ impl KubeSource {
                 }),
                 None => Vec::new(),
             },
+            l4_config_maps: options
+                .l4_config_maps
+                .iter()
+                .flat_map(|cm| {
+                    reflect.each::<ConfigMap>(&[Some(cm.namespace.as_str())], || {
+                        watcher::Config::default().fields(&format!("metadata.name={}", cm.name))
+                    })
+                })
+                .collect(),
         };
         KubeSource {
             stores,

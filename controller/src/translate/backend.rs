@@ -155,7 +155,19 @@ impl<'a> Resolver<'a> {
         }
     }
 
+    /// [`Resolver::resolve`] for a Service port of transport `protocol` (`TCP` or `UDP`).
+    pub(crate) fn resolve_protocol(&self, id: &BackendId, protocol: &str) -> (Backend, Option<Error>) {
+        match self.resolve_uncached_of(id, protocol) {
+            Ok(backend) => (backend, None),
+            Err(error) => (empty(), Some(error)),
+        }
+    }
+
     fn resolve_uncached(&self, id: &BackendId) -> Result<Backend, Error> {
+        self.resolve_uncached_of(id, "TCP")
+    }
+
+    fn resolve_uncached_of(&self, id: &BackendId, protocol: &str) -> Result<Backend, Error> {
         let service_ref = ObjectRef::new(id.namespace.clone(), id.service.clone());
         let service = self
             .snapshot
@@ -163,7 +175,7 @@ impl<'a> Resolver<'a> {
             .get(&service_ref)
             .ok_or_else(|| Error::ServiceNotFound { service: service_ref.clone() })?;
         let spec = service.spec.as_ref();
-        let port = find_port(service, &id.port);
+        let port = find_port_of(service, &id.port, protocol);
         if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
             let host = spec
                 .and_then(|s| s.external_name.as_deref())
@@ -240,12 +252,17 @@ fn empty() -> Backend {
 
 /// The Service port an Ingress names: by `port` number (TCP ports only) or by `name`.
 fn find_port<'s>(service: &'s Service, port: &ServicePort) -> Option<&'s K8sServicePort> {
+    find_port_of(service, port, "TCP")
+}
+
+/// The Service port `port` of transport `protocol` (`TCP`, the default, or `UDP`).
+fn find_port_of<'s>(service: &'s Service, port: &ServicePort, protocol: &str) -> Option<&'s K8sServicePort> {
     let ports = service.spec.as_ref().and_then(|s| s.ports.as_deref()).unwrap_or_default();
-    let tcp = |p: &&K8sServicePort| p.protocol.as_deref().is_none_or(|proto| proto == "TCP");
+    let of_protocol = |p: &&K8sServicePort| p.protocol.as_deref().unwrap_or("TCP") == protocol;
     match port {
-        ServicePort::Number(n) => ports.iter().filter(tcp).find(|p| p.port == i32::from(*n)),
+        ServicePort::Number(n) => ports.iter().filter(of_protocol).find(|p| p.port == i32::from(*n)),
         ServicePort::Name(name) => {
-            ports.iter().filter(tcp).find(|p| p.name.as_deref() == Some(name.as_str()))
+            ports.iter().filter(of_protocol).find(|p| p.name.as_deref() == Some(name.as_str()))
         }
     }
 }

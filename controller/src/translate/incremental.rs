@@ -471,6 +471,7 @@ impl Translator {
             self.apply_default_certificate(snapshot, config);
         }
         self.translation.warnings.extend(self.certificate_warnings.iter().cloned());
+        super::l4_apply(&mut self.translation, snapshot, &self.slices, config);
         Update { changes: Some(changes), translated: group.len() }
     }
 
@@ -496,6 +497,7 @@ impl Translator {
         self.config = Some(config.clone());
         self.apply_default_certificate(snapshot, config);
         self.translation.warnings.extend(self.certificate_warnings.iter().cloned());
+        super::l4_apply(&mut self.translation, snapshot, &self.slices, config);
         Update { changes: None, translated: snapshot.ingresses.len() }
     }
 

@@ -13,6 +13,7 @@ mod build;
 mod class;
 mod headers;
 mod incremental;
+pub mod l4;
 mod rank;
 mod routes;
 pub mod settings;
@@ -52,6 +53,16 @@ pub struct TranslateConfig {
     /// The ConfigMap of global settings (`--configmap`); none: defaults.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub settings: Option<ObjectRef>,
+    /// The TCP services ConfigMap (`--tcp-services-configmap`); none: no TCP services.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp_services: Option<ObjectRef>,
+    /// The UDP services ConfigMap (`--udp-services-configmap`); none: no UDP services.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub udp_services: Option<ObjectRef>,
+    /// TCP ports of weir's own listeners, with their names (`HTTP`, `HTTPS`): a TCP service
+    /// on one of them is refused.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub listener_ports: std::collections::BTreeMap<u16, String>,
 }
 
 impl Default for TranslateConfig {
@@ -62,6 +73,9 @@ impl Default for TranslateConfig {
             watch_ingress_without_class: false,
             default_certificate: None,
             settings: None,
+            tcp_services: None,
+            udp_services: None,
+            listener_ports: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -101,7 +115,24 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         }
         translation.warnings.extend(warnings.finish());
     }
+    l4_apply(&mut translation, snapshot, &slices, config);
     translation
+}
+
+/// Puts the L4 services (`l4.rs`) in `translation`, replacing any there, with their warnings.
+fn l4_apply(
+    translation: &mut Translation,
+    snapshot: &Snapshot,
+    slices: &SliceIndex,
+    config: &TranslateConfig,
+) {
+    let (services, warnings) = l4::translate(snapshot, slices, config);
+    translation.table.l4 = services;
+    if !warnings.is_empty() {
+        translation.warnings.extend(warnings);
+        translation.warnings.sort();
+        translation.warnings.dedup();
+    }
 }
 
 /// Translates `ingresses` (some or all of the snapshot's), reading the rest of the snapshot

@@ -262,11 +262,13 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("nginx-status-ipv6-whitelist", Unsupported),
         ("debug-connections", Unsupported),
         // TCP/UDP streams.
-        ("proxy-stream-timeout", Unsupported),
-        ("proxy-stream-next-upstream", Unsupported),
-        ("proxy-stream-next-upstream-timeout", Unsupported),
-        ("proxy-stream-next-upstream-tries", Unsupported),
-        ("proxy-stream-responses", Unsupported),
+        ("proxy-stream-timeout", Supported),
+        ("proxy-stream-next-upstream", Supported),
+        ("proxy-stream-next-upstream-timeout", Supported),
+        ("proxy-stream-next-upstream-tries", Supported),
+        ("proxy-stream-responses", Supported),
+        // weir's own: the PROXY protocol version sent to TCP services' upstreams.
+        ("stream-proxy-protocol-version", Supported),
         // Refused.
         ("allow-snippet-annotations", Refused(SNIPPET)),
         ("main-snippet", Refused(SNIPPET)),
@@ -500,6 +502,14 @@ pub(crate) fn parse(
     s.hide_headers = ctx.value("hide-headers", header_names, "none").unwrap_or_default();
     s.allow_backend_server_header = ctx.value("allow-backend-server-header", values::boolean, "false");
     s.original_uri_header = ctx.value("proxy-add-original-uri-header", values::boolean, "false");
+    s.stream_timeout_ms = ctx.value("proxy-stream-timeout", values::timeout_ms, "600s");
+    s.stream_next_upstream = ctx.value("proxy-stream-next-upstream", values::boolean, "true");
+    s.stream_next_upstream_timeout_ms =
+        ctx.value("proxy-stream-next-upstream-timeout", values::timeout_ms_or_zero, "0, no limit");
+    s.stream_next_upstream_tries = ctx.value("proxy-stream-next-upstream-tries", values::tries, "3");
+    s.stream_responses = ctx.value("proxy-stream-responses", super::l4::responses, "1");
+    s.stream_proxy_protocol_v2 =
+        ctx.value("stream-proxy-protocol-version", super::l4::proxy_protocol_version, "v1");
     s.response_headers = ctx.headers("add-headers", Direction::Response, config_maps);
     s.upstream_headers = ctx.headers("proxy-set-headers", Direction::Upstream, config_maps);
     parsed.allowed_response_headers = ctx.raw("global-allowed-response-headers").map(|list| {

@@ -86,6 +86,14 @@ pub enum Reason {
     UnsupportedSetting,
     /// A settings ConfigMap key neither weir nor ingress-nginx knows (a typo?).
     UnknownSetting,
+    /// A TCP or UDP services ConfigMap entry is malformed (or its ConfigMap is missing); the
+    /// entry is not served.
+    InvalidL4Entry,
+    /// A TCP services port is one of weir's own listeners; the entry is not served.
+    L4PortConflict,
+    /// weir could not listen on a TCP or UDP services port (taken, or privileged); the other
+    /// ports serve.
+    L4BindFailed,
 }
 
 impl fmt::Display for Reason {

@@ -551,6 +551,11 @@ impl Proxy {
     pub fn connection_stats(&self) -> limits::ConnStats {
         self.inner.conns.stats()
     }
+
+    /// The connection limits every listener admits under (the L4 listeners too).
+    pub(crate) fn connection_limits(&self) -> Arc<limits::ConnLimits> {
+        self.inner.conns.clone()
+    }
 }
 
 impl std::fmt::Debug for Proxy {

@@ -1,0 +1,86 @@
+//! What the listeners of one port share: the port's service as the live table has it, with
+//! the table's stream settings, and the stop signal of a removed port.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::model::{L4Service, Settings};
+use crate::state::balance::Balancer;
+use std::net::IpAddr;
+
+/// Tunables of an [`super::L4Proxy`] that no table changes.
+#[derive(Clone, Debug)]
+pub struct L4Config {
+    /// The address L4 ports listen on; `None`: every address (`[::]`, which takes IPv4 too;
+    /// `0.0.0.0` where IPv6 is off).
+    pub listen: Option<IpAddr>,
+    /// UDP flows kept per port; past it the oldest flow is evicted.
+    pub udp_max_flows: usize,
+    /// Bytes buffered per direction of a TCP connection.
+    pub buffer: usize,
+    /// Time allowed to connect to an endpoint when the table sets no `proxy-connect-timeout`.
+    pub connect_timeout: Duration,
+}
+
+impl Default for L4Config {
+    fn default() -> Self {
+        L4Config {
+            listen: None,
+            udp_max_flows: 16_384,
+            buffer: 64 * 1024,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The stream settings of a table (`proxy-stream-*`), with their defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stream {
+    /// `proxy-stream-timeout`.
+    pub(crate) idle: Duration,
+    /// `proxy-connect-timeout`.
+    pub(crate) connect_timeout: Duration,
+    /// Connect attempts in all (`proxy-stream-next-upstream-tries`, 1 when
+    /// `proxy-stream-next-upstream` is off; 0: every endpoint).
+    pub(crate) tries: usize,
+    /// `proxy-stream-next-upstream-timeout`.
+    pub(crate) next_upstream_timeout: Option<Duration>,
+    /// `proxy-stream-responses`; 0: no limit.
+    pub(crate) responses: u32,
+    /// The PROXY header sent upstream is v2.
+    pub(crate) v2: bool,
+}
+
+impl Stream {
+    pub(crate) fn of(settings: &Settings, config: &L4Config) -> Stream {
+        let next = settings.stream_next_upstream.unwrap_or(true);
+        Stream {
+            idle: Duration::from_millis(settings.stream_timeout_ms.unwrap_or(600_000).max(1)),
+            connect_timeout: settings
+                .connect_timeout_ms
+                .map_or(config.connect_timeout, Duration::from_millis),
+            tries: if next { settings.stream_next_upstream_tries.unwrap_or(3) as usize } else { 1 },
+            next_upstream_timeout: settings
+                .stream_next_upstream_timeout_ms
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis),
+            responses: settings.stream_responses.unwrap_or(1),
+            v2: settings.stream_proxy_protocol_v2.unwrap_or(false),
+        }
+    }
+}
+
+/// One port's service as the live table has it.
+#[derive(Debug)]
+pub(crate) struct Service {
+    pub(crate) spec: L4Service,
+    pub(crate) balancer: Arc<Balancer>,
+    pub(crate) stream: Stream,
+}
+
+/// Resolves when `stop` turns true or its sender is gone.
+pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}

@@ -1,0 +1,245 @@
+//! TCP services: accept, admit, read the client's PROXY header, connect an endpoint (retrying
+//! others), send the PROXY header, then copy both ways until both sides are done or the
+//! connection has been idle for `proxy-stream-timeout`.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use super::header;
+use super::service::{Service, stopped};
+use super::stats::Stats;
+use crate::proxy::limits::{AcceptBackoff, ConnGuard, ConnLimits};
+use crate::proxy::proxy_protocol;
+use crate::state::balance::EndpointKey;
+
+/// Time a client has to send its PROXY protocol header (ingress-nginx's
+/// `proxy-protocol-header-timeout` default).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a connection ended early.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    /// The client's PROXY protocol header was missing or invalid.
+    #[error("{0}")]
+    Header(#[from] proxy_protocol::Error),
+    /// The client sent no PROXY protocol header in time.
+    #[error("no PROXY protocol header within {HEADER_TIMEOUT:?}")]
+    HeaderTimeout,
+    /// The service has no ready endpoint.
+    #[error("no ready endpoint")]
+    NoEndpoint,
+    /// Every endpoint tried failed.
+    #[error("connecting {endpoint} failed after {tries} tries: {error}")]
+    Connect {
+        /// The last endpoint tried.
+        endpoint: String,
+        /// Endpoints tried.
+        tries: usize,
+        /// The last error.
+        error: io::Error,
+    },
+    /// Reading or writing failed, or the connection went idle.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// Accepts connections on `listener` until `stop`, each served with the live service.
+pub(crate) async fn accept_loop(
+    listener: TcpListener,
+    live: Arc<ArcSwap<Service>>,
+    stats: Arc<Stats>,
+    conns: Arc<ConnLimits>,
+    buffer: usize,
+    mut stop: watch::Receiver<bool>,
+) {
+    let local = listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let mut backoff = AcceptBackoff::default();
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = stopped(&mut stop) => return,
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(error) => {
+                    let wait = backoff.failed(local, &error);
+                    if !wait.is_zero() {
+                        tokio::select! {
+                            () = stopped(&mut stop) => return,
+                            () = tokio::time::sleep(wait) => {}
+                        }
+                    }
+                    continue;
+                }
+            },
+        };
+        backoff.reset();
+        // The connection limits first: a refused connection costs no task and no buffer.
+        let admission = match conns.admit() {
+            Ok(guard) => guard,
+            Err(_) => {
+                let _ = stream.set_zero_linger();
+                tracing::debug!(%peer, port = local.port(), "L4 connection refused: connection limit reached");
+                continue;
+            }
+        };
+        let service = live.load_full();
+        let (stats, conns) = (stats.clone(), conns.clone());
+        tokio::spawn(async move {
+            let _open = stats.open();
+            let port = local.port();
+            if let Err(error) = serve(stream, peer, &service, admission, &conns, &stats, buffer).await {
+                tracing::debug!(%peer, port, backend = %service.spec.backend, %error, "L4 connection ended");
+            }
+        });
+    }
+}
+
+/// Serves one connection.
+async fn serve(
+    mut client: TcpStream,
+    peer: SocketAddr,
+    service: &Service,
+    mut admission: ConnGuard,
+    conns: &ConnLimits,
+    stats: &Stats,
+    buffer: usize,
+) -> Result<(), Error> {
+    let local = client.local_addr()?;
+    let _ = client.set_nodelay(true);
+    let source = if service.spec.proxy_protocol_in {
+        match tokio::time::timeout(HEADER_TIMEOUT, proxy_protocol::read_header(&mut client)).await {
+            Ok(header) => header?.unwrap_or(peer),
+            Err(_) => return Err(Error::HeaderTimeout),
+        }
+    } else {
+        peer
+    };
+    if conns.per_client() && conns.admit_client(&mut admission, source.ip()).is_err() {
+        let _ = client.set_zero_linger();
+        return Ok(());
+    }
+    let mut upstream = connect(service, stats).await?;
+    let _ = upstream.set_nodelay(true);
+    if service.spec.proxy_protocol_out {
+        upstream.write_all(&header::encode(source, local, service.stream.v2)).await?;
+    }
+    splice(client, upstream, service.stream.idle, buffer, stats).await?;
+    Ok(())
+}
+
+/// Connects an endpoint in round-robin order; a refused or timed-out connect moves to the next
+/// endpoint not tried yet, up to the service's tries and next-upstream timeout.
+async fn connect(service: &Service, stats: &Stats) -> Result<TcpStream, Error> {
+    let balancer = &service.balancer;
+    let endpoints = balancer.endpoints();
+    if endpoints.is_empty() {
+        stats.connect_errors.fetch_add(1, Relaxed);
+        return Err(Error::NoEndpoint);
+    }
+    let stream = &service.stream;
+    let tries = if stream.tries == 0 { endpoints.len() } else { stream.tries.min(endpoints.len()) };
+    let deadline = stream.next_upstream_timeout.map(|t| Instant::now() + t);
+    let mut tried: Vec<usize> = Vec::with_capacity(tries);
+    let mut last = None;
+    while tried.len() < tries {
+        if !tried.is_empty() && deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        let Some(i) = balancer.pick_untried(&tried) else { break };
+        tried.push(i);
+        let endpoint = &endpoints[i];
+        let error = match tokio::time::timeout(stream.connect_timeout, connect_to(endpoint.key())).await {
+            Ok(Ok(upstream)) => return Ok(upstream),
+            Ok(Err(error)) => error,
+            Err(_) => io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no connection within {:?} (proxy-connect-timeout)", stream.connect_timeout),
+            ),
+        };
+        endpoint.record_failure();
+        stats.connect_errors.fetch_add(1, Relaxed);
+        tracing::debug!(endpoint = %endpoint.key(), backend = %service.spec.backend, %error, "L4 connect failed");
+        last = Some((endpoint.key().to_string(), error));
+    }
+    let (endpoint, error) = last.unwrap_or_else(|| (String::new(), io::Error::other("no endpoint tried")));
+    Err(Error::Connect { endpoint, tries: tried.len(), error })
+}
+
+async fn connect_to(key: &EndpointKey) -> io::Result<TcpStream> {
+    match key {
+        EndpointKey::Addr(addr) => TcpStream::connect(*addr).await,
+        EndpointKey::Dns { host, port } => TcpStream::connect((&**host, *port)).await,
+    }
+}
+
+/// Copies both ways until both directions reached end of stream (each end passed on as a
+/// half-close), a side failed, or nothing moved for `idle`.
+async fn splice(
+    client: TcpStream,
+    upstream: TcpStream,
+    idle: Duration,
+    buffer: usize,
+    stats: &Stats,
+) -> io::Result<()> {
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut upstream_read, mut upstream_write) = upstream.into_split();
+    let base = Instant::now();
+    let activity = AtomicU64::new(0);
+    let up = pump(&mut client_read, &mut upstream_write, buffer, &activity, base, &stats.bytes_up);
+    let down = pump(&mut upstream_read, &mut client_write, buffer, &activity, base, &stats.bytes_down);
+    tokio::select! {
+        done = async { tokio::try_join!(up, down) } => done.map(|_| ()),
+        () = idle_for(idle, &activity, base) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("idle for {idle:?} (proxy-stream-timeout)"),
+        )),
+    }
+}
+
+/// Copies `from` into `to` through one buffer of `size` bytes; at the end of `from`, shuts
+/// `to`'s write side (the half-close passed on).
+async fn pump<R, W>(
+    from: &mut R,
+    to: &mut W,
+    size: usize,
+    activity: &AtomicU64,
+    base: Instant,
+    bytes: &AtomicU64,
+) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; size.max(1024)];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return to.shutdown().await;
+        }
+        to.write_all(&buf[..n]).await?;
+        bytes.fetch_add(n as u64, Relaxed);
+        activity.store(millis(base), Relaxed);
+    }
+}
+
+fn millis(base: Instant) -> u64 {
+    u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Resolves once nothing was copied for `idle` (`activity`: the last copy, in ms after `base`).
+async fn idle_for(idle: Duration, activity: &AtomicU64, base: Instant) {
+    loop {
+        let since = base.elapsed().saturating_sub(Duration::from_millis(activity.load(Relaxed)));
+        if since >= idle {
+            return;
+        }
+        tokio::time::sleep(idle - since).await;
+    }
+}

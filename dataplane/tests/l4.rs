@@ -1,0 +1,108 @@
+//! The L4 proxy in process: publishes diff its listener set and keep balancer state; a taken
+//! port is reported and the others serve. Real sockets on loopback.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use weir_dataplane::l4::{L4Config, L4Proxy};
+use weir_dataplane::model::{Endpoint, L4Protocol, L4Service, RouteTable, Target};
+use weir_dataplane::proxy::{Proxy, ProxyConfig};
+
+/// A backend that writes `name` and closes.
+async fn named(name: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            let _ = s.write_all(name.as_bytes()).await;
+        }
+    });
+    addr
+}
+
+fn table(services: &[(u16, &[SocketAddr])]) -> RouteTable {
+    let mut table = RouteTable::default();
+    for (port, endpoints) in services {
+        table.l4.push(L4Service {
+            port: *port,
+            protocol: L4Protocol::Tcp,
+            backend: "default/svc:9000".parse().unwrap(),
+            target: Target::Endpoints(endpoints.iter().map(|a| Endpoint::new(*a)).collect()),
+            proxy_protocol_in: false,
+            proxy_protocol_out: false,
+        });
+    }
+    table
+}
+
+async fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port()
+}
+
+async fn answer(port: u16) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+fn l4() -> L4Proxy {
+    let config = L4Config { listen: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)), ..L4Config::default() };
+    L4Proxy::new(config, &Proxy::new(ProxyConfig::default()))
+}
+
+/// Round robin continues across publishes (the cursor is carried over), and the endpoints of
+/// the new table serve without a new listener.
+#[tokio::test]
+async fn round_robin_state_survives_a_publish() {
+    let (a, b) = (named("a").await, named("b").await);
+    let port = free_port().await;
+    let l4 = l4();
+    assert!(l4.publish(&table(&[(port, &[a, b])])).is_empty());
+    let local = l4.local_addr(L4Protocol::Tcp, port).unwrap();
+    assert_eq!(answer(port).await, "a");
+    // The same service again (a new table version): the next pick is b, not a again.
+    assert!(l4.publish(&table(&[(port, &[a, b])])).is_empty());
+    assert_eq!(answer(port).await, "b");
+    assert_eq!(answer(port).await, "a");
+    assert_eq!(l4.local_addr(L4Protocol::Tcp, port), Some(local), "the listener stayed");
+    let c = named("c").await;
+    assert!(l4.publish(&table(&[(port, &[c])])).is_empty());
+    assert_eq!(answer(port).await, "c", "new endpoints serve at once");
+    let stats = l4.stats();
+    assert_eq!(stats.len(), 1);
+    assert_eq!(stats[0].stats.opened, 4);
+}
+
+/// A port held by another socket is reported with a clear error; the others serve, and the
+/// port is bound by a later publish once it is free.
+#[tokio::test]
+async fn a_taken_port_is_reported_and_the_rest_serve() {
+    let a = named("a").await;
+    let holder = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let taken = holder.local_addr().unwrap().port();
+    let free = free_port().await;
+    let l4 = l4();
+    let failed = l4.publish(&table(&[(free, &[a]), (taken, &[a])]));
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].port, taken);
+    let message = failed[0].to_string();
+    assert!(message.contains("the port is taken by another process"), "{message}");
+    assert_eq!(answer(free).await, "a");
+    drop(holder);
+    assert!(l4.publish(&table(&[(free, &[a]), (taken, &[a])])).is_empty());
+    assert_eq!(answer(taken).await, "a");
+    // Removed: the port is released.
+    assert!(l4.publish(&table(&[(free, &[a])])).is_empty());
+    assert!(l4.local_addr(L4Protocol::Tcp, taken).is_none());
+    // Its accept loop ends at its next turn, closing the socket.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while TcpListener::bind(("127.0.0.1", taken)).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "the removed port stays bound");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
