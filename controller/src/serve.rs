@@ -75,6 +75,8 @@ pub struct ServeOptions {
     /// The ConfigMap of global settings: watched in a cluster, read from the manifest
     /// directory otherwise; its keys override `proxy`.
     pub settings: Option<ObjectRef>,
+    /// How `/metrics` exposes the figures (names besides weir's).
+    pub metrics: crate::metrics::MetricsOptions,
 }
 
 impl Default for ServeOptions {
@@ -97,6 +99,7 @@ impl Default for ServeOptions {
             poll_interval: Duration::from_secs(2),
             proxy: ProxyConfig::default(),
             settings: Some(translate::settings::default_configmap()),
+            metrics: crate::metrics::MetricsOptions::default(),
         }
     }
 }
@@ -147,8 +150,11 @@ impl Running {
         let http_addr = http.local_addr()?;
         let admin_addr = admin.local_addr()?;
         let proxy = Proxy::new(opts.proxy.clone());
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(Metrics::with_options(opts.metrics.clone()));
         metrics.observe(&proxy);
+        if let Some(kube) = &opts.kube {
+            metrics.observe_leader(kube.status.lease.clone(), kube.status.leader.clone());
+        }
         let ready = Arc::new(AtomicBool::new(false));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (version_tx, versions) = watch::channel(0u64);
@@ -448,7 +454,8 @@ impl Publisher {
         match self.proxy.publish_changes(&translation.table, changes) {
             Ok(version) => {
                 self.in_sync = true;
-                self.metrics.reloads_ok.inc();
+                self.metrics.reloaded(true);
+                self.metrics.certificates(&translation.table);
                 self.metrics.table_version.set(version as i64);
                 self.ready.store(true, Ordering::Release);
                 let _ = self.versions.send(version);
@@ -468,7 +475,7 @@ impl Publisher {
             Err(error) => {
                 // The last good table keeps serving.
                 self.in_sync = false;
-                self.metrics.reloads_failed.inc();
+                self.metrics.reloaded(false);
                 tracing::error!(%error, "routing table rejected; the previous table keeps serving");
             }
         }
@@ -655,7 +662,9 @@ async fn serve_admin(
         let ready = ready.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let response = admin_response(req.uri().path(), &metrics, &ready);
+                let accept = req.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok());
+                let format = crate::metrics::Format::negotiate(accept);
+                let response = admin_response(req.uri().path(), format, &metrics, &ready);
                 async move { Ok::<_, Infallible>(response) }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -666,7 +675,12 @@ async fn serve_admin(
     }
 }
 
-fn admin_response(path: &str, metrics: &Metrics, ready: &AtomicBool) -> Response<Full<Bytes>> {
+fn admin_response(
+    path: &str,
+    format: crate::metrics::Format,
+    metrics: &Metrics,
+    ready: &AtomicBool,
+) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match path {
         "/healthz" => (StatusCode::OK, "text/plain; charset=utf-8", Bytes::from_static(b"ok\n")),
         "/readyz" if ready.load(Ordering::Acquire) => {
@@ -677,9 +691,7 @@ fn admin_response(path: &str, metrics: &Metrics, ready: &AtomicBool) -> Response
             "text/plain; charset=utf-8",
             Bytes::from_static(b"no routing table published yet\n"),
         ),
-        "/metrics" => {
-            (StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", metrics.encode())
-        }
+        "/metrics" => (StatusCode::OK, format.content_type(), metrics.render(format)),
         _ => (StatusCode::NOT_FOUND, "text/plain; charset=utf-8", Bytes::from_static(b"404 Not Found\n")),
     };
     let mut response = Response::new(Full::new(body));

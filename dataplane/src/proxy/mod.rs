@@ -47,6 +47,7 @@ mod extauth;
 mod forward;
 mod headers;
 pub mod limits;
+mod metered;
 pub(crate) mod mirror;
 pub mod proxy_protocol;
 mod server;
@@ -165,6 +166,8 @@ pub struct ProxyConfig {
     /// Longest life of an upstream HTTP/1.1 connection: not reused past it
     /// (`upstream-keepalive-time`); `None`: no limit.
     pub pool_max_lifetime: Option<Duration>,
+    /// Request metrics: on or off, per host or not; set when the proxy is made.
+    pub metrics: crate::metrics::MetricsConfig,
 }
 
 impl Default for ProxyConfig {
@@ -207,6 +210,7 @@ impl Default for ProxyConfig {
             send_timeout: Duration::from_secs(60),
             pool_max_requests: Some(10_000),
             pool_max_lifetime: Some(Duration::from_secs(3600)),
+            metrics: crate::metrics::MetricsConfig::default(),
         }
     }
 }
@@ -313,6 +317,8 @@ struct Compiled {
     http: Arc<HttpBuilder>,
     /// The TLS config offering the table's `ssl-protocols`; `None`: the listener's own.
     tls: Option<Arc<rustls::ServerConfig>>,
+    /// The request metrics' label sets, by route handle id and backend index.
+    metrics: crate::metrics::Live,
 }
 
 /// Picks the certificate of each handshake from the live table (so a publish rotates it), else
@@ -387,8 +393,11 @@ impl Proxy {
             http: Arc::new(http_builder(&config)),
             config: config.clone(),
             tls: None,
+            metrics: crate::metrics::Live::default(),
         };
         let conns = Arc::new(limits::ConnLimits::new(config.connection_limits));
+        let limiters = LimiterCache::default();
+        limiters.metrics().configure(config.metrics);
         Proxy {
             inner: Arc::new(Inner {
                 conns,
@@ -396,7 +405,7 @@ impl Proxy {
                 state: ArcSwap::from_pointee(empty),
                 publisher: Mutex::new(Publisher::default()),
                 clients,
-                limiters: LimiterCache::default(),
+                limiters,
                 fallback_cert: OnceLock::new(),
                 access_log: OnceLock::new(),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
@@ -469,6 +478,7 @@ impl Proxy {
         };
         self.configure_sessions(&table.settings);
         let tls = self.tls_config(&table.settings, &mut publisher);
+        let metrics = self.inner.limiters.metrics().live(router.backend_ids());
         self.inner.state.store(Arc::new(Compiled {
             version,
             router,
@@ -479,6 +489,7 @@ impl Proxy {
             config,
             http,
             tls,
+            metrics,
         }));
         drop(live);
         self.inner.clients.prune();
@@ -534,6 +545,11 @@ impl Proxy {
     /// Client connections open now and refused so far by the connection limits.
     pub fn connection_stats(&self) -> limits::ConnStats {
         self.inner.conns.stats()
+    }
+
+    /// The request metrics, for a scrape ([`crate::metrics::Registry::collect`]).
+    pub fn metrics(&self) -> &Arc<crate::metrics::Registry> {
+        self.inner.limiters.metrics()
     }
 }
 
