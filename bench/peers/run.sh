@@ -16,7 +16,8 @@
 # fixed-rate scenarios h1-rate and h2-tls-rate, default 40000), PEER_HEADERS (weir: nginx and
 # HAProxy set the request headers weir sets, the default; none: they add none), KEY_TYPE (ec:
 # ECDSA P-256, the default; rsa: RSA 2048), WEIR_BASE_BIN (a second weir build, run beside the
-# others as the proxy weir-base: before and after a change in one run).
+# others as the proxy weir-base: before and after a change in one run), WEIR_BASE_ARGS (extra
+# `weir serve` flags of weir-base, e.g. --metrics=false with WEIR_BASE_BIN=$WEIR_BIN).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -174,6 +174,27 @@ pub struct ServeArgs {
     /// The Kubernetes API source (used when `--manifests` is not given).
     #[command(flatten)]
     pub kube: KubeArgs,
+    /// Record request metrics (`--metrics=false`: none are recorded; the controller's own stay).
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub metrics: bool,
+    /// Label request metrics with the virtual host (ingress-nginx's --metrics-per-host).
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub metrics_per_host: bool,
+    /// Distinct hosts labelled at most; routes of further hosts count with an empty host label.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub metrics_max_hosts: usize,
+    /// Also expose the metrics under another controller's names and labels, for its dashboards
+    /// and alerts.
+    #[arg(long, value_enum, value_name = "NAMES")]
+    pub metrics_compat: Option<MetricsCompat>,
+}
+
+/// Metric names `--metrics-compat` adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum MetricsCompat {
+    /// `nginx_ingress_controller_*`, with `controller_class`, `controller_namespace` and
+    /// `controller_pod`.
+    IngressNginx,
 }
 
 /// Flags of the Kubernetes API source, status writer and leader election.
@@ -233,6 +254,7 @@ impl KubeArgs {
                 lease_duration: Duration::from_secs(self.election_lease_duration),
                 identity: self.election_identity.clone().unwrap_or_else(default_identity),
                 controller_name: controller_name.to_string(),
+                leader: Default::default(),
             },
         }
     }
@@ -312,7 +334,21 @@ impl ServeArgs {
                     http::HeaderValue::from_str(&format!("max-age={age}{sub}"))
                         .unwrap_or_else(|_| http::HeaderValue::from_static("max-age=0"))
                 }),
+                metrics: weir_dataplane::metrics::MetricsConfig {
+                    enabled: self.metrics,
+                    per_host: self.metrics_per_host,
+                    max_hosts: self.metrics_max_hosts,
+                },
                 ..ProxyConfig::default()
+            },
+            metrics: crate::metrics::MetricsOptions {
+                ingress_nginx: self.metrics_compat.map(|MetricsCompat::IngressNginx| {
+                    crate::metrics::Compat {
+                        class: self.source.translate_config().ingress_class,
+                        namespace: self.kube.election_namespace.clone(),
+                        pod: self.kube.election_identity.clone().unwrap_or_else(default_identity),
+                    }
+                }),
             },
             ..ServeOptions::default()
         }

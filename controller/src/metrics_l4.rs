@@ -3,34 +3,51 @@
 
 use std::sync::{Arc, OnceLock};
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::registry::Registry;
 use weir_dataplane::l4::{L4Proxy, StatsSnapshot};
+
+use crate::metrics::{Kind, Writer};
 
 /// The hook [`crate::metrics::Metrics`] keeps: the L4 proxy, once serving.
 #[derive(Clone, Debug, Default)]
 pub struct L4Metrics(Arc<OnceLock<L4Proxy>>);
 
 impl L4Metrics {
-    /// Registers the L4 metrics in `registry`.
-    pub fn register(registry: &mut Registry) -> L4Metrics {
-        let metrics = L4Metrics::default();
-        registry.register_collector(Box::new(metrics.clone()));
-        metrics
-    }
-
     /// Reports `l4`'s services from now on (the first given wins).
     pub fn observe(&self, l4: &L4Proxy) {
         let _ = self.0.set(l4.clone());
+    }
+
+    /// Writes the services' figures (nothing before the L4 proxy serves, or without services).
+    pub(crate) fn render(&self, w: &mut Writer) {
+        let Some(l4) = self.0.get() else { return };
+        let services = l4.stats();
+        if services.is_empty() {
+            return;
+        }
+        let labels: Vec<[String; 3]> =
+            services.iter().map(|s| [s.protocol.to_string(), s.port.to_string(), s.backend.to_string()]).collect();
+        let set = |l: &[String; 3]| [("protocol", l[0].clone()), ("port", l[1].clone()), ("service", l[2].clone())];
+        for (name, help, read) in COUNTERS {
+            let name = format!("weir_{name}");
+            w.family(&name, Kind::Counter, help);
+            for (service, l) in services.iter().zip(&labels) {
+                let owned = set(l);
+                let pairs: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                w.sample(&name, "_total", &pairs, read(&service.stats));
+            }
+        }
+        w.family("weir_l4_open", Kind::Gauge, "TCP connections or UDP flows open now, by L4 service");
+        for (service, l) in services.iter().zip(&labels) {
+            let owned = set(l);
+            let pairs: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            w.sample("weir_l4_open", "", &pairs, service.stats.open);
+        }
     }
 }
 
 type Read = fn(&StatsSnapshot) -> u64;
 
-/// Counters: name, help, value.
+/// Counters: name (after `weir_`), help, value.
 const COUNTERS: &[(&str, &str, Read)] = &[
     ("l4_connections", "TCP connections accepted or UDP flows started, by L4 service", |s| s.opened),
     ("l4_received_bytes", "Bytes from clients to upstreams, by L4 service", |s| s.bytes_up),
@@ -45,42 +62,3 @@ const COUNTERS: &[(&str, &str, Read)] = &[
         s.dropped
     }),
 ];
-
-impl Collector for L4Metrics {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some(l4) = self.0.get() else { return Ok(()) };
-        let services = l4.stats();
-        if services.is_empty() {
-            return Ok(());
-        }
-        let labels: Vec<[(&str, String); 3]> = services
-            .iter()
-            .map(|s| {
-                [
-                    ("protocol", s.protocol.to_string()),
-                    ("port", s.port.to_string()),
-                    ("service", s.backend.to_string()),
-                ]
-            })
-            .collect();
-        for (name, help, read) in COUNTERS {
-            let first = ConstCounter::new(0u64);
-            let mut family = encoder.encode_descriptor(name, help, None, first.metric_type())?;
-            for (service, labels) in services.iter().zip(&labels) {
-                ConstCounter::new(read(&service.stats)).encode(family.encode_family(labels)?)?;
-            }
-        }
-        let gauge = ConstGauge::new(0i64);
-        let mut family = encoder.encode_descriptor(
-            "l4_open",
-            "TCP connections or UDP flows open now, by L4 service",
-            None,
-            gauge.metric_type(),
-        )?;
-        for (service, labels) in services.iter().zip(&labels) {
-            let open = i64::try_from(service.stats.open).unwrap_or(i64::MAX);
-            ConstGauge::new(open).encode(family.encode_family(labels)?)?;
-        }
-        Ok(())
-    }
-}

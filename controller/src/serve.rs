@@ -82,6 +82,8 @@ pub struct ServeOptions {
     pub udp_services: Option<ObjectRef>,
     /// Tunables of the TCP and UDP services' listeners.
     pub l4: L4Config,
+    /// How `/metrics` exposes the figures (names besides weir's).
+    pub metrics: crate::metrics::MetricsOptions,
 }
 
 impl Default for ServeOptions {
@@ -107,6 +109,7 @@ impl Default for ServeOptions {
             tcp_services: None,
             udp_services: None,
             l4: L4Config::default(),
+            metrics: crate::metrics::MetricsOptions::default(),
         }
     }
 }
@@ -161,10 +164,13 @@ impl Running {
         let http_addr = http.local_addr()?;
         let admin_addr = admin.local_addr()?;
         let proxy = Proxy::new(opts.proxy.clone());
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(Metrics::with_options(opts.metrics.clone()));
         metrics.observe(&proxy);
         let l4 = L4Proxy::new(opts.l4.clone(), &proxy);
         metrics.l4.observe(&l4);
+        if let Some(kube) = &opts.kube {
+            metrics.observe_leader(kube.status.lease.clone(), kube.status.leader.clone());
+        }
         let ready = Arc::new(AtomicBool::new(false));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (version_tx, versions) = watch::channel(0u64);
@@ -475,7 +481,8 @@ impl Publisher {
         match self.proxy.publish_changes(&translation.table, changes) {
             Ok(version) => {
                 self.in_sync = true;
-                self.metrics.reloads_ok.inc();
+                self.metrics.reloaded(true);
+                self.metrics.certificates(&translation.table);
                 self.metrics.table_version.set(version as i64);
                 self.ready.store(true, Ordering::Release);
                 let _ = self.versions.send(version);
@@ -495,7 +502,7 @@ impl Publisher {
             Err(error) => {
                 // The last good table keeps serving.
                 self.in_sync = false;
-                self.metrics.reloads_failed.inc();
+                self.metrics.reloaded(false);
                 tracing::error!(%error, "routing table rejected; the previous table keeps serving");
             }
         }
@@ -692,7 +699,9 @@ async fn serve_admin(
         let ready = ready.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let response = admin_response(req.uri().path(), &metrics, &ready);
+                let accept = req.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok());
+                let format = crate::metrics::Format::negotiate(accept);
+                let response = admin_response(req.uri().path(), format, &metrics, &ready);
                 async move { Ok::<_, Infallible>(response) }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -703,7 +712,12 @@ async fn serve_admin(
     }
 }
 
-fn admin_response(path: &str, metrics: &Metrics, ready: &AtomicBool) -> Response<Full<Bytes>> {
+fn admin_response(
+    path: &str,
+    format: crate::metrics::Format,
+    metrics: &Metrics,
+    ready: &AtomicBool,
+) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match path {
         "/healthz" => (StatusCode::OK, "text/plain; charset=utf-8", Bytes::from_static(b"ok\n")),
         "/readyz" if ready.load(Ordering::Acquire) => {
@@ -714,9 +728,7 @@ fn admin_response(path: &str, metrics: &Metrics, ready: &AtomicBool) -> Response
             "text/plain; charset=utf-8",
             Bytes::from_static(b"no routing table published yet\n"),
         ),
-        "/metrics" => {
-            (StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", metrics.encode())
-        }
+        "/metrics" => (StatusCode::OK, format.content_type(), metrics.render(format)),
         _ => (StatusCode::NOT_FOUND, "text/plain; charset=utf-8", Bytes::from_static(b"404 Not Found\n")),
     };
     let mut response = Response::new(Full::new(body));

@@ -48,6 +48,8 @@ pub struct StatusOptions {
     pub identity: String,
     /// The reporting controller of Events.
     pub controller_name: String,
+    /// Whether this replica holds the Lease now (read by the metrics).
+    pub leader: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Default for StatusOptions {
@@ -59,6 +61,7 @@ impl Default for StatusOptions {
             lease_duration: Duration::from_secs(15),
             identity: format!("weir-{}", std::process::id()),
             controller_name: crate::translate::TranslateConfig::default().controller_name,
+            leader: Default::default(),
         }
     }
 }
@@ -163,6 +166,7 @@ async fn run(
         emitted: BTreeSet::new(),
     };
     let mut is_leader = *leader.borrow_and_update();
+    options.leader.store(is_leader, std::sync::atomic::Ordering::Relaxed);
     if is_leader {
         tracing::info!(identity = %options.identity, lease = %options.lease, "this replica is the leader");
     }
@@ -181,6 +185,7 @@ async fn run(
                     break;
                 }
                 is_leader = *leader.borrow_and_update();
+                options.leader.store(is_leader, std::sync::atomic::Ordering::Relaxed);
                 if is_leader {
                     tracing::info!(identity = %options.identity, lease = %options.lease, "this replica is the leader");
                     writer.written.clear();

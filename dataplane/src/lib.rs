@@ -29,7 +29,8 @@
 //! 0  ground           vars (the nginx-variables language: one parser, one name table, the
 //!                     request view templates read), model (+ logformat: the log's templates;
 //!                     changes: TableChanges), http_util, hashkey, fast, uri_path (the request
-//!                     path as routes see it)
+//!                     path as routes see it), metrics (request counters in per-thread
+//!                     shards, resolved per route when a table compiles)
 //! ```
 //!
 //! `tls`, `state` and `route` are floors, not wings, for two reasons: a balancer holds its
@@ -43,6 +44,7 @@ pub mod fast;
 pub mod hashkey;
 pub mod http_util;
 pub mod l4;
+pub mod metrics;
 pub mod model;
 pub mod proxy;
 pub mod route;

@@ -32,7 +32,8 @@ const MODULES: &[(&str, &str)] = &[
     ("hashkey", "ground"),
     ("vars", "ground"), // the nginx-variables language
     ("fast", "ground"),
-    ("stall", "ground"), // timeouts on I/O that waits without progress
+    ("metrics", "ground"), // request metrics: per-route handles, sharded counters
+    ("stall", "ground"),   // timeouts on I/O that waits without progress
     ("echo", "echo"),
     ("tls", "tls"),
     ("state", "state"),

@@ -47,12 +47,14 @@ use super::headers::{
     Forwarded, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PORT, X_FORWARDED_PROTO, X_REQUEST_ID,
     connection_tokens, hide_headers, request_id, strip_hop_by_hop,
 };
+use super::metered::{Meter, Metered};
 use super::upstream::body::{BodyTimedOut, BodyTooLarge, UpstreamBody};
 use super::upstream::client::{ResponseBody, SendError, Target};
 use super::upstream::conn::{Exchange, is_send_timeout};
 use super::upstream::{Balancer, EndpointState};
 use super::{Compiled, Proxy, ProxyConfig, extauth, mirror, upgrade};
 use crate::hashkey;
+use crate::metrics::UpstreamEvent;
 use crate::model::{ClientVerify, RetryOn};
 use crate::route::auth;
 use crate::route::cors::CompiledCors;
@@ -112,13 +114,14 @@ const SSL_CLIENT_ISSUER_DN: HeaderName = HeaderName::from_static("ssl-client-iss
 
 impl ConnCtx {
     /// Serves one request; never fails (errors become local responses).
-    pub(super) async fn handle(self: Arc<Self>, mut req: Request<Incoming>) -> Response<ProxyBody> {
+    pub(super) async fn handle(self: Arc<Self>, mut req: Request<Incoming>) -> Response<Metered<ProxyBody>> {
         let start = Instant::now();
+        let meter = Meter::of(&req, self.proxy.inner.config.metrics.enabled);
         let request_id = request_id(req.headers_mut());
         let grpc = is_grpc(req.headers());
         let state = self.proxy.inner.state.load_full();
         let seen = self.before(&state.config, &mut req);
-        let outcome = self.forward(&state, req, start, &request_id).await;
+        let outcome = self.forward(&state, req, start, &request_id, &meter).await;
         let mut resp = match outcome {
             Ok(resp) => resp,
             Err(err) => {
@@ -147,7 +150,7 @@ impl ConnCtx {
             resp.headers_mut().insert(STRICT_TRANSPORT_SECURITY, hsts.clone());
         }
         self.after(&state, seen, &mut resp, start, &request_id);
-        resp
+        meter.finish(resp, state, start)
     }
 
     async fn forward(
@@ -156,6 +159,7 @@ impl ConnCtx {
         mut req: Request<Incoming>,
         start: Instant,
         request_id: &HeaderValue,
+        meter: &Meter,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         // `block-user-agents`, `block-referers`: before anything else, in every server.
         if let Some(lists) = &state.config.blocklists
@@ -183,6 +187,7 @@ impl ConnCtx {
         };
         let path = normalized.as_deref().unwrap_or(req.uri().path());
         let route = state.router.lookup(host_str, path).ok_or(ProxyError::NoRoute)?;
+        meter.route(&route.stats);
         // `custom-http-errors`: what the error page backend is told about the request (boxed:
         // it waits across the exchange, and most routes have none).
         let custom = route.policy.as_deref().and_then(|p| p.custom_errors.as_ref()).map(|(codes, pages)| {
@@ -205,6 +210,7 @@ impl ConnCtx {
             host_str,
             normalized: normalized.as_deref(),
             client: self.client(&state.config, req.headers()),
+            meter,
         };
         // The phases, pingora's: the request filter answers instead of forwarding, or admits
         // the request; `upstream` runs the rest (peer, upstream request, exchange, response
@@ -627,6 +633,9 @@ impl ConnCtx {
         mut req: Request<Incoming>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let peer = &self.upstream_peer(ctx, &req)?;
+        if peer.backend != ctx.route.backend {
+            ctx.meter.canary_took_it();
+        }
         let outgoing = self.upstream_request(ctx, peer, &mut req)?;
         let (parts, body) = req.into_parts();
         let config = &ctx.state.config;
@@ -664,9 +673,11 @@ impl ConnCtx {
             tried[tries] = idx;
             tries += 1;
             let endpoint = &balancer.endpoints()[idx];
-            // For the debug log and the access log only: no clock read per request otherwise.
-            let started =
-                (config.access_log.is_some() || tracing::enabled!(tracing::Level::DEBUG)).then(Instant::now);
+            // For the metrics, the debug log and the access log only: no clock read otherwise.
+            let started = (config.metrics.enabled
+                || config.access_log.is_some()
+                || tracing::enabled!(tracing::Level::DEBUG))
+            .then(Instant::now);
             // Latency is only measured where a route balances by it.
             let flight = matches!(peer.pick, Pick::Ewma).then(|| endpoint.start());
             // Boxed: this future would otherwise be part of every enclosing one, each moved
@@ -700,6 +711,7 @@ impl ConnCtx {
                         && let Some((head, bytes)) = head.as_ref().zip(replay.as_ref())
                     {
                         drop(resp);
+                        ctx.count(peer, UpstreamEvent::Retry);
                         tracing::debug!(upstream = %endpoint.key(), status = status.as_u16(), "retrying on the next endpoint");
                         note_tried(&mut earlier, config, endpoint);
                         attempt = head.request(bytes.clone());
@@ -720,8 +732,13 @@ impl ConnCtx {
                     endpoint.record_failure();
                     tracing::debug!(upstream = %endpoint.key(), %error, timed_out, "upstream connect failed");
                     let on = if timed_out { RetryOn::Timeout } else { RetryOn::Error };
+                    ctx.count(
+                        peer,
+                        if timed_out { UpstreamEvent::ConnectTimeout } else { UpstreamEvent::ConnectError },
+                    );
                     // Nothing was sent: the request goes to the next endpoint, if there is one.
                     if again(on, tries, false) {
+                        ctx.count(peer, UpstreamEvent::Retry);
                         note_tried(&mut earlier, config, endpoint);
                         attempt = *request;
                         continue;
@@ -736,11 +753,15 @@ impl ConnCtx {
                     Ok(failure) => failure,
                     Err(final_error) => return Err(final_error),
                 },
-                Err(_elapsed) => (RetryOn::Timeout, ProxyError::ResponseTimeout),
+                Err(_elapsed) => {
+                    ctx.count(peer, UpstreamEvent::ResponseTimeout);
+                    (RetryOn::Timeout, ProxyError::ResponseTimeout)
+                }
             };
             // Sent (at least in part): again only with the whole request at hand.
             match head.as_ref().zip(replay.as_ref()) {
                 Some((head, bytes)) if again(on, tries, true) => {
+                    ctx.count(peer, UpstreamEvent::Retry);
                     tracing::debug!(upstream = %endpoint.key(), error = %failure, "retrying on the next endpoint");
                     note_tried(&mut earlier, config, endpoint);
                     attempt = head.request(bytes.clone());
@@ -786,6 +807,9 @@ impl ConnCtx {
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let Answered { idx, tries, endpoint, earlier, started, downstream_upgrade, h2_websocket } = answered;
         let status = resp.status();
+        if let Some(started) = started {
+            ctx.meter.upstream(started.elapsed());
+        }
         tracing::debug!(
             peer = %self.peer,
             version = ctx.state.version,
@@ -1203,9 +1227,18 @@ struct RequestCtx<'a> {
     normalized: Option<&'a str>,
     /// The client, as far as the proxy believes.
     client: Client,
+    /// What the request's metrics learn on the way.
+    meter: &'a Meter,
 }
 
 impl RequestCtx<'_> {
+    /// Counts an upstream event of `peer`'s backend.
+    fn count(&self, peer: &Peer<'_>, event: UpstreamEvent) {
+        if let Some(stats) = self.state.metrics.backend(peer.backend.0) {
+            stats.count(event);
+        }
+    }
+
     /// The body limit in force: the route's, else the proxy's (`None`: unlimited).
     fn body_limit(&self) -> Option<u64> {
         let global = self.state.config.max_request_body;

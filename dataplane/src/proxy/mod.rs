@@ -49,6 +49,7 @@ mod extauth;
 mod forward;
 mod headers;
 pub mod limits;
+mod metered;
 pub(crate) mod mirror;
 pub mod proxy_protocol;
 mod server;
@@ -177,6 +178,8 @@ pub struct ProxyConfig {
     /// Requests sent upstream carry `X-Original-Uri`, the target as the client sent it
     /// (`proxy-add-original-uri-header`).
     pub original_uri_header: bool,
+    /// Request metrics: on or off, per host or not; set when the proxy is made.
+    pub metrics: crate::metrics::MetricsConfig,
 }
 
 impl Default for ProxyConfig {
@@ -223,6 +226,7 @@ impl Default for ProxyConfig {
             blocklists: None,
             hidden_response_headers: headers::hidden_by_default(false).into(),
             original_uri_header: false,
+            metrics: crate::metrics::MetricsConfig::default(),
         }
     }
 }
@@ -329,6 +333,8 @@ struct Compiled {
     http: Arc<HttpBuilder>,
     /// The TLS config offering the table's `ssl-protocols`; `None`: the listener's own.
     tls: Option<Arc<rustls::ServerConfig>>,
+    /// The request metrics' label sets, by route handle id and backend index.
+    metrics: crate::metrics::Live,
 }
 
 /// Picks the certificate of each handshake from the live table (so a publish rotates it), else
@@ -403,8 +409,11 @@ impl Proxy {
             http: Arc::new(http_builder(&config)),
             config: config.clone(),
             tls: None,
+            metrics: crate::metrics::Live::default(),
         };
         let conns = Arc::new(limits::ConnLimits::new(config.connection_limits));
+        let limiters = LimiterCache::default();
+        limiters.metrics().configure(config.metrics);
         Proxy {
             inner: Arc::new(Inner {
                 conns,
@@ -412,7 +421,7 @@ impl Proxy {
                 state: ArcSwap::from_pointee(empty),
                 publisher: Mutex::new(Publisher::default()),
                 clients,
-                limiters: LimiterCache::default(),
+                limiters,
                 fallback_cert: OnceLock::new(),
                 access_log: OnceLock::new(),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
@@ -485,6 +494,7 @@ impl Proxy {
         };
         self.configure_sessions(&table.settings);
         let tls = self.tls_config(&table.settings, &mut publisher);
+        let metrics = self.inner.limiters.metrics().live(router.backend_ids());
         self.inner.state.store(Arc::new(Compiled {
             version,
             router,
@@ -495,6 +505,7 @@ impl Proxy {
             config,
             http,
             tls,
+            metrics,
         }));
         drop(live);
         self.inner.clients.prune();
@@ -555,6 +566,11 @@ impl Proxy {
     /// The connection limits every listener admits under (the L4 listeners too).
     pub(crate) fn connection_limits(&self) -> Arc<limits::ConnLimits> {
         self.inner.conns.clone()
+    }
+
+    /// The request metrics, for a scrape ([`crate::metrics::Registry::collect`]).
+    pub fn metrics(&self) -> &Arc<crate::metrics::Registry> {
+        self.inner.limiters.metrics()
     }
 }
 

@@ -303,6 +303,12 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let peer = ctx.peer;
+    let listener = match (ctx.https, h2) {
+        (false, _) => crate::metrics::Listener::Http,
+        (true, false) => crate::metrics::Listener::HttpsH1,
+        (true, true) => crate::metrics::Listener::HttpsH2,
+    };
+    let _open = ctx.proxy.metrics().open_conn(listener);
     let io = TokioIo::new(stream);
     let served = if h2 {
         let service = hyper::service::service_fn(move |req| {
@@ -385,7 +391,13 @@ async fn handshake(proxy: &Proxy, tls: &TlsListener, mut stream: TcpStream) -> R
         (None, Some(config)) => TlsAcceptor::from(config),
         (None, None) => tls.acceptor.clone(),
     };
-    let stream = acceptor.accept(stream).await.map_err(|e| format!("TLS handshake failed: {e}"))?;
+    let accepted = acceptor.accept(stream).await;
+    let version = accepted
+        .as_ref()
+        .ok()
+        .map(|s| s.get_ref().1.protocol_version().unwrap_or(rustls::ProtocolVersion::Unknown(0)));
+    proxy.metrics().tls_handshake(version);
+    let stream = accepted.map_err(|e| format!("TLS handshake failed: {e}"))?;
     let cert = auth.map(|auth| Box::new(auth.judge(stream.get_ref().1.peer_certificates())));
     Ok(Accepted::Terminated(Box::new(stream), cert))
 }

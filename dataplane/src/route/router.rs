@@ -88,6 +88,8 @@ pub struct CompiledRoute {
     pub policy: Option<Arc<CompiledPolicy>>,
     /// Plain-HTTP requests are redirected to HTTPS.
     pub ssl_redirect: bool,
+    /// Where the route's requests are counted.
+    pub stats: crate::metrics::RouteHandle,
 }
 
 impl CompiledRoute {
@@ -161,7 +163,7 @@ impl Router {
                 return Err(CompileError::DuplicateHost(vh.host.clone()));
             }
         }
-        router.default = router.compile_default(table)?;
+        router.default = router.compile_default(table, limiters)?;
         Ok(router)
     }
 
@@ -213,7 +215,7 @@ impl Router {
                 return Err(CompileError::DuplicateHost(vh.host.clone()));
             }
         }
-        router.default = router.compile_default(table)?;
+        router.default = router.compile_default(table, limiters)?;
         Ok(router)
     }
 
@@ -244,7 +246,7 @@ impl Router {
         }
     }
 
-    fn compile_default(&self, table: &RouteTable) -> Result<Option<CompiledRoute>> {
+    fn compile_default(&self, table: &RouteTable, limiters: &LimiterCache) -> Result<Option<CompiledRoute>> {
         let Some(id) = &table.default_backend else { return Ok(None) };
         Ok(Some(CompiledRoute {
             backend: self.resolve(id, &|| "default backend".to_string())?,
@@ -253,6 +255,7 @@ impl Router {
             origin: None,
             policy: None,
             ssl_redirect: false,
+            stats: limiters.metrics().route(crate::metrics::RouteLabels::of(None, id, None, None), None),
         }))
     }
 
@@ -295,6 +298,9 @@ impl Router {
                 policy.canary =
                     Some(CompiledCanary::compile(canary, idx).map_err(|e| invalid(PolicyError::Canary(e)))?);
             }
+            let labels =
+                crate::metrics::RouteLabels::of(Some(&route.origin), id, Some(&vh.host), Some(&route.path));
+            let stats = limiters.metrics().route(labels, route.policy.canary.as_ref().map(|c| &c.backend));
             let idx = compiled.routes.len();
             compiled.routes.push(CompiledRoute {
                 backend,
@@ -303,6 +309,7 @@ impl Router {
                 origin: Some(route.origin.clone()),
                 policy: policy.map(Arc::new),
                 ssl_redirect: route.policy.ssl_redirect,
+                stats,
             });
             // On duplicates the first route wins (translation already resolved conflicts).
             match (&route.path, regex) {

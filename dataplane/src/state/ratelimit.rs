@@ -114,15 +114,21 @@ fn refilled(specs: &[Spec], c: &Client, now: Instant) -> bool {
 
 /// The live limiters by Ingress and limits, so that a new table reuses the old state; with the
 /// connection limiters (`limit-connections`) and the external-authentication answer caches,
-/// kept across tables the same way.
+/// kept across tables the same way; and the request metrics' label sets.
 #[derive(Debug, Default)]
 pub struct LimiterCache(
     Mutex<HashMap<(ObjectRef, RateLimit), Weak<Limiter>>>,
     crate::state::connlimit::ConnLimiterCache,
     crate::state::authcache::AuthCaches,
+    Arc<crate::metrics::Registry>,
 );
 
 impl LimiterCache {
+    /// The request metrics' label sets, kept across tables so that counts carry over.
+    pub fn metrics(&self) -> &Arc<crate::metrics::Registry> {
+        &self.3
+    }
+
     /// The live external-authentication answer caches.
     pub fn auth_caches(&self) -> &crate::state::authcache::AuthCaches {
         &self.2
