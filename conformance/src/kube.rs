@@ -88,6 +88,15 @@ impl ApiSink {
                     }
                     Object::Secret(o) => insert(&mut desired, "Secret", *o)?,
                     Object::ConfigMap(o) => insert(&mut desired, "ConfigMap", *o)?,
+                    // The Ingress scenarios have no Gateway API objects (nor Namespaces, which
+                    // `ensure` creates); Gateway API scenarios bring their CRDs.
+                    Object::GatewayClass(_)
+                    | Object::Gateway(_)
+                    | Object::HttpRoute(_)
+                    | Object::GrpcRoute(_)
+                    | Object::TlsRoute(_)
+                    | Object::ReferenceGrant(_)
+                    | Object::Namespace(_) => {}
                     Object::Other { .. } => {}
                 }
             }

@@ -245,7 +245,7 @@ impl KubeArgs {
                 configmap,
                 holdoff: Duration::from_millis(self.sync_holdoff_ms),
                 max_delay: Duration::from_millis(self.sync_max_delay_ms.max(self.sync_holdoff_ms)),
-                l4_config_maps: Vec::new(),
+                ..KubeOptions::default()
             },
             status: StatusOptions {
                 publish_service: self.publish_service.clone(),

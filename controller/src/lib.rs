@@ -2,6 +2,8 @@
 //! routing table, and the `weir` command line.
 
 pub mod cli;
+pub mod gateway;
+pub mod gateway_source;
 pub mod l4_serve;
 pub mod lb_agent;
 pub mod memory;

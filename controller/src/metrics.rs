@@ -672,7 +672,13 @@ impl Writer {
         let _ = writeln!(self.out, "# TYPE {family} {kind}");
     }
 
-    pub(crate) fn sample(&mut self, name: &str, suffix: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+    pub(crate) fn sample(
+        &mut self,
+        name: &str,
+        suffix: &str,
+        labels: &[(&str, &str)],
+        value: impl std::fmt::Display,
+    ) {
         let _ = writeln!(self.out, "{name}{suffix}{} {value}", format_labels(labels));
     }
 

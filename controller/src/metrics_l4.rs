@@ -24,9 +24,12 @@ impl L4Metrics {
         if services.is_empty() {
             return;
         }
-        let labels: Vec<[String; 3]> =
-            services.iter().map(|s| [s.protocol.to_string(), s.port.to_string(), s.backend.to_string()]).collect();
-        let set = |l: &[String; 3]| [("protocol", l[0].clone()), ("port", l[1].clone()), ("service", l[2].clone())];
+        let labels: Vec<[String; 3]> = services
+            .iter()
+            .map(|s| [s.protocol.to_string(), s.port.to_string(), s.backend.to_string()])
+            .collect();
+        let set =
+            |l: &[String; 3]| [("protocol", l[0].clone()), ("port", l[1].clone()), ("service", l[2].clone())];
         for (name, help, read) in COUNTERS {
             let name = format!("weir_{name}");
             w.family(&name, Kind::Counter, help);

@@ -627,7 +627,10 @@ async fn kube_loop(
 ) {
     let setup = async {
         let endpoints_api = kube_source::discover_endpoints_api_retrying(&client).await;
-        let source = KubeSource::start(&client, &kube.source, endpoints_api);
+        // The Gateway API where served (else logged once; Ingresses are served either way).
+        let gateway = crate::gateway_source::discover_retrying(&client).await;
+        let options = kube_source::KubeOptions { gateway, ..kube.source.clone() };
+        let source = KubeSource::start(&client, &options, endpoints_api);
         let started = std::time::Instant::now();
         if !source.wait_until_synced().await {
             tracing::error!("a reflector stopped before its first list; nothing is published");

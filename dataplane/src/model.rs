@@ -1426,6 +1426,45 @@ pub struct L4Service {
     pub proxy_protocol_out: bool,
 }
 
+// === request conditions ===
+
+/// Conditions on a request besides its host and path, all of which must hold (Gateway API
+/// `HTTPRouteMatch`: method, headers, query parameters). Compiled and checked by
+/// `route::conditions`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestConditions {
+    /// The method, exactly (`GET`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// Headers (names case-insensitive).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<ValueMatch>,
+    /// Query parameters (names case-sensitive, first occurrence).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub query: Vec<ValueMatch>,
+}
+
+/// A named value and how it must match.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValueMatch {
+    /// The header or parameter name.
+    pub name: String,
+    /// How its value must match.
+    pub value: StringMatch,
+}
+
+/// How a value must match.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StringMatch {
+    /// Equal, byte for byte.
+    Exact(String),
+    /// A regular expression matching the whole value.
+    Regex(String),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

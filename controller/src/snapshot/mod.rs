@@ -18,10 +18,12 @@ use std::borrow::Borrow;
 use std::collections::{BTreeMap, btree_map};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Secret, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use weir_dataplane::model::ObjectRef;
+
+use crate::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TlsRoute};
 
 /// A consistent view of the cluster (or manifest directory) that translation and the node plan
 /// read.
@@ -45,6 +47,20 @@ pub struct Snapshot {
     pub secrets: Objects<Secret>,
     /// ConfigMaps by namespace/name (the settings ConfigMap is one of them).
     pub config_maps: Objects<ConfigMap>,
+    /// Gateway API GatewayClasses by name (cluster-scoped).
+    pub gateway_classes: Objects<GatewayClass, String>,
+    /// Gateway API Gateways by namespace/name.
+    pub gateways: Objects<Gateway>,
+    /// Gateway API HTTPRoutes by namespace/name.
+    pub http_routes: Objects<HttpRoute>,
+    /// Gateway API GRPCRoutes by namespace/name.
+    pub grpc_routes: Objects<GrpcRoute>,
+    /// Gateway API TLSRoutes by namespace/name.
+    pub tls_routes: Objects<TlsRoute>,
+    /// Gateway API ReferenceGrants by namespace/name.
+    pub reference_grants: Objects<ReferenceGrant>,
+    /// Namespaces by name (their labels select routes for Gateway listeners).
+    pub namespaces: Objects<Namespace, String>,
 }
 
 /// The namespace/name key of a namespaced object (`default` when the namespace is unset).
@@ -70,6 +86,20 @@ pub enum SharedObject {
     Secret(Arc<Secret>),
     /// A ConfigMap.
     ConfigMap(Arc<ConfigMap>),
+    /// A Gateway API GatewayClass.
+    GatewayClass(Arc<GatewayClass>),
+    /// A Gateway API Gateway.
+    Gateway(Arc<Gateway>),
+    /// A Gateway API HTTPRoute.
+    HttpRoute(Arc<HttpRoute>),
+    /// A Gateway API GRPCRoute.
+    GrpcRoute(Arc<GrpcRoute>),
+    /// A Gateway API TLSRoute.
+    TlsRoute(Arc<TlsRoute>),
+    /// A Gateway API ReferenceGrant.
+    ReferenceGrant(Arc<ReferenceGrant>),
+    /// A Namespace.
+    Namespace(Arc<Namespace>),
 }
 
 /// Which collection of a [`Snapshot`] an object is in, and its key there.
@@ -89,6 +119,20 @@ pub enum SnapshotKey {
     Secret(ObjectRef),
     /// A ConfigMap.
     ConfigMap(ObjectRef),
+    /// A GatewayClass, by name.
+    GatewayClass(String),
+    /// A Gateway.
+    Gateway(ObjectRef),
+    /// An HTTPRoute.
+    HttpRoute(ObjectRef),
+    /// A GRPCRoute.
+    GrpcRoute(ObjectRef),
+    /// A TLSRoute.
+    TlsRoute(ObjectRef),
+    /// A ReferenceGrant.
+    ReferenceGrant(ObjectRef),
+    /// A Namespace, by name.
+    Namespace(String),
 }
 
 impl SharedObject {
@@ -103,6 +147,13 @@ impl SharedObject {
             Object::Endpoints(o) => SharedObject::Endpoints(Arc::from(o)),
             Object::Secret(o) => SharedObject::Secret(Arc::from(o)),
             Object::ConfigMap(o) => SharedObject::ConfigMap(Arc::from(o)),
+            Object::GatewayClass(o) => SharedObject::GatewayClass(Arc::from(o)),
+            Object::Gateway(o) => SharedObject::Gateway(Arc::from(o)),
+            Object::HttpRoute(o) => SharedObject::HttpRoute(Arc::from(o)),
+            Object::GrpcRoute(o) => SharedObject::GrpcRoute(Arc::from(o)),
+            Object::TlsRoute(o) => SharedObject::TlsRoute(Arc::from(o)),
+            Object::ReferenceGrant(o) => SharedObject::ReferenceGrant(Arc::from(o)),
+            Object::Namespace(o) => SharedObject::Namespace(Arc::from(o)),
             Object::Other { .. } => return None,
         })
     }
@@ -117,6 +168,13 @@ impl SharedObject {
             SharedObject::Endpoints(o) => &o.metadata,
             SharedObject::Secret(o) => &o.metadata,
             SharedObject::ConfigMap(o) => &o.metadata,
+            SharedObject::GatewayClass(o) => &o.metadata,
+            SharedObject::Gateway(o) => &o.metadata,
+            SharedObject::HttpRoute(o) => &o.metadata,
+            SharedObject::GrpcRoute(o) => &o.metadata,
+            SharedObject::TlsRoute(o) => &o.metadata,
+            SharedObject::ReferenceGrant(o) => &o.metadata,
+            SharedObject::Namespace(o) => &o.metadata,
         }
     }
 
@@ -132,6 +190,15 @@ impl SharedObject {
             SharedObject::Endpoints(o) => SnapshotKey::Endpoints(key(&o.metadata)),
             SharedObject::Secret(o) => SnapshotKey::Secret(key(&o.metadata)),
             SharedObject::ConfigMap(o) => SnapshotKey::ConfigMap(key(&o.metadata)),
+            SharedObject::GatewayClass(o) => {
+                SnapshotKey::GatewayClass(o.metadata.name.clone().unwrap_or_default())
+            }
+            SharedObject::Gateway(o) => SnapshotKey::Gateway(key(&o.metadata)),
+            SharedObject::HttpRoute(o) => SnapshotKey::HttpRoute(key(&o.metadata)),
+            SharedObject::GrpcRoute(o) => SnapshotKey::GrpcRoute(key(&o.metadata)),
+            SharedObject::TlsRoute(o) => SnapshotKey::TlsRoute(key(&o.metadata)),
+            SharedObject::ReferenceGrant(o) => SnapshotKey::ReferenceGrant(key(&o.metadata)),
+            SharedObject::Namespace(o) => SnapshotKey::Namespace(o.metadata.name.clone().unwrap_or_default()),
         }
     }
 
@@ -145,6 +212,13 @@ impl SharedObject {
             (SharedObject::Endpoints(a), SharedObject::Endpoints(b)) => Arc::ptr_eq(a, b),
             (SharedObject::Secret(a), SharedObject::Secret(b)) => Arc::ptr_eq(a, b),
             (SharedObject::ConfigMap(a), SharedObject::ConfigMap(b)) => Arc::ptr_eq(a, b),
+            (SharedObject::GatewayClass(a), SharedObject::GatewayClass(b)) => Arc::ptr_eq(a, b),
+            (SharedObject::Gateway(a), SharedObject::Gateway(b)) => Arc::ptr_eq(a, b),
+            (SharedObject::HttpRoute(a), SharedObject::HttpRoute(b)) => Arc::ptr_eq(a, b),
+            (SharedObject::GrpcRoute(a), SharedObject::GrpcRoute(b)) => Arc::ptr_eq(a, b),
+            (SharedObject::TlsRoute(a), SharedObject::TlsRoute(b)) => Arc::ptr_eq(a, b),
+            (SharedObject::ReferenceGrant(a), SharedObject::ReferenceGrant(b)) => Arc::ptr_eq(a, b),
+            (SharedObject::Namespace(a), SharedObject::Namespace(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
@@ -159,6 +233,13 @@ impl SharedObject {
             SnapshotKey::Endpoints(k) => format!("Endpoints {k}"),
             SnapshotKey::Secret(k) => format!("Secret {k}"),
             SnapshotKey::ConfigMap(k) => format!("ConfigMap {k}"),
+            SnapshotKey::GatewayClass(name) => format!("GatewayClass {name}"),
+            SnapshotKey::Gateway(k) => format!("Gateway {k}"),
+            SnapshotKey::HttpRoute(k) => format!("HTTPRoute {k}"),
+            SnapshotKey::GrpcRoute(k) => format!("GRPCRoute {k}"),
+            SnapshotKey::TlsRoute(k) => format!("TLSRoute {k}"),
+            SnapshotKey::ReferenceGrant(k) => format!("ReferenceGrant {k}"),
+            SnapshotKey::Namespace(name) => format!("Namespace {name}"),
         }
     }
 }
@@ -196,6 +277,27 @@ impl Snapshot {
             (SnapshotKey::ConfigMap(k), SharedObject::ConfigMap(o)) => {
                 self.config_maps.insert(k, o).map(SharedObject::ConfigMap)
             }
+            (SnapshotKey::GatewayClass(k), SharedObject::GatewayClass(o)) => {
+                self.gateway_classes.insert(k, o).map(SharedObject::GatewayClass)
+            }
+            (SnapshotKey::Gateway(k), SharedObject::Gateway(o)) => {
+                self.gateways.insert(k, o).map(SharedObject::Gateway)
+            }
+            (SnapshotKey::HttpRoute(k), SharedObject::HttpRoute(o)) => {
+                self.http_routes.insert(k, o).map(SharedObject::HttpRoute)
+            }
+            (SnapshotKey::GrpcRoute(k), SharedObject::GrpcRoute(o)) => {
+                self.grpc_routes.insert(k, o).map(SharedObject::GrpcRoute)
+            }
+            (SnapshotKey::TlsRoute(k), SharedObject::TlsRoute(o)) => {
+                self.tls_routes.insert(k, o).map(SharedObject::TlsRoute)
+            }
+            (SnapshotKey::ReferenceGrant(k), SharedObject::ReferenceGrant(o)) => {
+                self.reference_grants.insert(k, o).map(SharedObject::ReferenceGrant)
+            }
+            (SnapshotKey::Namespace(k), SharedObject::Namespace(o)) => {
+                self.namespaces.insert(k, o).map(SharedObject::Namespace)
+            }
             (key, object) => {
                 debug_assert!(false, "{key:?} is not the key of {}", object.describe());
                 None
@@ -217,6 +319,17 @@ impl Snapshot {
             SnapshotKey::Endpoints(k) => self.endpoints.get_shared(k).cloned().map(SharedObject::Endpoints),
             SnapshotKey::Secret(k) => self.secrets.get_shared(k).cloned().map(SharedObject::Secret),
             SnapshotKey::ConfigMap(k) => self.config_maps.get_shared(k).cloned().map(SharedObject::ConfigMap),
+            SnapshotKey::GatewayClass(k) => {
+                self.gateway_classes.get_shared(k).cloned().map(SharedObject::GatewayClass)
+            }
+            SnapshotKey::Gateway(k) => self.gateways.get_shared(k).cloned().map(SharedObject::Gateway),
+            SnapshotKey::HttpRoute(k) => self.http_routes.get_shared(k).cloned().map(SharedObject::HttpRoute),
+            SnapshotKey::GrpcRoute(k) => self.grpc_routes.get_shared(k).cloned().map(SharedObject::GrpcRoute),
+            SnapshotKey::TlsRoute(k) => self.tls_routes.get_shared(k).cloned().map(SharedObject::TlsRoute),
+            SnapshotKey::ReferenceGrant(k) => {
+                self.reference_grants.get_shared(k).cloned().map(SharedObject::ReferenceGrant)
+            }
+            SnapshotKey::Namespace(k) => self.namespaces.get_shared(k).cloned().map(SharedObject::Namespace),
         }
     }
 
@@ -230,6 +343,15 @@ impl Snapshot {
             SnapshotKey::Endpoints(k) => self.endpoints.remove(k).map(SharedObject::Endpoints),
             SnapshotKey::Secret(k) => self.secrets.remove(k).map(SharedObject::Secret),
             SnapshotKey::ConfigMap(k) => self.config_maps.remove(k).map(SharedObject::ConfigMap),
+            SnapshotKey::GatewayClass(k) => self.gateway_classes.remove(k).map(SharedObject::GatewayClass),
+            SnapshotKey::Gateway(k) => self.gateways.remove(k).map(SharedObject::Gateway),
+            SnapshotKey::HttpRoute(k) => self.http_routes.remove(k).map(SharedObject::HttpRoute),
+            SnapshotKey::GrpcRoute(k) => self.grpc_routes.remove(k).map(SharedObject::GrpcRoute),
+            SnapshotKey::TlsRoute(k) => self.tls_routes.remove(k).map(SharedObject::TlsRoute),
+            SnapshotKey::ReferenceGrant(k) => {
+                self.reference_grants.remove(k).map(SharedObject::ReferenceGrant)
+            }
+            SnapshotKey::Namespace(k) => self.namespaces.remove(k).map(SharedObject::Namespace),
         }
     }
 
@@ -250,6 +372,18 @@ impl Snapshot {
         diff(&old.endpoints, &self.endpoints, |k| SnapshotKey::Endpoints(k.clone()), &mut out);
         diff(&old.secrets, &self.secrets, |k| SnapshotKey::Secret(k.clone()), &mut out);
         diff(&old.config_maps, &self.config_maps, |k| SnapshotKey::ConfigMap(k.clone()), &mut out);
+        diff(&old.gateway_classes, &self.gateway_classes, |k| SnapshotKey::GatewayClass(k.clone()), &mut out);
+        diff(&old.gateways, &self.gateways, |k| SnapshotKey::Gateway(k.clone()), &mut out);
+        diff(&old.http_routes, &self.http_routes, |k| SnapshotKey::HttpRoute(k.clone()), &mut out);
+        diff(&old.grpc_routes, &self.grpc_routes, |k| SnapshotKey::GrpcRoute(k.clone()), &mut out);
+        diff(&old.tls_routes, &self.tls_routes, |k| SnapshotKey::TlsRoute(k.clone()), &mut out);
+        diff(
+            &old.reference_grants,
+            &self.reference_grants,
+            |k| SnapshotKey::ReferenceGrant(k.clone()),
+            &mut out,
+        );
+        diff(&old.namespaces, &self.namespaces, |k| SnapshotKey::Namespace(k.clone()), &mut out);
         out
     }
 }

@@ -6,10 +6,12 @@
 
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TlsRoute};
 
 /// One Kubernetes object, as a source hands it over (a snapshot shares it as a
 /// [`SharedObject`](super::SharedObject)).
@@ -29,6 +31,21 @@ pub enum Object {
     Secret(Box<Secret>),
     /// A core `v1` ConfigMap (the settings ConfigMap in standalone mode).
     ConfigMap(Box<ConfigMap>),
+    /// A Gateway API `GatewayClass` (cluster-scoped).
+    GatewayClass(Box<GatewayClass>),
+    /// A Gateway API `Gateway`.
+    Gateway(Box<Gateway>),
+    /// A Gateway API `HTTPRoute`.
+    HttpRoute(Box<HttpRoute>),
+    /// A Gateway API `GRPCRoute`.
+    GrpcRoute(Box<GrpcRoute>),
+    /// A Gateway API `TLSRoute`.
+    TlsRoute(Box<TlsRoute>),
+    /// A Gateway API `ReferenceGrant`.
+    ReferenceGrant(Box<ReferenceGrant>),
+    /// A core `v1` Namespace (cluster-scoped; Gateway listeners select routes' namespaces by
+    /// label).
+    Namespace(Box<Namespace>),
     /// Any other kind: weir does not read it.
     Other {
         /// Its `apiVersion`.
@@ -49,6 +66,13 @@ impl Object {
             Object::Endpoints(_) => "Endpoints",
             Object::Secret(_) => "Secret",
             Object::ConfigMap(_) => "ConfigMap",
+            Object::GatewayClass(_) => "GatewayClass",
+            Object::Gateway(_) => "Gateway",
+            Object::HttpRoute(_) => "HTTPRoute",
+            Object::GrpcRoute(_) => "GRPCRoute",
+            Object::TlsRoute(_) => "TLSRoute",
+            Object::ReferenceGrant(_) => "ReferenceGrant",
+            Object::Namespace(_) => "Namespace",
             Object::Other { kind, .. } => kind,
         }
     }
@@ -63,6 +87,13 @@ impl Object {
             Object::Endpoints(o) => Some(&o.metadata),
             Object::Secret(o) => Some(&o.metadata),
             Object::ConfigMap(o) => Some(&o.metadata),
+            Object::GatewayClass(o) => Some(&o.metadata),
+            Object::Gateway(o) => Some(&o.metadata),
+            Object::HttpRoute(o) => Some(&o.metadata),
+            Object::GrpcRoute(o) => Some(&o.metadata),
+            Object::TlsRoute(o) => Some(&o.metadata),
+            Object::ReferenceGrant(o) => Some(&o.metadata),
+            Object::Namespace(o) => Some(&o.metadata),
             Object::Other { .. } => None,
         }
     }

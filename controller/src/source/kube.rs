@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -33,6 +33,8 @@ use tokio::time::Instant;
 use weir_dataplane::model::ObjectRef;
 
 use super::trim::Trim;
+use crate::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TlsRoute};
+use crate::gateway_source::GatewayKinds;
 use crate::snapshot::{SharedObject, Slice, Snapshot};
 
 /// Errors of the Kubernetes source.
@@ -101,6 +103,9 @@ pub struct KubeOptions {
     /// The TCP and UDP services ConfigMaps (`--tcp-services-configmap`,
     /// `--udp-services-configmap`), each watched by name.
     pub l4_config_maps: Vec<ObjectRef>,
+    /// The Gateway API kinds to watch (`crate::gateway_source::discover`; with
+    /// [`Kinds::Ingress`] only).
+    pub gateway: GatewayKinds,
 }
 
 impl Default for KubeOptions {
@@ -113,6 +118,7 @@ impl Default for KubeOptions {
             holdoff: Duration::from_millis(100),
             max_delay: Duration::from_millis(1000),
             l4_config_maps: Vec::new(),
+            gateway: GatewayKinds::default(),
         }
     }
 }
@@ -219,6 +225,20 @@ pub struct Stores {
     pub configmap: Vec<Store<ConfigMap>>,
     /// The TCP and UDP services ConfigMaps, when named.
     pub l4_config_maps: Vec<Store<ConfigMap>>,
+    /// Gateway API GatewayClasses (empty when the Gateway API is not watched).
+    pub gateway_classes: Vec<Store<GatewayClass>>,
+    /// Gateway API Gateways.
+    pub gateways: Vec<Store<Gateway>>,
+    /// Gateway API HTTPRoutes.
+    pub http_routes: Vec<Store<HttpRoute>>,
+    /// Gateway API GRPCRoutes.
+    pub grpc_routes: Vec<Store<GrpcRoute>>,
+    /// Gateway API TLSRoutes.
+    pub tls_routes: Vec<Store<TlsRoute>>,
+    /// Gateway API ReferenceGrants.
+    pub reference_grants: Vec<Store<ReferenceGrant>>,
+    /// Namespaces (with the Gateway API: listeners select routes' namespaces by label).
+    pub namespaces: Vec<Store<Namespace>>,
 }
 
 impl Stores {
@@ -245,6 +265,13 @@ impl Stores {
         add(&mut snapshot, &self.secrets, SharedObject::Secret);
         add(&mut snapshot, &self.configmap, SharedObject::ConfigMap);
         add(&mut snapshot, &self.l4_config_maps, SharedObject::ConfigMap);
+        add(&mut snapshot, &self.gateway_classes, SharedObject::GatewayClass);
+        add(&mut snapshot, &self.gateways, SharedObject::Gateway);
+        add(&mut snapshot, &self.http_routes, SharedObject::HttpRoute);
+        add(&mut snapshot, &self.grpc_routes, SharedObject::GrpcRoute);
+        add(&mut snapshot, &self.tls_routes, SharedObject::TlsRoute);
+        add(&mut snapshot, &self.reference_grants, SharedObject::ReferenceGrant);
+        add(&mut snapshot, &self.namespaces, SharedObject::Namespace);
         snapshot
     }
 
@@ -285,6 +312,7 @@ impl Stores {
             configmap,
             l4_config_maps
         );
+        wait!(gateway_classes, gateways, http_routes, grpc_routes, tls_routes, reference_grants, namespaces);
         true
     }
 }
@@ -401,7 +429,7 @@ impl KubeSource {
         };
         let mut reflect = Reflect { client, changes: &changes, tasks: &mut tasks };
         let plain = watcher::Config::default;
-        let stores = Stores {
+        let mut stores = Stores {
             ingress_classes: match options.kinds {
                 Kinds::Ingress => vec![reflect.cluster::<IngressClass>(plain())],
                 Kinds::Services => Vec::new(),
@@ -434,7 +462,31 @@ impl KubeSource {
                     })
                 })
                 .collect(),
+            gateway_classes: Vec::new(),
+            gateways: Vec::new(),
+            http_routes: Vec::new(),
+            grpc_routes: Vec::new(),
+            tls_routes: Vec::new(),
+            reference_grants: Vec::new(),
+            namespaces: Vec::new(),
         };
+        // The Gateway API kinds discovered (`crate::gateway_source`), for `weir serve` only.
+        let gateway = if options.kinds == Kinds::Ingress { options.gateway } else { GatewayKinds::default() };
+        if gateway.http {
+            stores.gateway_classes = vec![reflect.cluster::<GatewayClass>(plain())];
+            stores.gateways = reflect.each::<Gateway>(&namespaces, plain);
+            stores.http_routes = reflect.each::<HttpRoute>(&namespaces, plain);
+            stores.namespaces = vec![reflect.cluster::<Namespace>(plain())];
+        }
+        if gateway.grpc {
+            stores.grpc_routes = reflect.each::<GrpcRoute>(&namespaces, plain);
+        }
+        if gateway.tls {
+            stores.tls_routes = reflect.each::<TlsRoute>(&namespaces, plain);
+        }
+        if gateway.reference_grants {
+            stores.reference_grants = reflect.each::<ReferenceGrant>(&namespaces, plain);
+        }
         KubeSource {
             stores,
             endpoints_api,
@@ -553,6 +605,7 @@ macro_rules! keep_trimmed {
 }
 
 keep_trimmed!(IngressClass, Ingress, Service, Endpoints, Secret, ConfigMap);
+keep_trimmed!(GatewayClass, Gateway, HttpRoute, GrpcRoute, TlsRoute, ReferenceGrant, Namespace);
 
 /// A [`Slice`] is what the Kubernetes source's reflectors store: the API's resource, in weir's
 /// shape.

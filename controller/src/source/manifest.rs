@@ -115,6 +115,13 @@ enum Known {
     Endpoints,
     Secret,
     ConfigMap,
+    GatewayClass,
+    Gateway,
+    HttpRoute,
+    GrpcRoute,
+    TlsRoute,
+    ReferenceGrant,
+    Namespace,
 }
 
 impl Known {
@@ -127,12 +134,22 @@ impl Known {
             ("v1", "Endpoints") => Known::Endpoints,
             ("v1", "Secret") => Known::Secret,
             ("v1", "ConfigMap") => Known::ConfigMap,
+            ("v1", "Namespace") => Known::Namespace,
+            (version, kind) if crate::gateway::accepted_version(version, kind) => match kind {
+                "GatewayClass" => Known::GatewayClass,
+                "Gateway" => Known::Gateway,
+                "HTTPRoute" => Known::HttpRoute,
+                "GRPCRoute" => Known::GrpcRoute,
+                "TLSRoute" => Known::TlsRoute,
+                "ReferenceGrant" => Known::ReferenceGrant,
+                _ => return None,
+            },
             _ => return None,
         })
     }
 
     fn namespaced(self) -> bool {
-        self != Known::IngressClass
+        !matches!(self, Known::IngressClass | Known::GatewayClass | Known::Namespace)
     }
 }
 
@@ -421,6 +438,13 @@ fn list_item_kind(api_version: &str, kind: &str) -> Option<Option<&'static str>>
         Known::Endpoints => "Endpoints",
         Known::Secret => "Secret",
         Known::ConfigMap => "ConfigMap",
+        Known::GatewayClass => "GatewayClass",
+        Known::Gateway => "Gateway",
+        Known::HttpRoute => "HTTPRoute",
+        Known::GrpcRoute => "GRPCRoute",
+        Known::TlsRoute => "TLSRoute",
+        Known::ReferenceGrant => "ReferenceGrant",
+        Known::Namespace => "Namespace",
     }))
 }
 
@@ -484,6 +508,13 @@ fn decode_known<D: Decode>(known: Known, d: D) -> std::result::Result<Object, D:
         Known::Endpoints => Object::Endpoints(Box::new(d.decode()?)),
         Known::Secret => Object::Secret(Box::new(d.decode()?)),
         Known::ConfigMap => Object::ConfigMap(Box::new(d.decode()?)),
+        Known::GatewayClass => Object::GatewayClass(Box::new(d.decode()?)),
+        Known::Gateway => Object::Gateway(Box::new(d.decode()?)),
+        Known::HttpRoute => Object::HttpRoute(Box::new(d.decode()?)),
+        Known::GrpcRoute => Object::GrpcRoute(Box::new(d.decode()?)),
+        Known::TlsRoute => Object::TlsRoute(Box::new(d.decode()?)),
+        Known::ReferenceGrant => Object::ReferenceGrant(Box::new(d.decode()?)),
+        Known::Namespace => Object::Namespace(Box::new(d.decode()?)),
     })
 }
 
@@ -515,7 +546,15 @@ fn normalise(mut object: Object, known: Known) -> Object {
             Object::Endpoints(o) => &mut o.metadata,
             Object::Secret(o) => &mut o.metadata,
             Object::ConfigMap(o) => &mut o.metadata,
-            Object::IngressClass(_) | Object::Other { .. } => return object,
+            Object::Gateway(o) => &mut o.metadata,
+            Object::HttpRoute(o) => &mut o.metadata,
+            Object::GrpcRoute(o) => &mut o.metadata,
+            Object::TlsRoute(o) => &mut o.metadata,
+            Object::ReferenceGrant(o) => &mut o.metadata,
+            Object::IngressClass(_)
+            | Object::GatewayClass(_)
+            | Object::Namespace(_)
+            | Object::Other { .. } => return object,
         };
         if meta.namespace.as_deref().is_none_or(str::is_empty) {
             meta.namespace = Some("default".to_string());
@@ -538,6 +577,13 @@ fn normalise(mut object: Object, known: Known) -> Object {
         Object::Endpoints(o) => o.trim(),
         Object::Secret(o) => o.trim(),
         Object::ConfigMap(o) => o.trim(),
+        Object::GatewayClass(o) => o.trim(),
+        Object::Gateway(o) => o.trim(),
+        Object::HttpRoute(o) => o.trim(),
+        Object::GrpcRoute(o) => o.trim(),
+        Object::TlsRoute(o) => o.trim(),
+        Object::ReferenceGrant(o) => o.trim(),
+        Object::Namespace(o) => o.trim(),
         Object::Other { .. } => {}
     }
     object

@@ -44,6 +44,17 @@ macro_rules! metadata_only {
 
 metadata_only!(Ingress, IngressClass, Service, Secret, ConfigMap);
 
+// The Gateway API objects, and the Namespaces their listeners select by label.
+metadata_only!(
+    crate::gateway::GatewayClass,
+    crate::gateway::Gateway,
+    crate::gateway::HttpRoute,
+    crate::gateway::GrpcRoute,
+    crate::gateway::TlsRoute,
+    crate::gateway::ReferenceGrant,
+    k8s_openapi::api::core::v1::Namespace
+);
+
 impl Trim for EndpointSlice {
     fn trim(&mut self) {
         trim_metadata(&mut self.metadata);

@@ -149,6 +149,14 @@ fn www_alias(host: &HostMatch) -> Option<HostMatch> {
 fn rebuilds_all(key: &SnapshotKey, snapshot: &Snapshot, config: &TranslateConfig) -> bool {
     match key {
         SnapshotKey::IngressClass(_) => true,
+        // Gateway API objects are translated as a whole, after the Ingresses (`gateway/`).
+        SnapshotKey::GatewayClass(_)
+        | SnapshotKey::Gateway(_)
+        | SnapshotKey::HttpRoute(_)
+        | SnapshotKey::GrpcRoute(_)
+        | SnapshotKey::TlsRoute(_)
+        | SnapshotKey::ReferenceGrant(_) => true,
+        SnapshotKey::Namespace(_) => !snapshot.gateways.is_empty(),
         SnapshotKey::ConfigMap(k) => config.settings.as_ref().is_some_and(|settings| {
             settings == k
                 || snapshot.config_maps.get(settings).is_some_and(|cm| {
@@ -437,7 +445,14 @@ impl Translator {
                 // Not the settings ConfigMap nor one it names (those rebuild everything): only
                 // annotations (`custom-headers`) can name it.
                 SnapshotKey::ConfigMap(k) => config_maps.push(k),
-                SnapshotKey::IngressClass(_) => {}
+                SnapshotKey::IngressClass(_)
+                | SnapshotKey::GatewayClass(_)
+                | SnapshotKey::Gateway(_)
+                | SnapshotKey::HttpRoute(_)
+                | SnapshotKey::GrpcRoute(_)
+                | SnapshotKey::TlsRoute(_)
+                | SnapshotKey::ReferenceGrant(_)
+                | SnapshotKey::Namespace(_) => {}
             }
         }
         if !secrets.is_empty() || !config_maps.is_empty() {

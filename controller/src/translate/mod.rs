@@ -11,6 +11,7 @@ pub mod annotations;
 mod backend;
 mod build;
 mod class;
+pub mod gateway;
 mod headers;
 mod incremental;
 pub mod l4;

@@ -197,7 +197,7 @@ fn served_hosts(ing: &Ours<'_>) -> BTreeSet<HostMatch> {
 }
 
 /// The certificate in a secret: any secret type with non-empty `tls.crt` and `tls.key` text.
-fn certificate(secret_ref: &ObjectRef, secret: &Secret) -> Result<Certificate, Error> {
+pub(crate) fn certificate(secret_ref: &ObjectRef, secret: &Secret) -> Result<Certificate, Error> {
     let get = |key: &'static str| {
         let bytes = secret
             .data

@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod canary;
+pub mod conditions;
 pub mod cors;
 pub mod mirror;
 pub mod policy;

@@ -1,0 +1,487 @@
+//! GatewayClasses and Gateways: which are ours, and what each listener is (pure).
+//!
+//! weir serves Gateway listeners on its own two sockets: a listener on the HTTP port
+//! (`GatewayConfig::http_port`, 80) with protocol `HTTP` is served by `--listen-http`; one on the
+//! HTTPS port (443) with `HTTPS` (TLS terminated with its `certificateRefs`) or `TLS`
+//! (`Passthrough`) by `--listen-https`. A listener on any other port is not accepted
+//! (`PortUnavailable`, `Listener.port`: "The port is not supported by the implementation");
+//! `TCP` and `UDP` are `UnsupportedProtocol`. Every Gateway of our classes shares these sockets.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Namespace;
+use weir_dataplane::model::{Certificate, ObjectRef};
+
+use super::GatewayConfig;
+use super::conditions::{Cond, reasons, types};
+use super::hostname::Hostname;
+use super::refs::Grants;
+use crate::gateway::{Gateway, GatewayClass, Listener, RouteGroupKind, SecretObjectReference};
+use crate::node::lb::pool::Selector;
+use crate::snapshot::Snapshot;
+
+/// A GatewayClass of our controller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassOut {
+    /// Its name.
+    pub name: String,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// Whether Gateways of this class are served.
+    pub accepted: bool,
+    /// `Accepted`.
+    pub conditions: Vec<Cond>,
+}
+
+/// What a listener carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// `HTTP` on the HTTP socket.
+    Http,
+    /// `HTTPS`: TLS terminated with these certificates (those that resolved), then HTTP.
+    Https(Vec<(ObjectRef, Certificate)>),
+    /// `TLS` with `mode: Passthrough`: connections spliced by SNI.
+    TlsPassthrough,
+}
+
+/// The namespaces routes may attach from (`AllowedRoutes.namespaces`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Namespaces {
+    /// `Same`: the Gateway's.
+    Same,
+    /// `All`.
+    All,
+    /// `Selector`: namespaces whose labels match.
+    Selector(Selector),
+}
+
+/// One listener of a Gateway of ours.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenerOut {
+    /// Its name (a route's `sectionName`).
+    pub name: String,
+    /// Its port.
+    pub port: i32,
+    /// What it serves, when it is usable.
+    pub protocol: Option<Protocol>,
+    /// Its hostname; `None`: any.
+    pub hostname: Option<Hostname>,
+    /// Where routes may come from.
+    pub namespaces: Namespaces,
+    /// The route kinds it supports and allows (`supportedKinds`).
+    pub kinds: Vec<RouteGroupKind>,
+    /// Whether routes attach: accepted, programmed, not conflicted.
+    pub ready: bool,
+    /// `Accepted`, `Programmed`, `ResolvedRefs`, `Conflicted`.
+    pub conditions: Vec<Cond>,
+}
+
+/// A Gateway of one of our classes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GatewayOut {
+    /// Its namespace/name.
+    pub key: ObjectRef,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// Its listeners, in spec order.
+    pub listeners: Vec<ListenerOut>,
+    /// `Accepted`, `Programmed`.
+    pub conditions: Vec<Cond>,
+}
+
+/// Our GatewayClasses, by name.
+pub fn classes(snapshot: &Snapshot, config: &GatewayConfig) -> BTreeMap<String, ClassOut> {
+    let mut out = BTreeMap::new();
+    for (name, class) in &snapshot.gateway_classes {
+        if class.spec.controller_name != config.controller_name {
+            continue;
+        }
+        out.insert(name.clone(), class_out(name, class));
+    }
+    out
+}
+
+fn class_out(name: &str, class: &GatewayClass) -> ClassOut {
+    // `GatewayClassSpec.parametersRef`: weir has no parameters, so a class naming some cannot
+    // be what its author meant ("InvalidParameters").
+    let (accepted, cond) = match &class.spec.parameters_ref {
+        Some(p) => (
+            false,
+            Cond::no(
+                types::ACCEPTED,
+                reasons::INVALID_PARAMETERS,
+                format!("weir takes no parameters; parametersRef {} {} is not supported", p.kind, p.name),
+            ),
+        ),
+        None => (true, Cond::yes(types::ACCEPTED, reasons::ACCEPTED, "weir serves Gateways of this class")),
+    };
+    ClassOut {
+        name: name.to_string(),
+        generation: class.metadata.generation,
+        accepted,
+        conditions: vec![cond],
+    }
+}
+
+/// The Gateways of our accepted classes, their listeners resolved and checked.
+pub fn gateways(
+    snapshot: &Snapshot,
+    config: &GatewayConfig,
+    classes: &BTreeMap<String, ClassOut>,
+    grants: &Grants<'_>,
+) -> BTreeMap<ObjectRef, GatewayOut> {
+    let mut out = BTreeMap::new();
+    for (key, gateway) in &snapshot.gateways {
+        if !classes.get(&gateway.spec.gateway_class_name).is_some_and(|c| c.accepted) {
+            continue;
+        }
+        out.insert(key.clone(), gateway_out(key, gateway, snapshot, config, grants));
+    }
+    out
+}
+
+fn gateway_out(
+    key: &ObjectRef,
+    gateway: &Gateway,
+    snapshot: &Snapshot,
+    config: &GatewayConfig,
+    grants: &Grants<'_>,
+) -> GatewayOut {
+    let mut listeners: Vec<ListenerOut> =
+        gateway.spec.listeners.iter().map(|l| listener_out(key, l, snapshot, config, grants)).collect();
+    mark_conflicts(&mut listeners);
+    let valid = listeners.iter().filter(|l| l.ready).count();
+    let conditions = if valid == listeners.len() {
+        vec![
+            Cond::yes(types::ACCEPTED, reasons::ACCEPTED, "every listener is served"),
+            Cond::yes(types::PROGRAMMED, reasons::PROGRAMMED, "served by weir's HTTP and HTTPS listeners"),
+        ]
+    } else if valid > 0 {
+        vec![
+            Cond::yes(
+                types::ACCEPTED,
+                reasons::LISTENERS_NOT_VALID,
+                format!(
+                    "{} of {} listeners are not served (see their conditions)",
+                    listeners.len() - valid,
+                    listeners.len()
+                ),
+            ),
+            Cond::yes(types::PROGRAMMED, reasons::PROGRAMMED, "the valid listeners are served"),
+        ]
+    } else {
+        vec![
+            Cond::no(
+                types::ACCEPTED,
+                reasons::LISTENERS_NOT_VALID,
+                "no listener can be served (see their conditions)",
+            ),
+            Cond::no(types::PROGRAMMED, reasons::INVALID, "no listener can be served"),
+        ]
+    };
+    GatewayOut { key: key.clone(), generation: gateway.metadata.generation, listeners, conditions }
+}
+
+/// The route kinds a protocol supports.
+fn supported(protocol: &str) -> &'static [&'static str] {
+    match protocol {
+        "HTTP" | "HTTPS" => &["HTTPRoute", "GRPCRoute"],
+        "TLS" => &["TLSRoute"],
+        _ => &[],
+    }
+}
+
+fn listener_out(
+    gateway: &ObjectRef,
+    l: &Listener,
+    snapshot: &Snapshot,
+    config: &GatewayConfig,
+    grants: &Grants<'_>,
+) -> ListenerOut {
+    let mut out = ListenerOut {
+        name: l.name.clone(),
+        port: l.port,
+        protocol: None,
+        hostname: None,
+        namespaces: Namespaces::Same,
+        kinds: Vec::new(),
+        ready: false,
+        conditions: Vec::new(),
+    };
+    // `AllowedRoutes.kinds`: each must be supported; the others are listed in the condition.
+    let supported = supported(&l.protocol);
+    let allowed = l.allowed_routes.as_ref().map(|a| a.kinds.as_slice()).unwrap_or_default();
+    let mut invalid_kinds = Vec::new();
+    if allowed.is_empty() {
+        out.kinds = supported
+            .iter()
+            .map(|k| RouteGroupKind { group: Some(crate::gateway::GROUP.into()), kind: (*k).into() })
+            .collect();
+    } else {
+        for k in allowed {
+            let group_ok = k.group.as_deref().is_none_or(|g| g == crate::gateway::GROUP);
+            if group_ok && supported.contains(&k.kind.as_str()) {
+                let kind = RouteGroupKind { group: Some(crate::gateway::GROUP.into()), kind: k.kind.clone() };
+                if !out.kinds.contains(&kind) {
+                    out.kinds.push(kind);
+                }
+            } else {
+                invalid_kinds.push(format!(
+                    "{}/{}",
+                    k.group.as_deref().unwrap_or(crate::gateway::GROUP),
+                    k.kind
+                ));
+            }
+        }
+    }
+
+    // Protocol and port.
+    let accepted = match l.protocol.as_str() {
+        "HTTP" | "HTTPS" | "TLS" => {
+            let expected = if l.protocol == "HTTP" { config.http_port } else { config.https_port };
+            if l.port == expected {
+                Ok(())
+            } else {
+                Err(Cond::no(
+                    types::ACCEPTED,
+                    reasons::PORT_UNAVAILABLE,
+                    format!(
+                        "weir serves {} listeners on port {expected} only (its {} socket); port {} is not available",
+                        l.protocol,
+                        if l.protocol == "HTTP" { "--listen-http" } else { "--listen-https" },
+                        l.port
+                    ),
+                ))
+            }
+        }
+        other => Err(Cond::no(
+            types::ACCEPTED,
+            reasons::UNSUPPORTED_PROTOCOL,
+            format!("protocol {other} is not supported (HTTP, HTTPS and TLS are)"),
+        )),
+    };
+    let accepted = accepted.and_then(|()| match l.hostname.as_deref().map(Hostname::parse).transpose() {
+        Ok(h) => {
+            out.hostname = h;
+            Ok(())
+        }
+        Err(e) => Err(Cond::no(types::ACCEPTED, reasons::UNSUPPORTED_VALUE, e.to_string())),
+    });
+    let accepted = accepted.and_then(|()| {
+        out.namespaces = namespaces(l)?;
+        Ok(())
+    });
+
+    // TLS, and with it ResolvedRefs.
+    let mut resolved = if invalid_kinds.is_empty() {
+        Ok(())
+    } else {
+        Err(Cond::no(
+            types::RESOLVED_REFS,
+            reasons::INVALID_ROUTE_KINDS,
+            format!("route kinds not supported on a {} listener: {}", l.protocol, invalid_kinds.join(", ")),
+        ))
+    };
+    let tls_mode = l.tls.as_ref().map(|t| t.mode.as_deref().unwrap_or("Terminate"));
+    let accepted = accepted.and_then(|()| match (l.protocol.as_str(), tls_mode) {
+        ("HTTP", None) => {
+            out.protocol = Some(Protocol::Http);
+            Ok(())
+        }
+        ("HTTPS", Some("Terminate")) => {
+            let refs = l.tls.as_ref().map(|t| t.certificate_refs.as_slice()).unwrap_or_default();
+            let (certificates, problem) = certificates(gateway, refs, snapshot, grants);
+            if let Some(problem) = problem {
+                resolved = resolved.clone().and(Err(problem));
+            }
+            if certificates.is_empty() {
+                Err(Cond::no(types::PROGRAMMED, reasons::INVALID, "no usable certificate"))
+            } else {
+                out.protocol = Some(Protocol::Https(certificates));
+                Ok(())
+            }
+        }
+        ("TLS", Some("Passthrough")) => {
+            out.protocol = Some(Protocol::TlsPassthrough);
+            Ok(())
+        }
+        (protocol, mode) => Err(Cond::no(
+            types::ACCEPTED,
+            reasons::UNSUPPORTED_VALUE,
+            match mode {
+                None => format!("a {protocol} listener needs tls"),
+                Some(mode) => format!("tls.mode {mode} is not supported on a {protocol} listener (HTTP: no tls; HTTPS: Terminate; TLS: Passthrough)"),
+            },
+        )),
+    });
+
+    match accepted {
+        Ok(()) => {
+            out.conditions.push(Cond::yes(types::ACCEPTED, reasons::ACCEPTED, "listener accepted"));
+            out.conditions.push(Cond::yes(types::PROGRAMMED, reasons::PROGRAMMED, "served"));
+            out.ready = !out.kinds.is_empty();
+        }
+        Err(cond) if cond.type_ == types::PROGRAMMED => {
+            out.conditions.push(Cond::yes(types::ACCEPTED, reasons::ACCEPTED, "listener accepted"));
+            out.conditions.push(cond);
+        }
+        Err(cond) => {
+            out.conditions.push(cond);
+            out.conditions.push(Cond::no(types::PROGRAMMED, reasons::INVALID, "not served (see Accepted)"));
+        }
+    }
+    out.conditions.push(match resolved {
+        Ok(()) => Cond::yes(types::RESOLVED_REFS, reasons::RESOLVED_REFS, "every reference resolved"),
+        Err(cond) => cond,
+    });
+    out
+}
+
+/// `AllowedRoutes.namespaces`.
+fn namespaces(l: &Listener) -> Result<Namespaces, Cond> {
+    let ns = l.allowed_routes.as_ref().and_then(|a| a.namespaces.as_ref());
+    match ns.and_then(|n| n.from.as_deref()).unwrap_or("Same") {
+        "Same" => Ok(Namespaces::Same),
+        "All" => Ok(Namespaces::All),
+        "Selector" => {
+            let Some(selector) = ns.and_then(|n| n.selector.as_ref()) else {
+                return Err(Cond::no(
+                    types::ACCEPTED,
+                    reasons::UNSUPPORTED_VALUE,
+                    "allowedRoutes.namespaces.from: Selector needs a selector",
+                ));
+            };
+            Selector::parse(selector).map(Namespaces::Selector).map_err(|e| {
+                Cond::no(
+                    types::ACCEPTED,
+                    reasons::UNSUPPORTED_VALUE,
+                    format!("allowedRoutes.namespaces.selector: {e}"),
+                )
+            })
+        }
+        other => Err(Cond::no(
+            types::ACCEPTED,
+            reasons::UNSUPPORTED_VALUE,
+            format!("allowedRoutes.namespaces.from {other:?} (Same, All or Selector)"),
+        )),
+    }
+}
+
+impl Namespaces {
+    /// Whether a route in `namespace` may attach to a listener of a Gateway in `gateway_ns`.
+    pub fn allows(&self, namespace: &str, gateway_ns: &str, snapshot: &Snapshot) -> bool {
+        match self {
+            Namespaces::Same => namespace == gateway_ns,
+            Namespaces::All => true,
+            Namespaces::Selector(selector) => {
+                snapshot.namespaces.get(namespace).is_some_and(|ns: &Namespace| {
+                    selector.matches(ns.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
+                })
+            }
+        }
+    }
+}
+
+/// The certificates of `refs` that resolve, and the first problem
+/// (`ListenerTLSConfig.certificateRefs`: "a reference to a Secret in a different namespace …
+/// requires a ReferenceGrant"; an invalid ref gives `InvalidCertificateRef`).
+fn certificates(
+    gateway: &ObjectRef,
+    refs: &[SecretObjectReference],
+    snapshot: &Snapshot,
+    grants: &Grants<'_>,
+) -> (Vec<(ObjectRef, Certificate)>, Option<Cond>) {
+    let mut out = Vec::new();
+    let mut problem = None;
+    let mut fail = |cond: Cond| {
+        problem.get_or_insert(cond);
+    };
+    if refs.is_empty() {
+        fail(Cond::no(
+            types::RESOLVED_REFS,
+            reasons::INVALID_CERTIFICATE_REF,
+            "an HTTPS listener needs certificateRefs",
+        ));
+    }
+    for r in refs {
+        let group = r.group.as_deref().unwrap_or("");
+        let kind = r.kind.as_deref().unwrap_or("Secret");
+        if !group.is_empty() || kind != "Secret" {
+            fail(Cond::no(
+                types::RESOLVED_REFS,
+                reasons::INVALID_CERTIFICATE_REF,
+                format!("certificateRef {group}/{kind} {}: only core Secrets are supported", r.name),
+            ));
+            continue;
+        }
+        let secret = ObjectRef::new(r.namespace.as_deref().unwrap_or(&gateway.namespace), &r.name);
+        if secret.namespace != gateway.namespace
+            && !grants
+                .allows(("gateway.networking.k8s.io", "Gateway", &gateway.namespace), ("", "Secret", &secret))
+        {
+            fail(Cond::no(
+                types::RESOLVED_REFS,
+                reasons::REF_NOT_PERMITTED,
+                format!(
+                    "certificateRef Secret {secret}: no ReferenceGrant in {} allows it",
+                    secret.namespace
+                ),
+            ));
+            continue;
+        }
+        let Some(object) = snapshot.secrets.get(&secret) else {
+            fail(Cond::no(
+                types::RESOLVED_REFS,
+                reasons::INVALID_CERTIFICATE_REF,
+                format!("certificateRef Secret {secret} not found"),
+            ));
+            continue;
+        };
+        match crate::translate::tls::certificate(&secret, object) {
+            Ok(cert) => out.push((secret, cert)),
+            Err(e) => fail(Cond::no(types::RESOLVED_REFS, reasons::INVALID_CERTIFICATE_REF, e.to_string())),
+        }
+    }
+    (out, problem)
+}
+
+/// `Conflicted` (`ListenerConditionConflicted`): listeners of one Gateway on one socket with
+/// the same hostname ("multiple Listeners on the same port use `example.com` in the hostname
+/// field"). HTTPS and TLS listeners share the HTTPS socket, chosen by SNI. Every listener of a
+/// clash is conflicted and serves nothing ("its network port should not be configured").
+fn mark_conflicts(listeners: &mut [ListenerOut]) {
+    let socket = |l: &ListenerOut| match l.protocol {
+        Some(Protocol::Http) => Some(0),
+        Some(Protocol::Https(_) | Protocol::TlsPassthrough) => Some(1),
+        None => None,
+    };
+    let mut seen: BTreeMap<(i32, Option<Hostname>), Vec<usize>> = BTreeMap::new();
+    for (i, l) in listeners.iter().enumerate() {
+        if let Some(s) = socket(l) {
+            seen.entry((s, l.hostname.clone())).or_default().push(i);
+        }
+    }
+    let mut conflicted = vec![false; listeners.len()];
+    for group in seen.values().filter(|g| g.len() > 1) {
+        for &i in group {
+            conflicted[i] = true;
+        }
+    }
+    for (l, conflicted) in listeners.iter_mut().zip(conflicted) {
+        if conflicted {
+            l.ready = false;
+            l.conditions.push(Cond::yes(
+                types::CONFLICTED,
+                reasons::HOSTNAME_CONFLICT,
+                "another listener of this Gateway serves the same hostname on the same port",
+            ));
+            for c in &mut l.conditions {
+                if c.type_ == types::PROGRAMMED {
+                    *c = Cond::no(types::PROGRAMMED, reasons::INVALID, "conflicted (see Conflicted)");
+                }
+            }
+        } else {
+            l.conditions.push(Cond::no(types::CONFLICTED, reasons::NO_CONFLICTS, "no conflicts"));
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! Gateway API translation (pure): GatewayClasses, Gateways and their listeners, routes
+//! attached to them, and the conditions of each.
+//!
+//! Processors in order over one snapshot: our classes (`listeners::classes`), the Gateways of
+//! those classes and their listeners (`listeners::gateways`: ports, protocols, hostnames,
+//! TLS certificates, ReferenceGrants, allowed routes, conflicts), then every route attached
+//! to them (`attach`). The result ([`GatewayAttachments`]) is what route building and the
+//! status writer read.
+
+pub mod attach;
+pub mod conditions;
+pub mod hostname;
+pub mod listeners;
+pub mod refs;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use weir_dataplane::model::ObjectRef;
+
+use crate::snapshot::Snapshot;
+use attach::{ParentOut, RouteParts};
+use listeners::{ClassOut, GatewayOut};
+use refs::Grants;
+
+/// What Gateway API translation needs to know about this controller.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// The `spec.controllerName` of GatewayClasses that are ours (`--gateway-controller-name`).
+    pub controller_name: String,
+    /// The listener port served by the HTTP socket (`--gateway-http-port`).
+    pub http_port: i32,
+    /// The listener port served by the HTTPS socket (`--gateway-https-port`).
+    pub https_port: i32,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            controller_name: "weir.dev/gateway-controller".into(),
+            http_port: 80,
+            https_port: 443,
+        }
+    }
+}
+
+/// The route kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum RouteKind {
+    /// `HTTPRoute`.
+    Http,
+    /// `GRPCRoute`.
+    Grpc,
+    /// `TLSRoute`.
+    Tls,
+}
+
+impl RouteKind {
+    /// The kind's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            RouteKind::Http => "HTTPRoute",
+            RouteKind::Grpc => "GRPCRoute",
+            RouteKind::Tls => "TLSRoute",
+        }
+    }
+}
+
+/// Our classes, their Gateways, and the routes attached to them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GatewayAttachments {
+    /// Our GatewayClasses by name.
+    pub classes: BTreeMap<String, ClassOut>,
+    /// The Gateways of our accepted classes.
+    pub gateways: BTreeMap<ObjectRef, GatewayOut>,
+    /// Routes with at least one parent of ours: their outcome per such parent.
+    pub routes: BTreeMap<(RouteKind, ObjectRef), Vec<ParentOut>>,
+    /// `attachedRoutes` by Gateway and listener index.
+    pub attached_routes: BTreeMap<(ObjectRef, usize), i32>,
+}
+
+/// Resolves classes, Gateways and listeners, and attaches every route.
+pub fn attach_all(snapshot: &Snapshot, config: &GatewayConfig) -> GatewayAttachments {
+    let grants = Grants::new(snapshot);
+    let classes = listeners::classes(snapshot, config);
+    let gateways = listeners::gateways(snapshot, config, &classes, &grants);
+    let mut out = GatewayAttachments { classes, gateways, ..GatewayAttachments::default() };
+    if out.gateways.is_empty() {
+        return out;
+    }
+    for (key, route) in &snapshot.http_routes {
+        let parts = RouteParts {
+            kind: RouteKind::Http.name(),
+            key,
+            parent_refs: &route.spec.parent_refs,
+            hostnames: &route.spec.hostnames,
+        };
+        add_route(&mut out, RouteKind::Http, parts, snapshot);
+    }
+    for (key, route) in &snapshot.grpc_routes {
+        let parts = RouteParts {
+            kind: RouteKind::Grpc.name(),
+            key,
+            parent_refs: &route.spec.parent_refs,
+            hostnames: &route.spec.hostnames,
+        };
+        add_route(&mut out, RouteKind::Grpc, parts, snapshot);
+    }
+    for (key, route) in &snapshot.tls_routes {
+        let parts = RouteParts {
+            kind: RouteKind::Tls.name(),
+            key,
+            parent_refs: &route.spec.parent_refs,
+            hostnames: &route.spec.hostnames,
+        };
+        add_route(&mut out, RouteKind::Tls, parts, snapshot);
+    }
+    out
+}
+
+/// Attaches one route; keeps its outcome when it has a parent of ours.
+fn add_route(out: &mut GatewayAttachments, kind: RouteKind, parts: RouteParts<'_>, snapshot: &Snapshot) {
+    let parents = attach::attach(parts, &out.gateways, &mut out.attached_routes, snapshot);
+    if !parents.is_empty() {
+        out.routes.insert((kind, parts.key.clone()), parents);
+    }
+}
