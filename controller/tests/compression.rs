@@ -11,11 +11,13 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+mod support_app;
 mod support_proc;
 
 use support_proc::spawn;
 
-const HOST: &str = "zip.test";
+/// The host `support_app`'s Ingress routes.
+const HOST: &str = "app.test";
 /// Debian's Python, which `python3-brotli` and `python3-zstandard` install into (a `python3`
 /// earlier on the PATH, such as pyenv's, would not see them).
 const PYTHON: &str = "/usr/bin/python3";
@@ -131,40 +133,8 @@ fn answer(mut stream: TcpStream, gate: &Gate) {
 
 fn manifests(dir: &Path, backend: SocketAddr, settings: &str) {
     let yaml = format!(
-        r#"apiVersion: v1
-kind: Service
-metadata: {{name: site, namespace: default}}
-spec:
-  ports: [{{name: http, port: 80}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: site-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: site}}
-addressType: IPv4
-ports: [{{name: http, port: {port}}}]
-endpoints:
-- addresses: ["127.0.0.1"]
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {{name: site, namespace: default}}
-spec:
-  ingressClassName: weir
-  rules:
-  - host: {HOST}
-    http:
-      paths:
-      - {{path: /, pathType: Prefix, backend: {{service: {{name: site, port: {{number: 80}}}}}}}}
----
-apiVersion: v1
-kind: ConfigMap
-metadata: {{name: weir-settings, namespace: default}}
-data:
-{settings}"#,
-        port = backend.port(),
+        "{}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: weir-settings, namespace: default}}\ndata:\n{settings}",
+        support_app::app_yaml(backend, "/")
     );
     let tmp = dir.join(".site.yaml.tmp");
     std::fs::write(&tmp, yaml).unwrap();
