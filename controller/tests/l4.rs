@@ -10,6 +10,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod support_proc;
+
+use support_proc::{field, strip_ansi};
+
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
 // === harness ===
@@ -101,29 +105,6 @@ impl Weir {
     }
 }
 
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::new();
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-fn field(line: &str, key: &str) -> Option<SocketAddr> {
-    let start = line.find(&format!("{key}="))? + key.len() + 1;
-    line[start..].split_whitespace().next()?.parse().ok()
-}
-
-/// A port free on 127.0.0.1 for TCP and UDP right now (the OS picks it; weir binds it next).
 fn free_port() -> u16 {
     loop {
         let tcp = TcpListener::bind("127.0.0.1:0").unwrap();

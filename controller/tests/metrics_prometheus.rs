@@ -14,20 +14,12 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+mod support_proc;
 
-/// A child process killed on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use support_proc::{Proc, WEIR};
 
 /// Whether `tool` is installed; without it the test skips with the reason, or fails under
 /// `WEIR_REQUIRE_ALL=1`.
