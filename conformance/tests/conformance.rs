@@ -79,6 +79,7 @@ scenarios! {
     service_upstream => "service-upstream",
     settings => "settings",
     path_normalization => "path-normalization",
+    guards => "guards",
 }
 
 /// The runner itself: deliberately wrong expectations are each reported, with what answered.

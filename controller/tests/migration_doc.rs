@@ -41,6 +41,14 @@ fn check(rows: &BTreeMap<&str, &str>, catalogue: &[(&str, Support)]) {
             Support::Refused(_) => &["refused"],
             Support::Unsupported => &["not yet"],
             Support::UnsupportedFailClosed => &["not yet, fails closed"],
+            Support::NotSupported(_) => &["not supported"],
+            // Listed once, in the no-ops paragraph, not in the table.
+            Support::NoOp => {
+                if rows.contains_key(name) {
+                    problems.push(format!("{name}: a no-op has a row; it belongs in the no-ops paragraph"));
+                }
+                continue;
+            }
         };
         match rows.get(name) {
             Some(status) if want.contains(status) => {}
@@ -60,6 +68,31 @@ fn check(rows: &BTreeMap<&str, &str>, catalogue: &[(&str, Support)]) {
 fn the_migration_table_matches_the_catalogue() {
     let doc = doc();
     check(&table(&doc, "annotation"), CATALOGUE);
+}
+
+/// The names in backquotes of the paragraph that starts with `**No-ops.**`.
+fn no_ops(doc: &str) -> Vec<&str> {
+    let Some(start) = doc.find("**No-ops.**") else { return Vec::new() };
+    let paragraph = doc[start..].split("\n\n").next().unwrap_or_default();
+    paragraph.split('`').skip(1).step_by(2).collect()
+}
+
+#[test]
+fn the_no_ops_paragraph_lists_exactly_the_no_op_keys() {
+    let doc = doc();
+    let listed = no_ops(&doc);
+    let want: Vec<&str> = weir::translate::settings::CATALOGUE
+        .iter()
+        .filter(|(_, s)| matches!(s, Support::NoOp))
+        .map(|(n, _)| *n)
+        .collect();
+    assert!(!want.is_empty());
+    for name in &want {
+        assert!(listed.contains(name), "{name}: a no-op missing from the no-ops paragraph");
+    }
+    for name in listed.iter().filter(|n| n.contains('-') && !n.starts_with("--")) {
+        assert!(want.contains(name), "{name}: in the no-ops paragraph but not a no-op");
+    }
 }
 
 #[test]

@@ -10,6 +10,8 @@
 pub mod blocklist;
 pub mod changes;
 pub mod compression;
+pub mod global_limit;
+pub use global_limit::{GlobalRateLimit, Memcached};
 pub mod logformat;
 
 use std::collections::BTreeMap;
@@ -587,6 +589,9 @@ pub struct RoutePolicy {
     /// by default it is dropped, as ingress-nginx does.
     #[serde(default, skip_serializing_if = "is_false")]
     pub preserve_trailing_slash: bool,
+    /// A limit shared by every replica through memcached (`global-rate-limit*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_rate_limit: Option<Box<global_limit::GlobalRateLimit>>,
 }
 
 /// Request mirroring (ingress-nginx `mirror-*`).

@@ -145,6 +145,7 @@ impl<'a> Build<'a> {
                     secrets: &self.snapshot.secrets,
                     config_maps: &self.snapshot.config_maps,
                     allowed_response_headers: self.settings.allowed_response_headers.as_ref(),
+                    guards: &self.settings.guards,
                 },
                 &mut self.warnings,
             );
@@ -175,6 +176,26 @@ impl<'a> Build<'a> {
             let balance_annotated = parsed.balance_annotated;
             let mut policy = parsed.policy;
             self.settings.routes.apply(&mut policy, parsed.global_auth);
+            if let Some((limit, window_ms, key, exempt)) = parsed.global_limit {
+                match &self.settings.routes.memcached {
+                    Some(memcached) => {
+                        policy.global_rate_limit = Some(Box::new(weir_dataplane::model::GlobalRateLimit {
+                            limit,
+                            window_ms,
+                            key,
+                            exempt,
+                            zone: o.rank.object.to_string(),
+                            status: self.settings.routes.global_limit_status,
+                            memcached: memcached.clone(),
+                        }))
+                    }
+                    None => self.warnings.warn(
+                        &o.rank.object,
+                        Reason::InvalidAnnotation,
+                        "metadata.annotations[nginx.ingress.kubernetes.io/global-rate-limit]: needs global-rate-limit-memcached-host in the ConfigMap; ignored".to_string(),
+                    ),
+                }
+            }
             if !balance_annotated && let Some(balance) = &self.settings.routes.balance {
                 policy.balance = balance.clone();
             }
@@ -189,7 +210,7 @@ impl<'a> Build<'a> {
     pub(super) fn plan_routes(&mut self) {
         let (main, canaries): (Vec<Ours<'a>>, Vec<Ours<'a>>) =
             self.ours.iter().cloned().partition(|o| !self.canary_specs.contains_key(&o.rank.object));
-        self.plan = routes::plan(&main, &self.regex_hosts, &mut self.warnings);
+        self.plan = routes::plan(&main, &self.regex_hosts, &self.settings.guards, &mut self.warnings);
         self.canaries = canaries;
     }
 
@@ -259,7 +280,8 @@ impl<'a> Build<'a> {
     /// Canary routes: those of the canary Ingresses that shadow a main route; the others, and a
     /// canary's default backend, are ignored with a warning.
     pub(super) fn plan_canaries(&mut self) {
-        self.canary_plan = routes::plan(&self.canaries, &self.regex_hosts, &mut self.warnings);
+        self.canary_plan =
+            routes::plan(&self.canaries, &self.regex_hosts, &self.settings.guards, &mut self.warnings);
         if let Some(claim) = &self.canary_plan.default_backend {
             self.warnings.warn(
                 &claim.rank.object,
@@ -378,6 +400,7 @@ impl<'a> Build<'a> {
             &self.canary_plan,
             &self.by_key,
             self.snapshot,
+            &self.settings.guards,
             self.backends.resolved.len(),
             &mut self.warnings,
         );
@@ -480,9 +503,13 @@ impl<'a> Build<'a> {
         by_rank.sort_by(|a, b| a.rank.cmp(&b.rank));
         for ing in by_rank {
             let object = &ing.rank.object;
-            let Some(policy) =
-                annotations::client_auth(ing.ingress, object, self.snapshot, &mut self.warnings)
-            else {
+            let Some(policy) = annotations::client_auth(
+                ing.ingress,
+                object,
+                self.snapshot,
+                &self.settings.guards,
+                &mut self.warnings,
+            ) else {
                 continue;
             };
             let rules = ing.ingress.spec.as_ref().and_then(|s| s.rules.as_deref()).unwrap_or_default();
@@ -656,6 +683,7 @@ fn backend_users<'p>(
     canary_plan: &'p routes::Plan,
     ingresses: &HashMap<&ObjectRef, &Ingress>,
     snapshot: &Snapshot,
+    guards: &annotations::risk::Guards,
     capacity: usize,
     warnings: &mut Warnings,
 ) -> HashMap<&'p BackendId, Vec<BackendUse<'p>>> {
@@ -678,7 +706,7 @@ fn backend_users<'p>(
         let protocol = annotations::backend_protocol(ingress, &claim.rank.object, warnings);
         let tls = protocol
             .is_tls()
-            .then(|| annotations::upstream_tls(ingress, &claim.rank.object, snapshot, warnings));
+            .then(|| annotations::upstream_tls(ingress, &claim.rank.object, snapshot, guards, warnings));
         let via_cluster_ip =
             annotations::flag(ingress, &claim.rank.object, annotations::SERVICE_UPSTREAM, false, warnings);
         users.entry(&claim.backend).or_default().push((&claim.rank, protocol, tls, via_cluster_ip));

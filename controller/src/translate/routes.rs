@@ -78,7 +78,12 @@ pub(crate) struct Plan {
 
 /// Builds the plan from our Ingresses, warning about every rejected part. Every path on a host
 /// of `regex_hosts` is a case-insensitive regex (ingress-nginx's `use-regex` rule).
-pub(crate) fn plan(ours: &[Ours<'_>], regex_hosts: &BTreeSet<HostMatch>, warnings: &mut Warnings) -> Plan {
+pub(crate) fn plan(
+    ours: &[Ours<'_>],
+    regex_hosts: &BTreeSet<HostMatch>,
+    guards: &super::annotations::risk::Guards,
+    warnings: &mut Warnings,
+) -> Plan {
     let mut explicit: BTreeMap<HostMatch, BTreeMap<PathMatch, Vec<Claim>>> = BTreeMap::new();
     let mut implicit: BTreeMap<HostMatch, Vec<Claim>> = BTreeMap::new();
     let mut defaults: Vec<Claim> = Vec::new();
@@ -127,6 +132,14 @@ pub(crate) fn plan(ours: &[Ours<'_>], regex_hosts: &BTreeSet<HostMatch>, warning
                         continue;
                     }
                 };
+                if let Some(why) = guards.path_refusal(path.path.as_deref().unwrap_or(""), &path.path_type) {
+                    warnings.error(
+                        &ing.rank.object,
+                        Reason::InvalidPath,
+                        format!("{}: {why}; the path is ignored", field.claim()),
+                    );
+                    continue;
+                }
                 let backend = match backend_id(ns, &path.backend, field) {
                     Ok(b) => b,
                     Err((reason, msg)) => {

@@ -25,13 +25,17 @@ use weir_dataplane::model::{
 };
 
 use super::TranslateConfig;
-use super::annotations::{Support, deny_all, values};
+use super::annotations::{MODSECURITY, OPENTRACING, Support, deny_all, values};
 use super::headers::{self, Direction};
 use super::warnings::{ObjectKind, Reason, Warnings};
 use crate::snapshot::{Objects, Snapshot};
 
 const SNIPPET: &str = "raw nginx configuration is an injection surface (CVE-2021-25742; the injections behind CVE-2025-1974 are of the same kind); use the typed settings and annotations instead";
 const LUA: &str = "weir runs no Lua";
+const GEOIP: &str = "it needs MaxMind databases weir cannot ship; look the client address up in the backend (weir sends it in X-Forwarded-For and X-Real-IP)";
+const STATUS: &str = "weir has no nginx status page; its admin listener (--admin) serves metrics and health checks: restrict it with a NetworkPolicy";
+const LISTEN: &str =
+    "weir's listeners are set by its flags (--listen-http, --listen-https), not by the ConfigMap";
 
 /// Every ConfigMap key ingress-nginx documents, with what weir does with it.
 pub const CATALOGUE: &[(&str, Support)] = {
@@ -149,16 +153,16 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("global-auth-cache-duration", Supported),
         ("global-auth-always-set-cookie", Supported),
         ("no-auth-locations", Supported),
-        ("global-rate-limit-memcached-host", Unsupported),
-        ("global-rate-limit-memcached-port", Unsupported),
-        ("global-rate-limit-memcached-connect-timeout", Unsupported),
-        ("global-rate-limit-memcached-max-idle-timeout", Unsupported),
-        ("global-rate-limit-memcached-pool-size", Unsupported),
-        ("global-rate-limit-status-code", Unsupported),
-        ("allow-cross-namespace-resources", Unsupported),
-        ("annotation-value-word-blocklist", Unsupported),
-        ("annotations-risk-level", Unsupported),
-        ("strict-validate-path-type", Unsupported),
+        ("global-rate-limit-memcached-host", Supported),
+        ("global-rate-limit-memcached-port", Supported),
+        ("global-rate-limit-memcached-connect-timeout", Supported),
+        ("global-rate-limit-memcached-max-idle-timeout", Supported),
+        ("global-rate-limit-memcached-pool-size", Supported),
+        ("global-rate-limit-status-code", Supported),
+        ("allow-cross-namespace-resources", Supported),
+        ("annotation-value-word-blocklist", Supported),
+        ("annotations-risk-level", Supported),
+        ("strict-validate-path-type", Supported),
         // Logs.
         ("log-format-upstream", Supported),
         ("log-format-escape-json", Supported),
@@ -181,7 +185,10 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("syslog-port", Unsupported),
         // Tracing.
         ("enable-opentelemetry", Unsupported),
-        ("opentelemetry-config", Unsupported),
+        (
+            "opentelemetry-config",
+            NotSupported("it names an nginx OpenTelemetry module file; weir takes the otel-* keys"),
+        ),
         ("opentelemetry-operation-name", Unsupported),
         ("opentelemetry-trust-incoming-span", Unsupported),
         ("otlp-collector-host", Unsupported),
@@ -193,34 +200,34 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("otel-max-queuesize", Unsupported),
         ("otel-schedule-delay-millis", Unsupported),
         ("otel-max-export-batch-size", Unsupported),
-        ("enable-opentracing", Unsupported),
-        ("opentracing-operation-name", Unsupported),
-        ("opentracing-location-operation-name", Unsupported),
-        ("opentracing-trust-incoming-span", Unsupported),
-        ("zipkin-collector-host", Unsupported),
-        ("zipkin-collector-port", Unsupported),
-        ("zipkin-service-name", Unsupported),
-        ("zipkin-sample-rate", Unsupported),
-        ("jaeger-collector-host", Unsupported),
-        ("jaeger-collector-port", Unsupported),
-        ("jaeger-endpoint", Unsupported),
-        ("jaeger-service-name", Unsupported),
-        ("jaeger-propagation-format", Unsupported),
-        ("jaeger-sampler-type", Unsupported),
-        ("jaeger-sampler-param", Unsupported),
-        ("jaeger-sampler-host", Unsupported),
-        ("jaeger-sampler-port", Unsupported),
-        ("jaeger-trace-context-header-name", Unsupported),
-        ("jaeger-debug-header", Unsupported),
-        ("jaeger-baggage-header", Unsupported),
-        ("jaeger-tracer-baggage-header-prefix", Unsupported),
-        ("datadog-collector-host", Unsupported),
-        ("datadog-collector-port", Unsupported),
-        ("datadog-service-name", Unsupported),
-        ("datadog-environment", Unsupported),
-        ("datadog-operation-name-override", Unsupported),
-        ("datadog-priority-sampling", Unsupported),
-        ("datadog-sample-rate", Unsupported),
+        ("enable-opentracing", NotSupported(OPENTRACING)),
+        ("opentracing-operation-name", NotSupported(OPENTRACING)),
+        ("opentracing-location-operation-name", NotSupported(OPENTRACING)),
+        ("opentracing-trust-incoming-span", NotSupported(OPENTRACING)),
+        ("zipkin-collector-host", NotSupported(OPENTRACING)),
+        ("zipkin-collector-port", NotSupported(OPENTRACING)),
+        ("zipkin-service-name", NotSupported(OPENTRACING)),
+        ("zipkin-sample-rate", NotSupported(OPENTRACING)),
+        ("jaeger-collector-host", NotSupported(OPENTRACING)),
+        ("jaeger-collector-port", NotSupported(OPENTRACING)),
+        ("jaeger-endpoint", NotSupported(OPENTRACING)),
+        ("jaeger-service-name", NotSupported(OPENTRACING)),
+        ("jaeger-propagation-format", NotSupported(OPENTRACING)),
+        ("jaeger-sampler-type", NotSupported(OPENTRACING)),
+        ("jaeger-sampler-param", NotSupported(OPENTRACING)),
+        ("jaeger-sampler-host", NotSupported(OPENTRACING)),
+        ("jaeger-sampler-port", NotSupported(OPENTRACING)),
+        ("jaeger-trace-context-header-name", NotSupported(OPENTRACING)),
+        ("jaeger-debug-header", NotSupported(OPENTRACING)),
+        ("jaeger-baggage-header", NotSupported(OPENTRACING)),
+        ("jaeger-tracer-baggage-header-prefix", NotSupported(OPENTRACING)),
+        ("datadog-collector-host", NotSupported(OPENTRACING)),
+        ("datadog-collector-port", NotSupported(OPENTRACING)),
+        ("datadog-service-name", NotSupported(OPENTRACING)),
+        ("datadog-environment", NotSupported(OPENTRACING)),
+        ("datadog-operation-name-override", NotSupported(OPENTRACING)),
+        ("datadog-priority-sampling", NotSupported(OPENTRACING)),
+        ("datadog-sample-rate", NotSupported(OPENTRACING)),
         // Compression, GeoIP, WAF.
         ("use-gzip", Supported),
         ("gzip-level", Supported),
@@ -236,31 +243,34 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("zstd-level", Supported),
         ("zstd-min-length", Supported),
         ("zstd-types", Supported),
-        ("use-geoip", Unsupported),
-        ("use-geoip2", Unsupported),
-        ("enable-modsecurity", Unsupported),
-        ("enable-owasp-modsecurity-crs", Unsupported),
-        // nginx process tuning (weir has no equivalent knob).
-        ("worker-processes", Unsupported),
-        ("worker-cpu-affinity", Unsupported),
-        ("max-worker-connections", Unsupported),
-        ("max-worker-open-files", Unsupported),
-        ("enable-multi-accept", Unsupported),
-        ("reuse-port", Unsupported),
-        ("bind-address", Unsupported),
-        ("disable-ipv6", Unsupported),
-        ("disable-ipv6-dns", Unsupported),
-        ("enable-aio-write", Unsupported),
-        ("map-hash-bucket-size", Unsupported),
-        ("server-name-hash-max-size", Unsupported),
-        ("server-name-hash-bucket-size", Unsupported),
-        ("proxy-headers-hash-max-size", Unsupported),
-        ("proxy-headers-hash-bucket-size", Unsupported),
-        ("variables-hash-bucket-size", Unsupported),
-        ("variables-hash-max-size", Unsupported),
-        ("nginx-status-ipv4-whitelist", Unsupported),
-        ("nginx-status-ipv6-whitelist", Unsupported),
-        ("debug-connections", Unsupported),
+        ("use-geoip", NotSupported(GEOIP)),
+        ("use-geoip2", NotSupported(GEOIP)),
+        ("enable-modsecurity", NotSupported(MODSECURITY)),
+        ("enable-owasp-modsecurity-crs", NotSupported(MODSECURITY)),
+        // nginx process tuning and internals: weir has nothing to tune (no-ops, no warning).
+        ("worker-processes", NoOp),
+        ("worker-cpu-affinity", NoOp),
+        ("max-worker-connections", NoOp),
+        ("max-worker-open-files", NoOp),
+        ("enable-multi-accept", NoOp),
+        ("reuse-port", NoOp),
+        ("bind-address", NotSupported(LISTEN)),
+        ("disable-ipv6", NotSupported(LISTEN)),
+        ("disable-ipv6-dns", NoOp),
+        ("enable-aio-write", NoOp),
+        ("map-hash-bucket-size", NoOp),
+        ("server-name-hash-max-size", NoOp),
+        ("server-name-hash-bucket-size", NoOp),
+        ("proxy-headers-hash-max-size", NoOp),
+        ("proxy-headers-hash-bucket-size", NoOp),
+        ("variables-hash-bucket-size", NoOp),
+        ("variables-hash-max-size", NoOp),
+        ("nginx-status-ipv4-whitelist", NotSupported(STATUS)),
+        ("nginx-status-ipv6-whitelist", NotSupported(STATUS)),
+        (
+            "debug-connections",
+            NotSupported("weir has no per-client debug log; error-log-level sets the level for all"),
+        ),
         // TCP/UDP streams.
         ("proxy-stream-timeout", Supported),
         ("proxy-stream-next-upstream", Supported),
@@ -302,6 +312,20 @@ fn encoded_slashes(s: &str) -> Result<bool, String> {
     }
 }
 
+/// `global-rate-limit-memcached-host`: a host name or an IP address (no port, no scheme).
+fn memcached_host(s: &str) -> Result<String, String> {
+    let bare = s.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(s);
+    if bare.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(bare.to_string());
+    }
+    let name_ok = !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|l| {
+            !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+    if name_ok { Ok(s.to_string()) } else { Err("expected a host name or an IP address".to_string()) }
+}
+
 /// ingress-nginx's `hsts-max-age` default: a year.
 const HSTS_MAX_AGE: u64 = 31_536_000;
 
@@ -324,6 +348,8 @@ pub(crate) struct Parsed {
     /// `global-allowed-response-headers` (lower case): when set, the only header names
     /// `custom-headers` may set.
     pub(crate) allowed_response_headers: Option<BTreeSet<String>>,
+    /// What Ingress authors may do with annotations and paths.
+    pub(crate) guards: super::annotations::risk::Guards,
 }
 
 /// Route policy defaults from the ConfigMap; an Ingress's annotations beat them.
@@ -362,6 +388,11 @@ pub(crate) struct RouteDefaults {
     /// `no-tls-redirect-locations`: routes whose path starts with one of these never redirect
     /// to HTTPS (ACME HTTP-01 challenges must be answered over plain HTTP).
     pub(crate) no_tls_redirect_locations: Vec<String>,
+    /// `global-rate-limit-memcached-*`: where the global rate limits count; `None`: the
+    /// `global-rate-limit` annotations are ignored (warned).
+    pub(crate) memcached: Option<weir_dataplane::model::Memcached>,
+    /// `global-rate-limit-status-code` (default 429).
+    pub(crate) global_limit_status: u16,
 }
 
 impl Default for RouteDefaults {
@@ -381,6 +412,8 @@ impl Default for RouteDefaults {
             balance: None,
             custom_errors: None,
             no_tls_redirect_locations: vec!["/.well-known/acme-challenge".to_string()],
+            memcached: None,
+            global_limit_status: 429,
         }
     }
 }
@@ -515,6 +548,7 @@ pub(crate) fn parse(
     parsed.allowed_response_headers = ctx.raw("global-allowed-response-headers").map(|list| {
         list.split(',').map(|h| h.trim().to_ascii_lowercase()).filter(|h| !h.is_empty()).collect()
     });
+    parsed.guards = ctx.guards();
     ctx.fixed_values();
     parsed.routes = ctx.route_defaults();
     parsed
@@ -529,6 +563,30 @@ struct Ctx<'a, 'w> {
 }
 
 impl<'a> Ctx<'a, '_> {
+    /// `annotations-risk-level`, `annotation-value-word-blocklist`,
+    /// `allow-cross-namespace-resources`, `strict-validate-path-type`.
+    fn guards(&mut self) -> super::annotations::risk::Guards {
+        use super::annotations::risk::{Guards, Risk};
+        let default = Guards::default();
+        Guards {
+            risk_level: self
+                .value("annotations-risk-level", Risk::parse, "High")
+                .unwrap_or(default.risk_level),
+            blocked_words: self
+                .raw("annotation-value-word-blocklist")
+                .map(|list| {
+                    list.split(',').map(str::trim).filter(|w| !w.is_empty()).map(String::from).collect()
+                })
+                .unwrap_or_default(),
+            cross_namespace: self
+                .value("allow-cross-namespace-resources", values::boolean, "false")
+                .unwrap_or(default.cross_namespace),
+            strict_path_type: self
+                .value("strict-validate-path-type", values::boolean, "true")
+                .unwrap_or(default.strict_path_type),
+        }
+    }
+
     /// Reports every key that is refused, not supported or unknown.
     fn classify(&mut self) {
         for (key, value) in self.data {
@@ -544,6 +602,9 @@ impl<'a> Ctx<'a, '_> {
                 Some(Support::Unsupported) => {
                     self.warn(Reason::UnsupportedSetting, format!("{at}: not supported by weir; ignored"))
                 }
+                Some(Support::NotSupported(why)) => self
+                    .warn(Reason::UnsupportedSetting, format!("{at}: not supported by weir: {why}; ignored")),
+                Some(Support::NoOp) => {}
                 Some(Support::UnsupportedFailClosed) if value.trim().is_empty() => {}
                 Some(Support::UnsupportedFailClosed) => {
                     self.fail_closed = true;
@@ -903,7 +964,56 @@ impl<'a> Ctx<'a, '_> {
             None => self.value("load-balance", values::load_balance, "round_robin"),
         };
         routes.custom_errors = self.value("custom-http-errors", values::status_codes, "none");
+        routes.memcached = self.memcached();
+        routes.global_limit_status =
+            self.value("global-rate-limit-status-code", limits::status_code, "429").unwrap_or(429);
         routes
+    }
+
+    /// `global-rate-limit-memcached-host` and its companions, with ingress-nginx's defaults.
+    fn memcached(&mut self) -> Option<weir_dataplane::model::Memcached> {
+        const OTHERS: [&str; 4] = [
+            "global-rate-limit-memcached-port",
+            "global-rate-limit-memcached-connect-timeout",
+            "global-rate-limit-memcached-max-idle-timeout",
+            "global-rate-limit-memcached-pool-size",
+        ];
+        let Some(host) = self.value("global-rate-limit-memcached-host", memcached_host, "none") else {
+            let set: Vec<&str> = OTHERS.into_iter().filter(|k| self.raw(k).is_some()).collect();
+            for key in set {
+                self.warn(
+                    Reason::InvalidSetting,
+                    format!("data[{key}]: has no effect without global-rate-limit-memcached-host"),
+                );
+            }
+            return None;
+        };
+        let port =
+            |v: &str| v.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| "expected a port".to_string());
+        let ms = |v: &str| match v.trim_end_matches("ms").parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err("expected milliseconds above 0".to_string()),
+        };
+        Some(weir_dataplane::model::Memcached {
+            host,
+            port: self.value("global-rate-limit-memcached-port", port, "11211").unwrap_or(11211),
+            connect_timeout_ms: self
+                .value("global-rate-limit-memcached-connect-timeout", ms, "50")
+                .unwrap_or(50),
+            idle_timeout_ms: self
+                .value("global-rate-limit-memcached-max-idle-timeout", ms, "10000")
+                .unwrap_or(10_000),
+            pool_size: self
+                .value(
+                    "global-rate-limit-memcached-pool-size",
+                    |v| match v.parse::<u32>() {
+                        Ok(n) if n > 0 => Ok(n),
+                        _ => Err("expected a number above 0".to_string()),
+                    },
+                    "50",
+                )
+                .unwrap_or(50),
+        })
     }
 
     /// `global-auth-url` with `global-auth-method`, `-signin`, `-response-headers` and

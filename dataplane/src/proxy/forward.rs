@@ -348,6 +348,20 @@ impl ConnCtx {
             Filtered::Forward(admitted) => admitted,
             answer => return Ok(answer),
         };
+        if let Some(limiter) = ctx.policy.and_then(|p| p.global_limit.as_ref()) {
+            let request_uri = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+            let view = RequestView {
+                scheme: self.scheme(),
+                host: ctx.host_str,
+                method: req.method(),
+                request_uri,
+                client: ctx.client.ip,
+                headers: req.headers(),
+            };
+            if !limiter.allow(&view, ctx.client.ip).await {
+                return Err(ProxyError::RateLimited(limiter.status));
+            }
+        }
         if let Some(resp) = self.access(ctx, req, auth_cookies).await? {
             return Ok(Filtered::Answer(resp));
         }

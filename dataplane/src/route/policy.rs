@@ -40,6 +40,9 @@ pub enum PolicyError {
     /// A mirror target that cannot be used.
     #[error("mirror: {0}")]
     Mirror(String),
+    /// A global rate limit that cannot be used.
+    #[error("global rate limit: {0}")]
+    GlobalLimit(String),
     /// A value that cannot be sent as a header.
     #[error("{field} {value:?} cannot be sent as an HTTP header value")]
     HeaderValue {
@@ -115,6 +118,8 @@ pub struct CompiledPolicy {
     pub preserve_trailing_slash: bool,
     /// External authentication's answer cache (`auth-cache-key`), set by the router.
     pub auth_cache: Option<Arc<crate::state::authcache::AuthCache>>,
+    /// `global-rate-limit*`: the limit shared by the replicas through memcached.
+    pub global_limit: Option<Arc<crate::state::global_limit::GlobalLimiter>>,
 }
 
 /// External authentication ready for the request path: its settings, with the URL templates
@@ -341,6 +346,13 @@ impl CompiledPolicy {
             response_rewrite: crate::route::rewrite_response::ResponseRewrite::new(policy),
             preserve_trailing_slash: policy.preserve_trailing_slash,
             auth_cache: None,
+            global_limit: match &policy.global_rate_limit {
+                Some(limit) => Some(Arc::new(
+                    crate::state::global_limit::GlobalLimiter::compile(limit)
+                        .map_err(PolicyError::GlobalLimit)?,
+                )),
+                None => None,
+            },
         }))
     }
 

@@ -4,5 +4,7 @@
 pub mod authcache;
 pub mod balance;
 pub mod connlimit;
+pub mod global_limit;
+pub mod memcached;
 pub mod ratelimit;
 pub mod throttle;

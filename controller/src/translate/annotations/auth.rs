@@ -72,16 +72,20 @@ pub(super) fn users(
 }
 
 /// The Secret an `auth-secret` value names: `name`, or `namespace/name` with the Ingress's own
-/// namespace (another namespace's Secret is refused: an Ingress must not read what its
-/// namespace cannot).
-pub(super) fn secret_ref(ingress: &ObjectRef, value: &str) -> Result<ObjectRef, String> {
+/// namespace (another namespace's Secret is refused unless `allow-cross-namespace-resources`:
+/// an Ingress must not read what its namespace cannot).
+pub(super) fn secret_ref(
+    ingress: &ObjectRef,
+    value: &str,
+    guards: &super::risk::Guards,
+) -> Result<ObjectRef, String> {
     let (ns, name) = value.split_once('/').unwrap_or((&ingress.namespace, value));
-    if name.is_empty() || name.contains('/') {
+    if name.is_empty() || name.contains('/') || ns.is_empty() {
         return Err("expected a Secret name".into());
     }
-    if ns != ingress.namespace {
+    if !guards.may_reach(&ingress.namespace, ns) {
         return Err(format!(
-            "the Secret must be in the Ingress's namespace {:?}, not {ns:?}",
+            "the Secret must be in the Ingress's namespace {:?}, not {ns:?} (allow-cross-namespace-resources is off)",
             ingress.namespace
         ));
     }
@@ -114,9 +118,15 @@ mod tests {
     #[test]
     fn secret_refs_stay_in_the_namespace() {
         let ing = ObjectRef::new("shop", "web");
-        assert_eq!(secret_ref(&ing, "users").unwrap(), ObjectRef::new("shop", "users"));
-        assert_eq!(secret_ref(&ing, "shop/users").unwrap(), ObjectRef::new("shop", "users"));
-        assert!(secret_ref(&ing, "kube-system/users").is_err());
-        assert!(secret_ref(&ing, "a/b/c").is_err());
+        let strict = super::super::risk::Guards::default();
+        assert_eq!(secret_ref(&ing, "users", &strict).unwrap(), ObjectRef::new("shop", "users"));
+        assert_eq!(secret_ref(&ing, "shop/users", &strict).unwrap(), ObjectRef::new("shop", "users"));
+        assert!(secret_ref(&ing, "kube-system/users", &strict).is_err());
+        assert!(secret_ref(&ing, "a/b/c", &strict).is_err());
+        let open = super::super::risk::Guards { cross_namespace: true, ..strict };
+        assert_eq!(
+            secret_ref(&ing, "kube-system/users", &open).unwrap(),
+            ObjectRef::new("kube-system", "users")
+        );
     }
 }

@@ -187,7 +187,12 @@ mod tests {
         let map: BTreeMap<String, String> =
             pairs.iter().map(|(k, v)| (format!("{NGINX_PREFIX}{k}"), v.to_string())).collect();
         let (secrets, config_maps) = (crate::snapshot::Objects::new(), crate::snapshot::Objects::new());
-        let refs = Refs { secrets: &secrets, config_maps: &config_maps, allowed_response_headers: None };
+        let refs = Refs {
+            secrets: &secrets,
+            config_maps: &config_maps,
+            allowed_response_headers: None,
+            guards: &crate::translate::annotations::risk::DEFAULTS,
+        };
         let mut warnings = Warnings::default();
         let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &refs, &mut warnings);
         (parsed, warnings.finish())
@@ -329,7 +334,12 @@ mod tests {
         ]
         .into();
         let (secrets, config_maps) = (crate::snapshot::Objects::new(), crate::snapshot::Objects::new());
-        let refs = Refs { secrets: &secrets, config_maps: &config_maps, allowed_response_headers: None };
+        let refs = Refs {
+            secrets: &secrets,
+            config_maps: &config_maps,
+            allowed_response_headers: None,
+            guards: &crate::translate::annotations::risk::DEFAULTS,
+        };
         let mut warnings = Warnings::default();
         let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &refs, &mut warnings);
         assert_eq!(parsed.policy.conn_limit.unwrap().max, 7);

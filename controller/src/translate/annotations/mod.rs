@@ -17,6 +17,7 @@
 mod auth;
 pub(crate) mod limits;
 mod protocol;
+pub(crate) mod risk;
 pub(crate) mod values;
 
 pub(crate) use protocol::*;
@@ -50,10 +51,20 @@ pub enum Support {
     /// denies every client until it is removed. (No annotation is left in this state; global
     /// settings such as `block-user-agents` are.)
     UnsupportedFailClosed,
+    /// Not supported, and not planned: ignored with a warning; the text says why and what to
+    /// use instead (ModSecurity, GeoIP, tracers other than OpenTelemetry).
+    NotSupported(&'static str),
+    /// An nginx internal with nothing to tune in weir (worker processes, hash table sizes…):
+    /// accepted and ignored without a warning, listed once in the migration doc.
+    NoOp,
 }
 
 const SNIPPET: &str = "raw nginx configuration is an injection surface (CVE-2021-25742; the injections behind CVE-2025-1974 are of the same kind); use the typed annotations instead";
 const LUA: &str = "weir runs no Lua; use the typed annotations instead";
+/// Why ModSecurity keys are not supported.
+pub(crate) const MODSECURITY: &str = "no Rust engine runs ModSecurity rules or the OWASP Core Rule Set; run a WAF that does (Coraza, ModSecurity) as the backend's proxy, behind weir";
+/// Why OpenTracing-era tracers are not supported.
+pub(crate) const OPENTRACING: &str = "OpenTracing and its tracers are retired; weir traces with OpenTelemetry (OTLP), which Jaeger, Zipkin and Datadog agents receive";
 
 /// Every annotation name weir knows (ingress-nginx's documented set), with what weir does.
 pub const CATALOGUE: &[(&str, Support)] = {
@@ -115,6 +126,11 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("limit-rps", Supported),
         ("limit-rpm", Supported),
         ("limit-connections", Supported),
+        // ingress-nginx up to 1.11 (removed in 1.12): weir keeps them for those who used them.
+        ("global-rate-limit", Supported),
+        ("global-rate-limit-window", Supported),
+        ("global-rate-limit-key", Supported),
+        ("global-rate-limit-ignored-cidrs", Supported),
         ("limit-burst-multiplier", Supported),
         ("limit-whitelist", Supported),
         ("limit-allowlist", Supported),
@@ -192,15 +208,20 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ),
         // Observability.
         ("enable-access-log", Unsupported),
-        ("enable-rewrite-log", Unsupported),
+        (
+            "enable-rewrite-log",
+            NotSupported(
+                "it traces nginx's rewrite module; weir's rewrites are typed: `weir dump` shows each route's target, and the access log the URI sent upstream",
+            ),
+        ),
         ("enable-opentelemetry", Unsupported),
         ("opentelemetry-trust-incoming-span", Unsupported),
-        ("enable-opentracing", Unsupported),
-        ("opentracing-trust-incoming-span", Unsupported),
+        ("enable-opentracing", NotSupported(OPENTRACING)),
+        ("opentracing-trust-incoming-span", NotSupported(OPENTRACING)),
         // Web application firewall.
-        ("enable-modsecurity", Unsupported),
-        ("enable-owasp-core-rules", Unsupported),
-        ("modsecurity-transaction-id", Unsupported),
+        ("enable-modsecurity", NotSupported(MODSECURITY)),
+        ("enable-owasp-core-rules", NotSupported(MODSECURITY)),
+        ("modsecurity-transaction-id", NotSupported(MODSECURITY)),
         // Refused.
         ("configuration-snippet", Refused(SNIPPET)),
         ("server-snippet", Refused(SNIPPET)),
@@ -249,6 +270,9 @@ pub(crate) struct Parsed {
     /// The response settings the annotations give (already applied to `policy`); the
     /// ConfigMap's fill in the keys they leave unset.
     pub(crate) response: limits::ResponseSettings,
+    /// `global-rate-limit*`: limit, window (ms), key, exempt clients; the ConfigMap's
+    /// memcached completes it.
+    pub(crate) global_limit: Option<(u64, u64, String, Vec<IpNet>)>,
 }
 
 impl Default for Parsed {
@@ -263,6 +287,7 @@ impl Default for Parsed {
             regex_paths: false,
             global_auth: true,
             response: limits::ResponseSettings::default(),
+            global_limit: None,
         }
     }
 }
@@ -328,6 +353,8 @@ pub(crate) struct Refs<'a> {
     pub(crate) config_maps: &'a Objects<ConfigMap>,
     /// `global-allowed-response-headers`, when set (lower case).
     pub(crate) allowed_response_headers: Option<&'a std::collections::BTreeSet<String>>,
+    /// What the ConfigMap lets Ingress authors do.
+    pub(crate) guards: &'a risk::Guards,
 }
 
 /// Parses `ingress`'s annotations; every problem becomes a warning about it.
@@ -355,6 +382,12 @@ pub(crate) fn parse(
                 Reason::UnsupportedAnnotation,
                 format!("{at}: not supported by weir yet; ignored"),
             ),
+            Some(Support::NotSupported(why)) => warnings.warn(
+                ingress,
+                Reason::UnsupportedAnnotation,
+                format!("{at}: not supported by weir: {why}; ignored"),
+            ),
+            Some(Support::NoOp) => {}
             Some(Support::UnsupportedFailClosed) => {
                 fail_closed.push(*key);
                 warnings.error(
@@ -372,8 +405,26 @@ pub(crate) fn parse(
             ),
         }
     }
-
-    let mut ctx = Ctx { ingress, reader: &reader, secrets: refs.secrets, warnings };
+    // The ConfigMap's guards, on what weir applies (the others are reported above): a refused
+    // annotation is not applied, and closes the Ingress's routes (ingress-nginx drops the whole
+    // Ingress; a request must not fall through to another Ingress's path).
+    let mut reader = reader;
+    let refused: Vec<(&str, &str, String)> = reader
+        .values
+        .iter()
+        .filter(|(name, _)| support(name) == Some(Support::Supported))
+        .filter_map(|(name, (key, value))| Some((*name, *key, refs.guards.refusal(name, value)?)))
+        .collect();
+    for (name, key, why) in refused {
+        reader.values.remove(name);
+        fail_closed.push(key);
+        warnings.error(
+            ingress,
+            Reason::RefusedAnnotation,
+            format!("metadata.annotations[{key}]: refused: {why}; the Ingress's routes deny every client (403) until it is removed"),
+        );
+    }
+    let mut ctx = Ctx { ingress, reader: &reader, secrets: refs.secrets, guards: refs.guards, warnings };
     parsed.policy.redirect = ctx.redirect().map(Box::new);
     parsed.policy.app_root = ctx.value("app-root", values::app_root);
     parsed.policy.forwarded_prefix = ctx.value("x-forwarded-prefix", values::header_text);
@@ -391,6 +442,7 @@ pub(crate) fn parse(
     parsed.policy.send_timeout_ms = ctx.value("proxy-send-timeout", values::timeout_ms);
     parsed.policy.rate_limit = ctx.rate_limit().map(Box::new);
     parsed.policy.conn_limit = ctx.conn_limit().map(Box::new);
+    parsed.global_limit = ctx.global_limit();
     parsed.response = ctx.response_settings();
     parsed.response.apply(&mut parsed.policy);
     let (basic_auth, auth_failed) = ctx.basic_auth();
@@ -442,6 +494,7 @@ struct Ctx<'a, 'w> {
     ingress: &'a ObjectRef,
     reader: &'a Reader<'a>,
     secrets: &'a Objects<Secret>,
+    guards: &'a risk::Guards,
     warnings: &'w mut Warnings,
 }
 
@@ -499,11 +552,12 @@ impl Ctx<'_, '_> {
         allowed: Option<&std::collections::BTreeSet<String>>,
     ) -> BTreeMap<String, String> {
         let ingress = self.ingress;
+        let guards = self.guards;
         let Some(cm_name) = self.value(name, |v| {
             let cm_name = super::headers::configmap_ref(v, &ingress.namespace)?;
-            if cm_name.namespace != ingress.namespace {
+            if !guards.may_reach(&ingress.namespace, &cm_name.namespace) {
                 return Err(format!(
-                    "the ConfigMap must be in the Ingress's namespace {:?}, not {:?}",
+                    "the ConfigMap must be in the Ingress's namespace {:?}, not {:?} (allow-cross-namespace-resources is off)",
                     ingress.namespace, cm_name.namespace
                 ));
             }
@@ -631,7 +685,7 @@ impl Ctx<'_, '_> {
             None if self.reader.get("auth-secret-type").is_some() => return (None, true),
             None => false,
         };
-        let secret_ref = match auth::secret_ref(self.ingress, secret_name.trim()) {
+        let secret_ref = match auth::secret_ref(self.ingress, secret_name.trim(), self.guards) {
             Ok(r) => r,
             Err(why) => {
                 self.invalid(secret_key, secret_name, &why, closed);
@@ -872,6 +926,35 @@ impl Ctx<'_, '_> {
             return None;
         }
         Some(RateLimit { rps, rpm, burst_multiplier, exempt, status: 503 })
+    }
+
+    /// `global-rate-limit` and `global-rate-limit-window` (both needed), `global-rate-limit-key`
+    /// (default `$remote_addr`), `global-rate-limit-ignored-cidrs`.
+    fn global_limit(&mut self) -> Option<(u64, u64, String, Vec<IpNet>)> {
+        let limit = self.value("global-rate-limit", |v| match v.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err("expected a number of requests above 0".to_string()),
+        });
+        let window = self.value("global-rate-limit-window", values::timeout_ms);
+        let key =
+            self.value("global-rate-limit-key", values::hash_key).unwrap_or_else(|| "$remote_addr".into());
+        let exempt = self.value("global-rate-limit-ignored-cidrs", values::cidr_list).unwrap_or_default();
+        match (limit, window) {
+            (Some(limit), Some(window)) => Some((limit, window, key, exempt)),
+            (Some(_), None) if self.reader.get("global-rate-limit-window").is_none() => {
+                self.unused_without(&["global-rate-limit"], "global-rate-limit-window");
+                None
+            }
+            (None, _) => {
+                let names =
+                    ["global-rate-limit-window", "global-rate-limit-key", "global-rate-limit-ignored-cidrs"];
+                if self.reader.get("global-rate-limit").is_none() {
+                    self.unused_without(&names, "global-rate-limit");
+                }
+                None
+            }
+            _ => None,
+        }
     }
 
     /// `allowlist-source-range` (or its old name `whitelist-source-range`) and

@@ -148,6 +148,7 @@ pub(crate) fn upstream_tls(
     ingress: &Ingress,
     object: &ObjectRef,
     snapshot: &Snapshot,
+    guards: &super::risk::Guards,
     warnings: &mut Warnings,
 ) -> UpstreamTls {
     let verify = on_off(ingress, object, PROXY_SSL_VERIFY, true, warnings);
@@ -166,6 +167,14 @@ pub(crate) fn upstream_tls(
                 return None;
             }
         };
+        if !guards.may_reach(&object.namespace, &secret_ref.namespace) {
+            warnings.error(
+                object,
+                Reason::InvalidAnnotation,
+                format!("metadata.annotations[{PROXY_SSL_SECRET}]: Secret {secret_ref} is in another namespace and allow-cross-namespace-resources is off; the system roots verify backends"),
+            );
+            return None;
+        }
         secret_ca(snapshot, &secret_ref)
             .map_err(|(reason, why)| {
                 warnings.error(
@@ -248,6 +257,7 @@ pub(crate) fn client_auth(
     ingress: &Ingress,
     object: &ObjectRef,
     snapshot: &Snapshot,
+    guards: &super::risk::Guards,
     warnings: &mut Warnings,
 ) -> Option<ClientAuth> {
     let Some(value) = get(ingress, AUTH_TLS_SECRET).filter(|v| !v.is_empty()) else {
@@ -300,7 +310,12 @@ pub(crate) fn client_auth(
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() => ObjectRef::new(ns, name),
         _ => ObjectRef::new(object.namespace.clone(), value),
     };
-    let ca = match secret_ca(snapshot, &secret_ref) {
+    let reachable = if guards.may_reach(&object.namespace, &secret_ref.namespace) {
+        Ok(())
+    } else {
+        Err((Reason::InvalidAnnotation, "is in another namespace and allow-cross-namespace-resources is off"))
+    };
+    let ca = match reachable.and_then(|()| secret_ca(snapshot, &secret_ref)) {
         Ok(ca) => ca,
         Err((reason, why)) => {
             warnings.error(

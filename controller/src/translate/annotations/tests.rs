@@ -10,7 +10,12 @@ fn parse_all(pairs: &[(&str, &str)]) -> (RoutePolicy, Vec<Warning>) {
     let mut warnings = Warnings::default();
     let secrets = secrets();
     let config_maps = config_maps();
-    let refs = Refs { secrets: &secrets, config_maps: &config_maps, allowed_response_headers: None };
+    let refs = Refs {
+        secrets: &secrets,
+        config_maps: &config_maps,
+        allowed_response_headers: None,
+        guards: &crate::translate::annotations::risk::DEFAULTS,
+    };
     let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &refs, &mut warnings);
     (parsed.policy, warnings.finish())
 }
@@ -32,7 +37,12 @@ fn secrets() -> crate::snapshot::Objects<k8s_openapi::api::core::v1::Secret> {
 }
 
 fn refs(secrets: &crate::snapshot::Objects<k8s_openapi::api::core::v1::Secret>) -> Refs<'_> {
-    Refs { secrets, config_maps: &EMPTY_CONFIG_MAPS, allowed_response_headers: None }
+    Refs {
+        secrets,
+        config_maps: &EMPTY_CONFIG_MAPS,
+        allowed_response_headers: None,
+        guards: &crate::translate::annotations::risk::DEFAULTS,
+    }
 }
 
 static EMPTY_CONFIG_MAPS: crate::snapshot::Objects<k8s_openapi::api::core::v1::ConfigMap> =
@@ -169,6 +179,10 @@ fn snippets_refused_unsupported_warned_unknown_warned() {
     );
     assert!(w.iter().any(|w| w.message.contains("configuration-snippet") && w.message.contains("injection")));
     assert!(w.iter().any(|w| w.message.contains("proxy-bodysize") && w.message.contains("unknown")));
+    // Not planned: the warning says what to use instead.
+    assert!(
+        w.iter().any(|w| w.message.contains("enable-modsecurity") && w.message.contains("Core Rule Set"))
+    );
 }
 
 #[test]
@@ -540,8 +554,12 @@ fn custom_headers_limited_by_global_allowed_response_headers() {
     let map = BTreeMap::from([(nginx("custom-headers"), "hdrs".to_string())]);
     let (secrets, config_maps) = (secrets(), config_maps());
     let allowed = std::collections::BTreeSet::from(["x-other".to_string()]);
-    let refs =
-        Refs { secrets: &secrets, config_maps: &config_maps, allowed_response_headers: Some(&allowed) };
+    let refs = Refs {
+        secrets: &secrets,
+        config_maps: &config_maps,
+        allowed_response_headers: Some(&allowed),
+        guards: &crate::translate::annotations::risk::DEFAULTS,
+    };
     let mut warnings = Warnings::default();
     let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &refs, &mut warnings);
     assert!(parsed.policy.response_headers.is_empty());
@@ -785,4 +803,51 @@ fn buffer_annotations_accepted_and_rejected() {
         assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)], "{name}");
         assert!(w[0].message.contains(&format!("{name}]: invalid value {bad:?}")), "{}", w[0].message);
     }
+}
+
+fn parse_guarded(pairs: &[(&str, &str)], guards: &risk::Guards) -> (RoutePolicy, Vec<Warning>) {
+    let map: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let mut warnings = Warnings::default();
+    let secrets = secrets();
+    let config_maps = config_maps();
+    let refs = Refs { secrets: &secrets, config_maps: &config_maps, allowed_response_headers: None, guards };
+    let parsed = parse(&ObjectRef::new("ns", "ing"), Some(&map), &refs, &mut warnings);
+    (parsed.policy, warnings.finish())
+}
+
+#[test]
+fn annotations_above_the_risk_level_or_with_blocked_words_close_the_ingress() {
+    let client = "127.0.0.1".parse().unwrap();
+    // ingress-nginx's default level (High) lets auth-url through.
+    let (url, size) = (nginx("auth-url"), nginx("proxy-body-size"));
+    let auth = [(url.as_str(), "http://auth.example/check"), (size.as_str(), "8m")];
+    let (p, w) = parse_guarded(&auth, &risk::Guards::default());
+    assert!(w.is_empty(), "{w:?}");
+    assert!(p.source.permits(client) && p.external_auth.is_some());
+    // Medium refuses it, and the routes deny every client rather than serve unprotected.
+    let medium = risk::Guards { risk_level: risk::Risk::Medium, ..risk::Guards::default() };
+    let (p, w) = parse_guarded(&auth, &medium);
+    assert!(!p.source.permits(client));
+    assert_eq!(reasons(&w), [(Severity::Error, Reason::RefusedAnnotation)]);
+    assert!(w[0].message.contains("auth-url") && w[0].message.contains("risk High"), "{}", w[0].message);
+    // A blocked word in any applied value does the same.
+    let words = risk::Guards { blocked_words: vec!["load_module".into()], ..risk::Guards::default() };
+    let (p, w) = parse_guarded(&[(&nginx("x-forwarded-prefix"), "/load_module/x")], &words);
+    assert!(!p.source.permits(client));
+    assert!(w.iter().any(|w| w.message.contains("annotation-value-word-blocklist")), "{w:?}");
+    let (p, w) = parse_guarded(&[(&nginx("x-forwarded-prefix"), "/app")], &words);
+    assert!(p.source.permits(client) && w.is_empty(), "{w:?}");
+}
+
+#[test]
+fn cross_namespace_secrets_need_allow_cross_namespace_resources() {
+    let pairs = [(nginx("auth-type")), (nginx("auth-secret"))];
+    let pairs = [(pairs[0].as_str(), "basic"), (pairs[1].as_str(), "other/htpasswd")];
+    let (p, w) = parse_guarded(&pairs, &risk::Guards::default());
+    assert!(!p.source.permits("127.0.0.1".parse().unwrap()), "fails closed");
+    assert!(w.iter().any(|w| w.message.contains("allow-cross-namespace-resources is off")), "{w:?}");
+    // Allowed, the Secret is looked up there (and is missing: still closed, for that reason).
+    let open = risk::Guards { cross_namespace: true, ..risk::Guards::default() };
+    let (_, w) = parse_guarded(&pairs, &open);
+    assert!(w.iter().any(|w| w.message.contains("Secret other/htpasswd not found")), "{w:?}");
 }

@@ -66,6 +66,15 @@ fn an_empty_configmap_changes_nothing() {
 fn unsupported_unknown_and_refused_keys_are_reported() {
     let (_, w) = finding(&[("use-geoip2", "true")], "use-geoip2");
     assert_eq!((w.severity, w.reason), (Severity::Warning, Reason::UnsupportedSetting));
+    // Not planned: the warning says what to use instead.
+    assert!(w.message.contains("MaxMind") && w.message.contains("X-Forwarded-For"), "{}", w.message);
+    let (_, w) = finding(&[("zipkin-collector-host", "zipkin.tracing")], "zipkin-collector-host");
+    assert!(w.message.contains("OpenTelemetry"), "{}", w.message);
+    // nginx internals are accepted without a word.
+    let (parsed, warnings) =
+        parse_pairs(&[("worker-processes", "auto"), ("server-name-hash-bucket-size", "128")]);
+    assert!(warnings.is_empty(), "{warnings:#?}");
+    assert_eq!(parsed, Parsed::default());
     let (_, w) = finding(&[("use-gzipp", "true")], "use-gzipp");
     assert_eq!((w.severity, w.reason), (Severity::Warning, Reason::UnknownSetting));
     for key in ["http-snippet", "server-snippet", "location-snippet", "main-snippet", "stream-snippet"] {
