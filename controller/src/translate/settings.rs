@@ -140,7 +140,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("block-referers", Supported),
         ("limit-req-status-code", Supported),
         ("limit-conn-status-code", Supported),
-        ("limit-conn-zone-variable", Unsupported),
+        ("limit-conn-zone-variable", Supported),
         ("limit-rate", Supported),
         ("limit-rate-after", Supported),
         ("global-auth-url", Supported),
@@ -902,6 +902,17 @@ impl<'a> Ctx<'a, '_> {
         }
         // weir streams request bodies either way.
         let _ = self.value("proxy-request-buffering", values::on_off, "on");
+        // limit-connections counts per client address, which is the default key.
+        let _ =
+            self.value(
+                "limit-conn-zone-variable",
+                |v| match v {
+                    "$binary_remote_addr" | "$remote_addr" => Ok(()),
+                    _ => Err("weir counts limit-connections per client address only ($binary_remote_addr)"
+                        .to_string()),
+                },
+                "$binary_remote_addr",
+            );
         // nginx's buffers: weir streams bodies both ways, never spools to disk, and reads
         // upstream response heads up to hyper's limits. Validated; nothing to change.
         let _ = self.value("client-body-buffer-size", values::buffer_size, "8k");

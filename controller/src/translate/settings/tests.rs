@@ -70,6 +70,10 @@ fn unsupported_unknown_and_refused_keys_are_reported() {
     assert!(w.message.contains("MaxMind") && w.message.contains("X-Forwarded-For"), "{}", w.message);
     let (_, w) = finding(&[("zipkin-collector-host", "zipkin.tracing")], "zipkin-collector-host");
     assert!(w.message.contains("OpenTelemetry"), "{}", w.message);
+    // limit-connections' key is the client address; another is refused.
+    let (parsed, warnings) = parse_pairs(&[("limit-conn-zone-variable", "$binary_remote_addr")]);
+    assert!(warnings.is_empty() && parsed == Parsed::default(), "{warnings:#?}");
+    rejected(&[("limit-conn-zone-variable", "$http_x_user")], "limit-conn-zone-variable");
     // nginx internals are accepted without a word.
     let (parsed, warnings) =
         parse_pairs(&[("worker-processes", "auto"), ("server-name-hash-bucket-size", "128")]);
