@@ -63,8 +63,8 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("ssl-early-data", Unsupported),
         ("ssl-session-cache", Supported),
         ("ssl-session-cache-size", Supported),
-        ("ssl-session-tickets", Unsupported),
-        ("ssl-session-ticket-key", Unsupported),
+        ("ssl-session-tickets", Supported),
+        ("ssl-session-ticket-key", Supported),
         ("ssl-session-timeout", Supported),
         ("ssl-buffer-size", Unsupported),
         ("ssl-reject-handshake", Unsupported),
@@ -515,6 +515,7 @@ pub(crate) fn parse(
     parsed.allowed_response_headers = ctx.raw("global-allowed-response-headers").map(|list| {
         list.split(',').map(|h| h.trim().to_ascii_lowercase()).filter(|h| !h.is_empty()).collect()
     });
+    s.tls_keys = ctx.tls_keys();
     ctx.fixed_values();
     parsed.routes = ctx.route_defaults();
     parsed
@@ -1094,6 +1095,7 @@ impl<'a> Scanner<'a> {
 mod blocklist;
 mod compression;
 mod limits;
+mod tls;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

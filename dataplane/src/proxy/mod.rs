@@ -300,6 +300,8 @@ struct Inner {
     sessions: Arc<crate::tls::sessions::SessionCache>,
     /// Client connections admitted, shared by every listener.
     conns: Arc<limits::ConnLimits>,
+    /// Session tickets (`ssl-session-tickets`), shared as `sessions` is.
+    tickets: Arc<crate::tls::tickets::Tickets>,
 }
 
 /// The `ssl-protocols` and `ssl-ciphers` (TLS 1.2 suites) a server TLS config offers.
@@ -426,6 +428,7 @@ impl Proxy {
                 access_log: OnceLock::new(),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
                 sessions: Arc::new(crate::tls::sessions::SessionCache::default()),
+                tickets: Arc::new(crate::tls::tickets::Tickets::new()),
             }),
         }
     }

@@ -12,12 +12,14 @@
 //! `Host` (clients that reuse one connection for several names rely on it).
 //!
 //! Beside it: [`mtls`] (client certificates), [`ciphers`] (TLS 1.2 suites by OpenSSL name),
-//! [`sessions`] (the resumption cache) and [`l4`] (the ClientHello read ahead of passthrough).
+//! [`sessions`] (the resumption cache), [`tickets`] (session tickets) and [`l4`] (the
+//! ClientHello read ahead of passthrough).
 
 pub mod ciphers;
 pub mod l4;
 pub mod mtls;
 pub mod sessions;
+pub mod tickets;
 
 use std::collections::HashMap;
 use std::sync::Arc;
