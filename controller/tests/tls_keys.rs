@@ -3,12 +3,17 @@
 //!
 //! - `ssl-session-tickets` with `ssl-session-ticket-key`: two weir processes given the same key
 //!   resume each other's sessions (`-sess_out` from one, `-sess_in` to the other).
+//! - `enable-ocsp`: a real OCSP responder (`openssl ocsp -index`, reached over a loopback HTTP
+//!   front the test runs, which can also hang or refuse), the staple read by
+//!   `openssl s_client -status`; a dead or hanging responder leaves handshakes working.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup step should panic the test
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 mod support_app;
 mod support_proc;
@@ -156,9 +161,23 @@ fn echo() -> (support_proc::Proc, SocketAddr) {
 /// and reading the answer to the end (TLS 1.3 tickets come after the handshake); `args` are
 /// added. Returns what it printed.
 fn s_client(https: SocketAddr, ca: &Path, args: &[&str]) -> String {
+    s_client_within(20, https, ca, args)
+}
+
+/// [`s_client`] killed (and failed) after `secs` seconds.
+fn s_client_within(secs: u32, https: SocketAddr, ca: &Path, args: &[&str]) -> String {
     use std::io::Write as _;
     let mut child = Command::new("timeout")
-        .args(["20", "openssl", "s_client", "-connect", &https.to_string(), "-servername", HOST, "-CAfile"])
+        .args([
+            &secs.to_string(),
+            "openssl",
+            "s_client",
+            "-connect",
+            &https.to_string(),
+            "-servername",
+            HOST,
+            "-CAfile",
+        ])
         .arg(ca)
         .args(["-verify_return_error", "-ign_eof"])
         .args(args)
@@ -227,6 +246,195 @@ fn replicas_with_the_same_ticket_key_resume_each_others_sessions() {
             let first = s_client(a, &pki.ca(), &[version, "-sess_out", session]);
             let again = s_client(a, &pki.ca(), &[version, "-sess_in", session]);
             assert!(reused(&again), "{settings:?} {version}: the same replica: {first}\n{again}");
+        }
+    }
+}
+
+// === OCSP ===
+
+/// What the OCSP responder front does with a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Passes it to `openssl ocsp -index` and returns its response.
+    Answer,
+    /// Reads it and never answers (holds the connection).
+    Hang,
+    /// Closes the connection at once.
+    Refuse,
+}
+
+/// A loopback HTTP front for `openssl ocsp` as a responder over the test CA's `index.txt`
+/// (the leaf, serial 1234, good), with responses valid for one minute (`-nmin 1`).
+struct Responder {
+    addr: SocketAddr,
+    mode: Arc<Mutex<Mode>>,
+    answered: Arc<Mutex<u32>>,
+}
+
+impl Responder {
+    fn start(pki_dir: &Path) -> Responder {
+        std::fs::write(pki_dir.join("index.txt"), "V\t301231235959Z\t\t1234\tunknown\t/CN=app.test\n")
+            .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mode = Arc::new(Mutex::new(Mode::Answer));
+        let answered = Arc::new(Mutex::new(0));
+        let (m, a, dir) = (mode.clone(), answered.clone(), pki_dir.to_path_buf());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().map_while(Result::ok) {
+                let (m, a, dir) = (m.clone(), a.clone(), dir.clone());
+                std::thread::spawn(move || respond(stream, &m, &a, &dir));
+            }
+        });
+        Responder { addr, mode, answered }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/ocsp", self.addr)
+    }
+
+    fn set(&self, mode: Mode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+
+    fn answered(&self) -> u32 {
+        *self.answered.lock().unwrap()
+    }
+}
+
+fn respond(mut stream: std::net::TcpStream, mode: &Mutex<Mode>, answered: &Mutex<u32>, dir: &Path) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let now = *mode.lock().unwrap();
+    if now == Mode::Refuse {
+        return;
+    }
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        if line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap();
+        }
+    }
+    let mut request = vec![0; length];
+    reader.read_exact(&mut request).unwrap();
+    if now == Mode::Hang {
+        std::thread::sleep(Duration::from_secs(120));
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    std::fs::write(work.path().join("req.der"), &request).unwrap();
+    let status = Command::new("openssl")
+        .current_dir(dir)
+        .args([
+            "ocsp",
+            "-index",
+            "index.txt",
+            "-rsigner",
+            "ca.pem",
+            "-rkey",
+            "ca.key",
+            "-CA",
+            "ca.pem",
+            "-nmin",
+            "1",
+        ])
+        .arg("-reqin")
+        .arg(work.path().join("req.der"))
+        .arg("-respout")
+        .arg(work.path().join("resp.der"))
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "openssl ocsp: {}", String::from_utf8_lossy(&status.stderr));
+    let body = std::fs::read(work.path().join("resp.der")).unwrap();
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/ocsp-response\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    if stream.write_all(head.as_bytes()).is_ok() && stream.write_all(&body).is_ok() {
+        *answered.lock().unwrap() += 1;
+    }
+}
+
+/// The staple s_client saw: its `This Update` line, `None` when no response was sent.
+fn staple(text: &str) -> Option<String> {
+    if text.contains("OCSP response: no response sent") {
+        return None;
+    }
+    assert!(text.contains("OCSP Response Status: successful"), "{text}");
+    assert!(text.contains("Cert Status: good"), "{text}");
+    assert!(text.contains("Serial Number: 1234"), "{text}");
+    let line = text.lines().find(|l| l.trim_start().starts_with("This Update:"));
+    Some(line.unwrap_or_else(|| panic!("no This Update: {text}")).trim().to_string())
+}
+
+/// Polls `f` every 200 ms for up to `secs` seconds.
+fn wait_for<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn ocsp_staples_are_fetched_refreshed_and_never_hold_up_handshakes() {
+    if !have_openssl() {
+        return;
+    }
+    let (_echo, backend) = echo();
+    let certs = tempfile::tempdir().unwrap();
+    let responder = Responder::start(certs.path());
+    let pki = Pki::new(certs.path(), Some(&responder.url()));
+    let ca = pki.ca();
+    let dir = tempfile::tempdir().unwrap();
+    // Off by default, as in ingress-nginx: no staple, the responder is not asked.
+    manifests(dir.path(), &pki, backend, "  ssl-session-cache: \"true\"\n");
+    let (_weir, https) = weir_serve(dir.path());
+    assert_eq!(staple(&s_client(https, &ca, &["-status"])), None);
+    assert_eq!(responder.answered(), 0);
+    // Switched on without a restart: stapled once the responder has answered.
+    manifests(dir.path(), &pki, backend, "  enable-ocsp: \"true\"\n");
+    let first = wait_for("the first staple", 20, || staple(&s_client(https, &ca, &["-status"])));
+    // Refreshed before nextUpdate (the responses live a minute): a newer staple.
+    let newer = wait_for("a refreshed staple", 60, || {
+        staple(&s_client(https, &ca, &["-status"])).filter(|s| *s != first)
+    });
+    assert!(responder.answered() >= 2);
+    // A responder that stops answering, or fails, changes nothing for clients: the staple,
+    // still valid, is served, and handshakes complete at once (the fetch waits 10 s for a
+    // hanging responder; these handshakes get 5 s).
+    for mode in [Mode::Hang, Mode::Refuse] {
+        responder.set(mode);
+        for _ in 0..3 {
+            let text = s_client_within(5, https, &ca, &["-status"]);
+            assert_eq!(staple(&text).as_ref(), Some(&newer), "{mode:?}");
+        }
+    }
+    // A replica started while its responder hangs, or where none listens: no staple, and
+    // handshakes work.
+    responder.set(Mode::Hang);
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    for url in [responder.url(), format!("http://{dead}/ocsp")] {
+        let other_certs = tempfile::tempdir().unwrap();
+        let other_pki = Pki::new(other_certs.path(), Some(&url));
+        let other_dir = tempfile::tempdir().unwrap();
+        manifests(other_dir.path(), &other_pki, backend, "  enable-ocsp: \"true\"\n");
+        let (_other, other_https) = weir_serve(other_dir.path());
+        for _ in 0..3 {
+            let text = s_client_within(5, other_https, &other_pki.ca(), &["-status"]);
+            assert_eq!(staple(&text), None, "{url}");
         }
     }
 }

@@ -68,7 +68,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("ssl-session-timeout", Supported),
         ("ssl-buffer-size", Unsupported),
         ("ssl-reject-handshake", Unsupported),
-        ("enable-ocsp", Unsupported),
+        ("enable-ocsp", Supported),
         ("proxy-ssl-location-only", Unsupported),
         // Client connections.
         ("keep-alive", Supported),

@@ -302,6 +302,8 @@ struct Inner {
     conns: Arc<limits::ConnLimits>,
     /// Session tickets (`ssl-session-tickets`), shared as `sessions` is.
     tickets: Arc<crate::tls::tickets::Tickets>,
+    /// OCSP staples of the live certificates (`enable-ocsp`).
+    stapler: crate::tls::ocsp::Stapler,
 }
 
 /// The `ssl-protocols` and `ssl-ciphers` (TLS 1.2 suites) a server TLS config offers.
@@ -347,7 +349,13 @@ pub(crate) struct LiveResolver(std::sync::Weak<Inner>);
 impl rustls::server::ResolvesServerCert for LiveResolver {
     fn resolve(&self, hello: rustls::server::ClientHello<'_>) -> Option<Arc<rustls::sign::CertifiedKey>> {
         let inner = self.0.upgrade()?;
-        inner.state.load().certs.resolve(hello.server_name()).or_else(|| inner.fallback_cert.get().cloned())
+        let key = inner
+            .state
+            .load()
+            .certs
+            .resolve(hello.server_name())
+            .or_else(|| inner.fallback_cert.get().cloned())?;
+        Some(inner.stapler.staple(key))
     }
 }
 
@@ -429,6 +437,7 @@ impl Proxy {
                 sweeping: std::sync::atomic::AtomicBool::new(false),
                 sessions: Arc::new(crate::tls::sessions::SessionCache::default()),
                 tickets: Arc::new(crate::tls::tickets::Tickets::new()),
+                stapler: crate::tls::ocsp::Stapler::default(),
             }),
         }
     }
@@ -489,6 +498,7 @@ impl Proxy {
             }
         };
         let certs = CertIndex::compile(table, &mut publisher.certs);
+        self.inner.stapler.track(certs.keys(), table.settings.tls_keys.ocsp == Some(true));
         let passthrough = PassIndex::compile(table, &router);
         let client_auth = if table.client_auth.is_empty() {
             ClientAuthIndex::default()

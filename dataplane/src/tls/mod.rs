@@ -12,12 +12,13 @@
 //! `Host` (clients that reuse one connection for several names rely on it).
 //!
 //! Beside it: [`mtls`] (client certificates), [`ciphers`] (TLS 1.2 suites by OpenSSL name),
-//! [`sessions`] (the resumption cache), [`tickets`] (session tickets) and [`l4`] (the
-//! ClientHello read ahead of passthrough).
+//! [`sessions`] (the resumption cache), [`tickets`] (session tickets), [`ocsp`] (stapling) and
+//! [`l4`] (the ClientHello read ahead of passthrough).
 
 pub mod ciphers;
 pub mod l4;
 pub mod mtls;
+pub mod ocsp;
 pub mod sessions;
 pub mod tickets;
 
@@ -211,6 +212,18 @@ impl CertIndex {
             }
         }
         index
+    }
+
+    /// Every certificate of the index, each once.
+    pub fn keys(&self) -> Vec<Arc<CertifiedKey>> {
+        let mut keys: Vec<Arc<CertifiedKey>> = Vec::new();
+        let all = self.exact.values().chain(self.wildcard.values()).chain(&self.any).chain(&self.default);
+        for key in all {
+            if !keys.iter().any(|k| Arc::ptr_eq(k, key)) {
+                keys.push(key.clone());
+            }
+        }
+        keys
     }
 
     /// The certificate for a ClientHello's SNI, if the table has one (else the caller's

@@ -1,6 +1,6 @@
 //! The ConfigMap's TLS keys beyond versions, suites and the session cache:
-//! `ssl-session-tickets`, `ssl-session-ticket-key` (defaults are ingress-nginx's, from its
-//! `internal/ingress/controller/config/config.go`: tickets off, no key).
+//! `ssl-session-tickets`, `ssl-session-ticket-key`, `enable-ocsp` (defaults are ingress-nginx's, from its
+//! `internal/ingress/controller/config/config.go`: tickets off, no key, no stapling).
 
 use weir_dataplane::model::tls_keys::{TicketSecret, TlsKeys};
 
@@ -18,6 +18,7 @@ impl Ctx<'_, '_> {
     pub(super) fn tls_keys(&mut self) -> TlsKeys {
         let mut keys = TlsKeys {
             session_tickets: self.value("ssl-session-tickets", values::boolean, "false"),
+            ocsp: self.value("enable-ocsp", values::boolean, "false"),
             ..TlsKeys::default()
         };
         keys.session_ticket_key = self.value_or(
@@ -92,5 +93,13 @@ mod tests {
         assert_eq!(k.session_tickets, None);
         let (_, severity, _) = one(&[("ssl-session-tickets", "maybe")]);
         assert_eq!(severity, Severity::Error);
+    }
+
+    #[test]
+    fn ocsp_stapling() {
+        assert_eq!(keys(&[("enable-ocsp", "true")]).0.ocsp, Some(true));
+        assert_eq!(keys(&[("enable-ocsp", "false")]).0.ocsp, Some(false));
+        let (k, severity, message) = one(&[("enable-ocsp", "yes please")]);
+        assert_eq!((k.ocsp, severity), (None, Severity::Error), "{message}");
     }
 }
