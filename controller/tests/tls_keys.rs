@@ -6,6 +6,8 @@
 //! - `enable-ocsp`: a real OCSP responder (`openssl ocsp -index`, reached over a loopback HTTP
 //!   front the test runs, which can also hang or refuse), the staple read by
 //!   `openssl s_client -status`; a dead or hanging responder leaves handshakes working.
+//! - `ssl-ecdh-curve`, `ssl-reject-handshake`, `ssl-buffer-size`: the group s_client gets, the
+//!   handshakes refused for unknown names, the size of the records it receives.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup step should panic the test
 
@@ -166,6 +168,12 @@ fn s_client(https: SocketAddr, ca: &Path, args: &[&str]) -> String {
 
 /// [`s_client`] killed (and failed) after `secs` seconds.
 fn s_client_within(secs: u32, https: SocketAddr, ca: &Path, args: &[&str]) -> String {
+    s_client_padded(secs, https, ca, args, 0)
+}
+
+/// [`s_client_within`] with a request carrying `pad` bytes in a header (which the echo backend
+/// sends back: a larger answer).
+fn s_client_padded(secs: u32, https: SocketAddr, ca: &Path, args: &[&str], pad: usize) -> String {
     use std::io::Write as _;
     let mut child = Command::new("timeout")
         .args([
@@ -186,7 +194,8 @@ fn s_client_within(secs: u32, https: SocketAddr, ca: &Path, args: &[&str]) -> St
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let request = format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n");
+    let pad = "x".repeat(pad);
+    let request = format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nX-Pad: {pad}\r\nConnection: close\r\n\r\n");
     child.stdin.take().unwrap().write_all(request.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -437,4 +446,96 @@ fn ocsp_staples_are_fetched_refreshed_and_never_hold_up_handshakes() {
             assert_eq!(staple(&text), None, "{url}");
         }
     }
+}
+
+// === groups, unknown names, record size ===
+
+/// Like [`s_client`], but the handshake may fail: (succeeded, output).
+fn s_client_may_fail(https: SocketAddr, ca: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new("timeout")
+        .args(["20", "openssl", "s_client", "-connect", &https.to_string(), "-CAfile"])
+        .arg(ca)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success() && text.contains("Verify return code: 0 (ok)"), text)
+}
+
+#[test]
+fn ecdh_curves_reject_handshake_and_buffer_size() {
+    if !have_openssl() {
+        return;
+    }
+    let (_echo, backend) = echo();
+    let certs = tempfile::tempdir().unwrap();
+    let pki = Pki::new(certs.path(), None);
+    let ca = pki.ca();
+    let dir = tempfile::tempdir().unwrap();
+    manifests(dir.path(), &pki, backend, "");
+    let (_weir, https) = weir_serve(dir.path());
+    let sni = ["-servername", HOST];
+    // Defaults: every group a client offers of rustls's; unknown names get the default
+    // (self-signed) certificate, which the test CA does not verify.
+    for group in ["X25519", "prime256v1", "secp384r1"] {
+        let (ok, text) = s_client_may_fail(https, &ca, &[&sni[..], &["-groups", group]].concat());
+        assert!(ok, "{group}: {text}");
+    }
+    let (ok, text) = s_client_may_fail(https, &ca, &["-servername", "unknown.test"]);
+    assert!(!ok && text.contains("CONNECTED"), "the default certificate: {text}");
+    assert!(text.contains("depth=0 CN = rcgen self signed cert"), "the self-signed certificate: {text}");
+    // `ssl-ecdh-curve: secp384r1`: only P-384; `ssl-reject-handshake`: no certificate at all
+    // for names no Ingress has.
+    manifests(dir.path(), &pki, backend, "  ssl-ecdh-curve: secp384r1\n  ssl-reject-handshake: \"true\"\n");
+    let only_p384 = || {
+        let (ok, text) =
+            s_client_may_fail(https, &ca, &[&sni[..], &["-groups", "X25519:prime256v1"]].concat());
+        (!ok).then_some(text)
+    };
+    let text = wait_for("the new groups", 20, only_p384);
+    assert!(text.contains("alert handshake failure") || text.contains("handshake failure"), "{text}");
+    let (ok, text) = s_client_may_fail(https, &ca, &[&sni[..], &["-groups", "X25519:secp384r1"]].concat());
+    assert!(ok, "{text}");
+    assert!(text.contains("Server Temp Key: ECDH, secp384r1") || text.contains("secp384r1"), "{text}");
+    for unknown in [&["-servername", "unknown.test"][..], &["-noservername"]] {
+        let (ok, text) = s_client_may_fail(https, &ca, unknown);
+        assert!(!ok, "{unknown:?}: {text}");
+        assert!(!text.contains("depth=0"), "{unknown:?}: no certificate is sent: {text}");
+    }
+    // The host still works. `ssl-buffer-size`: the records of a large answer carry at most that
+    // many bytes (TLS 1.3 adds 17: the content type and the AEAD tag).
+    manifests(dir.path(), &pki, backend, "  ssl-ecdh-curve: secp384r1\n  ssl-buffer-size: 1k\n");
+    let small = wait_for("records of 1k", 20, || {
+        let sizes = records(&s_client_padded(20, https, &ca, &["-msg", "-tls1_3"], 6000));
+        (sizes.len() >= 6 && sizes.iter().all(|n| *n <= 1024 + 17)).then_some(sizes)
+    });
+    assert!(small.contains(&(1024 + 17)), "full records are 1k: {small:?}");
+    // Without it: the TLS maximum, 16k (the answer fits one record).
+    manifests(dir.path(), &pki, backend, "");
+    wait_for("records of 16k", 20, || {
+        let sizes = records(&s_client_padded(20, https, &ca, &["-msg", "-tls1_3"], 6000));
+        sizes.iter().any(|n| *n > 6000).then_some(())
+    });
+}
+
+/// The sizes of the application-data records s_client received (`-msg`: each record header is
+/// printed as `<<< TLS 1.2, RecordHeader [length 0005]` followed by its five bytes in hex: type,
+/// version, length).
+fn records(text: &str) -> Vec<usize> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut sizes = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        // The header line may follow the previous record's data on the same line.
+        if line.contains("<<< TLS") && line.contains("RecordHeader") {
+            let bytes: Vec<u8> = lines
+                .get(i + 1)
+                .map(|l| l.split_whitespace().filter_map(|b| u8::from_str_radix(b, 16).ok()).collect())
+                .unwrap_or_default();
+            if bytes.len() == 5 && bytes[0] == 0x17 {
+                sizes.push((usize::from(bytes[3]) << 8) | usize::from(bytes[4]));
+            }
+        }
+    }
+    sizes
 }

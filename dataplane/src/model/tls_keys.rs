@@ -24,7 +24,8 @@ pub struct TlsKeys {
     /// default list (X25519MLKEM768, X25519, P-256, P-384).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kx_groups: Option<Vec<KxGroup>>,
-    /// Largest plaintext carried by one TLS record, in bytes (`ssl-buffer-size`). `None`: 16 KiB.
+    /// Largest plaintext carried by one TLS record, in bytes, 32 to 16384 (`ssl-buffer-size`).
+    /// `None`: 16384, the TLS maximum.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub record_size: Option<u32>,
     /// Handshakes whose SNI names no host with a certificate are refused with an
@@ -54,9 +55,6 @@ pub enum KxGroup {
     /// NIST P-384 (`secp384r1`).
     #[serde(rename = "secp384r1")]
     Secp384r1,
-    /// NIST P-521 (`secp521r1`).
-    #[serde(rename = "secp521r1")]
-    Secp521r1,
 }
 
 /// The bytes of `ssl-session-ticket-key` (48 or 80, as nginx's key file holds). Shown as base64

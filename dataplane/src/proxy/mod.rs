@@ -306,8 +306,9 @@ struct Inner {
     stapler: crate::tls::ocsp::Stapler,
 }
 
-/// The `ssl-protocols` and `ssl-ciphers` (TLS 1.2 suites) a server TLS config offers.
-type TlsChoice = (Vec<crate::model::TlsVersion>, Vec<String>);
+/// The `ssl-protocols` and `ssl-ciphers` (TLS 1.2 suites) a server TLS config offers, and its
+/// `ssl-ecdh-curve` groups and `ssl-buffer-size`.
+type TlsChoice = (Vec<crate::model::TlsVersion>, Vec<String>, crate::tls::options::Choice);
 
 /// Only touched by `publish`, serialized by its mutex.
 #[derive(Default)]
@@ -349,12 +350,11 @@ pub(crate) struct LiveResolver(std::sync::Weak<Inner>);
 impl rustls::server::ResolvesServerCert for LiveResolver {
     fn resolve(&self, hello: rustls::server::ClientHello<'_>) -> Option<Arc<rustls::sign::CertifiedKey>> {
         let inner = self.0.upgrade()?;
-        let key = inner
-            .state
-            .load()
-            .certs
-            .resolve(hello.server_name())
-            .or_else(|| inner.fallback_cert.get().cloned())?;
+        let state = inner.state.load();
+        if state.certs.rejects(hello.server_name()) {
+            return None; // `ssl-reject-handshake`: rustls ends the handshake with an alert
+        }
+        let key = state.certs.resolve(hello.server_name()).or_else(|| inner.fallback_cert.get().cloned())?;
         Some(inner.stapler.staple(key))
     }
 }

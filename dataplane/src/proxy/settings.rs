@@ -146,10 +146,11 @@ impl Proxy {
     ) -> Option<Arc<rustls::ServerConfig>> {
         let versions = settings.tls_versions.clone().filter(|v| !v.is_empty());
         let ciphers = settings.tls_ciphers.clone().filter(|c| !c.is_empty());
-        if versions.is_none() && ciphers.is_none() {
+        let options = tls::options::choice(&settings.tls_keys);
+        if versions.is_none() && ciphers.is_none() && options == tls::options::Choice::default() {
             return None;
         }
-        let wanted = (versions.unwrap_or_default(), ciphers.unwrap_or_default());
+        let wanted = (versions.unwrap_or_default(), ciphers.unwrap_or_default(), options);
         if let Some((current, config)) = &publisher.tls
             && *current == wanted
         {

@@ -1,8 +1,10 @@
 //! The ConfigMap's TLS keys beyond versions, suites and the session cache:
-//! `ssl-session-tickets`, `ssl-session-ticket-key`, `enable-ocsp` (defaults are ingress-nginx's, from its
-//! `internal/ingress/controller/config/config.go`: tickets off, no key, no stapling).
+//! `ssl-session-tickets`, `ssl-session-ticket-key`, `enable-ocsp`, `ssl-ecdh-curve`,
+//! `ssl-buffer-size`, `ssl-reject-handshake`. Defaults are ingress-nginx's (its
+//! `internal/ingress/controller/config/config.go`: tickets off, no key, no stapling, curves
+//! `auto`, no rejection) except `ssl-buffer-size` (ingress-nginx: 4k; weir: 16k, the TLS maximum).
 
-use weir_dataplane::model::tls_keys::{TicketSecret, TlsKeys};
+use weir_dataplane::model::tls_keys::{KxGroup, TicketSecret, TlsKeys};
 
 use super::Ctx;
 use crate::translate::annotations::values;
@@ -11,6 +13,41 @@ use crate::translate::annotations::values;
 pub(super) fn ticket_key(s: &str) -> Result<TicketSecret, String> {
     TicketSecret::from_base64(s)
         .map_err(|why| format!("{why}; make one with: openssl rand 80 | openssl enc -A -base64"))
+}
+
+/// `ssl-ecdh-curve`: `auto` (rustls's list) or OpenSSL group names separated by `:`, in order of
+/// preference.
+pub(super) fn groups(s: &str) -> Result<Option<Vec<KxGroup>>, String> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(None);
+    }
+    let mut groups = Vec::new();
+    for name in s.split(':').map(str::trim) {
+        let group = match name.to_ascii_lowercase().as_str() {
+            "x25519mlkem768" => KxGroup::X25519MLKEM768,
+            "x25519" => KxGroup::X25519,
+            "prime256v1" | "secp256r1" | "p-256" => KxGroup::Secp256r1,
+            "secp384r1" | "p-384" => KxGroup::Secp384r1,
+            _ => {
+                return Err(format!(
+                    "{name:?} is not a group weir has (X25519MLKEM768, X25519, prime256v1, secp384r1; no X448, P-521 or finite-field groups)"
+                ));
+            }
+        };
+        if !groups.contains(&group) {
+            groups.push(group);
+        }
+    }
+    Ok(Some(groups))
+}
+
+/// `ssl-buffer-size`: an nginx size, at least 32 bytes; more than 16k is 16k (a TLS record
+/// carries no more).
+pub(super) fn record_size(s: &str) -> Result<u32, String> {
+    match values::size(s)? {
+        n if n < 32 => Err("less than 32 bytes of data per TLS record".to_string()),
+        n => Ok(n.min(16_384) as u32),
+    }
 }
 
 impl Ctx<'_, '_> {
@@ -26,6 +63,9 @@ impl Ctx<'_, '_> {
             ticket_key,
             "tickets are sealed with a random key of each replica's own (replicas do not resume each other's sessions)",
         );
+        keys.kx_groups = self.value("ssl-ecdh-curve", groups, "auto").flatten();
+        keys.record_size = self.value("ssl-buffer-size", record_size, "16k");
+        keys.reject_unknown_sni = self.value("ssl-reject-handshake", values::boolean, "false");
         if keys.session_tickets != Some(true) {
             self.unused_without(&["ssl-session-ticket-key"], "ssl-session-tickets: \"true\"");
         }
@@ -92,6 +132,33 @@ mod tests {
         assert!(message.contains("no effect without ssl-session-tickets"), "{message}");
         assert_eq!(k.session_tickets, None);
         let (_, severity, _) = one(&[("ssl-session-tickets", "maybe")]);
+        assert_eq!(severity, Severity::Error);
+    }
+
+    #[test]
+    fn groups_record_size_and_unknown_names() {
+        use weir_dataplane::model::tls_keys::KxGroup::*;
+        let groups = |v: &str| keys(&[("ssl-ecdh-curve", v)]).0.kx_groups;
+        assert_eq!(groups("auto"), None);
+        assert_eq!(groups("X25519:prime256v1:secp384r1"), Some(vec![X25519, Secp256r1, Secp384r1]));
+        assert_eq!(groups("secp384r1:P-256:x25519:X25519"), Some(vec![Secp384r1, Secp256r1, X25519]));
+        assert_eq!(groups("X25519MLKEM768"), Some(vec![X25519MLKEM768]));
+        for bad in ["X448", "X25519:secp521r1", "ffdhe2048", "X25519::P-256"] {
+            let (k, severity, message) = one(&[("ssl-ecdh-curve", bad)]);
+            assert_eq!((k.kx_groups, severity), (None, Severity::Error), "{bad}");
+            assert!(message.contains("not a group weir has"), "{message}");
+        }
+        let size = |v: &str| keys(&[("ssl-buffer-size", v)]).0.record_size;
+        assert_eq!(size("4k"), Some(4096));
+        assert_eq!(size("16k"), Some(16_384));
+        assert_eq!(size("1m"), Some(16_384), "a record carries 16k at most");
+        assert_eq!(size("1400"), Some(1400));
+        for bad in ["16", "0", "lots"] {
+            let (k, severity, _) = one(&[("ssl-buffer-size", bad)]);
+            assert_eq!((k.record_size, severity), (None, Severity::Error), "{bad}");
+        }
+        assert_eq!(keys(&[("ssl-reject-handshake", "true")]).0.reject_unknown_sni, Some(true));
+        let (_, severity, _) = one(&[("ssl-reject-handshake", "sure")]);
         assert_eq!(severity, Severity::Error);
     }
 
