@@ -69,7 +69,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("ssl-buffer-size", Supported),
         ("ssl-reject-handshake", Supported),
         ("enable-ocsp", Supported),
-        ("proxy-ssl-location-only", Unsupported),
+        ("proxy-ssl-location-only", Supported),
         // Client connections.
         ("keep-alive", Supported),
         ("keep-alive-requests", Supported),

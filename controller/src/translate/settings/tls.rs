@@ -1,6 +1,7 @@
 //! The ConfigMap's TLS keys beyond versions, suites and the session cache:
 //! `ssl-session-tickets`, `ssl-session-ticket-key`, `enable-ocsp`, `ssl-ecdh-curve`,
-//! `ssl-buffer-size`, `ssl-reject-handshake`. Defaults are ingress-nginx's (its
+//! `ssl-buffer-size`, `ssl-reject-handshake`, and `proxy-ssl-location-only` (checked only).
+//! Defaults are ingress-nginx's (its
 //! `internal/ingress/controller/config/config.go`: tickets off, no key, no stapling, curves
 //! `auto`, no rejection) except `ssl-buffer-size` (ingress-nginx: 4k; weir: 16k, the TLS maximum).
 
@@ -8,6 +9,7 @@ use weir_dataplane::model::tls_keys::{KxGroup, TicketSecret, TlsKeys};
 
 use super::Ctx;
 use crate::translate::annotations::values;
+use crate::translate::warnings::Reason;
 
 /// `ssl-session-ticket-key`: base64 of 48 or 80 bytes.
 pub(super) fn ticket_key(s: &str) -> Result<TicketSecret, String> {
@@ -66,6 +68,15 @@ impl Ctx<'_, '_> {
         keys.kx_groups = self.value("ssl-ecdh-curve", groups, "auto").flatten();
         keys.record_size = self.value("ssl-buffer-size", record_size, "16k");
         keys.reject_unknown_sni = self.value("ssl-reject-handshake", values::boolean, "false");
+        // ingress-nginx (default false) also writes an Ingress's `proxy-ssl-*` annotations at
+        // the server level, where other Ingresses' locations of the host inherit them; weir
+        // applies them to the Ingress's own backends only, which is what "true" asks for.
+        if self.value("proxy-ssl-location-only", values::boolean, "false") == Some(false) {
+            self.warn(
+                Reason::UnsupportedSetting,
+                "data[proxy-ssl-location-only]: ignored: weir applies proxy-ssl-* annotations to the Ingress's own backends only, as with \"true\"; other Ingresses of the host do not inherit them".to_string(),
+            );
+        }
         if keys.session_tickets != Some(true) {
             self.unused_without(&["ssl-session-ticket-key"], "ssl-session-tickets: \"true\"");
         }
@@ -159,6 +170,17 @@ mod tests {
         }
         assert_eq!(keys(&[("ssl-reject-handshake", "true")]).0.reject_unknown_sni, Some(true));
         let (_, severity, _) = one(&[("ssl-reject-handshake", "sure")]);
+        assert_eq!(severity, Severity::Error);
+    }
+
+    #[test]
+    fn proxy_ssl_location_only_is_what_weir_does() {
+        let (_, warnings) = keys(&[("proxy-ssl-location-only", "true")]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let (_, severity, message) = one(&[("proxy-ssl-location-only", "false")]);
+        assert_eq!(severity, Severity::Warning);
+        assert!(message.contains("own backends only"), "{message}");
+        let (_, severity, _) = one(&[("proxy-ssl-location-only", "often")]);
         assert_eq!(severity, Severity::Error);
     }
 
