@@ -25,19 +25,9 @@ use support_proc::spawn;
 /// The host `support_app`'s Ingress routes.
 const HOST: &str = "app.test";
 
-/// Whether the openssl CLI is installed; without it the test is skipped with a reason, or fails
-/// under `WEIR_REQUIRE_ALL=1`.
+/// Whether the openssl CLI is installed (see [`support_proc::have`]).
 fn have_openssl() -> bool {
-    let found = Command::new("openssl").arg("version").output().is_ok_and(|o| o.status.success());
-    if !found {
-        assert_ne!(
-            std::env::var("WEIR_REQUIRE_ALL").as_deref(),
-            Ok("1"),
-            "openssl is required (WEIR_REQUIRE_ALL=1; scripts/test.sh install)"
-        );
-        eprintln!("skipping: openssl is not installed (scripts/test.sh install)");
-    }
-    found
+    support_proc::have("openssl", "scripts/test.sh install")
 }
 
 /// Runs `openssl ARGS` in `dir`; panics with its output when it fails.
@@ -136,20 +126,7 @@ fn manifests(dir: &Path, pki: &Pki, backend: SocketAddr, settings: &str) {
 
 /// `weir serve` on `dir`: (process, HTTPS address).
 fn weir_serve(dir: &Path) -> (support_proc::Proc, SocketAddr) {
-    let (weir, addrs) = spawn(
-        &[
-            "serve",
-            "--manifests",
-            dir.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--listen-https",
-            "127.0.0.1:0",
-            "--listen-admin",
-            "127.0.0.1:0",
-        ],
-        &["https"],
-    );
+    let (weir, addrs) = support_proc::serve_manifests(dir, &["https"]);
     (weir, addrs[0])
 }
 
