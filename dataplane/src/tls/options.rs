@@ -55,7 +55,7 @@ mod tests {
 
     #[test]
     fn groups_keep_their_order_and_unset_keeps_the_provider() {
-        let base = crate::tls::provider();
+        let base = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let same = with_groups(base.clone(), &TlsKeys::default());
         assert!(Arc::ptr_eq(&base, &same));
         let keys =
@@ -67,7 +67,13 @@ mod tests {
     #[test]
     fn record_sizes_count_the_header_as_rustls_does() {
         let resolver = Arc::new(rustls::server::ResolvesServerCertUsingSni::new());
-        let mut config = crate::tls::server_config(resolver).unwrap();
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
         apply(&mut config, &TlsKeys { record_size: Some(4096), ..TlsKeys::default() });
         assert_eq!(config.max_fragment_size, Some(4101));
         apply(&mut config, &TlsKeys::default());
