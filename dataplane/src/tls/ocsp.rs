@@ -363,9 +363,12 @@ pub async fn fetch(url: &str, request: Vec<u8>) -> Result<Vec<u8>, Error> {
         let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
             .await
             .map_err(|e| fail(format!("HTTP: {e}")))?;
+        // Bounded like the exchange: a responder that never answers holds no task or socket.
         tokio::spawn(async move {
-            if let Err(error) = conn.await {
-                tracing::debug!(%error, "OCSP responder connection ended");
+            match tokio::time::timeout(FETCH_TIMEOUT, conn).await {
+                Ok(Err(error)) => tracing::debug!(%error, "OCSP responder connection ended"),
+                Ok(Ok(())) => {}
+                Err(_) => tracing::debug!("OCSP responder connection closed after the timeout"),
             }
         });
         let authority = uri.authority().map_or(host, |a| a.as_str());
