@@ -280,19 +280,7 @@ fn have_curl() -> bool {
 
 /// Whether `tool` is installed (see [`have_curl`]).
 fn have(tool: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert_ne!(
-            std::env::var("WEIR_REQUIRE_ALL").as_deref(),
-            Ok("1"),
-            "{tool} is required (WEIR_REQUIRE_ALL=1)"
-        );
-        eprintln!("skipping: {tool} is not installed");
-    }
-    found
+    support_proc::have(tool, "scripts/test.sh install")
 }
 
 #[test]

@@ -24,19 +24,7 @@ use support_proc::{Proc, WEIR};
 /// Whether `tool` is installed; without it the test skips with the reason, or fails under
 /// `WEIR_REQUIRE_ALL=1`.
 fn have(tool: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert_ne!(
-            std::env::var("WEIR_REQUIRE_ALL").as_deref(),
-            Ok("1"),
-            "{tool} is required (WEIR_REQUIRE_ALL=1; scripts/test.sh install installs Debian's prometheus)"
-        );
-        eprintln!("skipping: {tool} is not installed (apt-get install prometheus)");
-    }
-    found
+    support_proc::have(tool, "scripts/test.sh install installs Debian's prometheus")
 }
 
 /// A backend on loopback: `200 ok` to every request, after 300 ms for paths under `/slow`.

@@ -24,8 +24,8 @@
 //!                     rewrite_response, retry, mirror (the spec)
 //! 2  state            kept across table swaps: balance (+ BackendIdx), ratelimit, connlimit,
 //!                     authcache, throttle
-//! 1  tls | echo       tls (certificates, configs), mtls, ciphers, sessions, l4 | echo stands
-//!                     apart (the debugging backend)
+//! 1  tls | echo       tls (certificates, configs), mtls, ciphers, sessions, tickets, ocsp,
+//!                     options, l4 | echo stands apart (the debugging backend)
 //! 0  ground           vars (the nginx-variables language: one parser, one name table, the
 //!                     request view templates read), model (+ logformat: the log's templates;
 //!                     changes: TableChanges), http_util, hashkey, fast, uri_path (the request

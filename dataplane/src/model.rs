@@ -13,6 +13,7 @@ pub mod compression;
 pub mod global_limit;
 pub use global_limit::{GlobalRateLimit, Memcached};
 pub mod logformat;
+pub mod tls_keys;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -242,6 +243,10 @@ pub struct Settings {
     /// (`stream-proxy-protocol-version: v2`, weir's own key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_proxy_protocol_v2: Option<bool>,
+    /// The HTTPS listener's other TLS keys (tickets, OCSP stapling, groups, record size, unknown
+    /// SNI).
+    #[serde(default, skip_serializing_if = "tls_keys::TlsKeys::is_empty")]
+    pub tls_keys: tls_keys::TlsKeys,
 }
 
 impl Settings {

@@ -62,18 +62,23 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("http-redirect-code", Supported),
         ("no-tls-redirect-locations", Supported),
         ("ssl-ciphers", Supported),
-        ("ssl-ecdh-curve", Unsupported),
-        ("ssl-dh-param", Unsupported),
+        ("ssl-ecdh-curve", Supported),
+        (
+            "ssl-dh-param",
+            NotSupported(
+                "weir's TLS library (rustls) has no finite-field Diffie-Hellman (DHE) suites, so there are no DH parameters to set; key exchange is always ECDHE (see ssl-ecdh-curve)",
+            ),
+        ),
         ("ssl-early-data", Unsupported),
         ("ssl-session-cache", Supported),
         ("ssl-session-cache-size", Supported),
-        ("ssl-session-tickets", Unsupported),
-        ("ssl-session-ticket-key", Unsupported),
+        ("ssl-session-tickets", Supported),
+        ("ssl-session-ticket-key", Supported),
         ("ssl-session-timeout", Supported),
-        ("ssl-buffer-size", Unsupported),
-        ("ssl-reject-handshake", Unsupported),
-        ("enable-ocsp", Unsupported),
-        ("proxy-ssl-location-only", Unsupported),
+        ("ssl-buffer-size", Supported),
+        ("ssl-reject-handshake", Supported),
+        ("enable-ocsp", Supported),
+        ("proxy-ssl-location-only", Supported),
         // Client connections.
         ("keep-alive", Supported),
         ("keep-alive-requests", Supported),
@@ -549,6 +554,7 @@ pub(crate) fn parse(
         list.split(',').map(|h| h.trim().to_ascii_lowercase()).filter(|h| !h.is_empty()).collect()
     });
     parsed.guards = ctx.guards();
+    s.tls_keys = ctx.tls_keys();
     ctx.fixed_values();
     parsed.routes = ctx.route_defaults();
     parsed
@@ -1215,6 +1221,7 @@ impl<'a> Scanner<'a> {
 mod blocklist;
 mod compression;
 mod limits;
+mod tls;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -109,3 +109,42 @@ pub fn field(line: &str, key: &str) -> Option<SocketAddr> {
     let start = line.find(&format!("{key}="))? + key.len() + 1;
     line[start..].split_whitespace().next()?.parse().ok()
 }
+
+/// `weir serve --manifests DIR` on loopback ports (HTTP, HTTPS, admin); waits for the log line
+/// naming `keys` (`http`, `https`, `admin`) and returns those addresses.
+pub fn serve_manifests(dir: &std::path::Path, keys: &[&str]) -> (Proc, Vec<SocketAddr>) {
+    let dir = dir.to_str().expect("a UTF-8 temporary directory");
+    let loopback = "127.0.0.1:0";
+    spawn(
+        &[
+            "serve",
+            "--manifests",
+            dir,
+            "--listen-http",
+            loopback,
+            "--listen-https",
+            loopback,
+            "--listen-admin",
+            loopback,
+        ],
+        keys,
+    )
+}
+
+/// Whether `tool` is on the PATH. Without it a test is skipped with the reason printed (`install`
+/// says how to get it), or fails under `WEIR_REQUIRE_ALL=1`.
+pub fn have(tool: &str, install: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert_ne!(
+            std::env::var("WEIR_REQUIRE_ALL").as_deref(),
+            Ok("1"),
+            "{tool} is required (WEIR_REQUIRE_ALL=1; {install})"
+        );
+        eprintln!("skipping: {tool} is not installed ({install})");
+    }
+    found
+}

@@ -300,10 +300,15 @@ struct Inner {
     sessions: Arc<crate::tls::sessions::SessionCache>,
     /// Client connections admitted, shared by every listener.
     conns: Arc<limits::ConnLimits>,
+    /// Session tickets (`ssl-session-tickets`), shared as `sessions` is.
+    tickets: Arc<crate::tls::tickets::Tickets>,
+    /// OCSP staples of the live certificates (`enable-ocsp`).
+    stapler: crate::tls::ocsp::Stapler,
 }
 
-/// The `ssl-protocols` and `ssl-ciphers` (TLS 1.2 suites) a server TLS config offers.
-type TlsChoice = (Vec<crate::model::TlsVersion>, Vec<String>);
+/// The `ssl-protocols` and `ssl-ciphers` (TLS 1.2 suites) a server TLS config offers, and its
+/// `ssl-ecdh-curve` groups and `ssl-buffer-size`.
+type TlsChoice = (Vec<crate::model::TlsVersion>, Vec<String>, crate::tls::options::Choice);
 
 /// Only touched by `publish`, serialized by its mutex.
 #[derive(Default)]
@@ -345,7 +350,12 @@ pub(crate) struct LiveResolver(std::sync::Weak<Inner>);
 impl rustls::server::ResolvesServerCert for LiveResolver {
     fn resolve(&self, hello: rustls::server::ClientHello<'_>) -> Option<Arc<rustls::sign::CertifiedKey>> {
         let inner = self.0.upgrade()?;
-        inner.state.load().certs.resolve(hello.server_name()).or_else(|| inner.fallback_cert.get().cloned())
+        let state = inner.state.load();
+        if state.certs.rejects(hello.server_name()) {
+            return None; // `ssl-reject-handshake`: rustls ends the handshake with an alert
+        }
+        let key = state.certs.resolve(hello.server_name()).or_else(|| inner.fallback_cert.get().cloned())?;
+        Some(inner.stapler.staple(key))
     }
 }
 
@@ -426,6 +436,8 @@ impl Proxy {
                 access_log: OnceLock::new(),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
                 sessions: Arc::new(crate::tls::sessions::SessionCache::default()),
+                tickets: Arc::new(crate::tls::tickets::Tickets::new()),
+                stapler: crate::tls::ocsp::Stapler::default(),
             }),
         }
     }
@@ -486,6 +498,7 @@ impl Proxy {
             }
         };
         let certs = CertIndex::compile(table, &mut publisher.certs);
+        self.inner.stapler.track(certs.keys(), table.settings.tls_keys.ocsp == Some(true));
         let passthrough = PassIndex::compile(table, &router);
         let client_auth = if table.client_auth.is_empty() {
             ClientAuthIndex::default()

@@ -146,10 +146,11 @@ impl Proxy {
     ) -> Option<Arc<rustls::ServerConfig>> {
         let versions = settings.tls_versions.clone().filter(|v| !v.is_empty());
         let ciphers = settings.tls_ciphers.clone().filter(|c| !c.is_empty());
-        if versions.is_none() && ciphers.is_none() {
+        let options = tls::options::choice(&settings.tls_keys);
+        if versions.is_none() && ciphers.is_none() && options == tls::options::Choice::default() {
             return None;
         }
-        let wanted = (versions.unwrap_or_default(), ciphers.unwrap_or_default());
+        let wanted = (versions.unwrap_or_default(), ciphers.unwrap_or_default(), options);
         if let Some((current, config)) = &publisher.tls
             && *current == wanted
         {
@@ -175,6 +176,7 @@ impl Proxy {
     pub(super) fn server_config(&self, settings: &Settings) -> Result<rustls::ServerConfig, tls::Error> {
         let mut config = tls::server_config_for(self.resolver(), settings)?;
         config.session_storage = self.inner.sessions.clone();
+        config.ticketer = self.inner.tickets.clone();
         Ok(config)
     }
 
@@ -185,6 +187,9 @@ impl Proxy {
         let timeout =
             settings.tls_session_timeout_secs.map_or(DEFAULT_TIMEOUT, |s| Duration::from_secs(s.into()));
         self.inner.sessions.configure(capacity, timeout);
+        let keys = &settings.tls_keys;
+        let secret = keys.session_ticket_key.as_ref().map(|k| k.0.as_slice());
+        self.inner.tickets.configure(keys.session_tickets == Some(true), secret, timeout);
     }
 
     /// The access-log writer (started with the first line).

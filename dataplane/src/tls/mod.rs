@@ -12,12 +12,16 @@
 //! `Host` (clients that reuse one connection for several names rely on it).
 //!
 //! Beside it: [`mtls`] (client certificates), [`ciphers`] (TLS 1.2 suites by OpenSSL name),
-//! [`sessions`] (the resumption cache) and [`l4`] (the ClientHello read ahead of passthrough).
+//! [`sessions`] (the resumption cache), [`tickets`] (session tickets), [`ocsp`] (stapling) and
+//! [`l4`] (the ClientHello read ahead of passthrough).
 
 pub mod ciphers;
 pub mod l4;
 pub mod mtls;
+pub mod ocsp;
+pub mod options;
 pub mod sessions;
+pub mod tickets;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -98,12 +102,13 @@ pub fn versions(settings: &Settings) -> Vec<&'static SupportedProtocolVersion> {
 }
 
 /// The crypto provider of handshakes with clients: every suite, or, of TLS 1.2, those
-/// `ssl-ciphers` chose.
+/// `ssl-ciphers` chose; the key exchange groups of `ssl-ecdh-curve`.
 pub fn server_provider(settings: &Settings) -> Arc<CryptoProvider> {
-    match settings.tls_ciphers.as_deref() {
+    let provider = match settings.tls_ciphers.as_deref() {
         Some(chosen) if !chosen.is_empty() => crate::tls::ciphers::provider(chosen),
         _ => provider(),
-    }
+    };
+    options::with_groups(provider, &settings.tls_keys)
 }
 
 /// Parses and checks a certificate: a PEM chain (leaf first) and a PEM private key that
@@ -154,6 +159,16 @@ pub struct CertIndex {
     any: Option<Arc<CertifiedKey>>,
     /// The table's default certificate, when it names a usable one.
     default: Option<Arc<CertifiedKey>>,
+    /// `ssl-reject-handshake`: the names a handshake may ask for; `None`: any.
+    known: Option<KnownNames>,
+}
+
+/// The host names of a table, for `ssl-reject-handshake`.
+#[derive(Default)]
+struct KnownNames {
+    exact: std::collections::HashSet<String>,
+    /// Suffixes after `*.`.
+    wildcard: std::collections::HashSet<String>,
 }
 
 /// Parsed certificates kept between publishes, keyed by object, reused while the PEM is equal.
@@ -194,6 +209,7 @@ impl CertIndex {
         cache.entries.retain(|id, _| parsed.contains_key(id));
         let mut index = CertIndex {
             default: table.default_certificate.as_ref().and_then(|id| parsed.get(id).cloned()),
+            known: (table.settings.tls_keys.reject_unknown_sni == Some(true)).then(|| KnownNames::of(table)),
             ..CertIndex::default()
         };
         for entry in &table.tls {
@@ -209,6 +225,30 @@ impl CertIndex {
             }
         }
         index
+    }
+
+    /// Whether a handshake for `sni` is refused (`ssl-reject-handshake`): no host of the table
+    /// is named (a rule for any host does not count, nor does a ClientHello without SNI).
+    pub fn rejects(&self, sni: Option<&str>) -> bool {
+        let Some(known) = &self.known else { return false };
+        let Some(name) = sni else { return true };
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        if known.exact.contains(&name) {
+            return false;
+        }
+        !name.split_once('.').is_some_and(|(_, suffix)| known.wildcard.contains(suffix))
+    }
+
+    /// Every certificate of the index, each once.
+    pub fn keys(&self) -> Vec<Arc<CertifiedKey>> {
+        let mut keys: Vec<Arc<CertifiedKey>> = Vec::new();
+        let all = self.exact.values().chain(self.wildcard.values()).chain(&self.any).chain(&self.default);
+        for key in all {
+            if !keys.iter().any(|k| Arc::ptr_eq(k, key)) {
+                keys.push(key.clone());
+            }
+        }
+        keys
     }
 
     /// The certificate for a ClientHello's SNI, if the table has one (else the caller's
@@ -229,6 +269,22 @@ impl CertIndex {
     }
 }
 
+impl KnownNames {
+    /// The exact and wildcard hosts of the table's routes and TLS entries.
+    fn of(table: &RouteTable) -> KnownNames {
+        let mut known = KnownNames::default();
+        let hosts = table.hosts.iter().map(|h| &h.host);
+        for host in hosts.chain(table.tls.iter().flat_map(|t| &t.hosts)) {
+            match host {
+                HostMatch::Exact(h) => known.exact.insert(h.to_ascii_lowercase()),
+                HostMatch::Wildcard(s) => known.wildcard.insert(s.to_ascii_lowercase()),
+                HostMatch::Any => false,
+            };
+        }
+        known
+    }
+}
+
 /// A rustls server config over `resolver`: TLS 1.2/1.3, ALPN h2 and http/1.1, no client auth.
 pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<ServerConfig, Error> {
     server_config_with(resolver, VERSIONS)
@@ -242,13 +298,15 @@ pub fn server_config_with(
     server_config_from(provider(), resolver, versions)
 }
 
-/// [`server_config`] with the versions (`ssl-protocols`) and cipher suites (`ssl-ciphers`) of
-/// `settings`.
+/// [`server_config`] with the versions (`ssl-protocols`), cipher suites (`ssl-ciphers`), groups
+/// (`ssl-ecdh-curve`) and record size (`ssl-buffer-size`) of `settings`.
 pub fn server_config_for(
     resolver: Arc<dyn ResolvesServerCert>,
     settings: &Settings,
 ) -> Result<ServerConfig, Error> {
-    server_config_from(server_provider(settings), resolver, &versions(settings))
+    let mut config = server_config_from(server_provider(settings), resolver, &versions(settings))?;
+    options::apply(&mut config, &settings.tls_keys);
+    Ok(config)
 }
 
 fn server_config_from(
