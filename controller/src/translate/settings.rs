@@ -167,18 +167,18 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("disable-http-access-log", Supported),
         ("disable-stream-access-log", Unsupported),
         ("log-format-stream", Unsupported),
-        ("access-log-path", Unsupported),
-        ("http-access-log-path", Unsupported),
+        ("access-log-path", Supported),
+        ("http-access-log-path", Supported),
         ("stream-access-log-path", Unsupported),
-        ("access-log-params", Unsupported),
-        ("enable-access-log-for-default-backend", Unsupported),
+        ("access-log-params", Refused(logging::ACCESS_LOG_PARAMS)),
+        ("enable-access-log-for-default-backend", Supported),
         ("enable-auth-access-log", Unsupported),
-        ("skip-access-log-urls", Unsupported),
-        ("error-log-path", Unsupported),
-        ("error-log-level", Unsupported),
-        ("enable-syslog", Unsupported),
-        ("syslog-host", Unsupported),
-        ("syslog-port", Unsupported),
+        ("skip-access-log-urls", Supported),
+        ("error-log-path", Supported),
+        ("error-log-level", Supported),
+        ("enable-syslog", Supported),
+        ("syslog-host", Supported),
+        ("syslog-port", Supported),
         // Tracing.
         ("enable-opentelemetry", Unsupported),
         ("opentelemetry-config", Unsupported),
@@ -496,6 +496,7 @@ pub(crate) fn parse(
     s.merge_slashes = ctx.value("merge-slashes", values::boolean, "true");
     s.reject_encoded_slashes = ctx.value("encoded-slashes", encoded_slashes, "decode");
     s.access_log = ctx.access_log();
+    s.logging = ctx.logging();
     s.compression = ctx.compression();
     s.block_user_agents = ctx.blocklist("block-user-agents");
     s.block_referers = ctx.blocklist("block-referers");
@@ -799,7 +800,7 @@ impl<'a> Ctx<'a, '_> {
             Err(why) => {
                 self.error(
                     Reason::InvalidSetting,
-                    format!("data[log-format-upstream]: invalid value: {why}; no access log is written"),
+                    format!("data[log-format-upstream]: invalid value: {why}; the default fields are logged"),
                 );
                 return None;
             }
@@ -813,7 +814,7 @@ impl<'a> Ctx<'a, '_> {
         if fields.is_empty() {
             self.error(
                 Reason::InvalidSetting,
-                "data[log-format-upstream]: no field left; no access log is written".to_string(),
+                "data[log-format-upstream]: no field left; the default fields are logged".to_string(),
             );
             return None;
         }
@@ -1094,6 +1095,7 @@ impl<'a> Scanner<'a> {
 mod blocklist;
 mod compression;
 mod limits;
+mod logging;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

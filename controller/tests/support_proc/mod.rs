@@ -40,6 +40,27 @@ pub fn spawn_wrapped(
     keys: &[&str],
     rust_log: Option<&str>,
 ) -> (Proc, Vec<SocketAddr>, Log) {
+    let (proc, addrs, log, _) = spawn_inner(wrapper, args, keys, rust_log, false);
+    (proc, addrs, log)
+}
+
+/// [`spawn_logged`] keeping standard output too (the access log): its lines, as they come.
+pub fn spawn_with_stdout(
+    args: &[&str],
+    keys: &[&str],
+    rust_log: Option<&str>,
+) -> (Proc, Vec<SocketAddr>, Log, Log) {
+    let (proc, addrs, log, stdout) = spawn_inner(&[], args, keys, rust_log, true);
+    (proc, addrs, log, stdout.unwrap_or_default())
+}
+
+fn spawn_inner(
+    wrapper: &[&str],
+    args: &[&str],
+    keys: &[&str],
+    rust_log: Option<&str>,
+    keep_stdout: bool,
+) -> (Proc, Vec<SocketAddr>, Log, Option<Log>) {
     let mut command = match wrapper.split_first() {
         Some((program, rest)) => {
             let mut command = Command::new(program);
@@ -52,8 +73,19 @@ pub fn spawn_wrapped(
         Some(filter) => command.env("RUST_LOG", filter),
         None => command.env_remove("RUST_LOG"),
     };
-    let mut child = command.args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let out = if keep_stdout { Stdio::piped() } else { Stdio::null() };
+    let mut child = command.args(args).stdout(out).stderr(Stdio::piped()).spawn().unwrap();
     let stderr = child.stderr.take().unwrap();
+    let stdout = child.stdout.take().map(|stdout| {
+        let lines = Log::default();
+        let kept = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                kept.lock().unwrap().push(line);
+            }
+        });
+        lines
+    });
     let mut proc = Proc(child);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -82,7 +114,7 @@ pub fn spawn_wrapped(
                     kept.lock().unwrap().push(strip_ansi(&line));
                 }
             });
-            return (proc, addrs.into_iter().flatten().collect(), log);
+            return (proc, addrs.into_iter().flatten().collect(), log, stdout);
         }
         seen.push(plain);
     }
