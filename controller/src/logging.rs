@@ -1,13 +1,14 @@
 //! weir's error log (the `tracing` events on standard error) and the table's logging keys that
 //! change it at run time: `error-log-level` swaps the filter, `enable-syslog` also ships every
 //! event to a syslog server (RFC 5424 over UDP, facility `local7`, message id `error`). And
-//! `SIGUSR1` reopens the access log's file, as log rotators expect.
+//! `SIGUSR1` reopens the access logs' files, as log rotators expect.
 
 use std::sync::{Mutex, OnceLock};
 
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry, reload};
+use weir_dataplane::l4::L4Proxy;
 use weir_dataplane::model::logging::{LogSettings, Syslog};
 use weir_dataplane::proxy::Proxy;
 use weir_dataplane::proxy::syslog::{Sender, Severity};
@@ -119,8 +120,8 @@ impl Drop for SyslogEvent {
     }
 }
 
-/// Reopens the access log's file on each `SIGUSR1` (after logrotate moved it).
-pub fn reopen_on_sigusr1(proxy: Proxy) {
+/// Reopens the access logs' files (HTTP and L4) on each `SIGUSR1` (after logrotate moved them).
+pub fn reopen_on_sigusr1(proxy: Proxy, l4: L4Proxy) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -130,6 +131,7 @@ pub fn reopen_on_sigusr1(proxy: Proxy) {
                     while usr1.recv().await.is_some() {
                         tracing::info!("SIGUSR1: reopening the access log");
                         proxy.access_log().reopen();
+                        l4.reopen_log();
                     }
                 });
             }

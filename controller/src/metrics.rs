@@ -219,7 +219,9 @@ impl Metrics {
                 Kind::Counter,
                 "Access-log lines dropped: the writer's queue was full (--access-log-queue) or the destination could not be written",
             );
-            w.sample("weir_access_log_dropped", "_total", &[], proxy.access_log().dropped());
+            for (log, n) in [("http", proxy.access_log().dropped()), ("stream", self.l4.log_dropped())] {
+                w.sample("weir_access_log_dropped", "_total", &[("log", log)], n);
+            }
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             w.family(

@@ -166,8 +166,8 @@ impl Running {
         let proxy = Proxy::new(opts.proxy.clone());
         let metrics = Arc::new(Metrics::with_options(opts.metrics.clone()));
         metrics.observe(&proxy);
-        crate::logging::reopen_on_sigusr1(proxy.clone());
         let l4 = L4Proxy::new(opts.l4.clone(), &proxy);
+        crate::logging::reopen_on_sigusr1(proxy.clone(), l4.clone());
         metrics.l4.observe(&l4);
         if let Some(kube) = &opts.kube {
             metrics.observe_leader(kube.status.lease.clone(), kube.status.leader.clone());

@@ -390,7 +390,7 @@ fn a_full_queue_drops_and_counts_lines() {
         let (_, body) = request(admin, "x", "/metrics", "m");
         let text = String::from_utf8(body).unwrap();
         text.lines()
-            .find_map(|l| l.strip_prefix("weir_access_log_dropped_total "))
+            .find_map(|l| l.strip_prefix("weir_access_log_dropped_total{log=\"http\"} "))
             .map(|n| n.trim().parse::<u64>().unwrap())
     };
     wait_until("15 dropped lines", || dropped() == Some(15));

@@ -29,6 +29,29 @@ pub struct LogSettings {
     /// `syslog-port`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syslog: Option<Syslog>,
+    /// No L4 access log (`disable-stream-access-log`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream_off: bool,
+    /// The L4 access log's fields (`log-format-stream`); `None`: the default ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_format: Option<Vec<StreamField>>,
+    /// Where the L4 access log goes (`stream-access-log-path`), as [`LogSettings::path`];
+    /// `None`: where the HTTP access log goes by the flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_path: Option<String>,
+}
+
+/// One field of the L4 access log's JSON line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamField {
+    /// The JSON key.
+    pub key: String,
+    /// The value: text with nginx stream `$variables` (checked by translation).
+    pub template: String,
+    /// Written as a bare JSON value (a number, or `null` when unknown).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bare: bool,
 }
 
 /// A syslog server.

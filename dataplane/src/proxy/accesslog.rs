@@ -409,7 +409,13 @@ impl Format {
                 return put(to, text(at.and_then(|i| out.response_headers.get(i)).and_then(Option::as_ref)));
             }
             // Not in the access log's dialect: never parsed into a field.
-            Var::EscapedRequestUri | Var::Cookie(_) | Var::Arg(_) => return false,
+            Var::EscapedRequestUri
+            | Var::Cookie(_)
+            | Var::Arg(_)
+            | Var::RemotePort
+            | Var::Protocol
+            | Var::BytesReceived
+            | Var::SessionTime => return false,
         };
         written.is_ok()
     }
@@ -427,7 +433,7 @@ fn put(to: &mut String, value: Option<&str>) -> bool {
 }
 
 /// Whether `s` is a JSON number (so a bare variable can be written without quotes).
-fn is_json_number(s: &str) -> bool {
+pub(crate) fn is_json_number(s: &str) -> bool {
     let digits = s.strip_prefix('-').unwrap_or(s);
     let (int, frac) = digits.split_once('.').map_or((digits, None), |(i, f)| (i, Some(f)));
     let all_digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
@@ -435,7 +441,7 @@ fn is_json_number(s: &str) -> bool {
 }
 
 /// Appends `s` as a JSON string.
-fn push_json_string(out: &mut String, s: &str) {
+pub(crate) fn push_json_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -453,15 +459,16 @@ fn push_json_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// How a time variable is written.
 #[derive(Clone, Copy)]
-enum TimeStyle {
+pub(crate) enum TimeStyle {
     Iso8601,
     Local,
     Msec,
 }
 
 /// Writes `time` (UTC) in `style`.
-fn write_time(to: &mut String, time: SystemTime, style: TimeStyle) -> bool {
+pub(crate) fn write_time(to: &mut String, time: SystemTime, style: TimeStyle) -> bool {
     use std::fmt::Write as _;
     let Ok(since) = time.duration_since(SystemTime::UNIX_EPOCH) else { return false };
     let secs = since.as_secs();

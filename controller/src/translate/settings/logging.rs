@@ -5,7 +5,8 @@
 //! typed (`off`, `stdout`, an absolute file), levels are nginx's names mapped onto weir's log
 //! filter; nothing is passed on as text.
 
-use weir_dataplane::model::logging::{LogSettings, Syslog};
+use weir_dataplane::model::logging::{LogSettings, StreamField, Syslog};
+use weir_dataplane::vars::{Dialect, Template};
 
 use super::Ctx;
 use crate::translate::annotations::values;
@@ -34,7 +35,38 @@ impl Ctx<'_, '_> {
             path: self.access_log_path(),
             error_level: self.value("error-log-level", error_level, "--log-level, else info"),
             syslog: self.syslog(),
+            stream_off: off(self.raw("disable-access-log")) || off(self.raw("disable-stream-access-log")),
+            stream_format: self.stream_format(),
+            stream_path: self.value("stream-access-log-path", log_path, "--access-log"),
         }
+    }
+
+    /// `log-format-stream`: JSON as `log-format-upstream`, with nginx's stream variables.
+    fn stream_format(&mut self) -> Option<Vec<StreamField>> {
+        let _ = self.value("disable-stream-access-log", values::boolean, "false");
+        let raw = self.raw("log-format-stream")?;
+        let parsed = super::log_format_with(raw, |key, template, bare| {
+            Template::parse(template, Dialect::StreamLog)
+                .map(|_| StreamField { key, template: template.to_string(), bare })
+                .map_err(|rejected| format!("{rejected} (use {})", Dialect::StreamLog.hint()))
+        });
+        let (fields, dropped) = match parsed {
+            Ok(parsed) => parsed,
+            Err(why) => {
+                self.error(
+                    Reason::InvalidSetting,
+                    format!("data[log-format-stream]: invalid value: {why}; the default fields are logged"),
+                );
+                return None;
+            }
+        };
+        for (key, why) in dropped {
+            self.warn(
+                Reason::InvalidSetting,
+                format!("data[log-format-stream]: field {key:?}: {why}; the field is left out"),
+            );
+        }
+        (!fields.is_empty()).then_some(fields)
     }
 
     /// `http-access-log-path`, else `access-log-path`: `off`, `stdout` or an absolute file path.
