@@ -15,7 +15,7 @@ use serde_json::Value;
 mod support_app;
 mod support_proc;
 
-use support_proc::{Log, Proc, spawn_logged, spawn_with_stdout};
+use support_proc::{Log, Proc, serve_args, spawn_logged, spawn_with_stdout};
 
 const HOST: &str = "app.test";
 /// The streamed response's size.
@@ -102,22 +102,6 @@ fn configmap(dir: &Path, data: &[(&str, &str)]) {
     let tmp = dir.join("settings.yaml.tmp");
     std::fs::write(&tmp, yaml).unwrap();
     std::fs::rename(tmp, dir.join("settings.yaml")).unwrap();
-}
-
-fn serve_args<'a>(dir: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "serve",
-        "--manifests",
-        dir.to_str().unwrap(),
-        "--listen-http",
-        "127.0.0.1:0",
-        "--listen-https",
-        "127.0.0.1:0",
-        "--listen-admin",
-        "127.0.0.1:0",
-    ];
-    args.extend_from_slice(extra);
-    args
 }
 
 /// Sends one HTTP/1.1 request (`Connection: close`) and reads the whole response.
@@ -404,4 +388,44 @@ fn a_full_queue_drops_and_counts_lines() {
         })
         .collect();
     assert_eq!(ids, ["warm", "r0", "r1", "r2", "r3"]);
+}
+
+/// `$ssl_protocol` and `$ssl_cipher` on HTTPS, with curl as the client.
+#[test]
+fn https_requests_log_their_tls_version_and_cipher() {
+    if std::process::Command::new("curl").arg("--version").output().is_err() {
+        let why = "curl (scripts/test.sh install)";
+        assert!(
+            std::env::var("WEIR_REQUIRE_ALL").as_deref() != Ok("1"),
+            "{why} is required (WEIR_REQUIRE_ALL=1)"
+        );
+        eprintln!("skipping: needs {why}");
+        return;
+    }
+    let backend = backend();
+    let dir = tempfile::tempdir().unwrap();
+    let format = r#"{"id": "$req_id", "scheme": "$scheme", "tls": "$ssl_protocol", "cipher": "$ssl_cipher"}"#;
+    manifests(dir.path(), backend, &[("log-format-upstream", format)]);
+    let (_weir, addrs, _log, out) = spawn_with_stdout(&serve_args(dir.path(), &[]), &["https"], None);
+    let https = addrs[0];
+    let curl = |id: &str, tls: &[&str]| {
+        let resolve = format!("{HOST}:{}:127.0.0.1", https.port());
+        let url = format!("https://{HOST}:{}/ok", https.port());
+        let status = std::process::Command::new("curl")
+            .args(["-sk", "--resolve", &resolve, "-H", &format!("X-Request-ID: {id}"), "-o", "/dev/null"])
+            .args(tls)
+            .args(["-w", "%{http_code}", &url])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&status.stdout).to_string()
+    };
+    wait_until("the route over HTTPS", || curl("warm", &["--tlsv1.3"]) == "200");
+    assert_eq!(curl("tls13", &["--tlsv1.3"]), "200");
+    assert_eq!(curl("tls12", &["--tlsv1.2", "--tls-max", "1.2"]), "200");
+    let v = line(&out, "id", "tls13");
+    assert_eq!((v["scheme"].as_str(), v["tls"].as_str()), (Some("https"), Some("TLSv1.3")), "{v}");
+    assert!(v["cipher"].as_str().unwrap().starts_with("TLS_"), "OpenSSL's TLS 1.3 names: {v}");
+    let v = line(&out, "id", "tls12");
+    assert_eq!(v["tls"], "TLSv1.2", "{v}");
+    assert!(v["cipher"].as_str().unwrap().starts_with("ECDHE-"), "OpenSSL's TLS 1.2 names: {v}");
 }

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 mod support_proc;
 
-use support_proc::{Log, spawn_with_stdout};
+use support_proc::{Log, free_port, serve_args, spawn_with_stdout};
 
 /// A TCP backend echoing every byte; a UDP one answering each datagram with `pong`.
 fn backends() -> (SocketAddr, SocketAddr) {
@@ -41,17 +41,6 @@ fn backends() -> (SocketAddr, SocketAddr) {
         }
     });
     (tcp_addr, udp_addr)
-}
-
-/// A port free for both TCP and UDP on loopback.
-fn free_port() -> u16 {
-    loop {
-        let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = tcp.local_addr().unwrap().port();
-        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
 }
 
 /// Services `tcp-echo` and `udp-echo` on the backends, and the two L4 ConfigMaps.
@@ -121,23 +110,17 @@ fn each_connection_and_flow_gets_a_line_when_it_ends() {
     manifests(dir.path(), backends(), ports);
     settings(dir.path(), &[]);
     let (tcp_port, udp_port) = (ports.0.to_string(), ports.1.to_string());
-    let args = [
-        "serve",
-        "--manifests",
-        dir.path().to_str().unwrap(),
-        "--listen-http",
-        "127.0.0.1:0",
-        "--listen-https",
-        "127.0.0.1:0",
-        "--listen-admin",
-        "127.0.0.1:0",
-        "--l4-listen-address",
-        "127.0.0.1",
-        "--tcp-services-configmap",
-        "default/tcp",
-        "--udp-services-configmap",
-        "default/udp",
-    ];
+    let args = serve_args(
+        dir.path(),
+        &[
+            "--l4-listen-address",
+            "127.0.0.1",
+            "--tcp-services-configmap",
+            "default/tcp",
+            "--udp-services-configmap",
+            "default/udp",
+        ],
+    );
     let (_weir, _addrs, log, out) = spawn_with_stdout(&args, &["http"], None);
     let published = || log.lock().unwrap().iter().filter(|l| l.contains("routing table published")).count();
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 mod support_app;
 mod support_proc;
 
-use support_proc::{Proc, spawn_with_stdout};
+use support_proc::{Proc, serve_args, spawn_with_stdout};
 
 const RSYSLOGD: &str = "/usr/sbin/rsyslogd";
 
@@ -124,17 +124,7 @@ fn the_logs_arrive_at_rsyslog() {
         ),
     )
     .unwrap();
-    let args = [
-        "serve",
-        "--manifests",
-        manifests.path().to_str().unwrap(),
-        "--listen-http",
-        "127.0.0.1:0",
-        "--listen-https",
-        "127.0.0.1:0",
-        "--listen-admin",
-        "127.0.0.1:0",
-    ];
+    let args = serve_args(manifests.path(), &[]);
     let (_weir, addrs, _log, stdout) = spawn_with_stdout(&args, &["http"], None);
     wait_until("the route", || get(addrs[0], "warm") == 200);
     assert_eq!(get(addrs[0], "via-syslog"), 200);

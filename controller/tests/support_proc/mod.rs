@@ -141,3 +141,31 @@ pub fn field(line: &str, key: &str) -> Option<SocketAddr> {
     let start = line.find(&format!("{key}="))? + key.len() + 1;
     line[start..].split_whitespace().next()?.parse().ok()
 }
+
+/// `serve --manifests DIR` on ephemeral loopback ports (HTTP, HTTPS, admin), then `extra`.
+pub fn serve_args<'a>(dir: &'a std::path::Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "serve",
+        "--manifests",
+        dir.to_str().unwrap(),
+        "--listen-http",
+        "127.0.0.1:0",
+        "--listen-https",
+        "127.0.0.1:0",
+        "--listen-admin",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// A port free for both TCP and UDP on loopback.
+pub fn free_port() -> u16 {
+    loop {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
