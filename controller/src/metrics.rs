@@ -214,6 +214,14 @@ impl Metrics {
             for (limit, n) in [("total", stats.refused_total), ("per_client", stats.refused_per_client)] {
                 w.sample("weir_connections_refused", "_total", &[("limit", limit)], n);
             }
+            w.family(
+                "weir_access_log_dropped",
+                Kind::Counter,
+                "Access-log lines dropped: the writer's queue was full (--access-log-queue) or the destination could not be written",
+            );
+            for (log, n) in [("http", proxy.access_log().dropped()), ("stream", self.l4.log_dropped())] {
+                w.sample("weir_access_log_dropped", "_total", &[("log", log)], n);
+            }
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             w.family(

@@ -17,6 +17,11 @@ impl L4Metrics {
         let _ = self.0.set(l4.clone());
     }
 
+    /// L4 access-log lines dropped so far (0 before the L4 proxy serves).
+    pub(crate) fn log_dropped(&self) -> u64 {
+        self.0.get().map_or(0, L4Proxy::log_dropped)
+    }
+
     /// Writes the services' figures (nothing before the L4 proxy serves, or without services).
     pub(crate) fn render(&self, w: &mut Writer) {
         let Some(l4) = self.0.get() else { return };

@@ -167,6 +167,7 @@ impl Running {
         let metrics = Arc::new(Metrics::with_options(opts.metrics.clone()));
         metrics.observe(&proxy);
         let l4 = L4Proxy::new(opts.l4.clone(), &proxy);
+        crate::logging::reopen_on_sigusr1(proxy.clone(), l4.clone());
         metrics.l4.observe(&l4);
         if let Some(kube) = &opts.kube {
             metrics.observe_leader(kube.status.lease.clone(), kube.status.leader.clone());
@@ -472,6 +473,8 @@ impl Publisher {
         let translated = started.elapsed();
         let translation = self.translator.translation();
         self.metrics.translation_warnings.set(translation.warnings.len() as i64);
+        // The error log's level and syslog first: this table's warnings go where it says.
+        crate::logging::apply(&translation.table.settings.logging);
         problems.extend(translation.warnings.iter().map(|w| w.to_string()));
         for problem in problems.difference(&self.reported) {
             tracing::warn!("{problem}");

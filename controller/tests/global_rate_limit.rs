@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 mod support_proc;
 
-use support_proc::{Proc, spawn};
+use support_proc::{Proc, free_port, serve_manifests};
 
 /// A backend answering 200 `ok` to every request, one thread per connection.
 fn backend() -> SocketAddr {
@@ -52,11 +52,6 @@ fn status(proxy: SocketAddr, host: &str) -> u16 {
     let mut answer = String::new();
     let _ = stream.read_to_string(&mut answer);
     answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status in {answer:?}"))
-}
-
-/// A free loopback TCP port.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// memcached on `port`, killed on drop; waits until it accepts connections.
@@ -150,20 +145,7 @@ data:
 }
 
 fn replica(dir: &std::path::Path) -> (Proc, SocketAddr) {
-    let (weir, addrs) = spawn(
-        &[
-            "serve",
-            "--manifests",
-            dir.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--listen-https",
-            "127.0.0.1:0",
-            "--listen-admin",
-            "127.0.0.1:0",
-        ],
-        &["http"],
-    );
+    let (weir, addrs) = serve_manifests(dir, &["http"]);
     (weir, addrs[0])
 }
 

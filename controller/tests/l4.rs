@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 mod support_proc;
 
-use support_proc::{field, strip_ansi};
+use support_proc::{field, free_port, strip_ansi};
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
@@ -105,17 +105,6 @@ impl Weir {
     }
 }
 
-fn free_port() -> u16 {
-    loop {
-        let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = tcp.local_addr().unwrap().port();
-        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
-/// Writes `name` in `dir` atomically (write, then rename, as a ConfigMap volume update does).
 fn write(dir: &Path, name: &str, yaml: &str) {
     let tmp = dir.join(format!(".{name}.tmp"));
     std::fs::write(&tmp, yaml).unwrap();

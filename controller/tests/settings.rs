@@ -123,7 +123,9 @@ async fn a_configmap_edit_changes_the_next_response_without_a_restart() {
     assert_eq!(h.send("POST", &[], 4096).await.0, 413);
     let line = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
-            if let Some(line) = std::fs::read_to_string(&log).unwrap_or_default().lines().next() {
+            // The lines before the ConfigMap have the default fields (`req_id` among them).
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(line) = text.lines().find(|l| !l.contains("\"req_id\"")) {
                 return line.to_string();
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

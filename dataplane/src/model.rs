@@ -13,6 +13,7 @@ pub mod compression;
 pub mod global_limit;
 pub use global_limit::{GlobalRateLimit, Memcached};
 pub mod logformat;
+pub mod logging;
 pub mod tls_keys;
 
 use std::collections::BTreeMap;
@@ -148,7 +149,7 @@ pub struct Settings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_protocol: Option<bool>,
     /// One JSON access-log line per request with these fields (`log-format-upstream`);
-    /// `None`: no access log.
+    /// `None`: the default fields (unless `logging.access_log_off`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_log: Option<Vec<LogField>>,
     /// Headers set on every response, replacing the upstream's of the same name (`add-headers`);
@@ -247,6 +248,9 @@ pub struct Settings {
     /// SNI).
     #[serde(default, skip_serializing_if = "tls_keys::TlsKeys::is_empty")]
     pub tls_keys: tls_keys::TlsKeys,
+    /// The logging keys: access log selection and destination, error-log level, syslog.
+    #[serde(default, skip_serializing_if = "logging::LogSettings::is_default")]
+    pub logging: logging::LogSettings,
 }
 
 impl Settings {
@@ -597,6 +601,9 @@ pub struct RoutePolicy {
     /// A limit shared by every replica through memcached (`global-rate-limit*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_rate_limit: Option<Box<global_limit::GlobalRateLimit>>,
+    /// The route's requests are not written to the access log (`enable-access-log: "false"`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub access_log_off: bool,
 }
 
 /// Request mirroring (ingress-nginx `mirror-*`).

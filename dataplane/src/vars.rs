@@ -28,6 +28,9 @@ pub enum Dialect {
     /// `auth-url`, `auth-signin`, `mirror-target`: `$name` only (no `${name}`), a stray `$` is
     /// text.
     Url,
+    /// The L4 access log's `log-format-stream` fields (nginx's stream variables): a stray `$` is
+    /// text.
+    StreamLog,
 }
 
 /// The bit of a dialect in the name table's masks.
@@ -38,6 +41,7 @@ const LOG: u8 = bit(Dialect::AccessLog);
 const HASH: u8 = bit(Dialect::HashKey);
 const AUTH: u8 = bit(Dialect::AuthKey);
 const URL: u8 = bit(Dialect::Url);
+const STREAM: u8 = bit(Dialect::StreamLog);
 const ALL: u8 = LOG | HASH | AUTH | URL;
 
 impl Dialect {
@@ -63,6 +67,9 @@ impl Dialect {
             }
             Dialect::Url => {
                 "$scheme, $host, $http_host, $best_http_host, $request_uri, $escaped_request_uri, $uri, $remote_addr"
+            }
+            Dialect::StreamLog => {
+                "$remote_addr, $remote_port, $time_local, $time_iso8601, $msec, $protocol, $status, $bytes_sent, $bytes_received, $session_time, $upstream_addr, $server_port"
             }
         }
     }
@@ -145,7 +152,8 @@ pub enum Var {
     ServerPort,
     /// `$status`: the response status.
     Status,
-    /// `$request_time`: seconds from the request to the response head, with milliseconds.
+    /// `$request_time`: seconds from the request to the response's last byte (or the client
+    /// going away), with milliseconds.
     RequestTime,
     /// `$upstream_addr`.
     UpstreamAddr,
@@ -169,6 +177,30 @@ pub enum Var {
     RequestHeader(HeaderName),
     /// `$sent_http_NAME`: a response header.
     ResponseHeader(HeaderName),
+    /// `$bytes_sent`: bytes sent to the client, the response head (as HTTP/1.1 frames it) and
+    /// body.
+    BytesSent,
+    /// `$body_bytes_sent`: bytes of the response body sent to the client.
+    BodyBytesSent,
+    /// `$request_length`: the request head (as HTTP/1.1 frames it) and its declared body.
+    RequestLength,
+    /// `$ssl_protocol`: `TLSv1.2` or `TLSv1.3` on HTTPS connections.
+    SslProtocol,
+    /// `$ssl_cipher`: the cipher suite, by its OpenSSL name, on HTTPS connections.
+    SslCipher,
+    /// `$request_completion`: `OK` when the whole response went out, else empty.
+    RequestCompletion,
+    /// `$request_end` (weir's): `complete`, `client_gone` or `upstream_error`: how the response
+    /// ended.
+    RequestEnd,
+    /// `$remote_port`: the client's port (L4).
+    RemotePort,
+    /// `$protocol`: `TCP` or `UDP` (L4).
+    Protocol,
+    /// `$bytes_received`: bytes received from the client (L4).
+    BytesReceived,
+    /// `$session_time`: seconds the connection or flow lasted, with milliseconds (L4).
+    SessionTime,
     /// `$cookie_NAME`: a request cookie.
     Cookie(String),
     /// `$arg_NAME`: a query parameter.
@@ -178,14 +210,14 @@ pub enum Var {
 /// The name table: each name, what it stands for, and the dialects accepting it. A variable's
 /// first name here is the one it is written back with.
 const NAMES: &[(&str, Var, u8)] = &[
-    ("remote_addr", Var::RemoteAddr, ALL),
+    ("remote_addr", Var::RemoteAddr, ALL | STREAM),
     ("the_real_ip", Var::RemoteAddr, LOG),
     ("realip_remote_addr", Var::Peer, LOG),
     ("proxy_protocol_addr", Var::Peer, LOG),
     ("remote_user", Var::RemoteUser, LOG | AUTH),
-    ("time_iso8601", Var::TimeIso8601, LOG),
-    ("time_local", Var::TimeLocal, LOG),
-    ("msec", Var::Msec, LOG),
+    ("time_iso8601", Var::TimeIso8601, LOG | STREAM),
+    ("time_local", Var::TimeLocal, LOG | STREAM),
+    ("msec", Var::Msec, LOG | STREAM),
     ("request", Var::Request, LOG),
     ("request_method", Var::RequestMethod, LOG | AUTH),
     ("request_uri", Var::RequestUri, ALL),
@@ -196,10 +228,10 @@ const NAMES: &[(&str, Var, u8)] = &[
     ("server_protocol", Var::ServerProtocol, LOG),
     ("scheme", Var::Scheme, LOG | AUTH | URL),
     ("host", Var::Host, ALL),
-    ("server_port", Var::ServerPort, LOG),
-    ("status", Var::Status, LOG),
+    ("server_port", Var::ServerPort, LOG | STREAM),
+    ("status", Var::Status, LOG | STREAM),
     ("request_time", Var::RequestTime, LOG),
-    ("upstream_addr", Var::UpstreamAddr, LOG),
+    ("upstream_addr", Var::UpstreamAddr, LOG | STREAM),
     ("upstream_status", Var::UpstreamStatus, LOG),
     ("upstream_response_time", Var::UpstreamResponseTime, LOG),
     ("upstream_header_time", Var::UpstreamResponseTime, LOG),
@@ -210,6 +242,17 @@ const NAMES: &[(&str, Var, u8)] = &[
     ("service_name", Var::ServiceName, LOG),
     ("service_port", Var::ServicePort, LOG),
     ("proxy_upstream_name", Var::ProxyUpstreamName, LOG),
+    ("bytes_sent", Var::BytesSent, LOG | STREAM),
+    ("body_bytes_sent", Var::BodyBytesSent, LOG),
+    ("request_length", Var::RequestLength, LOG),
+    ("ssl_protocol", Var::SslProtocol, LOG),
+    ("ssl_cipher", Var::SslCipher, LOG),
+    ("request_completion", Var::RequestCompletion, LOG),
+    ("request_end", Var::RequestEnd, LOG),
+    ("remote_port", Var::RemotePort, STREAM),
+    ("protocol", Var::Protocol, STREAM),
+    ("bytes_received", Var::BytesReceived, STREAM),
+    ("session_time", Var::SessionTime, STREAM),
     // Where the access log reads the header (`$http_NAME`), the keys and URLs read the host.
     ("http_host", Var::Host, AUTH | URL),
     ("best_http_host", Var::Host, URL),
@@ -545,7 +588,8 @@ mod tests {
             ("arg_page", [false, true, true, false]),
             ("http_", [false, false, false, false]),
             ("cookie_", [false, false, false, false]),
-            ("bytes_sent", [false, false, false, false]),
+            ("bytes_sent", [true, false, false, false]),
+            ("upstream_bytes_sent", [false, false, false, false]),
         ];
         for (name, expected) in table {
             for (dialect, want) in DIALECTS.into_iter().zip(expected) {
@@ -566,7 +610,7 @@ mod tests {
 
     #[test]
     fn every_name_a_dialect_accepts_is_in_its_hint() {
-        for dialect in [Dialect::HashKey, Dialect::AuthKey, Dialect::Url] {
+        for dialect in [Dialect::HashKey, Dialect::AuthKey, Dialect::Url, Dialect::StreamLog] {
             let hinted: Vec<&str> =
                 dialect.hint().split([',', ' ']).filter_map(|w| w.strip_prefix('$')).collect();
             for name in &hinted {
@@ -634,9 +678,9 @@ mod tests {
 
     #[test]
     fn unknown_names_are_all_reported_and_kept_as_written() {
-        let err =
-            Template::parse("$remote_addr $bytes_sent ${nope} $cookie_x", Dialect::AccessLog).unwrap_err();
-        let names = ["bytes_sent", "nope", "cookie_x"].map(|n| Problem::Unsupported(n.into()));
+        let err = Template::parse("$remote_addr $upstream_bytes_sent ${nope} $cookie_x", Dialect::AccessLog)
+            .unwrap_err();
+        let names = ["upstream_bytes_sent", "nope", "cookie_x"].map(|n| Problem::Unsupported(n.into()));
         assert_eq!(err.0, names);
         let kept = Template::parse_lenient("$scheme://h/$other?$host", Dialect::Url);
         assert_eq!(kept.parts(), [Part::Var(Var::Scheme), text("://h/$other?"), Part::Var(Var::Host)]);

@@ -368,6 +368,8 @@ async fn the_access_log_has_one_json_line_per_request_with_the_selected_fields()
             field("ingress", "$namespace/$ingress_name", false),
             field("took", "$request_time", true),
         ]),
+        // Requests no route took are logged only with `enable-access-log-for-default-backend`.
+        logging: weir_dataplane::model::logging::LogSettings { default_backend: true, ..Default::default() },
         ..forwarded(&["127.0.0.0/8"], false)
     };
     let config = ProxyConfig { access_log_output: Output::File(path.clone()), ..test_config() };

@@ -174,20 +174,20 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("log-format-escape-none", Supported),
         ("disable-access-log", Supported),
         ("disable-http-access-log", Supported),
-        ("disable-stream-access-log", Unsupported),
-        ("log-format-stream", Unsupported),
-        ("access-log-path", Unsupported),
-        ("http-access-log-path", Unsupported),
-        ("stream-access-log-path", Unsupported),
-        ("access-log-params", Unsupported),
-        ("enable-access-log-for-default-backend", Unsupported),
+        ("disable-stream-access-log", Supported),
+        ("log-format-stream", Supported),
+        ("access-log-path", Supported),
+        ("http-access-log-path", Supported),
+        ("stream-access-log-path", Supported),
+        ("access-log-params", Refused(logging::ACCESS_LOG_PARAMS)),
+        ("enable-access-log-for-default-backend", Supported),
         ("enable-auth-access-log", Unsupported),
-        ("skip-access-log-urls", Unsupported),
-        ("error-log-path", Unsupported),
-        ("error-log-level", Unsupported),
-        ("enable-syslog", Unsupported),
-        ("syslog-host", Unsupported),
-        ("syslog-port", Unsupported),
+        ("skip-access-log-urls", Supported),
+        ("error-log-path", Supported),
+        ("error-log-level", Supported),
+        ("enable-syslog", Supported),
+        ("syslog-host", Supported),
+        ("syslog-port", Supported),
         // Tracing.
         ("enable-opentelemetry", Unsupported),
         (
@@ -534,6 +534,7 @@ pub(crate) fn parse(
     s.merge_slashes = ctx.value("merge-slashes", values::boolean, "true");
     s.reject_encoded_slashes = ctx.value("encoded-slashes", encoded_slashes, "decode");
     s.access_log = ctx.access_log();
+    s.logging = ctx.logging();
     s.compression = ctx.compression();
     s.block_user_agents = ctx.blocklist("block-user-agents");
     s.block_referers = ctx.blocklist("block-referers");
@@ -866,7 +867,7 @@ impl<'a> Ctx<'a, '_> {
             Err(why) => {
                 self.error(
                     Reason::InvalidSetting,
-                    format!("data[log-format-upstream]: invalid value: {why}; no access log is written"),
+                    format!("data[log-format-upstream]: invalid value: {why}; the default fields are logged"),
                 );
                 return None;
             }
@@ -880,7 +881,7 @@ impl<'a> Ctx<'a, '_> {
         if fields.is_empty() {
             self.error(
                 Reason::InvalidSetting,
-                "data[log-format-upstream]: no field left; no access log is written".to_string(),
+                "data[log-format-upstream]: no field left; the default fields are logged".to_string(),
             );
             return None;
         }
@@ -1098,18 +1099,28 @@ fn whole_seconds(v: &str) -> Result<u64, String> {
 }
 
 /// The fields of a log format, and those left out (key, why).
-type LogFormat = (Vec<LogField>, Vec<(String, String)>);
+type LogFormat<T = LogField> = (Vec<T>, Vec<(String, String)>);
 
 /// `log-format-upstream`: a JSON object whose values are strings with `$variables` or bare
 /// variables (`{"time": "$time_iso8601", "status": $status}`, as ingress-nginx users write
 /// them), or a JSON list of variables (`["$remote_addr", "$status"]`, keyed by their names).
 /// Returns the fields, and those left out with the reason.
 fn log_format(raw: &str) -> Result<LogFormat, String> {
+    log_format_with(raw, |key, template, bare| {
+        template.parse::<Template>().map(|value| LogField { key, value, bare }).map_err(|e| e.to_string())
+    })
+}
+
+/// [`log_format`] with each field made by `field` (key, template, bare), in another dialect.
+fn log_format_with<T>(
+    raw: &str,
+    field: impl Fn(String, &str, bool) -> Result<T, String>,
+) -> Result<LogFormat<T>, String> {
     let mut fields = Vec::new();
     let mut dropped = Vec::new();
-    let mut push = |key: String, template: &str, bare: bool| match template.parse::<Template>() {
-        Ok(value) => fields.push(LogField { key, value, bare }),
-        Err(unknown) => dropped.push((key, unknown.to_string())),
+    let mut push = |key: String, template: &str, bare: bool| match field(key.clone(), template, bare) {
+        Ok(value) => fields.push(value),
+        Err(why) => dropped.push((key, why)),
     };
     if let Ok(list) = serde_json::from_str::<Vec<String>>(raw) {
         for item in list {
@@ -1221,6 +1232,7 @@ impl<'a> Scanner<'a> {
 mod blocklist;
 mod compression;
 mod limits;
+mod logging;
 mod tls;
 
 #[cfg(test)]

@@ -40,6 +40,27 @@ pub fn spawn_wrapped(
     keys: &[&str],
     rust_log: Option<&str>,
 ) -> (Proc, Vec<SocketAddr>, Log) {
+    let (proc, addrs, log, _) = spawn_inner(wrapper, args, keys, rust_log, false);
+    (proc, addrs, log)
+}
+
+/// [`spawn_logged`] keeping standard output too (the access log): its lines, as they come.
+pub fn spawn_with_stdout(
+    args: &[&str],
+    keys: &[&str],
+    rust_log: Option<&str>,
+) -> (Proc, Vec<SocketAddr>, Log, Log) {
+    let (proc, addrs, log, stdout) = spawn_inner(&[], args, keys, rust_log, true);
+    (proc, addrs, log, stdout.unwrap_or_default())
+}
+
+fn spawn_inner(
+    wrapper: &[&str],
+    args: &[&str],
+    keys: &[&str],
+    rust_log: Option<&str>,
+    keep_stdout: bool,
+) -> (Proc, Vec<SocketAddr>, Log, Option<Log>) {
     let mut command = match wrapper.split_first() {
         Some((program, rest)) => {
             let mut command = Command::new(program);
@@ -52,8 +73,19 @@ pub fn spawn_wrapped(
         Some(filter) => command.env("RUST_LOG", filter),
         None => command.env_remove("RUST_LOG"),
     };
-    let mut child = command.args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let out = if keep_stdout { Stdio::piped() } else { Stdio::null() };
+    let mut child = command.args(args).stdout(out).stderr(Stdio::piped()).spawn().unwrap();
     let stderr = child.stderr.take().unwrap();
+    let stdout = child.stdout.take().map(|stdout| {
+        let lines = Log::default();
+        let kept = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                kept.lock().unwrap().push(line);
+            }
+        });
+        lines
+    });
     let mut proc = Proc(child);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -82,7 +114,7 @@ pub fn spawn_wrapped(
                     kept.lock().unwrap().push(strip_ansi(&line));
                 }
             });
-            return (proc, addrs.into_iter().flatten().collect(), log);
+            return (proc, addrs.into_iter().flatten().collect(), log, stdout);
         }
         seen.push(plain);
     }
@@ -113,22 +145,7 @@ pub fn field(line: &str, key: &str) -> Option<SocketAddr> {
 /// `weir serve --manifests DIR` on loopback ports (HTTP, HTTPS, admin); waits for the log line
 /// naming `keys` (`http`, `https`, `admin`) and returns those addresses.
 pub fn serve_manifests(dir: &std::path::Path, keys: &[&str]) -> (Proc, Vec<SocketAddr>) {
-    let dir = dir.to_str().expect("a UTF-8 temporary directory");
-    let loopback = "127.0.0.1:0";
-    spawn(
-        &[
-            "serve",
-            "--manifests",
-            dir,
-            "--listen-http",
-            loopback,
-            "--listen-https",
-            loopback,
-            "--listen-admin",
-            loopback,
-        ],
-        keys,
-    )
+    spawn(&serve_args(dir, &[]), keys)
 }
 
 /// Whether `tool` is on the PATH. Without it a test is skipped with the reason printed (`install`
@@ -147,4 +164,32 @@ pub fn have(tool: &str, install: &str) -> bool {
         eprintln!("skipping: {tool} is not installed ({install})");
     }
     found
+}
+
+/// `serve --manifests DIR` on ephemeral loopback ports (HTTP, HTTPS, admin), then `extra`.
+pub fn serve_args<'a>(dir: &'a std::path::Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "serve",
+        "--manifests",
+        dir.to_str().unwrap(),
+        "--listen-http",
+        "127.0.0.1:0",
+        "--listen-https",
+        "127.0.0.1:0",
+        "--listen-admin",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// A port free for both TCP and UDP on loopback.
+pub fn free_port() -> u16 {
+    loop {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }

@@ -19,8 +19,10 @@
 //! - `header`: the PROXY protocol header sent upstream (v1 by default, as nginx; v2 on demand).
 //! - `service`: a port's live service and the table's stream settings.
 //! - `stats`: per-service counters, read by the controller's metrics.
+//! - `log`: the L4 access log, a line per connection or flow when it ends.
 
 mod header;
+mod log;
 mod service;
 pub mod stats;
 mod tcp;
@@ -104,6 +106,8 @@ struct Inner {
     conns: Arc<ConnLimits>,
     runtime: tokio::runtime::Handle,
     listeners: Mutex<BTreeMap<Key, Listener>>,
+    /// The L4 access log's writer, and the destination of `--access-log`.
+    log: (Arc<crate::proxy::accesslog::Writer>, crate::proxy::accesslog::Output),
 }
 
 impl fmt::Debug for L4Proxy {
@@ -123,6 +127,12 @@ impl L4Proxy {
                 conns: proxy.connection_limits(),
                 runtime: tokio::runtime::Handle::current(),
                 listeners: Mutex::new(BTreeMap::new()),
+                log: {
+                    let output = proxy.config().access_log_output.clone();
+                    let writer =
+                        crate::proxy::accesslog::Writer::new(&output, proxy.config().access_log_queue);
+                    (Arc::new(writer), output)
+                },
             }),
         }
     }
@@ -132,6 +142,15 @@ impl L4Proxy {
     /// the ports that could not be bound (tried again at the next publish); the others serve.
     pub fn publish(&self, table: &RouteTable) -> Vec<BindError> {
         let stream = Stream::of(&table.settings, &self.inner.config);
+        let (writer, flag) = &self.inner.log;
+        let logging = &table.settings.logging;
+        let output = log::StreamLog::output(logging, flag);
+        writer.retarget(&output);
+        let stream_log = if output == crate::proxy::accesslog::Output::Off {
+            None
+        } else {
+            log::StreamLog::of(logging, writer)
+        };
         let mut listeners = self.inner.listeners.lock().unwrap_or_else(|p| p.into_inner());
         let wanted: BTreeMap<Key, &L4Service> = table.l4.iter().map(|s| ((s.protocol, s.port), s)).collect();
         let gone: Vec<Key> = listeners.keys().filter(|k| !wanted.contains_key(k)).copied().collect();
@@ -152,6 +171,7 @@ impl L4Proxy {
                 spec: spec.clone(),
                 balancer: Arc::new(Balancer::next(previous_balancer, &spec.backend, &backend)),
                 stream,
+                log: stream_log.clone(),
             });
             if let Some(listener) = listeners.get(&key) {
                 listener.live.store(service);
@@ -224,6 +244,16 @@ impl L4Proxy {
             address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             error: io::Error::other("no address to bind"),
         }))
+    }
+
+    /// Reopens the L4 access log's file (`SIGUSR1`).
+    pub fn reopen_log(&self) {
+        self.inner.log.0.reopen();
+    }
+
+    /// L4 access-log lines dropped so far.
+    pub fn log_dropped(&self) -> u64 {
+        self.inner.log.0.dropped()
     }
 
     /// Where the port `port` of `protocol` is bound, if it is served.

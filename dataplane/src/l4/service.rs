@@ -78,6 +78,8 @@ pub(crate) struct Service {
     pub(crate) spec: L4Service,
     pub(crate) balancer: Arc<Balancer>,
     pub(crate) stream: Stream,
+    /// The L4 access log; `None`: off.
+    pub(crate) log: Option<Arc<super::log::StreamLog>>,
 }
 
 /// Resolves when `stop` turns true or its sender is gone.

@@ -14,6 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use super::header;
+use super::log::Session;
 use super::service::{Service, stopped};
 use super::stats::Stats;
 use crate::proxy::limits::{AcceptBackoff, ConnGuard, ConnLimits};
@@ -94,14 +95,57 @@ pub(crate) async fn accept_loop(
         tokio::spawn(async move {
             let _open = stats.open();
             let port = local.port();
-            if let Err(error) = serve(stream, peer, &service, admission, &conns, &stats, buffer).await {
+            let (time, started) = (std::time::SystemTime::now(), Instant::now());
+            let conn = Conn::default();
+            let result = serve(stream, peer, &service, admission, &conns, &stats, buffer, &conn).await;
+            if let Err(error) = &result {
                 tracing::debug!(%peer, port, backend = %service.spec.backend, %error, "L4 connection ended");
+            }
+            if let Some(log) = &service.log {
+                log.write(&Session {
+                    time,
+                    duration: started.elapsed(),
+                    client: conn.client.get().copied().unwrap_or(peer),
+                    protocol: crate::model::L4Protocol::Tcp,
+                    port,
+                    status: status(&result, &conn),
+                    sent: conn.sent.load(Relaxed),
+                    received: conn.received.load(Relaxed),
+                    upstream: conn.upstream.get().cloned(),
+                });
             }
         });
     }
 }
 
+/// What one connection's log line needs.
+#[derive(Default)]
+struct Conn {
+    /// The client the PROXY header named.
+    client: std::sync::OnceLock<SocketAddr>,
+    /// The endpoint connected.
+    upstream: std::sync::OnceLock<String>,
+    /// Refused by the per-client limit.
+    refused: std::sync::atomic::AtomicBool,
+    /// Bytes to and from the client.
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
+/// nginx's stream `$status` of a connection that ended with `result`.
+fn status(result: &Result<(), Error>, conn: &Conn) -> u16 {
+    match result {
+        _ if conn.refused.load(Relaxed) => 503,
+        Ok(()) => 200,
+        Err(Error::Header(_) | Error::HeaderTimeout) => 400,
+        Err(Error::NoEndpoint | Error::Connect { .. }) => 502,
+        // Established, then ended by a side or by the idle timeout.
+        Err(Error::Io(_)) => 200,
+    }
+}
+
 /// Serves one connection.
+#[allow(clippy::too_many_arguments)]
 async fn serve(
     mut client: TcpStream,
     peer: SocketAddr,
@@ -110,6 +154,7 @@ async fn serve(
     conns: &ConnLimits,
     stats: &Stats,
     buffer: usize,
+    conn: &Conn,
 ) -> Result<(), Error> {
     let local = client.local_addr()?;
     let _ = client.set_nodelay(true);
@@ -121,16 +166,21 @@ async fn serve(
     } else {
         peer
     };
+    let _ = conn.client.set(source);
     if conns.per_client() && conns.admit_client(&mut admission, source.ip()).is_err() {
+        conn.refused.store(true, Relaxed);
         let _ = client.set_zero_linger();
         return Ok(());
     }
     let mut upstream = connect(service, stats).await?;
+    if let Ok(addr) = upstream.peer_addr() {
+        let _ = conn.upstream.set(addr.to_string());
+    }
     let _ = upstream.set_nodelay(true);
     if service.spec.proxy_protocol_out {
         upstream.write_all(&header::encode(source, local, service.stream.v2)).await?;
     }
-    splice(client, upstream, service.stream.idle, buffer, stats).await?;
+    splice(client, upstream, service.stream.idle, buffer, stats, conn).await?;
     Ok(())
 }
 
@@ -187,13 +237,22 @@ async fn splice(
     idle: Duration,
     buffer: usize,
     stats: &Stats,
+    conn: &Conn,
 ) -> io::Result<()> {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut upstream_read, mut upstream_write) = upstream.into_split();
     let base = Instant::now();
     let activity = AtomicU64::new(0);
-    let up = pump(&mut client_read, &mut upstream_write, buffer, &activity, base, &stats.bytes_up);
-    let down = pump(&mut upstream_read, &mut client_write, buffer, &activity, base, &stats.bytes_down);
+    let up = pump(
+        &mut client_read,
+        &mut upstream_write,
+        buffer,
+        &activity,
+        base,
+        [&stats.bytes_up, &conn.received],
+    );
+    let down =
+        pump(&mut upstream_read, &mut client_write, buffer, &activity, base, [&stats.bytes_down, &conn.sent]);
     tokio::select! {
         done = async { tokio::try_join!(up, down) } => done.map(|_| ()),
         () = idle_for(idle, &activity, base) => Err(io::Error::new(
@@ -203,15 +262,16 @@ async fn splice(
     }
 }
 
-/// Copies `from` into `to` through one buffer of `size` bytes; at the end of `from`, shuts
-/// `to`'s write side (the half-close passed on).
+/// Copies `from` into `to` through one buffer of `size` bytes, counting in `bytes` (the
+/// service's and the connection's); at the end of `from`, shuts `to`'s write side (the
+/// half-close passed on).
 async fn pump<R, W>(
     from: &mut R,
     to: &mut W,
     size: usize,
     activity: &AtomicU64,
     base: Instant,
-    bytes: &AtomicU64,
+    bytes: [&AtomicU64; 2],
 ) -> io::Result<()>
 where
     R: AsyncRead + Unpin,
@@ -224,7 +284,9 @@ where
             return to.shutdown().await;
         }
         to.write_all(&buf[..n]).await?;
-        bytes.fetch_add(n as u64, Relaxed);
+        for counter in bytes {
+            counter.fetch_add(n as u64, Relaxed);
+        }
         activity.store(millis(base), Relaxed);
     }
 }

@@ -20,6 +20,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
+use super::log::{Session, StreamLog};
 use super::service::{Service, stopped};
 use super::stats::{OpenGuard, Stats};
 use crate::state::balance::EndpointKey;
@@ -41,6 +42,8 @@ struct Flow {
     seq: u64,
     /// The last datagram either way, in ms after the table's `base`.
     activity: Arc<AtomicU64>,
+    /// Bytes received from the client, for the L4 access log.
+    received: Arc<AtomicU64>,
     task: AbortHandle,
 }
 
@@ -87,10 +90,10 @@ pub(crate) async fn serve(
         };
         let known = {
             let flows = flows.lock().unwrap_or_else(|p| p.into_inner());
-            flows.by_client.get(&client).map(|f| (f.upstream.clone(), f.activity.clone()))
+            flows.by_client.get(&client).map(|f| (f.upstream.clone(), f.activity.clone(), f.received.clone()))
         };
         let fresh = known.is_none();
-        let (upstream, activity) = match known {
+        let (upstream, activity, received) = match known {
             Some(known) => known,
             None => {
                 let service = live.load_full();
@@ -115,6 +118,7 @@ pub(crate) async fn serve(
         match upstream.try_send(&buf[..n]) {
             Ok(sent) => {
                 stats.bytes_up.fetch_add(sent as u64, Relaxed);
+                received.fetch_add(sent as u64, Relaxed);
             }
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                 stats.dropped.fetch_add(1, Relaxed);
@@ -166,9 +170,10 @@ fn start(
     stats: &Arc<Stats>,
     base: Instant,
     max_flows: usize,
-) -> (Arc<UdpSocket>, Arc<AtomicU64>) {
+) -> (Arc<UdpSocket>, Arc<AtomicU64>, Arc<AtomicU64>) {
     let upstream = Arc::new(upstream);
     let activity = Arc::new(AtomicU64::new(millis(base)));
+    let received = Arc::new(AtomicU64::new(0));
     let mut table = flows.lock().unwrap_or_else(|p| p.into_inner());
     while table.by_client.len() >= max_flows {
         let Some((_, oldest)) = table.order.pop_first() else { break };
@@ -189,6 +194,15 @@ fn start(
         responses: service.stream.responses,
         stats: stats.clone(),
         _open: stats.open(),
+        log: service.log.clone().map(|log| FlowLog {
+            log,
+            time: std::time::SystemTime::now(),
+            started: Instant::now(),
+            port: socket.local_addr().map_or(service.spec.port, |a| a.port()),
+            upstream: upstream.peer_addr().ok(),
+            received: received.clone(),
+            sent: 0,
+        }),
     };
     let flows_weak = Arc::downgrade(flows);
     let task = tokio::spawn(async move {
@@ -199,10 +213,16 @@ fn start(
     });
     table.by_client.insert(
         client,
-        Flow { upstream: upstream.clone(), seq, activity: activity.clone(), task: task.abort_handle() },
+        Flow {
+            upstream: upstream.clone(),
+            seq,
+            activity: activity.clone(),
+            received: received.clone(),
+            task: task.abort_handle(),
+        },
     );
     table.order.insert(seq, client);
-    (upstream, activity)
+    (upstream, activity, received)
 }
 
 /// The reply side of a flow.
@@ -216,11 +236,43 @@ struct Replies {
     responses: u32,
     stats: Arc<Stats>,
     _open: OpenGuard,
+    /// The flow's L4 access-log line, written when the flow ends (however it ends: idle, its
+    /// replies, evicted, or the port gone).
+    log: Option<FlowLog>,
+}
+
+/// What a flow's L4 access-log line needs.
+struct FlowLog {
+    log: Arc<StreamLog>,
+    time: std::time::SystemTime,
+    started: Instant,
+    port: u16,
+    upstream: Option<SocketAddr>,
+    received: Arc<AtomicU64>,
+    sent: u64,
+}
+
+impl Drop for Replies {
+    fn drop(&mut self) {
+        if let Some(flow) = &self.log {
+            flow.log.write(&Session {
+                time: flow.time,
+                duration: flow.started.elapsed(),
+                client: self.client,
+                protocol: crate::model::L4Protocol::Udp,
+                port: flow.port,
+                status: 200,
+                sent: flow.sent,
+                received: flow.received.load(Relaxed),
+                upstream: flow.upstream.map(|a| a.to_string()),
+            });
+        }
+    }
 }
 
 impl Replies {
     /// Sends the endpoint's replies to the client until the flow is idle or has its replies.
-    async fn run(self) {
+    async fn run(mut self) {
         let mut replies = 0u32;
         loop {
             let since =
@@ -255,6 +307,9 @@ impl Replies {
             match self.socket.send_to(&datagram, self.client).await {
                 Ok(n) => {
                     self.stats.bytes_down.fetch_add(n as u64, Relaxed);
+                    if let Some(flow) = &mut self.log {
+                        flow.sent += n as u64;
+                    }
                 }
                 Err(error) => {
                     tracing::debug!(client = %self.client, %error, "UDP reply not delivered");

@@ -115,8 +115,8 @@ mod tests {
         assert_eq!(t.to_string(), "${remote_addr} - ${status}x $$ $ ${http_user_agent}");
         let back: Template = t.to_string().parse().unwrap();
         assert_eq!(back, t);
-        let err = "$remote_addr $bytes_sent ${nope}".parse::<Template>().unwrap_err();
-        assert_eq!(err.0, ["bytes_sent", "nope"]);
+        let err = "$remote_addr $upstream_bytes_sent ${nope}".parse::<Template>().unwrap_err();
+        assert_eq!(err.0, ["upstream_bytes_sent", "nope"]);
         assert_eq!("$status".parse::<Template>().unwrap().as_var(), Some(&Var::Status));
         assert_eq!(
             Var::parse("http_x_forwarded_for"),

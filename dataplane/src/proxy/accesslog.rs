@@ -1,34 +1,44 @@
-//! The access log: one JSON object per request, one line each, with the fields that
-//! ingress-nginx's `log-format-upstream` selects.
+//! The access log: one JSON object per request, one line each, with ingress-nginx's default
+//! fields or those its `log-format-upstream` selects.
 //!
 //! weir runs no nginx variables; it knows a fixed set of them ([`Var`], the access-log dialect of
 //! [`crate::vars`]) and renders each field's [`Template`](crate::model::logformat::Template)
-//! (text with `$variables`, parsed with the table) per request. The line is written when the
-//! response head is ready, so `$request_time` is the time to the response head. Lines go
-//! through a bounded queue to one writer thread (stdout by default); when the writer falls
-//! behind, lines are dropped and counted rather than slowing requests down.
+//! (text with `$variables`, parsed with the table) per request. What a line needs is taken in
+//! two steps: from the request before it is forwarded ([`Captured`]), and from the response
+//! head ([`Entry`]); the line is rendered when the response's last byte has gone out or the
+//! client went away (the response body's end hook, [`super::metered`], which the metrics share),
+//! so `$request_time` and `$bytes_sent` cover the whole response and `$request_end` says how it
+//! ended. Lines go through a bounded queue to one writer thread (stdout by default); when the
+//! writer falls behind, lines are dropped and counted rather than slowing requests down.
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version};
 
-use crate::model::logformat::{Part, Var};
+use crate::model::logformat::{Part, Template, Var};
 use crate::model::{BackendId, LogField, ObjectRef};
 
 // === impl Format ===
 
-/// A compiled access-log format.
+/// A compiled access-log format, with the settings that choose which requests are logged.
 #[derive(Debug)]
 pub struct Format {
     fields: Vec<LogField>,
     /// Request headers some field logs, captured before the request is forwarded.
     request_headers: Vec<HeaderName>,
+    /// Response headers some field logs, taken from the response head.
+    response_headers: Vec<HeaderName>,
     remote_user: bool,
+    /// Request targets never logged (`skip-access-log-urls`, matched as `$request_uri`).
+    skip: Vec<String>,
+    /// Requests no route took are logged too (`enable-access-log-for-default-backend`).
+    default_backend: bool,
 }
 
 /// What a log line needs from the request, taken before it is forwarded.
@@ -59,13 +69,37 @@ pub struct Upstream {
     pub origin: Option<ObjectRef>,
 }
 
-/// The rest of what a log line needs, known once the response head is ready.
+/// The TLS parameters of an HTTPS connection, for `$ssl_protocol` and `$ssl_cipher`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ssl {
+    /// `TLSv1.2` or `TLSv1.3`.
+    pub protocol: &'static str,
+    /// The cipher suite, by its OpenSSL name.
+    pub cipher: &'static str,
+}
+
+impl Ssl {
+    /// The parameters of an established TLS connection.
+    pub fn of(conn: &rustls::ServerConnection) -> Option<Ssl> {
+        let protocol = match conn.protocol_version()? {
+            rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
+            rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2",
+            _ => return None,
+        };
+        let suite = conn.negotiated_cipher_suite()?.suite().as_str()?;
+        Some(Ssl { protocol, cipher: crate::tls::ciphers::openssl_name(suite).unwrap_or(suite) })
+    }
+}
+
+/// What a log line needs from the response head.
 #[derive(Debug)]
 pub struct Outcome<'a> {
     /// The connection's client (the PROXY protocol address when there is one).
     pub peer: SocketAddr,
     /// The connection came over TLS.
     pub https: bool,
+    /// Its TLS parameters.
+    pub ssl: Option<Ssl>,
     /// The listener's port.
     pub listener_port: &'a HeaderValue,
     /// The request's `X-Request-ID`.
@@ -74,35 +108,161 @@ pub struct Outcome<'a> {
     pub status: StatusCode,
     /// The response headers.
     pub response_headers: &'a HeaderMap,
-    /// Time from the request to the response head.
-    pub elapsed: Duration,
     /// The upstream that answered, if one did.
-    pub upstream: Option<&'a Upstream>,
+    pub upstream: Option<Upstream>,
 }
+
+/// How a response ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Its last byte went out.
+    Complete,
+    /// The client went away (or stopped reading) before it.
+    ClientGone,
+    /// The upstream's body failed part way.
+    UpstreamError,
+}
+
+impl Ending {
+    /// `$request_end`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ending::Complete => "complete",
+            Ending::ClientGone => "client_gone",
+            Ending::UpstreamError => "upstream_error",
+        }
+    }
+}
+
+/// What is known when the response has ended.
+#[derive(Clone, Copy, Debug)]
+pub struct End {
+    /// From the request to the response's end.
+    pub elapsed: Duration,
+    /// The response head as HTTP/1.1 frames it.
+    pub head_bytes: u64,
+    /// The response body bytes sent.
+    pub body_bytes: u64,
+    /// The request head as HTTP/1.1 frames it, and its declared body.
+    pub request_length: u64,
+    /// How it ended.
+    pub how: Ending,
+}
+
+/// One request's line, waiting for the end of its response.
+#[derive(Debug)]
+pub struct Entry {
+    format: Arc<Format>,
+    captured: Captured,
+    peer: SocketAddr,
+    https: bool,
+    ssl: Option<Ssl>,
+    listener_port: HeaderValue,
+    request_id: HeaderValue,
+    status: StatusCode,
+    response_headers: Vec<Option<HeaderValue>>,
+    upstream: Option<Upstream>,
+}
+
+impl Entry {
+    /// Whether requests no route took are logged.
+    pub fn logs_default_backend(&self) -> bool {
+        self.format.default_backend
+    }
+
+    /// The JSON line (with its newline).
+    pub fn line(&self, end: &End) -> String {
+        self.format.line(self, end)
+    }
+}
+
+/// ingress-nginx's default `log-format-upstream` fields, as JSON keys named after their
+/// variables, with weir's `$namespace`, `$ingress_name`, `$service_name` and `$request_end`.
+const DEFAULT_FIELDS: &[(&str, &str, bool)] = &[
+    ("time", "$time_iso8601", false),
+    ("remote_addr", "$remote_addr", false),
+    ("remote_user", "$remote_user", false),
+    ("request", "$request", false),
+    ("status", "$status", true),
+    ("body_bytes_sent", "$body_bytes_sent", true),
+    ("bytes_sent", "$bytes_sent", true),
+    ("http_referer", "$http_referer", false),
+    ("http_user_agent", "$http_user_agent", false),
+    ("request_length", "$request_length", true),
+    ("request_time", "$request_time", true),
+    ("host", "$host", false),
+    ("proxy_upstream_name", "$proxy_upstream_name", false),
+    ("upstream_addr", "$upstream_addr", false),
+    ("upstream_response_time", "$upstream_response_time", true),
+    ("upstream_status", "$upstream_status", true),
+    ("req_id", "$req_id", false),
+    ("namespace", "$namespace", false),
+    ("ingress_name", "$ingress_name", false),
+    ("service_name", "$service_name", false),
+    ("service_port", "$service_port", true),
+    ("request_end", "$request_end", false),
+];
 
 impl Format {
     /// Compiles the fields of `log-format-upstream`.
     pub fn new(fields: &[LogField]) -> Format {
         let mut request_headers = Vec::new();
+        let mut response_headers = Vec::new();
         let mut remote_user = false;
         for var in fields.iter().flat_map(|f| f.value.vars()) {
             match var {
                 Var::RequestHeader(h) if !request_headers.contains(h) => request_headers.push(h.clone()),
+                Var::ResponseHeader(h) if !response_headers.contains(h) => response_headers.push(h.clone()),
                 Var::RemoteUser => remote_user = true,
                 _ => {}
             }
         }
-        Format { fields: fields.to_vec(), request_headers, remote_user }
+        Format {
+            fields: fields.to_vec(),
+            request_headers,
+            response_headers,
+            remote_user,
+            skip: Vec::new(),
+            default_backend: false,
+        }
     }
 
-    /// Takes what the line needs from the request; `client` is the client address.
-    pub fn capture<B>(&self, req: &http::Request<B>, client: IpAddr) -> Captured {
+    /// The default fields (ingress-nginx's default format, as JSON).
+    pub fn default_fields() -> Vec<LogField> {
+        DEFAULT_FIELDS
+            .iter()
+            .filter_map(|(key, template, bare)| {
+                let value = template.parse::<Template>().ok()?;
+                Some(LogField { key: (*key).to_string(), value, bare: *bare })
+            })
+            .collect()
+    }
+
+    /// Never logs requests whose target is one of `urls` (`skip-access-log-urls`).
+    pub fn skipping(mut self, urls: &[String]) -> Format {
+        self.skip = urls.to_vec();
+        self
+    }
+
+    /// Logs requests no route took (`enable-access-log-for-default-backend`).
+    pub fn with_default_backend(mut self, on: bool) -> Format {
+        self.default_backend = on;
+        self
+    }
+
+    /// Takes what the line needs from the request; `client` is the client address. `None` when
+    /// the request is not logged (`skip-access-log-urls`).
+    pub fn capture<B>(&self, req: &http::Request<B>, client: IpAddr) -> Option<Captured> {
+        let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+        if self.skip.iter().any(|url| url == target) {
+            return None;
+        }
         let headers = req.headers();
         let host = match req.uri().authority() {
             Some(auth) => HeaderValue::from_str(auth.host()).ok(),
             None => headers.get(http::header::HOST).cloned(),
         };
-        Captured {
+        Some(Captured {
             time: SystemTime::now(),
             method: req.method().clone(),
             uri: req.uri().clone(),
@@ -111,11 +271,31 @@ impl Format {
             client,
             headers: self.request_headers.iter().map(|h| headers.get(h).cloned()).collect(),
             remote_user: if self.remote_user { crate::vars::basic_user(headers) } else { None },
-        }
+        })
     }
 
-    /// The JSON line (with its newline) for a request and its outcome.
-    pub fn line(&self, req: &Captured, out: &Outcome<'_>) -> String {
+    /// The line's entry, once the response head is known.
+    pub fn entry(self: &Arc<Self>, captured: Captured, out: Outcome<'_>) -> Box<Entry> {
+        Box::new(Entry {
+            format: self.clone(),
+            captured,
+            peer: out.peer,
+            https: out.https,
+            ssl: out.ssl,
+            listener_port: out.listener_port.clone(),
+            request_id: out.request_id.clone(),
+            status: out.status,
+            response_headers: self
+                .response_headers
+                .iter()
+                .map(|h| out.response_headers.get(h).cloned())
+                .collect(),
+            upstream: out.upstream,
+        })
+    }
+
+    /// The JSON line (with its newline) of a request that ended.
+    fn line(&self, entry: &Entry, end: &End) -> String {
         let mut line = String::with_capacity(64 + 48 * self.fields.len());
         let mut value = String::new();
         line.push('{');
@@ -132,7 +312,7 @@ impl Format {
                         value.push_str(t);
                         true
                     }
-                    Part::Var(v) => self.render(v, req, out, &mut value),
+                    Part::Var(v) => self.render(v, entry, end, &mut value),
                 });
                 if !known {
                     line.push_str("null");
@@ -148,7 +328,7 @@ impl Format {
                     Part::Text(t) => value.push_str(t),
                     // An unknown value is empty, as nginx's `escape=json` logs it.
                     Part::Var(v) => {
-                        self.render(v, req, out, &mut value);
+                        self.render(v, entry, end, &mut value);
                     }
                 }
             }
@@ -159,9 +339,10 @@ impl Format {
     }
 
     /// Appends the value of `var`; false when it has none for this request.
-    fn render(&self, var: &Var, req: &Captured, out: &Outcome<'_>, to: &mut String) -> bool {
+    fn render(&self, var: &Var, out: &Entry, end: &End, to: &mut String) -> bool {
         use std::fmt::Write as _;
-        let upstream = out.upstream;
+        let req = &out.captured;
+        let upstream = out.upstream.as_ref();
         let origin = upstream.and_then(|u| u.origin.as_ref());
         let backend = upstream.and_then(|u| u.backend.as_ref());
         fn text(v: Option<&HeaderValue>) -> Option<&str> {
@@ -186,9 +367,18 @@ impl Format {
                 let host = text(req.host.as_ref()).map(crate::http_util::normalize_host);
                 return put(to, host.as_deref());
             }
-            Var::ServerPort => return put(to, text(Some(out.listener_port))),
+            Var::ServerPort => return put(to, text(Some(&out.listener_port))),
             Var::Status => write!(to, "{}", out.status.as_u16()),
-            Var::RequestTime => write!(to, "{:.3}", out.elapsed.as_secs_f64()),
+            Var::RequestTime => write!(to, "{:.3}", end.elapsed.as_secs_f64()),
+            Var::BytesSent => write!(to, "{}", end.head_bytes + end.body_bytes),
+            Var::BodyBytesSent => write!(to, "{}", end.body_bytes),
+            Var::RequestLength => write!(to, "{}", end.request_length),
+            Var::SslProtocol => return put(to, out.ssl.map(|s| s.protocol)),
+            Var::SslCipher => return put(to, out.ssl.map(|s| s.cipher)),
+            Var::RequestCompletion => {
+                return put(to, Some(if end.how == Ending::Complete { "OK" } else { "" }));
+            }
+            Var::RequestEnd => return put(to, Some(end.how.as_str())),
             Var::UpstreamAddr => return put(to, upstream.map(|u| u.addr.as_str())),
             Var::UpstreamStatus => match upstream {
                 Some(u) => write!(to, "{}", u.status),
@@ -198,7 +388,7 @@ impl Format {
                 Some(u) => write!(to, "{:.3}", u.elapsed.as_secs_f64()),
                 None => return false,
             },
-            Var::RequestId => return put(to, text(Some(out.request_id))),
+            Var::RequestId => return put(to, text(Some(&out.request_id))),
             Var::Namespace => return put(to, origin.map(|o| o.namespace.as_str())),
             Var::IngressName => return put(to, origin.map(|o| o.name.as_str())),
             Var::ServiceName => return put(to, backend.map(|b| b.service.as_str())),
@@ -214,9 +404,18 @@ impl Format {
                 let at = self.request_headers.iter().position(|h| h == name);
                 return put(to, text(at.and_then(|i| req.headers.get(i)).and_then(Option::as_ref)));
             }
-            Var::ResponseHeader(name) => return put(to, text(out.response_headers.get(name))),
+            Var::ResponseHeader(name) => {
+                let at = self.response_headers.iter().position(|h| h == name);
+                return put(to, text(at.and_then(|i| out.response_headers.get(i)).and_then(Option::as_ref)));
+            }
             // Not in the access log's dialect: never parsed into a field.
-            Var::EscapedRequestUri | Var::Cookie(_) | Var::Arg(_) => return false,
+            Var::EscapedRequestUri
+            | Var::Cookie(_)
+            | Var::Arg(_)
+            | Var::RemotePort
+            | Var::Protocol
+            | Var::BytesReceived
+            | Var::SessionTime => return false,
         };
         written.is_ok()
     }
@@ -234,7 +433,7 @@ fn put(to: &mut String, value: Option<&str>) -> bool {
 }
 
 /// Whether `s` is a JSON number (so a bare variable can be written without quotes).
-fn is_json_number(s: &str) -> bool {
+pub(crate) fn is_json_number(s: &str) -> bool {
     let digits = s.strip_prefix('-').unwrap_or(s);
     let (int, frac) = digits.split_once('.').map_or((digits, None), |(i, f)| (i, Some(f)));
     let all_digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
@@ -242,7 +441,7 @@ fn is_json_number(s: &str) -> bool {
 }
 
 /// Appends `s` as a JSON string.
-fn push_json_string(out: &mut String, s: &str) {
+pub(crate) fn push_json_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -260,19 +459,20 @@ fn push_json_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// How a time variable is written.
 #[derive(Clone, Copy)]
-enum TimeStyle {
+pub(crate) enum TimeStyle {
     Iso8601,
     Local,
     Msec,
 }
 
 /// Writes `time` (UTC) in `style`.
-fn write_time(to: &mut String, time: SystemTime, style: TimeStyle) -> bool {
+pub(crate) fn write_time(to: &mut String, time: SystemTime, style: TimeStyle) -> bool {
     use std::fmt::Write as _;
     let Ok(since) = time.duration_since(SystemTime::UNIX_EPOCH) else { return false };
     let secs = since.as_secs();
-    let (year, month, day) = civil_from_days(secs / 86_400);
+    let (year, month, day) = super::syslog::civil_from_days(secs / 86_400);
     let (h, m, s) = (secs % 86_400 / 3600, secs % 3600 / 60, secs % 60);
     const MONTHS: [&str; 12] =
         ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
@@ -287,96 +487,179 @@ fn write_time(to: &mut String, time: SystemTime, style: TimeStyle) -> bool {
     .is_ok()
 }
 
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: u64) -> (u64, u32, u32) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
-}
-
 // === impl Writer ===
 
 /// Where access-log lines go.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Output {
-    /// Standard output (ingress-nginx's `access.log` is a link to it).
+    /// Nowhere: no access log (`--access-log off`).
     #[default]
+    Off,
+    /// Standard output (ingress-nginx's `access.log` is a link to it).
     Stdout,
-    /// Appended to this file.
+    /// Appended to this file, reopened on [`Writer::reopen`] (`SIGUSR1`), as log rotators expect.
     File(PathBuf),
+    /// Sent to a syslog server over UDP, one RFC 5424 message a line (`enable-syslog`).
+    Syslog {
+        /// Its host name or address.
+        host: String,
+        /// Its port.
+        port: u16,
+    },
 }
 
-/// Lines queued for the writer thread before new ones are dropped.
-const QUEUE: usize = 16 * 1024;
+impl std::str::FromStr for Output {
+    type Err = String;
 
-/// The writer thread's queue.
+    /// `off`, `stdout` (or `/dev/stdout`), or an absolute file path.
+    fn from_str(s: &str) -> Result<Output, String> {
+        match s {
+            "off" => Ok(Output::Off),
+            "stdout" | "/dev/stdout" => Ok(Output::Stdout),
+            path if path.starts_with('/') && !path.contains('\0') => Ok(Output::File(PathBuf::from(path))),
+            other => Err(format!("expected off, stdout or an absolute file path, not {other:?}")),
+        }
+    }
+}
+
+/// Lines queued for the writer thread before new ones are dropped, by default.
+pub const QUEUE: usize = 16 * 1024;
+
+/// What the writer thread and the proxy share.
+#[derive(Debug, Default)]
+struct Shared {
+    output: Mutex<Output>,
+    /// Bumped to make the thread (re)open the output before its next line.
+    generation: AtomicU64,
+}
+
+/// The access log's queue and its writer thread (started with the first line).
 #[derive(Debug)]
-pub(crate) struct Writer {
-    tx: Option<SyncSender<String>>,
-    dropped: AtomicU64,
+pub struct Writer {
+    shared: Arc<Shared>,
+    queue: usize,
+    tx: OnceLock<Option<SyncSender<String>>>,
+    dropped: Arc<AtomicU64>,
 }
 
 impl Writer {
-    /// Starts the writer thread for `output`.
-    pub(crate) fn start(output: &Output) -> Writer {
-        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
-        let output = output.clone();
-        let spawned =
-            std::thread::Builder::new().name("weir-access-log".into()).spawn(move || run(&output, &rx));
-        let tx = match spawned {
-            Ok(_) => Some(tx),
-            Err(error) => {
-                tracing::error!(%error, "cannot start the access log writer; no access log");
-                None
-            }
-        };
-        Writer { tx, dropped: AtomicU64::new(0) }
+    /// A writer to `output` queueing at most `queue` lines.
+    pub fn new(output: &Output, queue: usize) -> Writer {
+        let shared = Arc::new(Shared { output: Mutex::new(output.clone()), generation: AtomicU64::new(0) });
+        Writer { shared, queue: queue.max(1), tx: OnceLock::new(), dropped: Arc::new(AtomicU64::new(0)) }
+    }
+
+    /// Lines dropped so far: the queue was full, or the output could not be opened or written.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Makes the writer reopen its file before the next line (after a log rotation).
+    pub fn reopen(&self) {
+        self.shared.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Sends the following lines to `output` (the table's `access-log-path`, or the flag).
+    pub fn retarget(&self, output: &Output) {
+        let mut current = self.shared.output.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if *current != *output {
+            *current = output.clone();
+            drop(current);
+            self.reopen();
+        }
     }
 
     /// Queues one line; drops it (counted, logged now and then) when the writer is behind.
-    pub(crate) fn write(&self, line: String) {
-        let Some(tx) = &self.tx else { return };
-        if let Err(TrySendError::Full(_)) = tx.try_send(line) {
+    pub fn write(&self, line: String) {
+        let tx = self.tx.get_or_init(|| self.start());
+        let Some(tx) = tx else {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = tx.try_send(line) {
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             if dropped.is_power_of_two() {
                 tracing::warn!(dropped, "the access log writer is behind; lines were dropped");
             }
         }
     }
+
+    fn start(&self) -> Option<SyncSender<String>> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(self.queue);
+        let shared = self.shared.clone();
+        let dropped = self.dropped.clone();
+        let spawned = std::thread::Builder::new()
+            .name("weir-access-log".into())
+            .spawn(move || run(&shared, &rx, &dropped));
+        match spawned {
+            Ok(_) => Some(tx),
+            Err(error) => {
+                tracing::error!(%error, "cannot start the access log writer; no access log");
+                None
+            }
+        }
+    }
 }
 
-fn run(output: &Output, rx: &Receiver<String>) {
-    let sink: Box<dyn Write> = match output {
-        Output::Stdout => Box::new(std::io::stdout()),
-        Output::File(path) => match std::fs::OpenOptions::new().create(true).append(true).open(path) {
-            Ok(file) => Box::new(file),
+/// Opens `output` for appending; `None` when there is nothing to write to.
+fn open(output: &Output) -> Option<Box<dyn Write>> {
+    match output {
+        Output::Off => None,
+        Output::Stdout => Some(Box::new(std::io::stdout())),
+        Output::Syslog { host, port } => match super::syslog::Sender::connect(host, *port, "access") {
+            Ok(sender) => Some(Box::new(sender)),
             Err(error) => {
-                tracing::error!(path = %path.display(), %error, "cannot open the access log; no access log");
-                return;
+                tracing::error!(host, port, %error, "cannot reach the syslog server; access-log lines are dropped until it is reopened (SIGUSR1) or changed");
+                None
             }
         },
-    };
-    let mut out = std::io::BufWriter::new(sink);
+        Output::File(path) => match std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            Ok(file) => Some(Box::new(file)),
+            Err(error) => {
+                tracing::error!(path = %path.display(), %error, "cannot open the access log; its lines are dropped until it is reopened (SIGUSR1) or changed");
+                None
+            }
+        },
+    }
+}
+
+/// The writer thread: writes what is queued, in batches, reopening the output when asked.
+fn run(shared: &Shared, rx: &Receiver<String>, dropped: &AtomicU64) {
+    let mut generation = u64::MAX;
+    let mut out: Option<std::io::BufWriter<Box<dyn Write>>> = None;
     let mut failing = false;
     while let Ok(line) = rx.recv() {
-        let mut result = out.write_all(line.as_bytes());
-        while let Ok(more) = rx.try_recv() {
-            result = result.and_then(|()| out.write_all(more.as_bytes()));
-        }
-        result = result.and_then(|()| out.flush());
-        match result {
-            Err(error) if !failing => {
-                tracing::error!(%error, "writing the access log failed");
-                failing = true;
+        let now = shared.generation.load(Ordering::Relaxed);
+        if now != generation {
+            generation = now;
+            if let Some(mut old) = out.take() {
+                let _ = old.flush();
             }
-            Err(_) => {}
+            let output = shared.output.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+            out = open(&output).map(std::io::BufWriter::new);
+        }
+        let mut batch = 1u64;
+        let Some(sink) = out.as_mut() else {
+            while rx.try_recv().is_ok() {
+                batch += 1;
+            }
+            dropped.fetch_add(batch, Ordering::Relaxed);
+            continue;
+        };
+        let mut result = sink.write_all(line.as_bytes());
+        while let Ok(more) = rx.try_recv() {
+            batch += 1;
+            result = result.and_then(|()| sink.write_all(more.as_bytes()));
+        }
+        result = result.and_then(|()| sink.flush());
+        match result {
+            Err(error) => {
+                dropped.fetch_add(batch, Ordering::Relaxed);
+                if !failing {
+                    tracing::error!(%error, "writing the access log failed");
+                    failing = true;
+                }
+            }
             Ok(()) => failing = false,
         }
     }
@@ -391,9 +674,19 @@ mod tests {
         LogField { key: key.into(), value: template.parse().unwrap(), bare }
     }
 
+    fn end(how: Ending) -> End {
+        End {
+            elapsed: Duration::from_millis(1500),
+            head_bytes: 100,
+            body_bytes: 1000,
+            request_length: 80,
+            how,
+        }
+    }
+
     #[test]
     fn lines_are_json_with_the_selected_fields() {
-        let format = Format::new(&[
+        let format = Arc::new(Format::new(&[
             field("client", "$remote_addr", false),
             field("req", "$request", false),
             field("status", "$status", true),
@@ -402,16 +695,24 @@ mod tests {
             field("upstream_status", "$upstream_status", true),
             field("user", "$remote_user", false),
             field("svc", "$proxy_upstream_name", false),
-        ]);
+            field("sent", "$bytes_sent", true),
+            field("body", "$body_bytes_sent", true),
+            field("len", "$request_length", true),
+            field("took", "$request_time", true),
+            field("ok", "$request_completion", false),
+            field("end", "$request_end", false),
+            field("tls", "$ssl_protocol/$ssl_cipher", false),
+            field("ct", "$sent_http_content_type", false),
+        ]));
         let req = http::Request::get("http://a.test/x?y=1")
             .header("user-agent", "t\"1")
             .header("authorization", "Basic YWxpY2U6c2VjcmV0")
             .body(())
             .unwrap();
-        let captured = format.capture(&req, "203.0.113.7".parse().unwrap());
         let port = HeaderValue::from_static("80");
         let id = HeaderValue::from_static("abc");
-        let headers = HeaderMap::new();
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", HeaderValue::from_static("text/plain"));
         let upstream = Upstream {
             addr: "10.0.0.1:8080".into(),
             status: 200,
@@ -419,17 +720,20 @@ mod tests {
             backend: Some("ns/web:80".parse().unwrap()),
             origin: Some(ObjectRef::new("ns", "ing")),
         };
-        let mut out = Outcome {
+        let out = |upstream: Option<Upstream>, ssl| Outcome {
             peer: "127.0.0.1:5000".parse().unwrap(),
             https: false,
+            ssl,
             listener_port: &port,
             request_id: &id,
             status: StatusCode::OK,
             response_headers: &headers,
-            elapsed: Duration::from_millis(5),
-            upstream: Some(&upstream),
+            upstream,
         };
-        let line = format.line(&captured, &out);
+        let captured = format.capture(&req, "203.0.113.7".parse().unwrap()).unwrap();
+        let ssl = Ssl { protocol: "TLSv1.3", cipher: "TLS_AES_128_GCM_SHA256" };
+        let entry = format.entry(captured, out(Some(upstream), Some(ssl)));
+        let line = entry.line(&end(Ending::Complete));
         assert!(line.ends_with("}\n"));
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["client"], "203.0.113.7");
@@ -440,11 +744,79 @@ mod tests {
         assert_eq!(v["upstream_status"], 200);
         assert_eq!(v["user"], "alice");
         assert_eq!(v["svc"], "ns-web-80");
-        // Answered locally: upstream fields are empty, bare ones null.
-        out.upstream = None;
-        let v: serde_json::Value = serde_json::from_str(&format.line(&captured, &out)).unwrap();
+        assert_eq!(
+            (v["sent"].as_u64(), v["body"].as_u64(), v["len"].as_u64()),
+            (Some(1100), Some(1000), Some(80))
+        );
+        assert_eq!(v["took"].as_f64(), Some(1.5));
+        assert_eq!((v["ok"].as_str(), v["end"].as_str()), (Some("OK"), Some("complete")));
+        assert_eq!(v["tls"], "TLSv1.3/TLS_AES_128_GCM_SHA256");
+        assert_eq!(v["ct"], "text/plain");
+        // Answered locally over plain HTTP, and the client went away: upstream fields are empty,
+        // bare ones null.
+        let captured = format.capture(&req, "203.0.113.7".parse().unwrap()).unwrap();
+        let entry = format.entry(captured, out(None, None));
+        let v: serde_json::Value = serde_json::from_str(&entry.line(&end(Ending::ClientGone))).unwrap();
         assert_eq!(v["upstream"], "");
         assert!(v["upstream_status"].is_null());
+        assert_eq!((v["ok"].as_str(), v["end"].as_str()), (Some(""), Some("client_gone")));
+        assert_eq!(v["tls"], "/");
+    }
+
+    #[test]
+    fn the_default_format_has_every_default_field_and_skipped_urls_are_not_captured() {
+        let fields = Format::default_fields();
+        assert_eq!(fields.len(), DEFAULT_FIELDS.len(), "every default field parses");
+        let format = Format::new(&fields).skipping(&["/healthz".to_string()]);
+        let get = |target: &str| http::Request::get(target).body(()).unwrap();
+        let client = "192.0.2.1".parse().unwrap();
+        assert!(format.capture(&get("/healthz"), client).is_none());
+        assert!(format.capture(&get("/healthz?x"), client).is_some(), "matched as $request_uri");
+        assert!(format.capture(&get("/"), client).is_some());
+    }
+
+    #[test]
+    fn outputs_parse() {
+        assert_eq!("off".parse::<Output>(), Ok(Output::Off));
+        assert_eq!("stdout".parse::<Output>(), Ok(Output::Stdout));
+        assert_eq!("/dev/stdout".parse::<Output>(), Ok(Output::Stdout));
+        assert_eq!("/var/log/a.log".parse::<Output>(), Ok(Output::File("/var/log/a.log".into())));
+        assert!("a.log".parse::<Output>().is_err());
+    }
+
+    #[test]
+    fn the_writer_reopens_its_file_after_a_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        let writer = Writer::new(&Output::File(path.clone()), 8);
+        let wait_for = |path: &std::path::Path, text: &str| {
+            for _ in 0..500 {
+                if std::fs::read_to_string(path).unwrap_or_default() == text {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            panic!("{} never held {text:?}", path.display());
+        };
+        writer.write("one\n".into());
+        wait_for(&path, "one\n");
+        let rotated = dir.path().join("access.log.1");
+        std::fs::rename(&path, &rotated).unwrap();
+        writer.write("two\n".into());
+        wait_for(&rotated, "one\ntwo\n");
+        writer.reopen();
+        writer.write("three\n".into());
+        wait_for(&path, "three\n");
+        writer.retarget(&Output::Off);
+        writer.write("four\n".into());
+        for _ in 0..500 {
+            if writer.dropped() == 1 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(writer.dropped(), 1, "a line with no output is dropped and counted");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "three\n");
     }
 
     #[test]
@@ -459,8 +831,6 @@ mod tests {
         s.clear();
         write_time(&mut s, t, TimeStyle::Msec);
         assert_eq!(s, "1700000000.123");
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
     }
 
     #[test]

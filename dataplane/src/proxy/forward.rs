@@ -102,6 +102,8 @@ pub(super) struct ConnCtx {
     pub(super) upstream_deadline: Deadline,
     /// Those of an HTTP/2 connection's streams (one lent to each stream's wait).
     pub(super) stream_deadlines: Deadlines,
+    /// The TLS version and cipher suite of an HTTPS connection (`$ssl_protocol`, `$ssl_cipher`).
+    pub(super) ssl: Option<accesslog::Ssl>,
 }
 
 const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
@@ -116,10 +118,12 @@ impl ConnCtx {
     /// Serves one request; never fails (errors become local responses).
     pub(super) async fn handle(self: Arc<Self>, mut req: Request<Incoming>) -> Response<Metered<ProxyBody>> {
         let start = Instant::now();
-        let meter = Meter::of(&req, self.proxy.inner.config.metrics.enabled);
+        let state = self.proxy.inner.state.load_full();
+        // The request as the client sent it (before weir adds an `X-Request-ID`).
+        let meter =
+            Meter::of(&req, self.proxy.inner.config.metrics.enabled, state.config.access_log.is_some());
         let request_id = request_id(req.headers_mut());
         let grpc = is_grpc(req.headers());
-        let state = self.proxy.inner.state.load_full();
         let seen = self.before(&state.config, &mut req);
         let outcome = self.forward(&state, req, start, &request_id, &meter).await;
         let mut resp = match outcome {
@@ -149,8 +153,8 @@ impl ConnCtx {
         {
             resp.headers_mut().insert(STRICT_TRANSPORT_SECURITY, hsts.clone());
         }
-        self.after(&state, seen, &mut resp, start, &request_id);
-        meter.finish(resp, state, start)
+        let log = self.after(&state, seen, &mut resp, &request_id);
+        meter.finish(resp, state, start, log)
     }
 
     async fn forward(
@@ -188,6 +192,9 @@ impl ConnCtx {
         let path = normalized.as_deref().unwrap_or(req.uri().path());
         let route = state.router.lookup(host_str, path).ok_or(ProxyError::NoRoute)?;
         meter.route(&route.stats);
+        if route.policy.as_deref().is_some_and(|p| p.access_log_off) {
+            meter.quiet();
+        }
         // `custom-http-errors`: what the error page backend is told about the request (boxed:
         // it waits across the exchange, and most routes have none).
         let custom = route.policy.as_deref().and_then(|p| p.custom_errors.as_ref()).map(|(codes, pages)| {
@@ -1089,21 +1096,21 @@ impl ConnCtx {
         let log = config
             .access_log
             .as_ref()
-            .map(|format| format.capture(req, self.client(config, req.headers()).ip));
+            .and_then(|format| format.capture(req, self.client(config, req.headers()).ip));
         let compress =
             config.compression.as_ref().and_then(|c| c.accepted(req.method(), req.version(), req.headers()));
         Seen { http1: req.version() <= Version::HTTP_11, log, compress }
     }
 
-    /// Settings applied to the answer: compression, `keep-alive-requests`, the access-log line.
+    /// Settings applied to the answer: compression, `keep-alive-requests`; returns what the
+    /// access-log line needs from the response head (written when the response ends).
     fn after(
         &self,
         state: &Compiled,
         seen: Seen,
         resp: &mut Response<ProxyBody>,
-        start: Instant,
         request_id: &HeaderValue,
-    ) {
+    ) -> Option<Box<accesslog::Entry>> {
         // Upstream answers only: weir's own are short.
         if let (Some(config), Some(accepted)) = (&state.config.compression, seen.compress)
             && matches!(resp.body(), Either::Left(_))
@@ -1122,23 +1129,21 @@ impl ConnCtx {
         {
             resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
         }
-        if let (Some(format), Some(captured)) = (&state.config.access_log, seen.log) {
-            let upstream = resp.extensions_mut().remove::<accesslog::Upstream>();
-            let line = format.line(
-                &captured,
-                &accesslog::Outcome {
-                    peer: self.peer,
-                    https: self.https,
-                    listener_port: &self.listener_port,
-                    request_id,
-                    status: resp.status(),
-                    response_headers: resp.headers(),
-                    elapsed: start.elapsed(),
-                    upstream: upstream.as_ref(),
-                },
-            );
-            self.proxy.access_log().write(line);
-        }
+        let (Some(format), Some(captured)) = (&state.config.access_log, seen.log) else { return None };
+        let upstream = resp.extensions_mut().remove::<accesslog::Upstream>();
+        Some(format.entry(
+            captured,
+            accesslog::Outcome {
+                peer: self.peer,
+                https: self.https,
+                ssl: self.ssl,
+                listener_port: &self.listener_port,
+                request_id,
+                status: resp.status(),
+                response_headers: resp.headers(),
+                upstream,
+            },
+        ))
     }
 
     /// The client: the connection's peer, unless trusted proxies name another

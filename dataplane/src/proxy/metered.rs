@@ -1,6 +1,8 @@
-//! The request metrics' hooks on the request path: a [`Meter`] on the request's stack that the
-//! phases fill in (route, canary, upstream time), and a [`Metered`] response body that records
-//! the request when its last byte has gone out, or when the client goes away.
+//! The request metrics' and the access log's hooks on the request path: a [`Meter`] on the
+//! request's stack that the phases fill in (route, canary, upstream time, whether the route
+//! logs), and a [`Metered`] response body that records the request and writes its access-log
+//! line when its last byte has gone out, or when the client goes away: one end-of-request point
+//! for both.
 //!
 //! Nothing here allocates or locks: the meter is plain atomics owned by one request (written
 //! with relaxed stores, never shared), the body carries the request's table (moved in, not
@@ -17,6 +19,7 @@ use http::{HeaderMap, Request, Response};
 use http_body::{Body, Frame, SizeHint};
 
 use super::Compiled;
+use super::accesslog::{End, Ending, Entry};
 use crate::metrics::{Record, RouteHandle, method_slot};
 
 /// No id / no duration.
@@ -32,25 +35,33 @@ pub(super) struct Meter {
     upstream_ns: AtomicU64,
     method: u8,
     request_bytes: u64,
+    /// The route's `enable-access-log: "false"`.
+    quiet: std::sync::atomic::AtomicBool,
+    /// A HEAD request: its response never has a body.
+    head: bool,
 }
 
 impl Meter {
     /// The request's method and size (its head as sent, and the declared body); nothing is
-    /// measured unless `enabled`.
-    pub(super) fn of<B>(req: &Request<B>, enabled: bool) -> Meter {
-        if !enabled {
+    /// measured unless `enabled` (metrics) or `logged` (the access log).
+    pub(super) fn of<B>(req: &Request<B>, enabled: bool, logged: bool) -> Meter {
+        let head = req.method() == http::Method::HEAD;
+        if !enabled && !logged {
             return Meter {
                 route: AtomicU32::new(NONE),
                 canary: AtomicU32::new(NONE),
                 upstream_ns: AtomicU64::new(NO_TIME),
                 method: DISABLED,
                 request_bytes: 0,
+                quiet: Default::default(),
+                head,
             };
         }
-        let head = req.method().as_str().len()
+        let head_bytes = req.method().as_str().len()
             + req.uri().path_and_query().map_or(1, |pq| pq.as_str().len())
             + header_bytes(req.headers())
-            + 13;
+            // The request line's two spaces, `HTTP/1.1` and its CRLF.
+            + 12;
         let body = req
             .headers()
             .get(http::header::CONTENT_LENGTH)
@@ -61,9 +72,16 @@ impl Meter {
             route: AtomicU32::new(NONE),
             canary: AtomicU32::new(NONE),
             upstream_ns: AtomicU64::new(NO_TIME),
-            method: method_slot(req.method()),
-            request_bytes: head as u64 + body,
+            method: if enabled { method_slot(req.method()) } else { DISABLED },
+            request_bytes: head_bytes as u64 + body,
+            quiet: Default::default(),
+            head,
         }
+    }
+
+    /// The route does not log its requests (`enable-access-log: "false"`).
+    pub(super) fn quiet(&self) {
+        self.quiet.store(true, Ordering::Relaxed);
     }
 
     /// The request matched a route.
@@ -85,31 +103,48 @@ impl Meter {
         self.upstream_ns.store(u64::try_from(elapsed.as_nanos()).unwrap_or(NO_TIME - 1), Ordering::Relaxed);
     }
 
-    /// The response whose body records the request at its end (when metrics are on).
-    pub(super) fn finish<B>(
+    /// The response whose body records the request at its end (when metrics are on) and writes
+    /// `log`, its access-log line (unless the route is quiet, or no route took the request and
+    /// the default backend is not logged).
+    pub(super) fn finish<B: Body>(
         self,
         resp: Response<B>,
         state: Arc<Compiled>,
         start: Instant,
+        log: Option<Box<Entry>>,
     ) -> Response<Metered<B>> {
-        if !state.config.metrics.enabled || self.method == DISABLED {
+        let route = self.route.load(Ordering::Relaxed);
+        let log = log.filter(|entry| {
+            !self.quiet.load(Ordering::Relaxed) && (route != NONE || entry.logs_default_backend())
+        });
+        let metrics = state.config.metrics.enabled && self.method != DISABLED;
+        if !metrics && log.is_none() {
             return resp.map(|inner| Metered { inner, pending: None });
         }
-        let route = self.route.load(Ordering::Relaxed);
         let upstream = self.upstream_ns.load(Ordering::Relaxed);
         let head = header_bytes(resp.headers()) + 17;
+        let status = resp.status();
+        let bodiless = self.head
+            || status.is_informational()
+            || status == http::StatusCode::NO_CONTENT
+            || status == http::StatusCode::NOT_MODIFIED
+            || resp.body().is_end_stream();
         let pending = Pending {
             state,
             route: if route == NONE { 0 } else { route },
             start,
+            metrics,
             record: Record {
                 method: self.method,
-                status: resp.status().as_u16(),
+                status: status.as_u16(),
                 duration: Duration::ZERO,
                 upstream: (upstream != NO_TIME).then(|| Duration::from_nanos(upstream)),
                 request_bytes: self.request_bytes,
                 response_bytes: head as u64,
             },
+            head_bytes: head as u64,
+            bodiless,
+            log,
         };
         resp.map(|inner| Metered { inner, pending: Some(pending) })
     }
@@ -125,35 +160,58 @@ struct Pending {
     state: Arc<Compiled>,
     route: u32,
     start: Instant,
+    /// Record the request's metrics.
+    metrics: bool,
     record: Record,
+    head_bytes: u64,
+    /// The response has no body to send (HEAD, 1xx, 204, 304).
+    bodiless: bool,
+    log: Option<Box<Entry>>,
 }
 
 impl Pending {
-    fn record(mut self) {
+    fn record(mut self, how: Ending) {
         self.record.duration = self.start.elapsed();
-        if let Some(stats) = self.state.metrics.route(self.route) {
+        if self.metrics
+            && let Some(stats) = self.state.metrics.route(self.route)
+        {
             stats.record(&self.record);
+        }
+        if let Some(entry) = self.log {
+            let end = End {
+                elapsed: self.record.duration,
+                head_bytes: self.head_bytes,
+                body_bytes: self.record.response_bytes.saturating_sub(self.head_bytes),
+                request_length: self.record.request_bytes,
+                how,
+            };
+            self.state.log.write(entry.line(&end));
         }
     }
 }
 
-/// A response body that records its request's metrics when it ends or is dropped.
+/// A response body that records its request's metrics and writes its access-log line when it
+/// ends or is dropped.
 pub(crate) struct Metered<B> {
     inner: B,
     pending: Option<Pending>,
 }
 
-impl<B> Metered<B> {
-    fn done(&mut self) {
+impl<B: Body> Metered<B> {
+    fn done(&mut self, how: Ending) {
         if let Some(pending) = self.pending.take() {
-            pending.record();
+            pending.record(how);
         }
     }
 }
 
 impl<B> Drop for Metered<B> {
     fn drop(&mut self) {
-        self.done();
+        if let Some(pending) = self.pending.take() {
+            // Dropped before its end: the client went away, unless there was nothing to send.
+            let how = if pending.bodiless { Ending::Complete } else { Ending::ClientGone };
+            pending.record(how);
+        }
     }
 }
 
@@ -176,10 +234,11 @@ where
                     pending.record.response_bytes += data.len() as u64;
                 }
                 if this.inner.is_end_stream() {
-                    this.done();
+                    this.done(Ending::Complete);
                 }
             }
-            Poll::Ready(_) => this.done(),
+            Poll::Ready(Some(Err(_))) => this.done(Ending::UpstreamError),
+            Poll::Ready(None) => this.done(Ending::Complete),
             Poll::Pending => {}
         }
         polled

@@ -12,7 +12,7 @@
 //! - `forward`: routing, header policy, retries, upstream errors.
 //! - `extauth`, `mirror`: the external authentication subrequest, the mirrored copies.
 //! - `upgrade`: HTTP/1.1 `Upgrade` (WebSocket and others) splicing.
-//! - [`accesslog`]: the access log's lines and their writer.
+//! - [`accesslog`]: the access log's lines and their writer; [`syslog`]: RFC 5424 over UDP.
 //! - `deadline`: an HTTP/1 connection's lazily re-armed timer for its request-head and
 //!   response-head deadlines.
 //! - [`error`]: errors classified by where they came from, and the responses they become.
@@ -54,6 +54,7 @@ pub(crate) mod mirror;
 pub mod proxy_protocol;
 mod server;
 mod settings;
+pub mod syslog;
 mod upgrade;
 mod upstream;
 
@@ -143,9 +144,11 @@ pub struct ProxyConfig {
     /// How request paths are normalized for routing and policies (`merge-slashes`,
     /// `encoded-slashes`).
     pub paths: crate::uri_path::PathOptions,
-    /// The access-log format (`log-format-upstream`); `None`: no access log.
+    /// The access-log format (`log-format-upstream`, else the default fields); `None`: no
+    /// access log (set from the table's settings and `access_log_output`).
     pub access_log: Option<Arc<accesslog::Format>>,
-    /// Where access-log lines go.
+    /// Where access-log lines go (`--access-log`; the table's `access-log-path` overrides it).
+    /// Off by default here; the `weir` command's default is stdout.
     pub access_log_output: accesslog::Output,
     /// Headers set on every response (`add-headers`); a route's `custom-headers` win.
     pub response_headers: crate::route::policy::HeaderList,
@@ -180,6 +183,8 @@ pub struct ProxyConfig {
     pub original_uri_header: bool,
     /// Request metrics: on or off, per host or not; set when the proxy is made.
     pub metrics: crate::metrics::MetricsConfig,
+    /// Access-log lines queued for the writer at most; past it they are dropped and counted.
+    pub access_log_queue: usize,
 }
 
 impl Default for ProxyConfig {
@@ -212,7 +217,7 @@ impl Default for ProxyConfig {
             underscores_in_headers: false,
             paths: crate::uri_path::PathOptions::default(),
             access_log: None,
-            access_log_output: accesslog::Output::Stdout,
+            access_log_output: accesslog::Output::Off,
             response_headers: Vec::new(),
             upstream_headers: Vec::new(),
             next_upstream: Retry::DEFAULT,
@@ -227,6 +232,7 @@ impl Default for ProxyConfig {
             hidden_response_headers: headers::hidden_by_default(false).into(),
             original_uri_header: false,
             metrics: crate::metrics::MetricsConfig::default(),
+            access_log_queue: accesslog::QUEUE,
         }
     }
 }
@@ -292,7 +298,7 @@ struct Inner {
     /// the first TLS listener starts.
     fallback_cert: OnceLock<Arc<rustls::sign::CertifiedKey>>,
     /// The access-log writer, started with the first line.
-    access_log: OnceLock<accesslog::Writer>,
+    access_log: Arc<accesslog::Writer>,
     /// Set once the task closing idle upstream connections runs (with the first listener).
     sweeping: std::sync::atomic::AtomicBool,
     /// TLS sessions for resumption, shared by the server configs without client
@@ -340,6 +346,8 @@ struct Compiled {
     tls: Option<Arc<rustls::ServerConfig>>,
     /// The request metrics' label sets, by route handle id and backend index.
     metrics: crate::metrics::Live,
+    /// The access log's writer (the proxy's one).
+    log: Arc<accesslog::Writer>,
 }
 
 /// Picks the certificate of each handshake from the live table (so a publish rotates it), else
@@ -409,6 +417,7 @@ impl Proxy {
     /// A proxy with an empty table: every request gets 404 until the first [`Proxy::publish`].
     pub fn new(config: ProxyConfig) -> Proxy {
         let clients = upstream::client::Clients::new(Exchange::of(&config));
+        let access_log = Arc::new(accesslog::Writer::new(&config.access_log_output, config.access_log_queue));
         let empty = Compiled {
             version: 0,
             router: Router::default(),
@@ -420,6 +429,7 @@ impl Proxy {
             config: config.clone(),
             tls: None,
             metrics: crate::metrics::Live::default(),
+            log: access_log.clone(),
         };
         let conns = Arc::new(limits::ConnLimits::new(config.connection_limits));
         let limiters = LimiterCache::default();
@@ -433,7 +443,7 @@ impl Proxy {
                 clients,
                 limiters,
                 fallback_cert: OnceLock::new(),
-                access_log: OnceLock::new(),
+                access_log,
                 sweeping: std::sync::atomic::AtomicBool::new(false),
                 sessions: Arc::new(crate::tls::sessions::SessionCache::default()),
                 tickets: Arc::new(crate::tls::tickets::Tickets::new()),
@@ -458,6 +468,7 @@ impl Proxy {
         changes: Option<&TableChanges>,
     ) -> Result<u64, CompileError> {
         let config = self.inner.config.with_settings(&table.settings);
+        self.inner.access_log.retarget(&config.access_log_output);
         let http = Arc::new(http_builder(&config));
         // Serializes publishers (versions stay monotonic, registry updates don't interleave);
         // requests never take this lock.
@@ -519,6 +530,7 @@ impl Proxy {
             http,
             tls,
             metrics,
+            log: self.inner.access_log.clone(),
         }));
         drop(live);
         self.inner.clients.prune();
@@ -584,6 +596,11 @@ impl Proxy {
     /// The request metrics, for a scrape ([`crate::metrics::Registry::collect`]).
     pub fn metrics(&self) -> &Arc<crate::metrics::Registry> {
         self.inner.limiters.metrics()
+    }
+
+    /// The access log's writer: its dropped lines, and reopening its file (`SIGUSR1`).
+    pub fn access_log(&self) -> &accesslog::Writer {
+        &self.inner.access_log
     }
 }
 

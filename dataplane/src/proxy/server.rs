@@ -86,6 +86,17 @@ impl Conn {
     }
 
     fn ctx(&self, client: SocketAddr, https: bool, client_cert: Option<ClientCert>) -> Arc<ConnCtx> {
+        self.ctx_ssl(client, https, client_cert, None)
+    }
+
+    /// [`Self::ctx`] of an HTTPS connection with its TLS parameters.
+    fn ctx_ssl(
+        &self,
+        client: SocketAddr,
+        https: bool,
+        client_cert: Option<ClientCert>,
+        ssl: Option<super::accesslog::Ssl>,
+    ) -> Arc<ConnCtx> {
         Arc::new(ConnCtx {
             proxy: self.proxy.clone(),
             peer: client,
@@ -97,6 +108,7 @@ impl Conn {
             requests: std::sync::atomic::AtomicU32::new(0),
             upstream_deadline: Default::default(),
             stream_deadlines: Default::default(),
+            ssl,
         })
     }
 
@@ -123,7 +135,8 @@ impl Conn {
         drop(permit);
         match accepted {
             Ok(Ok((client, Accepted::Terminated(stream, cert)))) => {
-                let ctx = self.ctx(client, true, cert.map(|c| *c));
+                let ssl = super::accesslog::Ssl::of(stream.get_ref().1);
+                let ctx = self.ctx_ssl(client, true, cert.map(|c| *c), ssl);
                 let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
                 serve_http(self.builder, stream, ctx, self.watcher, h2).await;
             }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::accesslog::{Format, Writer};
+use super::accesslog::{Format, Output};
 use super::{Proxy, ProxyConfig, Publisher};
 use crate::model::Settings;
 use crate::route::realip::RealIp;
@@ -117,9 +117,7 @@ impl ProxyConfig {
         config.blocklists =
             super::blocklist::Blocklists::new(&settings.block_user_agents, &settings.block_referers)
                 .map(Arc::new);
-        if let Some(fields) = &settings.access_log {
-            config.access_log = Some(Arc::new(Format::new(fields)));
-        }
+        config.access_log = access_log(&mut config.access_log_output, settings);
         for (list, field, headers) in [
             (&mut config.response_headers, "add-headers", &settings.response_headers),
             (&mut config.upstream_headers, "proxy-set-headers", &settings.upstream_headers),
@@ -134,6 +132,30 @@ impl ProxyConfig {
         }
         config
     }
+}
+
+/// The access log's format under `settings` (`None`: no access log), and its destination
+/// (`access-log-path` over the flag's).
+fn access_log(output: &mut Output, settings: &Settings) -> Option<Arc<Format>> {
+    let logging = &settings.logging;
+    if let Some(path) = &logging.path {
+        match path.parse::<Output>() {
+            Ok(path) => *output = path,
+            Err(error) => tracing::warn!(%error, "access-log-path unusable; ignored"),
+        }
+    }
+    // `enable-syslog`: the access log goes to syslog instead, as ingress-nginx sends it.
+    if let Some(syslog) = &logging.syslog {
+        *output = Output::Syslog { host: syslog.host.clone(), port: syslog.port };
+    }
+    if logging.access_log_off || *output == Output::Off {
+        return None;
+    }
+    let format = match &settings.access_log {
+        Some(fields) => Format::new(fields),
+        None => Format::new(&Format::default_fields()),
+    };
+    Some(Arc::new(format.skipping(&logging.skip_urls).with_default_backend(logging.default_backend)))
 }
 
 impl Proxy {
@@ -190,11 +212,6 @@ impl Proxy {
         let keys = &settings.tls_keys;
         let secret = keys.session_ticket_key.as_ref().map(|k| k.0.as_slice());
         self.inner.tickets.configure(keys.session_tickets == Some(true), secret, timeout);
-    }
-
-    /// The access-log writer (started with the first line).
-    pub(super) fn access_log(&self) -> &Writer {
-        self.inner.access_log.get_or_init(|| Writer::start(&self.inner.config.access_log_output))
     }
 }
 

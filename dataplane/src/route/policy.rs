@@ -120,6 +120,8 @@ pub struct CompiledPolicy {
     pub auth_cache: Option<Arc<crate::state::authcache::AuthCache>>,
     /// `global-rate-limit*`: the limit shared by the replicas through memcached.
     pub global_limit: Option<Arc<crate::state::global_limit::GlobalLimiter>>,
+    /// `enable-access-log: "false"`: the route's requests are not logged.
+    pub access_log_off: bool,
 }
 
 /// External authentication ready for the request path: its settings, with the URL templates
@@ -353,6 +355,7 @@ impl CompiledPolicy {
                 )),
                 None => None,
             },
+            access_log_off: policy.access_log_off,
         }))
     }
 

@@ -159,6 +159,15 @@ pub fn provider(tls12: &[String]) -> Arc<CryptoProvider> {
     Arc::new(provider)
 }
 
+/// The OpenSSL name of a suite weir offers, from its rustls name (`$ssl_cipher` in the access
+/// log): `TLS_AES_128_GCM_SHA256`, `ECDHE-RSA-AES128-GCM-SHA256`.
+pub fn openssl_name(rustls: &str) -> Option<&'static str> {
+    if let Some(tls13) = rustls.strip_prefix("TLS13_") {
+        return TLS13.iter().find(|name| name.strip_prefix("TLS_") == Some(tls13)).copied();
+    }
+    SUITES.iter().find(|s| s.rustls == rustls).map(|s| s.openssl)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -198,5 +207,15 @@ mod tests {
         assert_eq!(tls12.len(), 1);
         assert_eq!(p.cipher_suites.len(), 4);
         assert_eq!(provider(&[]).cipher_suites.len(), 9);
+    }
+
+    #[test]
+    fn suites_have_their_openssl_names() {
+        assert_eq!(openssl_name("TLS13_AES_128_GCM_SHA256"), Some("TLS_AES_128_GCM_SHA256"));
+        assert_eq!(
+            openssl_name("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"),
+            Some("ECDHE-RSA-AES128-GCM-SHA256")
+        );
+        assert_eq!(openssl_name("TLS13_AES_128_CCM_SHA256"), None);
     }
 }

@@ -207,7 +207,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
             ),
         ),
         // Observability.
-        ("enable-access-log", Unsupported),
+        ("enable-access-log", Supported),
         (
             "enable-rewrite-log",
             NotSupported(
@@ -461,6 +461,7 @@ pub(crate) fn parse(
     parsed.policy.response_headers = ctx.custom_headers(refs);
     parsed.policy.mirror = ctx.mirror().map(Box::new);
     parsed.global_auth = ctx.value("enable-global-auth", values::boolean).unwrap_or(true);
+    parsed.policy.access_log_off = ctx.value("enable-access-log", values::boolean) == Some(false);
     // weir streams bodies both ways and never spools them to disk: buffering settings are
     // validated and have nothing to change.
     let _ = ctx.value("proxy-buffering", values::on_off);

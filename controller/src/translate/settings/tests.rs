@@ -396,14 +396,14 @@ fn access_log_formats() {
 
     // Unknown variables: that field is left out, with a warning naming them.
     let (parsed, w) = finding(
-        &[("log-format-upstream", r#"{"a": "$remote_addr", "b": $bytes_sent}"#)],
+        &[("log-format-upstream", r#"{"a": "$remote_addr", "b": $upstream_bytes_sent}"#)],
         "log-format-upstream",
     );
     assert_eq!(w.severity, Severity::Warning);
-    assert!(w.message.contains("\"b\"") && w.message.contains("$bytes_sent"), "{}", w.message);
+    assert!(w.message.contains("\"b\"") && w.message.contains("$upstream_bytes_sent"), "{}", w.message);
     assert_eq!(parsed.settings.access_log.unwrap().len(), 1);
 
-    // nginx's text format is not JSON: no access log, and why.
+    // nginx's text format is not JSON: the default fields are logged, and why.
     let default_format = r#"$remote_addr - $remote_user [$time_local] "$request" $status"#;
     assert_eq!(
         rejected(&[("log-format-upstream", default_format)], "log-format-upstream").settings.access_log,
