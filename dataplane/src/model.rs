@@ -777,7 +777,7 @@ pub struct Canary {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExternalAuth {
-    /// The authentication service (`auth-url`), an `http://` URL template.
+    /// The authentication service (`auth-url`), an `http://` or `https://` URL template.
     pub url: String,
     /// The subrequest's method (`auth-method`, `GET` by default).
     pub method: String,
@@ -809,6 +809,10 @@ pub struct ExternalAuth {
     /// Answers of the service kept and reused (`auth-cache-key`, `auth-cache-duration`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<AuthCacheSpec>,
+    /// How an `https://` service's certificate is verified (the Ingress's `proxy-ssl-*`);
+    /// `None`: against the system's roots, the URL's host as the name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<UpstreamTls>,
 }
 
 /// How external authentication answers are cached: per route, by `key` (a template over
@@ -1154,7 +1158,7 @@ pub struct Backend {
 }
 
 /// How weir verifies an upstream's certificate (ingress-nginx `proxy-ssl-*`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamTls {
     /// CA certificates (PEM) to verify against; `None`: the system's roots.

@@ -174,6 +174,15 @@ impl<'a> Build<'a> {
             }
             let balance_annotated = parsed.balance_annotated;
             let mut policy = parsed.policy;
+            if let Some(auth) = policy.external_auth.as_deref_mut() {
+                annotations::auth_tls::apply(
+                    auth,
+                    o.ingress,
+                    &o.rank.object,
+                    self.snapshot,
+                    &mut self.warnings,
+                );
+            }
             self.settings.routes.apply(&mut policy, parsed.global_auth);
             if !balance_annotated && let Some(balance) = &self.settings.routes.balance {
                 policy.balance = balance.clone();

@@ -924,14 +924,14 @@ impl<'a> Ctx<'a, '_> {
             return None;
         }
         let closed = "every route denies every client (403) until it is fixed";
-        let Some(url) = self.value_or("global-auth-url", |v| values::auth_url(v, false), closed) else {
+        let Some(url) = self.value_or("global-auth-url", values::auth_url, closed) else {
             self.fail_closed = true;
             return None;
         };
         Some(ExternalAuth {
             url,
             method: self.value("global-auth-method", values::method, "GET").unwrap_or_else(|| "GET".into()),
-            signin: self.value("global-auth-signin", |v| values::auth_url(v, true), "none"),
+            signin: self.value("global-auth-signin", values::auth_url, "none"),
             response_headers: self
                 .value("global-auth-response-headers", values::cors_headers, "none")
                 .map(|list| list.split(',').map(|h| h.trim().to_string()).filter(|h| h != "*").collect())
