@@ -240,6 +240,33 @@ pub struct Settings {
     /// (`stream-proxy-protocol-version: v2`, weir's own key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_proxy_protocol_v2: Option<bool>,
+    /// Limits on what clients send (`large-client-header-buffers`, `http2-max-*`,
+    /// `proxy-protocol-header-timeout`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub client_limits: ClientLimits,
+}
+
+/// Limits on client requests and connections, each `None` when unset (weir's default applies).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientLimits {
+    /// nginx's `large_client_header_buffers NUMBER SIZE`: the request line and each header line
+    /// must fit in `SIZE` bytes (else 414, 431), the whole head in `NUMBER × SIZE`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header_buffers: Option<(u32, u32)>,
+    /// Longest HTTP/2 header field, name and value (`http2-max-field-size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub h2_max_field_bytes: Option<u32>,
+    /// Largest HTTP/2 request header list, decoded (`http2-max-header-size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub h2_max_header_bytes: Option<u32>,
+    /// Streams an HTTP/2 client may have open at once (`http2-max-concurrent-streams`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub h2_max_concurrent_streams: Option<u32>,
+    /// Time a connection has to send its PROXY protocol header, in milliseconds
+    /// (`proxy-protocol-header-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol_header_timeout_ms: Option<u64>,
 }
 
 impl Settings {

@@ -161,6 +161,8 @@ impl ConnCtx {
         request_id: &HeaderValue,
         meter: &Meter,
     ) -> Result<Response<ProxyBody>, ProxyError> {
+        // `large-client-header-buffers`, `http2-max-field-size`: lines longer than one buffer.
+        super::client_limits::check(&state.config.client_limits, &req)?;
         // `block-user-agents`, `block-referers`: before anything else, in every server.
         if let Some(lists) = &state.config.blocklists
             && lists.blocks(req.headers())
