@@ -267,6 +267,10 @@ pub struct ClientLimits {
     /// (`proxy-protocol-header-timeout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_protocol_header_timeout_ms: Option<u64>,
+    /// Request headers whose names are not letters, digits and `-` (and `_` with
+    /// `enable-underscores-in-headers`) are dropped (`ignore-invalid-headers`); `None`: true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_invalid_headers: Option<bool>,
 }
 
 impl Settings {

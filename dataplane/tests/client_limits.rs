@@ -138,3 +138,37 @@ async fn a_connection_without_its_proxy_header_is_closed_after_the_timeout() {
     let read = tokio::time::timeout(Duration::from_secs(10), silent.read(&mut buf)).await;
     assert!(matches!(read, Ok(Ok(0) | Err(_))), "the proxy closed the silent connection: {read:?}");
 }
+
+/// What the echo saw of a curl request with these extra headers.
+async fn echoed_headers(addr: SocketAddr, headers: &[&str]) -> String {
+    let headers: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-s", "-H", "Host: app.test"]);
+        for h in &headers {
+            cmd.args(["-H", h]);
+        }
+        let out = cmd.arg(format!("http://{addr}/")).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn invalid_header_names_are_dropped_unless_told_otherwise() {
+    if !have("curl") {
+        return;
+    }
+    let sent = ["X-Ok: 1", "X.Dot: 2", "X_Under: 3"];
+    // By default (nginx's `ignore_invalid_headers on`): only letters, digits and `-` pass.
+    let (p, _e) = limited(ClientLimits::default()).await;
+    let seen = echoed_headers(p.addr, &sent).await;
+    assert!(seen.contains("x-ok"), "{seen}");
+    assert!(!seen.contains("x.dot") && !seen.contains("x_under"), "{seen}");
+    // `ignore-invalid-headers: "false"`: passed as sent.
+    let keep = ClientLimits { ignore_invalid_headers: Some(false), ..ClientLimits::default() };
+    let (p, _e) = limited(keep).await;
+    let seen = echoed_headers(p.addr, &sent).await;
+    assert!(seen.contains("x-ok") && seen.contains("x.dot") && seen.contains("x_under"), "{seen}");
+}

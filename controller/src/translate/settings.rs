@@ -75,7 +75,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("keep-alive-requests", Supported),
         ("worker-shutdown-timeout", Supported),
         ("enable-underscores-in-headers", Supported),
-        ("ignore-invalid-headers", Unsupported),
+        ("ignore-invalid-headers", Supported),
         ("use-http2", Supported),
         ("http2-max-concurrent-streams", Supported),
         ("http2-max-field-size", Supported),

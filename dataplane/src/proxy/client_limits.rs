@@ -60,6 +60,21 @@ pub(super) fn check<B>(limits: &ClientLimits, req: &Request<B>) -> Result<(), Pr
     Ok(())
 }
 
+/// Drops request headers whose names nginx calls invalid: anything but letters, digits and `-`,
+/// and `_` unless `underscores` (`enable-underscores-in-headers`). hyper has lower-cased them.
+pub(super) fn drop_invalid(headers: &mut http::HeaderMap, underscores: bool) {
+    let valid = |name: &http::HeaderName| {
+        name.as_str().bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || (underscores && b == b'_'))
+    };
+    if headers.keys().all(valid) {
+        return;
+    }
+    let invalid: Vec<http::HeaderName> = headers.keys().filter(|n| !valid(n)).cloned().collect();
+    for name in invalid {
+        headers.remove(name);
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -92,6 +107,19 @@ mod tests {
         assert!(check(&l, &request(h2, "/", 195)).is_ok());
         assert!(matches!(check(&l, &request(h2, "/", 196)), Err(ProxyError::HeaderTooLarge)));
         assert!(check(&limits(None, None), &request(v1, "/", 100_000)).is_ok(), "unset: no check");
+    }
+
+    #[test]
+    fn invalid_names_are_dropped() {
+        let mut headers = http::HeaderMap::new();
+        for name in ["x-ok", "x_under", "x.dot", "x~tilde", "Digits-123"] {
+            headers.insert(http::HeaderName::from_bytes(name.as_bytes()).unwrap(), "1".parse().unwrap());
+        }
+        let mut strict = headers.clone();
+        drop_invalid(&mut strict, false);
+        assert_eq!(strict.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["x-ok", "digits-123"]);
+        drop_invalid(&mut headers, true);
+        assert_eq!(headers.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["x-ok", "x_under", "digits-123"]);
     }
 
     #[test]

@@ -48,6 +48,7 @@ impl Ctx<'_, '_> {
                 values::timeout_ms,
                 "5s",
             ),
+            ignore_invalid_headers: self.value("ignore-invalid-headers", values::boolean, "true"),
         }
     }
 }
@@ -84,6 +85,7 @@ mod tests {
             ("http2-max-header-size", "16k"),
             ("http2-max-concurrent-streams", "128"),
             ("proxy-protocol-header-timeout", "3s"),
+            ("ignore-invalid-headers", "false"),
         ]);
         assert!(w.is_empty(), "{w:#?}");
         assert_eq!(
@@ -94,6 +96,7 @@ mod tests {
                 h2_max_header_bytes: Some(16384),
                 h2_max_concurrent_streams: Some(128),
                 proxy_protocol_header_timeout_ms: Some(3000),
+                ignore_invalid_headers: Some(false),
             }
         );
         // A bad value is an error and keeps the default; the other keys apply.
