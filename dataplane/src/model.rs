@@ -251,6 +251,37 @@ pub struct Settings {
     /// The logging keys: access log selection and destination, error-log level, syslog.
     #[serde(default, skip_serializing_if = "logging::LogSettings::is_default")]
     pub logging: logging::LogSettings,
+    /// Limits on what clients send (`large-client-header-buffers`, `http2-max-*`,
+    /// `proxy-protocol-header-timeout`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub client_limits: ClientLimits,
+}
+
+/// Limits on client requests and connections, each `None` when unset (weir's default applies).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientLimits {
+    /// nginx's `large_client_header_buffers NUMBER SIZE`: the request line and each header line
+    /// must fit in `SIZE` bytes (else 414, 431), the whole head in `NUMBER × SIZE`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header_buffers: Option<(u32, u32)>,
+    /// Longest HTTP/2 header field, name and value (`http2-max-field-size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub h2_max_field_bytes: Option<u32>,
+    /// Largest HTTP/2 request header list, decoded (`http2-max-header-size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub h2_max_header_bytes: Option<u32>,
+    /// Streams an HTTP/2 client may have open at once (`http2-max-concurrent-streams`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub h2_max_concurrent_streams: Option<u32>,
+    /// Time a connection has to send its PROXY protocol header, in milliseconds
+    /// (`proxy-protocol-header-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol_header_timeout_ms: Option<u64>,
+    /// Request headers whose names are not letters, digits and `-` (and `_` with
+    /// `enable-underscores-in-headers`) are dropped (`ignore-invalid-headers`); `None`: true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_invalid_headers: Option<bool>,
 }
 
 impl Settings {
@@ -794,7 +825,7 @@ pub struct Canary {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExternalAuth {
-    /// The authentication service (`auth-url`), an `http://` URL template.
+    /// The authentication service (`auth-url`), an `http://` or `https://` URL template.
     pub url: String,
     /// The subrequest's method (`auth-method`, `GET` by default).
     pub method: String,
@@ -826,6 +857,10 @@ pub struct ExternalAuth {
     /// Answers of the service kept and reused (`auth-cache-key`, `auth-cache-duration`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<AuthCacheSpec>,
+    /// How an `https://` service's certificate is verified (the Ingress's `proxy-ssl-*`);
+    /// `None`: against the system's roots, the URL's host as the name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<UpstreamTls>,
 }
 
 /// How external authentication answers are cached: per route, by `key` (a template over
@@ -1171,7 +1206,7 @@ pub struct Backend {
 }
 
 /// How weir verifies an upstream's certificate (ingress-nginx `proxy-ssl-*`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamTls {
     /// CA certificates (PEM) to verify against; `None`: the system's roots.

@@ -175,6 +175,16 @@ impl<'a> Build<'a> {
             }
             let balance_annotated = parsed.balance_annotated;
             let mut policy = parsed.policy;
+            if let Some(auth) = policy.external_auth.as_deref_mut() {
+                annotations::auth_tls::apply(
+                    auth,
+                    o.ingress,
+                    &o.rank.object,
+                    self.snapshot,
+                    &self.settings.guards,
+                    &mut self.warnings,
+                );
+            }
             self.settings.routes.apply(&mut policy, parsed.global_auth);
             if let Some((limit, window_ms, key, exempt)) = parsed.global_limit {
                 match &self.settings.routes.memcached {

@@ -48,7 +48,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("compute-full-forwarded-for", Supported),
         ("proxy-real-ip-cidr", Supported),
         ("use-proxy-protocol", Supported),
-        ("proxy-protocol-header-timeout", Unsupported),
+        ("proxy-protocol-header-timeout", Supported),
         ("proxy-add-original-uri-header", Supported),
         ("generate-request-id", Supported),
         // TLS.
@@ -84,17 +84,17 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("keep-alive-requests", Supported),
         ("worker-shutdown-timeout", Supported),
         ("enable-underscores-in-headers", Supported),
-        ("ignore-invalid-headers", Unsupported),
+        ("ignore-invalid-headers", Supported),
         ("use-http2", Supported),
-        ("http2-max-concurrent-streams", Unsupported),
-        ("http2-max-field-size", Unsupported),
-        ("http2-max-header-size", Unsupported),
+        ("http2-max-concurrent-streams", Supported),
+        ("http2-max-field-size", Supported),
+        ("http2-max-header-size", Supported),
         ("http2-max-requests", Unsupported),
-        ("client-header-buffer-size", Unsupported),
+        ("client-header-buffer-size", Supported),
         ("client-header-timeout", Supported),
         ("client-body-buffer-size", Supported),
         ("client-body-timeout", Supported),
-        ("large-client-header-buffers", Unsupported),
+        ("large-client-header-buffers", Supported),
         ("server-tokens", Supported),
         // Request paths: weir's own keys (nginx's `merge_slashes`; ingress-nginx has none).
         ("merge-slashes", Supported),
@@ -549,6 +549,7 @@ pub(crate) fn parse(
     s.stream_responses = ctx.value("proxy-stream-responses", super::l4::responses, "1");
     s.stream_proxy_protocol_v2 =
         ctx.value("stream-proxy-protocol-version", super::l4::proxy_protocol_version, "v1");
+    s.client_limits = ctx.client_limits();
     s.response_headers = ctx.headers("add-headers", Direction::Response, config_maps);
     s.upstream_headers = ctx.headers("proxy-set-headers", Direction::Upstream, config_maps);
     parsed.allowed_response_headers = ctx.raw("global-allowed-response-headers").map(|list| {
@@ -1052,14 +1053,14 @@ impl<'a> Ctx<'a, '_> {
             return None;
         }
         let closed = "every route denies every client (403) until it is fixed";
-        let Some(url) = self.value_or("global-auth-url", |v| values::auth_url(v, false), closed) else {
+        let Some(url) = self.value_or("global-auth-url", values::auth_url, closed) else {
             self.fail_closed = true;
             return None;
         };
         Some(ExternalAuth {
             url,
             method: self.value("global-auth-method", values::method, "GET").unwrap_or_else(|| "GET".into()),
-            signin: self.value("global-auth-signin", |v| values::auth_url(v, true), "none"),
+            signin: self.value("global-auth-signin", values::auth_url, "none"),
             response_headers: self
                 .value("global-auth-response-headers", values::cors_headers, "none")
                 .map(|list| list.split(',').map(|h| h.trim().to_string()).filter(|h| h != "*").collect())
@@ -1230,6 +1231,7 @@ impl<'a> Scanner<'a> {
 }
 
 mod blocklist;
+mod client;
 mod compression;
 mod limits;
 mod logging;

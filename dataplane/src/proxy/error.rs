@@ -102,6 +102,13 @@ pub enum ProxyError {
     /// The host requires client certificates, but the connection was made for another name.
     #[error("the connection's TLS name does not cover this host's client certificate policy")]
     Misdirected,
+    /// The request line is longer than one `large-client-header-buffers` buffer.
+    #[error("request line too long")]
+    UriTooLong,
+    /// A header line is longer than one `large-client-header-buffers` buffer (or HTTP/2's
+    /// `http2-max-field-size`).
+    #[error("request header too large")]
+    HeaderTooLarge,
 }
 
 impl ProxyError {
@@ -120,7 +127,9 @@ impl ProxyError {
             | ProxyError::ClientCertUnauthorized
             | ProxyError::Misdirected
             | ProxyError::ClientBody(_)
-            | ProxyError::ClientBodyTimeout => ErrorSource::Downstream,
+            | ProxyError::ClientBodyTimeout
+            | ProxyError::UriTooLong
+            | ProxyError::HeaderTooLarge => ErrorSource::Downstream,
             ProxyError::NoRoute | ProxyError::BadUpstreamAddress | ProxyError::BadRewrite => {
                 ErrorSource::Internal
             }
@@ -158,6 +167,8 @@ impl ProxyError {
                 StatusCode::GATEWAY_TIMEOUT
             }
             ProxyError::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            ProxyError::UriTooLong => StatusCode::URI_TOO_LONG,
+            ProxyError::HeaderTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         }
     }
 }
@@ -177,6 +188,8 @@ pub(super) fn local_response(status: StatusCode, request_id: HeaderValue) -> Res
         StatusCode::REQUEST_TIMEOUT => "408 Request Timeout\n",
         StatusCode::PAYLOAD_TOO_LARGE => "413 Payload Too Large\n",
         StatusCode::TOO_MANY_REQUESTS => "429 Too Many Requests\n",
+        StatusCode::URI_TOO_LONG => "414 URI Too Long\n",
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => "431 Request Header Fields Too Large\n",
         StatusCode::NOT_FOUND => "404 Not Found\n",
         StatusCode::MISDIRECTED_REQUEST => "421 Misdirected Request\n",
         StatusCode::BAD_GATEWAY => "502 Bad Gateway\n",

@@ -12,7 +12,7 @@ use http::{Method, Request, StatusCode, Uri};
 
 use super::headers::{X_REQUEST_ID, expand, is_hop_by_hop};
 use super::upstream::body::UpstreamBody;
-use super::upstream::client::Clients;
+use super::upstream::client::{Clients, UrlTls};
 use crate::http_util::percent_encode;
 use crate::model::ExternalAuth;
 use crate::route::policy::CompiledExternalAuth;
@@ -116,13 +116,25 @@ async fn ask(
 ) -> Result<(StatusCode, HeaderMap), String> {
     let url = expand(&auth.url, o);
     let uri: Uri = url.parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?;
-    let Some(authority) = uri.authority().cloned().filter(|_| uri.scheme() == Some(&Scheme::HTTP)) else {
-        return Err(format!("{url:?} is not an http:// URL"));
+    let https = uri.scheme() == Some(&Scheme::HTTPS);
+    let Some(authority) = uri.authority().cloned().filter(|_| https || uri.scheme() == Some(&Scheme::HTTP))
+    else {
+        return Err(format!("{url:?} is not an http:// or https:// URL"));
+    };
+    let tls = match (&auth.tls, https) {
+        (_, false) => None,
+        (Ok(Some(tls)), true) => Some(UrlTls {
+            config: &tls.config.config,
+            server_name: tls.config.server_name.as_ref(),
+            profile: tls.profile,
+        }),
+        (Ok(None), true) => return Err(format!("{url:?}: no TLS settings for an https:// URL")),
+        (Err(why), true) => return Err(why.clone()),
     };
     let request = subrequest(&auth.spec, o, uri, &authority, request_id)
         .map_err(|e| format!("cannot build the subrequest: {e}"))?;
     let until = tokio::time::Instant::now() + timeout;
-    let response = match tokio::time::timeout_at(until, clients.send_http1(request)).await {
+    let response = match tokio::time::timeout_at(until, clients.send_url_with(request, tls)).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => return Err(e.to_string()),
         Err(_) => return Err(format!("no answer within {timeout:?}")),

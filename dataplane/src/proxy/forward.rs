@@ -165,6 +165,8 @@ impl ConnCtx {
         request_id: &HeaderValue,
         meter: &Meter,
     ) -> Result<Response<ProxyBody>, ProxyError> {
+        // `large-client-header-buffers`, `http2-max-field-size`: lines longer than one buffer.
+        super::client_limits::check(&state.config.client_limits, &req)?;
         // `block-user-agents`, `block-referers`: before anything else, in every server.
         if let Some(lists) = &state.config.blocklists
             && lists.blocks(req.headers())
@@ -1090,8 +1092,9 @@ impl ConnCtx {
     /// Settings applied before routing: headers with `_` dropped (nginx's default), what the
     /// access log needs taken.
     fn before(&self, config: &ProxyConfig, req: &mut Request<Incoming>) -> Seen {
-        if !config.underscores_in_headers {
-            drop_underscored(req.headers_mut());
+        // `ignore-invalid-headers` (on by default), with `_` allowed or not.
+        if config.client_limits.ignore_invalid_headers != Some(false) {
+            super::client_limits::drop_invalid(req.headers_mut(), config.underscores_in_headers);
         }
         let log = config
             .access_log
@@ -1190,18 +1193,6 @@ fn full_chain(headers: &HeaderMap, client: &HeaderValue) -> HeaderValue {
     }
     chain.extend_from_slice(client.as_bytes());
     HeaderValue::from_bytes(&chain).unwrap_or_else(|_| client.clone())
-}
-
-/// Removes request headers whose names contain `_` (nginx's `underscores_in_headers off`, which
-/// ingress-nginx keeps by default: such names collide with `-` ones in CGI-style backends).
-fn drop_underscored(headers: &mut HeaderMap) {
-    if !headers.keys().any(|name| name.as_str().contains('_')) {
-        return;
-    }
-    let names: Vec<HeaderName> = headers.keys().filter(|n| n.as_str().contains('_')).cloned().collect();
-    for name in names {
-        headers.remove(name);
-    }
 }
 
 /// The request's host as sent: the URI authority (h2, absolute-form) else the `Host` header;

@@ -42,6 +42,7 @@ use crate::tls::{CertCache, CertIndex};
 
 pub mod accesslog;
 pub mod blocklist;
+mod client_limits;
 pub mod compress;
 mod deadline;
 pub mod error;
@@ -185,6 +186,8 @@ pub struct ProxyConfig {
     pub metrics: crate::metrics::MetricsConfig,
     /// Access-log lines queued for the writer at most; past it they are dropped and counted.
     pub access_log_queue: usize,
+    /// Request head sizes, HTTP/2 limits, the PROXY header timeout (`proxy/client_limits.rs`).
+    pub client_limits: crate::model::ClientLimits,
 }
 
 impl Default for ProxyConfig {
@@ -233,6 +236,7 @@ impl Default for ProxyConfig {
             original_uri_header: false,
             metrics: crate::metrics::MetricsConfig::default(),
             access_log_queue: accesslog::QUEUE,
+            client_limits: crate::model::ClientLimits::default(),
         }
     }
 }
@@ -260,11 +264,15 @@ fn http_builder(config: &ProxyConfig) -> HttpBuilder {
     // 64 KiB (nginx's `large_client_header_buffers 4 8k` allow 32 KiB): the h2 default of
     // 16 MiB let one header block in CONTINUATION frames hold 16 MiB of a connection's memory
     // before it was refused.
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .enable_connect_protocol()
-        .max_header_list_size(MAX_H2_HEADER_LIST);
+    builder.http2().timer(TokioTimer::new()).enable_connect_protocol().max_header_list_size(
+        client_limits::h2_max_header_list(&config.client_limits).unwrap_or(MAX_H2_HEADER_LIST),
+    );
+    if let Some(streams) = config.client_limits.h2_max_concurrent_streams {
+        builder.http2().max_concurrent_streams(streams);
+    }
+    if let Some(max) = client_limits::h1_max_head(&config.client_limits) {
+        builder.http1().max_buf_size(max);
+    }
     builder
 }
 

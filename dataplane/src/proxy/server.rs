@@ -65,12 +65,21 @@ impl Conn {
     /// The client's address then counts against the per-client connection limit; past it the
     /// connection is refused (`Err`).
     async fn client(&mut self, stream: &mut TcpStream) -> Result<SocketAddr, String> {
-        let client = if !self.proxy.inner.state.load().config.proxy_protocol {
+        let (expected, timeout) = {
+            let config = &self.proxy.inner.state.load().config;
+            (
+                config.proxy_protocol,
+                super::client_limits::proxy_protocol_header_timeout(&config.client_limits),
+            )
+        };
+        let client = if !expected {
             self.peer
         } else {
-            match proxy_protocol::read_header(stream).await {
-                Ok(client) => client.unwrap_or(self.peer),
-                Err(error) => return Err(error.to_string()),
+            // `proxy-protocol-header-timeout`: a connection that never sends its header is closed.
+            match tokio::time::timeout(timeout, proxy_protocol::read_header(stream)).await {
+                Ok(Ok(client)) => client.unwrap_or(self.peer),
+                Ok(Err(error)) => return Err(error.to_string()),
+                Err(_) => return Err(format!("no PROXY protocol header within {timeout:?}")),
             }
         };
         let limits = &self.proxy.inner.conns;

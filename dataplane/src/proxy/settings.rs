@@ -114,6 +114,7 @@ impl ProxyConfig {
         if let Some(on) = settings.original_uri_header {
             config.original_uri_header = on;
         }
+        config.client_limits.clone_from(&settings.client_limits);
         config.blocklists =
             super::blocklist::Blocklists::new(&settings.block_user_agents, &settings.block_referers)
                 .map(Arc::new);

@@ -3,6 +3,7 @@
 //! mirrors, response rewrites).
 
 pub mod auth;
+pub mod auth_tls;
 pub mod canary;
 pub mod conditions;
 pub mod cors;

@@ -134,6 +134,9 @@ pub struct CompiledExternalAuth {
     pub url: Template,
     /// `auth-signin`, parsed.
     pub signin: Option<Template>,
+    /// TLS for an `https://` service; an error when its settings cannot be used (the requests
+    /// then fail closed).
+    pub tls: Result<Option<std::sync::Arc<crate::route::auth_tls::AuthTls>>, String>,
 }
 
 impl CompiledExternalAuth {
@@ -144,6 +147,7 @@ impl CompiledExternalAuth {
             spec: spec.clone(),
             url: parse(&spec.url),
             signin: spec.signin.as_deref().map(parse),
+            tls: crate::route::auth_tls::compile(spec),
         }
     }
 }

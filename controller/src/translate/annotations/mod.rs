@@ -15,6 +15,7 @@
 //! against it by a test.
 
 mod auth;
+pub(crate) mod auth_tls;
 pub(crate) mod limits;
 mod protocol;
 pub(crate) mod risk;
@@ -747,7 +748,7 @@ impl Ctx<'_, '_> {
             );
             return (None, false);
         };
-        let url = match values::auth_url(raw.trim(), false) {
+        let url = match values::auth_url(raw.trim()) {
             Ok(url) => url,
             Err(why) => {
                 self.invalid(url_key, raw, &why, "the routes deny every client (403) until it is fixed");
@@ -755,7 +756,7 @@ impl Ctx<'_, '_> {
             }
         };
         let method = self.value("auth-method", values::method).unwrap_or_else(|| "GET".into());
-        let signin = self.value("auth-signin", |v| values::auth_url(v, true));
+        let signin = self.value("auth-signin", values::auth_url);
         let response_headers = self
             .value("auth-response-headers", values::cors_headers)
             .map(|list| list.split(',').map(|h| h.trim().to_string()).filter(|h| h != "*").collect())
@@ -784,6 +785,8 @@ impl Ctx<'_, '_> {
             signin_redirect_param,
             always_set_cookie,
             cache,
+            // The Ingress's `proxy-ssl-*`, set by translation with the snapshot's Secrets.
+            tls: None,
         };
         (Some(auth), false)
     }
@@ -1006,8 +1009,8 @@ pub mod fuzzing {
             ("cors_origins", v::cors_origins(value).map(|o| o.join(","))),
             ("cors_methods", v::cors_methods(value)),
             ("cors_headers", v::cors_headers(value)),
-            ("auth_url", v::auth_url(value, false)),
-            ("auth_signin", v::auth_url(value, true)),
+            ("auth_url", v::auth_url(value)),
+            ("auth_signin", v::auth_url(value)),
             ("mirror_target", v::mirror_target(value)),
             ("method", v::method(value)),
             ("header_name", v::header_name(value)),

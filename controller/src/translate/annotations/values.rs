@@ -188,10 +188,9 @@ pub(crate) fn tries(s: &str) -> Result<u32, String> {
     s.parse().map_err(|_| "expected a whole number (0 for every endpoint)".to_string())
 }
 
-/// An `auth-url` (`http://` only for now) or, with `https_ok`, an `auth-signin`: an absolute
-/// URL template whose `$variables` the dataplane's URL dialect accepts (it expands them per
-/// request).
-pub(crate) fn auth_url(s: &str, https_ok: bool) -> Result<String, String> {
+/// An `auth-url` or an `auth-signin`: an absolute `http://` or `https://` URL template whose
+/// `$variables` the dataplane's URL dialect accepts (it expands them per request).
+pub(crate) fn auth_url(s: &str) -> Result<String, String> {
     use weir_dataplane::vars::{Dialect, Part, Problem, Template, Var};
     let template = Template::parse(s, Dialect::Url).map_err(|rejected| {
         let name = match rejected.0.first() {
@@ -212,15 +211,8 @@ pub(crate) fn auth_url(s: &str, https_ok: bool) -> Result<String, String> {
         .collect();
     let uri: http::Uri = sample.parse().map_err(|e| format!("not a URL ({e})"))?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") if https_ok => {}
-        Some("https") => {
-            return Err(
-                "https:// authentication services are not supported yet; use the service's http:// address"
-                    .into(),
-            );
-        }
-        _ => return Err("expected an absolute http:// URL".into()),
+        Some("http" | "https") => {}
+        _ => return Err("expected an absolute http:// or https:// URL".into()),
     }
     if uri.host().is_none_or(str::is_empty) {
         return Err("the URL has no host".into());
@@ -235,7 +227,7 @@ pub(super) fn mirror_target(s: &str) -> Result<String, String> {
     if !lower.starts_with("http://") && !lower.starts_with("https://") {
         return Err("expected an absolute http:// or https:// URL".into());
     }
-    auth_url(s, true)
+    auth_url(s)
 }
 
 /// nginx's protocol list (`TLSv1.2 TLSv1.3`): the versions weir has, and the older ones named.
@@ -668,12 +660,14 @@ mod tests {
 
     #[test]
     fn auth_urls() {
-        assert!(auth_url("http://oauth2-proxy.auth.svc:4180/oauth2/auth", false).is_ok());
-        assert!(auth_url("http://auth.svc/check?h=$host&u=$escaped_request_uri", false).is_ok());
-        assert!(auth_url("https://$host/oauth2/start?rd=$escaped_request_uri", true).is_ok());
-        assert!(auth_url("https://auth.example.com/check", false).unwrap_err().contains("not supported yet"));
-        assert!(auth_url("http://auth.svc/$cookie_session", false).unwrap_err().contains("$cookie_session"));
-        assert!(auth_url("/relative", false).is_err());
+        assert!(auth_url("http://oauth2-proxy.auth.svc:4180/oauth2/auth").is_ok());
+        assert!(auth_url("http://auth.svc/check?h=$host&u=$escaped_request_uri").is_ok());
+        assert!(auth_url("https://$host/oauth2/start?rd=$escaped_request_uri").is_ok());
+        assert!(auth_url("https://auth.example.com/check").is_ok());
+        assert!(auth_url("https://$host:8443/oauth2/auth").is_ok());
+        assert!(auth_url("ftp://auth.example.com/check").unwrap_err().contains("https://"));
+        assert!(auth_url("http://auth.svc/$cookie_session").unwrap_err().contains("$cookie_session"));
+        assert!(auth_url("/relative").is_err());
         assert_eq!(method("POST"), Ok("POST".into()));
         assert!(method("get it").is_err());
     }

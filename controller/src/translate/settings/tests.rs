@@ -653,7 +653,7 @@ fn global_auth() {
     assert!(!parsed.routes.exempt(&global_policy, &acme), "the list replaces the default");
 
     // A bad URL fails closed; bad settings of a good URL keep their defaults.
-    let parsed = rejected(&[("global-auth-url", "https://auth.example.com/check")], "global-auth-url");
+    let parsed = rejected(&[("global-auth-url", "ftp://auth.example.com/check")], "global-auth-url");
     let mut policy = RoutePolicy::default();
     parsed.routes.apply(&mut policy, true);
     assert!(!policy.source.permits("192.0.2.1".parse().unwrap()));

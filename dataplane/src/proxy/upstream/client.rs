@@ -126,8 +126,8 @@ pub(crate) struct Clients {
     /// HTTP/1.1 to services named by URL (external authentication), by host and port.
     by_name: Mutex<HashMap<EndpointKey, Arc<Http1Pool>>>,
     /// The same over TLS (`https://` URLs), apart so that a name's plain and TLS connections
-    /// never mix.
-    by_name_tls: Mutex<HashMap<EndpointKey, Arc<Http1Pool>>>,
+    /// never mix; by the verified name and the verification profile too (see [`UrlTls`]).
+    by_name_tls: Mutex<HashMap<(EndpointKey, ServerName<'static>, u64), Arc<Http1Pool>>>,
     /// The proxy's own values, for services named by URL.
     exchange: Exchange,
 }
@@ -144,20 +144,23 @@ impl Clients {
     }
 
     /// Sends `req` over HTTP/1.1 to its URI's authority (a name is resolved when connecting); its
-    /// `Host` header must be set. For services named by URL, not endpoints.
-    pub(crate) async fn send_http1(
-        &self,
-        req: Request<UpstreamBody>,
-    ) -> Result<Response<ResponseBody>, SendError> {
-        self.send_url(req, None).await
-    }
-
-    /// [`Clients::send_http1`], over TLS with `tls` when given (the URI's host is the name
-    /// verified and sent as SNI; the port defaults to 443).
+    /// `Host` header must be set. For services named by URL, not endpoints. Over TLS with `tls`
+    /// when given (the URI's host is the name verified and sent as SNI; the port defaults to 443).
     pub(crate) async fn send_url(
         &self,
-        mut req: Request<UpstreamBody>,
+        req: Request<UpstreamBody>,
         tls: Option<&Arc<rustls::ClientConfig>>,
+    ) -> Result<Response<ResponseBody>, SendError> {
+        let tls = tls.map(|config| UrlTls { config, server_name: None, profile: 0 });
+        self.send_url_with(req, tls).await
+    }
+
+    /// [`Clients::send_url`] with a [`UrlTls`] profile: its name, when it has one, is the one
+    /// verified and sent as SNI in place of the URI's host.
+    pub(crate) async fn send_url_with(
+        &self,
+        mut req: Request<UpstreamBody>,
+        tls: Option<UrlTls<'_>>,
     ) -> Result<Response<ResponseBody>, SendError> {
         let default_port = if tls.is_some() { 443 } else { 80 };
         let Some((key, host)) = req.uri().authority().and_then(|a| {
@@ -167,17 +170,24 @@ impl Clients {
             return Err(ConnectFailed::new("the URL names no host to connect to").with(req));
         };
         let tls = match tls {
-            Some(config) => match ServerName::try_from(host) {
-                Ok(name) => Some((config.clone(), name)),
+            Some(UrlTls { config, server_name: Some(name), profile }) => {
+                Some((config.clone(), name.clone(), profile))
+            }
+            Some(UrlTls { config, server_name: None, profile }) => match ServerName::try_from(host) {
+                Ok(name) => Some((config.clone(), name, profile)),
                 Err(e) => return Err(ConnectFailed::new(e).with(req)),
             },
             None => None,
         };
         let pq = req.uri().path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
         *req.uri_mut() = Uri::from(pq);
-        let pool = {
-            let mut pools = lock(if tls.is_some() { &self.by_name_tls } else { &self.by_name });
-            pools.entry(key.clone()).or_default().clone()
+        let (pool, tls) = match tls {
+            Some((config, name, profile)) => {
+                let mut pools = lock(&self.by_name_tls);
+                let pool = pools.entry((key.clone(), name.clone(), profile)).or_default().clone();
+                (pool, Some((config, name)))
+            }
+            None => (lock(&self.by_name).entry(key.clone()).or_default().clone(), None),
         };
         self.http1(PoolRef::Keyed(pool), &key, tls, req, self.exchange, None).await
     }
@@ -308,6 +318,19 @@ impl Clients {
 /// connection comes back to it).
 fn in_use(pool: &Arc<Http1Pool>, expiry: Option<Instant>) -> bool {
     pool.sweep(expiry) > 0 || Arc::strong_count(pool) > 1
+}
+
+/// TLS towards a service named by URL: the client config, the name to verify (`None`: the URL's
+/// host), and the identity of the verification settings. Connections are pooled per profile, so
+/// one verified under lax settings never serves a request that asked for strict ones.
+#[derive(Clone, Copy)]
+pub(crate) struct UrlTls<'a> {
+    /// The client config.
+    pub(crate) config: &'a Arc<rustls::ClientConfig>,
+    /// The name verified and sent as SNI in place of the URL's host.
+    pub(crate) server_name: Option<&'a ServerName<'static>>,
+    /// The settings' identity (0: the shared defaults of mirror targets).
+    pub(crate) profile: u64,
 }
 
 /// The pool of HTTPS connections to one endpoint for one verified name (the endpoint held
