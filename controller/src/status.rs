@@ -396,6 +396,7 @@ fn reference_to(kind: ObjectKind, object: &ObjectRef) -> ObjectReference {
         ObjectKind::Endpoints => ("v1", "Endpoints"),
         ObjectKind::Secret => ("v1", "Secret"),
         ObjectKind::ConfigMap => ("v1", "ConfigMap"),
+        ObjectKind::HttpRoute => ("gateway.networking.k8s.io/v1", "HTTPRoute"),
     };
     ObjectReference {
         api_version: Some(api_version.to_owned()),

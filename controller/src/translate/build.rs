@@ -355,6 +355,7 @@ impl<'a> Build<'a> {
                         ..route_policy(&self.policies, claim, path, &self.settings.routes)
                     },
                     origin: claim.rank.object.clone(),
+                    conditions: None,
                 });
             }
             if routes.is_empty() {

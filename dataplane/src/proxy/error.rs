@@ -102,6 +102,10 @@ pub enum ProxyError {
     /// The host requires client certificates, but the connection was made for another name.
     #[error("the connection's TLS name does not cover this host's client certificate policy")]
     Misdirected,
+    /// The route's share chosen for the request has no backend (a Gateway API `backendRef`
+    /// that did not resolve), or the route has no backend at all.
+    #[error("the route's backend reference did not resolve")]
+    UnresolvedBackend,
 }
 
 impl ProxyError {
@@ -121,9 +125,10 @@ impl ProxyError {
             | ProxyError::Misdirected
             | ProxyError::ClientBody(_)
             | ProxyError::ClientBodyTimeout => ErrorSource::Downstream,
-            ProxyError::NoRoute | ProxyError::BadUpstreamAddress | ProxyError::BadRewrite => {
-                ErrorSource::Internal
-            }
+            ProxyError::NoRoute
+            | ProxyError::BadUpstreamAddress
+            | ProxyError::BadRewrite
+            | ProxyError::UnresolvedBackend => ErrorSource::Internal,
             ProxyError::NoEndpoints
             | ProxyError::Connect(_)
             | ProxyError::ConnectTimeout
@@ -148,7 +153,7 @@ impl ProxyError {
             ProxyError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
-            ProxyError::BadRewrite => StatusCode::INTERNAL_SERVER_ERROR,
+            ProxyError::BadRewrite | ProxyError::UnresolvedBackend => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::RateLimited(status) | ProxyError::ConnLimited(status) => *status,
             ProxyError::BadUpstreamAddress
             | ProxyError::Connect(_)
@@ -254,6 +259,7 @@ mod tests {
             (ProxyError::UnexpectedSwitch, 502, ErrorSource::Upstream),
             (ProxyError::ConnectTimeout, 504, ErrorSource::Upstream),
             (ProxyError::ResponseTimeout, 504, ErrorSource::Upstream),
+            (ProxyError::UnresolvedBackend, 500, ErrorSource::Internal),
         ];
         for (err, status, source) in cases {
             assert_eq!((err.status().as_u16(), err.source_kind()), (status, source), "{err}");

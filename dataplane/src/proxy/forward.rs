@@ -186,7 +186,17 @@ impl ConnCtx {
             Cow::Owned(path) => Some(path),
         };
         let path = normalized.as_deref().unwrap_or(req.uri().path());
-        let route = state.router.lookup(host_str, path).ok_or(ProxyError::NoRoute)?;
+        // Gateway API conditions (method, headers, query) are only read by routes that have them.
+        // (The view is gone before the first await: it takes no room in the request's future.)
+        let route = {
+            let view = crate::route::conditions::RequestView {
+                method: req.method(),
+                headers: req.headers(),
+                query: req.uri().query(),
+            };
+            state.router.lookup_request(host_str, path, Some(&view))
+        };
+        let route = route.ok_or(ProxyError::NoRoute)?;
         meter.route(&route.stats);
         // `custom-http-errors`: what the error page backend is told about the request (boxed:
         // it waits across the exchange, and most routes have none).
@@ -501,7 +511,11 @@ impl ConnCtx {
                     _ => route.backend,
                 }
             }
-            None => route.backend,
+            None => match &route.split {
+                // A Gateway API split: a share by weight; an unresolved one answers 500.
+                Some(split) => split.pick(rand::random()).ok_or(ProxyError::UnresolvedBackend)?,
+                None => route.backend,
+            },
         };
         let balancer: &Balancer = state.balancers.get(backend.0 as usize).ok_or(ProxyError::NoRoute)?;
         let pick = match balance {
@@ -633,7 +647,7 @@ impl ConnCtx {
         mut req: Request<Incoming>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let peer = &self.upstream_peer(ctx, &req)?;
-        if peer.backend != ctx.route.backend {
+        if peer.backend != ctx.route.backend && ctx.route.split.is_none() {
             ctx.meter.canary_took_it();
         }
         let outgoing = self.upstream_request(ctx, peer, &mut req)?;

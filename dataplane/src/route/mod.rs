@@ -12,3 +12,4 @@ pub mod realip;
 pub mod retry;
 pub mod rewrite_response;
 pub mod router;
+pub mod split;

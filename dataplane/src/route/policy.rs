@@ -48,6 +48,9 @@ pub enum PolicyError {
         /// The value.
         value: String,
     },
+    /// Request conditions that cannot be compiled (a bad regex, header name or method).
+    #[error("conditions: {0}")]
+    Conditions(#[from] crate::route::conditions::ConditionError),
 }
 
 impl From<InvalidMirror> for PolicyError {

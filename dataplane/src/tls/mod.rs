@@ -205,6 +205,8 @@ impl CertIndex {
                     HostMatch::Exact(h) => index.exact.entry(h.clone()).or_insert_with(|| key.clone()),
                     HostMatch::Wildcard(s) => index.wildcard.entry(s.clone()).or_insert_with(|| key.clone()),
                     HostMatch::Any => index.any.get_or_insert_with(|| key.clone()),
+                    // Gateway API suffix names get no certificate of their own yet.
+                    HostMatch::Suffix(_) => continue,
                 };
             }
         }

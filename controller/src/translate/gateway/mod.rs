@@ -12,6 +12,7 @@ pub mod conditions;
 pub mod hostname;
 pub mod listeners;
 pub mod refs;
+pub mod routes;
 
 #[cfg(test)]
 mod tests;
