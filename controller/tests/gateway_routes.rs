@@ -20,22 +20,36 @@ use support_proc::{Proc, spawn};
 /// A backend answering every request `200` with a body of its name, the request line and the
 /// request headers (one per line, names lower case); keeps connections open.
 fn backend(name: &'static str) -> SocketAddr {
+    recording_backend(name, Seen::default())
+}
+
+/// The request lines a backend received.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// [`backend`], noting each request line in `seen`; a path containing `/slow` is answered
+/// after two seconds.
+fn recording_backend(name: &'static str, seen: Seen) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
         for stream in listener.incoming().map_while(Result::ok) {
-            std::thread::spawn(move || answer(stream, name));
+            let seen = seen.clone();
+            std::thread::spawn(move || answer(stream, name, &seen));
         }
     });
     addr
 }
 
-fn answer(mut stream: TcpStream, name: &str) {
+fn answer(mut stream: TcpStream, name: &str, seen: &Seen) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
             return;
+        }
+        seen.lock().unwrap().push(line.trim_end().to_string());
+        if line.contains("/slow") {
+            std::thread::sleep(Duration::from_secs(2));
         }
         let mut body = format!("backend={name}\nrequest={}\n", line.trim_end());
         let mut length = 0usize;
@@ -344,4 +358,83 @@ fn httproute_beside_ingress_wildcards_and_hot_reload() {
     wait_until("the HTTPRoute to take the path over", || get(http, "both.test", "/").backend() == "next");
     std::fs::remove_file(dir.path().join("routes.yaml")).unwrap();
     wait_until("the routes to go", || get(http, "both.test", "/").status == 404);
+}
+
+/// Filters (`HTTPRouteFilter`): `RequestHeaderModifier` and `ResponseHeaderModifier` (set, add,
+/// remove), `RequestRedirect` (scheme, hostname, port, `ReplacePrefixMatch`, statusCode),
+/// `URLRewrite` (hostname, `ReplacePrefixMatch`, `ReplaceFullPath`), `RequestMirror`, an
+/// unsupported type ("requests that would have been processed by that filter MUST receive a
+/// HTTP error response": 500), and `timeouts.backendRequest`.
+#[test]
+fn httproute_filters_and_timeouts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mirrored = Seen::default();
+    let mirror = recording_backend("mirror", mirrored.clone());
+    let yaml: String = ["app"].iter().map(|n| service(n, backend(n))).collect();
+    write(dir.path(), "services.yaml", &format!("{GATEWAY}{yaml}{}", service("mirror", mirror)));
+    let rule = |path: &str, filters: &str| {
+        format!(
+            "  - matches: [{{path: {{value: {path}}}}}]\n    filters: {filters}\n    backendRefs: [{{name: app, port: 80}}]\n"
+        )
+    };
+    let spec = [
+        "  hostnames: [f.test]\n  rules:\n".to_string(),
+        rule(
+            "/headers",
+            "[{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-Set, value: a}], add: [{name: x-add, value: b}], remove: [x-remove]}},\
+             {type: ResponseHeaderModifier, responseHeaderModifier: {add: [{name: x-resp, value: r}]}}]",
+        ),
+        rule("/redirect", "[{type: RequestRedirect, requestRedirect: {scheme: https, hostname: other.test, statusCode: 301}}]"),
+        rule(
+            "/old",
+            "[{type: RequestRedirect, requestRedirect: {port: 8443, path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}}}]",
+        ),
+        rule(
+            "/rewrite",
+            "[{type: URLRewrite, urlRewrite: {hostname: up.test, path: {type: ReplacePrefixMatch, replacePrefixMatch: /v2}}}]",
+        ),
+        rule("/full", "[{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: /only}}}]"),
+        rule("/mirror", "[{type: RequestMirror, requestMirror: {backendRef: {name: mirror, port: 80}}}]"),
+        rule("/cors", "[{type: CORS, cors: {allowOrigins: [\"https://a.test\"]}}]"),
+        "  - matches: [{path: {value: /slow}}]\n    timeouts: {backendRequest: 300ms}\n    backendRefs: [{name: app, port: 80}]\n".to_string(),
+    ]
+    .concat();
+    write(dir.path(), "routes.yaml", &http_route("filters", "2024-01-01T00:00:00Z", &spec));
+    let (_weir, http) = weir(dir.path());
+
+    let a =
+        send(http, "GET", "f.test", "/headers", &[("x-add", "orig"), ("x-remove", "1"), ("x-set", "old")]);
+    assert_eq!((a.status, a.backend()), (200, "app"), "{}", a.body);
+    assert!(a.body.contains("x-set: a\n"), "{}", a.body);
+    assert!(a.body.contains("x-add: orig\n") && a.body.contains("x-add: b\n"), "{}", a.body);
+    assert!(!a.body.contains("x-remove"), "{}", a.body);
+    assert_eq!(a.headers.get("x-resp").map(String::as_str), Some("r"));
+
+    let a = get(http, "f.test", "/redirect/x?q=1");
+    assert_eq!(
+        (a.status, a.headers.get("location").map(String::as_str)),
+        (301, Some("https://other.test/redirect/x?q=1"))
+    );
+    let a = get(http, "f.test", "/old/x");
+    assert_eq!(
+        (a.status, a.headers.get("location").map(String::as_str)),
+        (302, Some("http://f.test:8443/new/x"))
+    );
+
+    let a = get(http, "f.test", "/rewrite/x?y=1");
+    assert!(a.body.contains("request=GET /v2/x?y=1 HTTP/1.1\n"), "{}", a.body);
+    assert!(a.body.contains("host: up.test\n"), "{}", a.body);
+    let a = get(http, "f.test", "/full/deep/path");
+    assert!(a.body.contains("request=GET /only HTTP/1.1\n"), "{}", a.body);
+
+    assert_eq!(get(http, "f.test", "/mirror/m1").backend(), "app");
+    wait_until("the mirror to get its copy", || {
+        mirrored.lock().unwrap().iter().any(|l| l.starts_with("GET /mirror/m1 "))
+    });
+
+    assert_eq!(get(http, "f.test", "/cors").status, 500, "an unsupported filter's rule answers 500");
+    assert_eq!(get(http, "f.test", "/headers").status, 200, "the other rules still serve");
+
+    // The backend answers after 2 s; without the rule's timeout weir would wait 60 s.
+    assert_eq!(get(http, "f.test", "/slow").status, 504, "timeouts.backendRequest: 300ms");
 }

@@ -10,6 +10,7 @@
 pub mod blocklist;
 pub mod changes;
 pub mod compression;
+pub mod filters;
 pub mod logformat;
 
 use std::collections::BTreeMap;
@@ -624,6 +625,9 @@ pub struct RoutePolicy {
     /// by default it is dropped, as ingress-nginx does.
     #[serde(default, skip_serializing_if = "is_false")]
     pub preserve_trailing_slash: bool,
+    /// Gateway API filters (`HTTPRouteFilter`) the fields above do not cover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filters: Option<Box<filters::RouteFilters>>,
 }
 
 /// Request mirroring (ingress-nginx `mirror-*`).

@@ -144,7 +144,14 @@ fn gateway_apply(
     let attachments = gateway::attach_all(snapshot, &config.gateway);
     let resolver = backend::Resolver::new(snapshot, slices);
     let mut warnings = Warnings::default();
-    gateway::routes::apply(&mut translation.table, &attachments, snapshot, &resolver, &mut warnings);
+    gateway::routes::apply(
+        &mut translation.table,
+        &attachments,
+        snapshot,
+        &resolver,
+        &config.gateway,
+        &mut warnings,
+    );
     translation.warnings.extend(warnings.finish());
     translation.warnings.sort();
     translation.warnings.dedup();

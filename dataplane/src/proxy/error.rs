@@ -106,6 +106,10 @@ pub enum ProxyError {
     /// that did not resolve), or the route has no backend at all.
     #[error("the route's backend reference did not resolve")]
     UnresolvedBackend,
+    /// The route's rule cannot be served as written (a Gateway API filter weir does not
+    /// support): it answers this status.
+    #[error("the route's rule cannot be served as written")]
+    RuleRefused(StatusCode),
 }
 
 impl ProxyError {
@@ -128,7 +132,8 @@ impl ProxyError {
             ProxyError::NoRoute
             | ProxyError::BadUpstreamAddress
             | ProxyError::BadRewrite
-            | ProxyError::UnresolvedBackend => ErrorSource::Internal,
+            | ProxyError::UnresolvedBackend
+            | ProxyError::RuleRefused(_) => ErrorSource::Internal,
             ProxyError::NoEndpoints
             | ProxyError::Connect(_)
             | ProxyError::ConnectTimeout
@@ -154,7 +159,9 @@ impl ProxyError {
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::BadRewrite | ProxyError::UnresolvedBackend => StatusCode::INTERNAL_SERVER_ERROR,
-            ProxyError::RateLimited(status) | ProxyError::ConnLimited(status) => *status,
+            ProxyError::RateLimited(status)
+            | ProxyError::ConnLimited(status)
+            | ProxyError::RuleRefused(status) => *status,
             ProxyError::BadUpstreamAddress
             | ProxyError::Connect(_)
             | ProxyError::UnexpectedSwitch

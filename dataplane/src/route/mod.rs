@@ -6,6 +6,7 @@ pub mod auth;
 pub mod canary;
 pub mod conditions;
 pub mod cors;
+pub mod filters;
 pub mod mirror;
 pub mod policy;
 pub mod realip;

@@ -48,6 +48,9 @@ pub enum PolicyError {
         /// The value.
         value: String,
     },
+    /// Gateway API filters that cannot be compiled.
+    #[error("filters: {0}")]
+    Filters(#[from] crate::route::filters::FilterError),
     /// Request conditions that cannot be compiled (a bad regex, header name or method).
     #[error("conditions: {0}")]
     Conditions(#[from] crate::route::conditions::ConditionError),
@@ -118,6 +121,8 @@ pub struct CompiledPolicy {
     pub preserve_trailing_slash: bool,
     /// External authentication's answer cache (`auth-cache-key`), set by the router.
     pub auth_cache: Option<Arc<crate::state::authcache::AuthCache>>,
+    /// Gateway API filters.
+    pub filters: Option<Box<crate::route::filters::CompiledFilters>>,
 }
 
 /// External authentication ready for the request path: its settings, with the URL templates
@@ -344,6 +349,10 @@ impl CompiledPolicy {
             response_rewrite: crate::route::rewrite_response::ResponseRewrite::new(policy),
             preserve_trailing_slash: policy.preserve_trailing_slash,
             auth_cache: None,
+            filters: match &policy.filters {
+                Some(f) => Some(Box::new(crate::route::filters::CompiledFilters::compile(f)?)),
+                None => None,
+            },
         }))
     }
 

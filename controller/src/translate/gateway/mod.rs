@@ -9,6 +9,7 @@
 
 pub mod attach;
 pub mod conditions;
+pub mod filters;
 pub mod hostname;
 pub mod listeners;
 pub mod refs;

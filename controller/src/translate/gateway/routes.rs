@@ -29,8 +29,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::jiff::Timestamp;
 use weir_dataplane::model::{
-    Backend, BackendId, HostMatch, ObjectRef, PathMatch, RequestConditions, Route, RouteAction, RoutePolicy,
-    ServicePort, StringMatch, ValueMatch, VirtualHost, WeightedBackend,
+    Backend, BackendId, HostMatch, ObjectRef, PathMatch, RequestConditions, Route, RouteAction, ServicePort,
+    StringMatch, ValueMatch, VirtualHost, WeightedBackend,
 };
 
 use super::attach::ParentOut;
@@ -79,6 +79,7 @@ pub(crate) fn apply(
     attachments: &GatewayAttachments,
     snapshot: &Snapshot,
     resolver: &Resolver<'_>,
+    config: &super::GatewayConfig,
     warnings: &mut Warnings,
 ) -> RoutesOut {
     let grants = Grants::new(snapshot);
@@ -119,7 +120,21 @@ pub(crate) fn apply(
         };
         for (ri, rule) in route.spec.rules.iter().enumerate() {
             let action = ctx.action(ri, rule);
-            let policy = RoutePolicy::default();
+            let rule_policy =
+                super::filters::rule_policy(ri, rule, config, |field, r| ctx.mirror_target(field, r));
+            for note in &rule_policy.notes {
+                ctx.warnings.warn_on(ObjectKind::HttpRoute, key, Reason::UnsupportedFilter, note.clone());
+            }
+            for why in &rule_policy.refused {
+                ctx.warnings.error_on(
+                    ObjectKind::HttpRoute,
+                    key,
+                    Reason::UnsupportedFilter,
+                    format!("{why}; the rule answers 500"),
+                );
+                ctx.invalid.push(why.clone());
+            }
+            let policy = rule_policy.policy;
             for (mi, m) in matches_of(rule).iter().enumerate() {
                 let Some((path, conditions)) = ctx.route_match(ri, mi, m) else { continue };
                 let specificity = conditions
@@ -290,6 +305,51 @@ impl RouteCtx<'_, '_> {
             self.backends.insert(id.clone(), resolved);
         }
         Some(id)
+    }
+
+    /// The URL a `RequestMirror` copies requests to: the first ready endpoint of the Service
+    /// port (`None`: none is ready); `Err` when the reference is refused.
+    fn mirror_target(&mut self, field: &str, r: &BackendRef) -> Result<Option<String>, String> {
+        let group = r.group.as_deref().unwrap_or("");
+        let kind = r.kind.as_deref().unwrap_or("Service");
+        if !group.is_empty() || kind != "Service" {
+            return Err(format!(
+                "backendRef: kind {kind:?} of group {group:?} is not supported (only Services)"
+            ));
+        }
+        let namespace = r.namespace.as_deref().unwrap_or(&self.key.namespace);
+        let service = ObjectRef::new(namespace, &r.name);
+        if namespace != self.key.namespace
+            && !self
+                .grants
+                .allows((crate::gateway::GROUP, "HTTPRoute", &self.key.namespace), ("", "Service", &service))
+        {
+            return Err(format!(
+                "backendRef: Service {service} is in another namespace and no ReferenceGrant there allows it"
+            ));
+        }
+        let port = r
+            .port
+            .and_then(|p| u16::try_from(p).ok())
+            .filter(|p| *p != 0)
+            .ok_or("backendRef: a Service reference needs a port")?;
+        let id = BackendId {
+            namespace: service.namespace.clone(),
+            service: service.name.clone(),
+            port: ServicePort::Number(port),
+        };
+        let (backend, error) = self.resolver.resolve(&id);
+        if let Some(e) = error {
+            return Err(format!("backendRef: {e} ({field})"));
+        }
+        Ok(match backend.target {
+            weir_dataplane::model::Target::Endpoints(eps) => {
+                eps.first().map(|e| format!("http://{}$request_uri", e.address))
+            }
+            weir_dataplane::model::Target::Dns { host, port } => {
+                Some(format!("http://{host}:{port}$request_uri"))
+            }
+        })
     }
 
     /// One `HTTPRouteMatch`: its path and conditions; `None` (with a warning) when it cannot
