@@ -455,6 +455,7 @@ impl Publisher {
         Outcome {
             ingresses: translation.ingresses.iter().cloned().collect(),
             warnings: translation.warnings.iter().chain(&self.l4_warnings).cloned().collect(),
+            gateway: translation.gateway.clone(),
         }
     }
 

@@ -517,6 +517,7 @@ impl<'a> Build<'a> {
             table,
             warnings: warnings.finish(),
             ingresses: ours.into_iter().map(|o| o.rank.object).collect(),
+            gateway: None,
         }
     }
 }

@@ -547,7 +547,7 @@ impl Translator {
         claims_default: bool,
         part: Translation,
     ) -> TableChanges {
-        let Translation { table: new, warnings, ingresses } = part;
+        let Translation { table: new, warnings, ingresses, .. } = part;
         let translation = &mut self.translation;
         let table = &mut translation.table;
         let mut changes = TableChanges::default();

@@ -93,6 +93,10 @@ pub struct Translation {
     pub warnings: Vec<Warning>,
     /// The Ingresses of our class, sorted (the status writer updates these).
     pub ingresses: Vec<ObjectRef>,
+    /// Gateway API classes, Gateways and routes of ours, for the status writer; `None` without
+    /// a GatewayClass.
+    #[serde(skip)]
+    pub gateway: Option<std::sync::Arc<gateway::GatewayOutcome>>,
 }
 
 /// An Ingress of our class.
@@ -138,23 +142,32 @@ fn gateway_apply(
     slices: &SliceIndex,
     config: &TranslateConfig,
 ) {
-    if !has_gateway_routes(snapshot) {
+    translation.gateway = None;
+    if snapshot.gateway_classes.is_empty() {
         return;
     }
     let attachments = gateway::attach_all(snapshot, &config.gateway);
-    let resolver = backend::Resolver::new(snapshot, slices);
-    let mut warnings = Warnings::default();
-    gateway::routes::apply(
-        &mut translation.table,
-        &attachments,
-        snapshot,
-        &resolver,
-        &config.gateway,
-        &mut warnings,
-    );
-    translation.warnings.extend(warnings.finish());
-    translation.warnings.sort();
-    translation.warnings.dedup();
+    let mut routes = gateway::routes::RoutesOut::default();
+    if has_gateway_routes(snapshot) {
+        let resolver = backend::Resolver::new(snapshot, slices);
+        let mut warnings = Warnings::default();
+        routes = gateway::routes::apply(
+            &mut translation.table,
+            &attachments,
+            snapshot,
+            &resolver,
+            &config.gateway,
+            &mut warnings,
+        );
+        translation.warnings.extend(warnings.finish());
+        translation.warnings.sort();
+        translation.warnings.dedup();
+    }
+    translation.gateway = Some(std::sync::Arc::new(gateway::GatewayOutcome {
+        attachments,
+        routes,
+        controller_name: config.gateway.controller_name.clone(),
+    }));
 }
 
 /// Puts the L4 services (`l4.rs`) in `translation`, replacing any there, with their warnings.

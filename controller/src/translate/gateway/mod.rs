@@ -85,6 +85,17 @@ pub struct GatewayAttachments {
     pub attached_routes: BTreeMap<(ObjectRef, usize), i32>,
 }
 
+/// What Gateway API translation decided, for the status writer (`status_gateway`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GatewayOutcome {
+    /// Classes, Gateways, listeners and route attachment.
+    pub attachments: GatewayAttachments,
+    /// What the HTTPRoutes' rules resolved to.
+    pub routes: routes::RoutesOut,
+    /// The controller name written into route parent statuses.
+    pub controller_name: String,
+}
+
 /// Resolves classes, Gateways and listeners, and attaches every route.
 pub fn attach_all(snapshot: &Snapshot, config: &GatewayConfig) -> GatewayAttachments {
     let grants = Grants::new(snapshot);
