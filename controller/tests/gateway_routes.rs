@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 mod support_proc;
 
-use support_proc::{Proc, spawn};
+use support_proc::{Proc, spawn_serve};
 
 // === backends ===
 
@@ -120,20 +120,7 @@ fn backends(dir: &Path, names: &[&'static str]) {
 }
 
 fn weir(dir: &Path) -> (Proc, SocketAddr) {
-    let (proc, addrs) = spawn(
-        &[
-            "serve",
-            "--manifests",
-            dir.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--listen-https",
-            "127.0.0.1:0",
-            "--listen-admin",
-            "127.0.0.1:0",
-        ],
-        &["http"],
-    );
+    let (proc, addrs) = spawn_serve(dir, &[], &["http"]);
     (proc, addrs[0])
 }
 

@@ -109,3 +109,14 @@ pub fn field(line: &str, key: &str) -> Option<SocketAddr> {
     let start = line.find(&format!("{key}="))? + key.len() + 1;
     line[start..].split_whitespace().next()?.parse().ok()
 }
+
+/// `weir serve --manifests DIR` with every listener on an ephemeral loopback port, then `extra`;
+/// waits for the log line carrying `keys` (`http`, `https`, `admin`).
+pub fn spawn_serve(dir: &std::path::Path, extra: &[&str], keys: &[&str]) -> (Proc, Vec<SocketAddr>) {
+    let dir = dir.to_str().unwrap_or_default();
+    let mut args =
+        vec!["serve", "--manifests", dir, "--listen-http", "127.0.0.1:0", "--listen-https", "127.0.0.1:0"];
+    args.extend_from_slice(&["--listen-admin", "127.0.0.1:0"]);
+    args.extend_from_slice(extra);
+    spawn(&args, keys)
+}

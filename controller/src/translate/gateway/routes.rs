@@ -237,18 +237,14 @@ impl RouteCtx<'_, '_> {
         RouteAction::Split(shares)
     }
 
-    /// Resolves one `backendRef` (`BackendObjectReference`): a Service port, in the route's
-    /// namespace or in another one that grants it.
-    fn backend(&mut self, field: &str, r: &BackendRef) -> Option<BackendId> {
+    /// The Service port a `backendRef` (`BackendObjectReference`) names, in the route's
+    /// namespace or in another one that grants it; else the `ResolvedRefs` reason and why.
+    fn service_port(&self, r: &BackendRef) -> Result<BackendId, (&'static str, String)> {
         let group = r.group.as_deref().unwrap_or("");
         let kind = r.kind.as_deref().unwrap_or("Service");
         if !group.is_empty() || kind != "Service" {
-            self.unresolved(
-                field.to_string(),
-                reasons::INVALID_KIND,
-                format!("kind {kind:?} of group {group:?} is not supported (only Services)"),
-            );
-            return None;
+            let why = format!("kind {kind:?} of group {group:?} is not supported (only Services)");
+            return Err((reasons::INVALID_KIND, why));
         }
         let namespace = r.namespace.as_deref().unwrap_or(&self.key.namespace);
         let service = ObjectRef::new(namespace, &r.name);
@@ -259,34 +255,29 @@ impl RouteCtx<'_, '_> {
                 .grants
                 .allows((crate::gateway::GROUP, "HTTPRoute", &self.key.namespace), ("", "Service", &service))
         {
-            self.unresolved(
-                field.to_string(),
-                reasons::REF_NOT_PERMITTED,
-                format!("Service {service} is in another namespace and no ReferenceGrant there allows it"),
-            );
-            return None;
+            let why =
+                format!("Service {service} is in another namespace and no ReferenceGrant there allows it");
+            return Err((reasons::REF_NOT_PERMITTED, why));
         }
         let Some(port) = r.port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p != 0) else {
-            self.unresolved(
-                field.to_string(),
-                reasons::BACKEND_NOT_FOUND,
-                "a Service reference needs a port".to_string(),
-            );
-            return None;
-        };
-        let id = BackendId {
-            namespace: service.namespace.clone(),
-            service: service.name.clone(),
-            port: ServicePort::Number(port),
+            return Err((reasons::BACKEND_NOT_FOUND, "a Service reference needs a port".to_string()));
         };
         if !self.snapshot.services.contains_key(&service) {
-            self.unresolved(
-                field.to_string(),
-                reasons::BACKEND_NOT_FOUND,
-                format!("Service {service} not found"),
-            );
-            return None;
+            return Err((reasons::BACKEND_NOT_FOUND, format!("Service {service} not found")));
         }
+        Ok(BackendId { namespace: service.namespace, service: service.name, port: ServicePort::Number(port) })
+    }
+
+    /// Resolves one `backendRef` into the table's backends; `None` (with `ResolvedRefs` false)
+    /// when it does not resolve.
+    fn backend(&mut self, field: &str, r: &BackendRef) -> Option<BackendId> {
+        let id = match self.service_port(r) {
+            Ok(id) => id,
+            Err((reason, why)) => {
+                self.unresolved(field.to_string(), reason, why);
+                return None;
+            }
+        };
         if !self.backends.contains_key(&id) {
             let (resolved, error) = self.resolver.resolve(&id);
             match error {
@@ -310,34 +301,7 @@ impl RouteCtx<'_, '_> {
     /// The URL a `RequestMirror` copies requests to: the first ready endpoint of the Service
     /// port (`None`: none is ready); `Err` when the reference is refused.
     fn mirror_target(&mut self, field: &str, r: &BackendRef) -> Result<Option<String>, String> {
-        let group = r.group.as_deref().unwrap_or("");
-        let kind = r.kind.as_deref().unwrap_or("Service");
-        if !group.is_empty() || kind != "Service" {
-            return Err(format!(
-                "backendRef: kind {kind:?} of group {group:?} is not supported (only Services)"
-            ));
-        }
-        let namespace = r.namespace.as_deref().unwrap_or(&self.key.namespace);
-        let service = ObjectRef::new(namespace, &r.name);
-        if namespace != self.key.namespace
-            && !self
-                .grants
-                .allows((crate::gateway::GROUP, "HTTPRoute", &self.key.namespace), ("", "Service", &service))
-        {
-            return Err(format!(
-                "backendRef: Service {service} is in another namespace and no ReferenceGrant there allows it"
-            ));
-        }
-        let port = r
-            .port
-            .and_then(|p| u16::try_from(p).ok())
-            .filter(|p| *p != 0)
-            .ok_or("backendRef: a Service reference needs a port")?;
-        let id = BackendId {
-            namespace: service.namespace.clone(),
-            service: service.name.clone(),
-            port: ServicePort::Number(port),
-        };
+        let id = self.service_port(r).map_err(|(_, why)| format!("backendRef: {why}"))?;
         let (backend, error) = self.resolver.resolve(&id);
         if let Some(e) = error {
             return Err(format!("backendRef: {e} ({field})"));
