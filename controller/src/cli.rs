@@ -84,6 +84,16 @@ pub struct SourceArgs {
     /// read from DIR.
     #[arg(long, value_name = "NS/NAME", value_parser = parse_object_ref)]
     pub udp_services_configmap: Option<ObjectRef>,
+    /// The GatewayClass `spec.controllerName` weir owns (Gateway API).
+    #[arg(long, default_value = "weir.dev/gateway-controller", value_name = "NAME")]
+    pub gateway_controller_name: String,
+    /// The Gateway listener port served by --listen-http (the port clients reach through
+    /// weir's Service).
+    #[arg(long, default_value_t = 80, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub gateway_http_port: u16,
+    /// The Gateway listener port served by --listen-https.
+    #[arg(long, default_value_t = 443, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub gateway_https_port: u16,
 }
 
 fn parse_object_ref(s: &str) -> Result<ObjectRef, String> {
@@ -106,6 +116,11 @@ impl SourceArgs {
             tcp_services: self.tcp_services_configmap.clone(),
             udp_services: self.udp_services_configmap.clone(),
             listener_ports: Default::default(),
+            gateway: translate::gateway::GatewayConfig {
+                controller_name: self.gateway_controller_name.clone(),
+                http_port: i32::from(self.gateway_http_port),
+                https_port: i32::from(self.gateway_https_port),
+            },
         }
     }
 }
@@ -365,6 +380,7 @@ impl ServeArgs {
                     }
                 }),
             },
+            gateway: config.gateway,
             ..ServeOptions::default()
         }
     }

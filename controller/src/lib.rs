@@ -16,4 +16,5 @@ pub mod serve;
 pub mod snapshot;
 pub mod source;
 pub mod status;
+pub mod status_gateway;
 pub mod translate;

@@ -178,7 +178,7 @@ impl Metrics {
             for host in &entry.hosts {
                 let host = match host {
                     HostMatch::Exact(h) => h.clone(),
-                    HostMatch::Wildcard(s) => format!("*.{s}"),
+                    HostMatch::Wildcard(s) | HostMatch::Suffix(s) => format!("*.{s}"),
                     HostMatch::Any => continue,
                 };
                 served.insert((host, secret.clone()), *expiry);

@@ -84,6 +84,8 @@ pub struct ServeOptions {
     pub l4: L4Config,
     /// How `/metrics` exposes the figures (names besides weir's).
     pub metrics: crate::metrics::MetricsOptions,
+    /// Gateway API: the controller name and the listener ports served.
+    pub gateway: translate::gateway::GatewayConfig,
 }
 
 impl Default for ServeOptions {
@@ -110,6 +112,7 @@ impl Default for ServeOptions {
             udp_services: None,
             l4: L4Config::default(),
             metrics: crate::metrics::MetricsOptions::default(),
+            gateway: translate::gateway::GatewayConfig::default(),
         }
     }
 }
@@ -125,6 +128,7 @@ impl ServeOptions {
             tcp_services: self.tcp_services.clone(),
             udp_services: self.udp_services.clone(),
             listener_ports: Default::default(),
+            gateway: self.gateway.clone(),
         }
     }
 }
@@ -452,6 +456,7 @@ impl Publisher {
         Outcome {
             ingresses: translation.ingresses.iter().cloned().collect(),
             warnings: translation.warnings.iter().chain(&self.l4_warnings).cloned().collect(),
+            gateway: translation.gateway.clone(),
         }
     }
 

@@ -73,6 +73,8 @@ pub struct Outcome {
     pub ingresses: BTreeSet<ObjectRef>,
     /// Every warning.
     pub warnings: Vec<Warning>,
+    /// Gateway API statuses to write (`status_gateway`).
+    pub gateway: Option<Arc<crate::translate::gateway::GatewayOutcome>>,
 }
 
 /// Starts leader election and, while leader, the status and Event writer.
@@ -253,8 +255,14 @@ struct Writer {
 impl Writer {
     async fn reconcile(&mut self, stores: &Stores, outcome: &Outcome) {
         let ingresses = stores.ingresses();
-        if let Some(addresses) = self.addresses().await {
-            self.write_status(&ingresses, outcome, &addresses).await;
+        let addresses = self.addresses().await;
+        if let Some(addresses) = &addresses {
+            self.write_status(&ingresses, outcome, addresses).await;
+        }
+        if let Some(gateway) = &outcome.gateway {
+            let published =
+                addresses.as_deref().map(crate::status_gateway::address_values).unwrap_or_default();
+            crate::status_gateway::reconcile(&self.ingresses, stores, gateway, &published).await;
         }
         self.publish_events(&ingresses, outcome).await;
     }
@@ -396,6 +404,7 @@ fn reference_to(kind: ObjectKind, object: &ObjectRef) -> ObjectReference {
         ObjectKind::Endpoints => ("v1", "Endpoints"),
         ObjectKind::Secret => ("v1", "Secret"),
         ObjectKind::ConfigMap => ("v1", "ConfigMap"),
+        ObjectKind::HttpRoute => ("gateway.networking.k8s.io/v1", "HTTPRoute"),
     };
     ObjectReference {
         api_version: Some(api_version.to_owned()),

@@ -12,6 +12,7 @@ pub mod changes;
 pub mod compression;
 pub mod global_limit;
 pub use global_limit::{GlobalRateLimit, Memcached};
+pub mod filters;
 pub mod logformat;
 pub mod logging;
 pub mod tls_keys;
@@ -375,6 +376,9 @@ pub enum HostMatch {
     Wildcard(String),
     /// Any host (Ingress rules without `host`).
     Any,
+    /// A Gateway API wildcard `*.suffix`: one or more labels in front of the suffix (stored
+    /// without `*.`); written `**.suffix` in a table. Gateway translation only.
+    Suffix(String),
 }
 
 /// A host name that cannot be a [`HostMatch`].
@@ -436,6 +440,10 @@ impl HostMatch {
                 .and_then(|head| head.strip_suffix('.'))
                 .is_some_and(|label| !label.is_empty() && !label.contains('.')),
             HostMatch::Any => true,
+            HostMatch::Suffix(suffix) => host
+                .strip_suffix(suffix.as_str())
+                .and_then(|head| head.strip_suffix('.'))
+                .is_some_and(|head| !head.is_empty() && !head.starts_with('.') && !head.ends_with('.')),
         }
     }
 }
@@ -446,6 +454,7 @@ impl fmt::Display for HostMatch {
             HostMatch::Exact(h) => f.write_str(h),
             HostMatch::Wildcard(s) => write!(f, "*.{s}"),
             HostMatch::Any => f.write_str("*"),
+            HostMatch::Suffix(s) => write!(f, "**.{s}"),
         }
     }
 }
@@ -459,6 +468,14 @@ impl Serialize for HostMatch {
 impl<'de> Deserialize<'de> for HostMatch {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
+        if let Some(rest) = s.strip_prefix("**.") {
+            return match HostMatch::parse(rest).map_err(serde::de::Error::custom)? {
+                HostMatch::Exact(name) => Ok(HostMatch::Suffix(name)),
+                _ => Err(serde::de::Error::custom(format!(
+                    "invalid host {s:?}: `**.` is followed by a host name"
+                ))),
+            };
+        }
         HostMatch::parse(&s).map_err(serde::de::Error::custom)
     }
 }
@@ -500,6 +517,11 @@ pub struct Route {
     pub policy: RoutePolicy,
     /// The object this route came from (an Ingress), for logs and error responses.
     pub origin: ObjectRef,
+    /// Conditions on the method, headers and query besides the path (Gateway API
+    /// `HTTPRouteMatch`); `None`: every request with the path matches (Ingress routes). Routes
+    /// with the same path are tried in table order, the first whose conditions hold wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Box<RequestConditions>>,
 }
 
 /// What a route does.
@@ -508,6 +530,22 @@ pub struct Route {
 pub enum RouteAction {
     /// Proxy to a backend.
     Forward(BackendId),
+    /// Proxy to one of several backends, chosen at random by weight (Gateway API
+    /// `backendRefs`); a share without a backend (an unresolved reference), or a list whose
+    /// weights are all 0, answers 500.
+    Split(Vec<WeightedBackend>),
+}
+
+/// One share of a [`RouteAction::Split`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightedBackend {
+    /// The backend (a key of [`RouteTable::backends`]); `None`: the reference did not resolve
+    /// and this share answers 500.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendId>,
+    /// Its weight relative to the others' (0: never chosen).
+    pub weight: u32,
 }
 
 /// Per-route policies, typed and validated by translation (ingress-nginx annotations). Every
@@ -635,6 +673,9 @@ pub struct RoutePolicy {
     /// The route's requests are not written to the access log (`enable-access-log: "false"`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub access_log_off: bool,
+    /// Gateway API filters (`HTTPRouteFilter`) the fields above do not cover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filters: Option<Box<filters::RouteFilters>>,
 }
 
 /// Request mirroring (ingress-nginx `mirror-*`).
@@ -1603,6 +1644,7 @@ mod tests {
                 action: RouteAction::Forward(id.clone()),
                 policy: RoutePolicy::default(),
                 origin: ObjectRef::new("default", "web"),
+                conditions: None,
             }],
         });
         table.backends.insert(

@@ -387,6 +387,7 @@ impl<'a> Build<'a> {
                         ..route_policy(&self.policies, claim, path, &self.settings.routes)
                     },
                     origin: claim.rank.object.clone(),
+                    conditions: None,
                 });
             }
             if routes.is_empty() {
@@ -553,6 +554,7 @@ impl<'a> Build<'a> {
             table,
             warnings: warnings.finish(),
             ingresses: ours.into_iter().map(|o| o.rank.object).collect(),
+            gateway: None,
         }
     }
 }

@@ -411,6 +411,7 @@ impl Translator {
         let keys = match changed {
             Some(keys)
                 if self.config.as_ref() == Some(config)
+                    && !super::has_gateway_routes(snapshot)
                     && !keys.iter().any(|k| rebuilds_all(k, snapshot, config)) =>
             {
                 keys
@@ -512,6 +513,7 @@ impl Translator {
         self.config = Some(config.clone());
         self.apply_default_certificate(snapshot, config);
         self.translation.warnings.extend(self.certificate_warnings.iter().cloned());
+        super::gateway_apply(&mut self.translation, snapshot, &self.slices, config);
         super::l4_apply(&mut self.translation, snapshot, &self.slices, config);
         Update { changes: None, translated: snapshot.ingresses.len() }
     }
@@ -545,7 +547,7 @@ impl Translator {
         claims_default: bool,
         part: Translation,
     ) -> TableChanges {
-        let Translation { table: new, warnings, ingresses } = part;
+        let Translation { table: new, warnings, ingresses, .. } = part;
         let translation = &mut self.translation;
         let table = &mut translation.table;
         let mut changes = TableChanges::default();

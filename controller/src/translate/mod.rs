@@ -64,6 +64,8 @@ pub struct TranslateConfig {
     /// on one of them is refused.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub listener_ports: std::collections::BTreeMap<u16, String>,
+    /// Gateway API: the controller name and the listener ports served.
+    pub gateway: gateway::GatewayConfig,
 }
 
 impl Default for TranslateConfig {
@@ -77,6 +79,7 @@ impl Default for TranslateConfig {
             tcp_services: None,
             udp_services: None,
             listener_ports: std::collections::BTreeMap::new(),
+            gateway: gateway::GatewayConfig::default(),
         }
     }
 }
@@ -90,6 +93,10 @@ pub struct Translation {
     pub warnings: Vec<Warning>,
     /// The Ingresses of our class, sorted (the status writer updates these).
     pub ingresses: Vec<ObjectRef>,
+    /// Gateway API classes, Gateways and routes of ours, for the status writer; `None` without
+    /// a GatewayClass.
+    #[serde(skip)]
+    pub gateway: Option<std::sync::Arc<gateway::GatewayOutcome>>,
 }
 
 /// An Ingress of our class.
@@ -116,8 +123,51 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
         }
         translation.warnings.extend(warnings.finish());
     }
+    gateway_apply(&mut translation, snapshot, &slices, config);
     l4_apply(&mut translation, snapshot, &slices, config);
     translation
+}
+
+/// Whether the snapshot has HTTPRoutes that may route (and a Gateway they may attach to):
+/// then every change translates everything (`incremental`).
+fn has_gateway_routes(snapshot: &Snapshot) -> bool {
+    !snapshot.gateways.is_empty() && !snapshot.http_routes.is_empty()
+}
+
+/// Adds the routes of the HTTPRoutes attached to our Gateways (`gateway::routes`) to
+/// `translation`, after the Ingresses', with their warnings.
+fn gateway_apply(
+    translation: &mut Translation,
+    snapshot: &Snapshot,
+    slices: &SliceIndex,
+    config: &TranslateConfig,
+) {
+    translation.gateway = None;
+    if snapshot.gateway_classes.is_empty() {
+        return;
+    }
+    let attachments = gateway::attach_all(snapshot, &config.gateway);
+    let mut routes = gateway::routes::RoutesOut::default();
+    if has_gateway_routes(snapshot) {
+        let resolver = backend::Resolver::new(snapshot, slices);
+        let mut warnings = Warnings::default();
+        routes = gateway::routes::apply(
+            &mut translation.table,
+            &attachments,
+            snapshot,
+            &resolver,
+            &config.gateway,
+            &mut warnings,
+        );
+        translation.warnings.extend(warnings.finish());
+        translation.warnings.sort();
+        translation.warnings.dedup();
+    }
+    translation.gateway = Some(std::sync::Arc::new(gateway::GatewayOutcome {
+        attachments,
+        routes,
+        controller_name: config.gateway.controller_name.clone(),
+    }));
 }
 
 /// Puts the L4 services (`l4.rs`) in `translation`, replacing any there, with their warnings.

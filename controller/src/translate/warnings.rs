@@ -25,6 +25,8 @@ pub enum ObjectKind {
     Secret,
     /// A core `v1` ConfigMap (the settings ConfigMap).
     ConfigMap,
+    /// A `gateway.networking.k8s.io/v1` HTTPRoute.
+    HttpRoute,
 }
 
 impl fmt::Display for ObjectKind {
@@ -94,6 +96,13 @@ pub enum Reason {
     /// weir could not listen on a TCP or UDP services port (taken, or privileged); the other
     /// ports serve.
     L4BindFailed,
+    /// A Gateway API route is not accepted by a parent of ours (see its `Accepted` condition).
+    RouteNotAccepted,
+    /// A Gateway API `backendRef` does not resolve (missing Service or port, another namespace
+    /// without a ReferenceGrant, an unsupported kind); its share of the requests answers 500.
+    BackendNotResolved,
+    /// A Gateway API filter weir does not support; the rule answers 500.
+    UnsupportedFilter,
 }
 
 impl fmt::Display for Reason {

@@ -193,3 +193,9 @@ pub fn free_port() -> u16 {
         }
     }
 }
+
+/// `weir serve --manifests DIR` with every listener on an ephemeral loopback port, then `extra`;
+/// waits for the log line carrying `keys` (`http`, `https`, `admin`).
+pub fn spawn_serve(dir: &std::path::Path, extra: &[&str], keys: &[&str]) -> (Proc, Vec<SocketAddr>) {
+    spawn(&serve_args(dir, extra), keys)
+}

@@ -148,7 +148,7 @@ impl RouteLabels {
             },
             host: match host {
                 Some(HostMatch::Exact(h)) => h.clone(),
-                Some(HostMatch::Wildcard(s)) => format!("*.{s}"),
+                Some(HostMatch::Wildcard(s) | HostMatch::Suffix(s)) => format!("*.{s}"),
                 Some(HostMatch::Any) | None => String::new(),
             },
             canary: String::new(),

@@ -109,6 +109,14 @@ pub enum ProxyError {
     /// `http2-max-field-size`).
     #[error("request header too large")]
     HeaderTooLarge,
+    /// The route's share chosen for the request has no backend (a Gateway API `backendRef`
+    /// that did not resolve), or the route has no backend at all.
+    #[error("the route's backend reference did not resolve")]
+    UnresolvedBackend,
+    /// The route's rule cannot be served as written (a Gateway API filter weir does not
+    /// support): it answers this status.
+    #[error("the route's rule cannot be served as written")]
+    RuleRefused(StatusCode),
 }
 
 impl ProxyError {
@@ -130,9 +138,11 @@ impl ProxyError {
             | ProxyError::ClientBodyTimeout
             | ProxyError::UriTooLong
             | ProxyError::HeaderTooLarge => ErrorSource::Downstream,
-            ProxyError::NoRoute | ProxyError::BadUpstreamAddress | ProxyError::BadRewrite => {
-                ErrorSource::Internal
-            }
+            ProxyError::NoRoute
+            | ProxyError::BadUpstreamAddress
+            | ProxyError::BadRewrite
+            | ProxyError::UnresolvedBackend
+            | ProxyError::RuleRefused(_) => ErrorSource::Internal,
             ProxyError::NoEndpoints
             | ProxyError::Connect(_)
             | ProxyError::ConnectTimeout
@@ -157,8 +167,10 @@ impl ProxyError {
             ProxyError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
-            ProxyError::BadRewrite => StatusCode::INTERNAL_SERVER_ERROR,
-            ProxyError::RateLimited(status) | ProxyError::ConnLimited(status) => *status,
+            ProxyError::BadRewrite | ProxyError::UnresolvedBackend => StatusCode::INTERNAL_SERVER_ERROR,
+            ProxyError::RateLimited(status)
+            | ProxyError::ConnLimited(status)
+            | ProxyError::RuleRefused(status) => *status,
             ProxyError::BadUpstreamAddress
             | ProxyError::Connect(_)
             | ProxyError::UnexpectedSwitch
@@ -267,6 +279,7 @@ mod tests {
             (ProxyError::UnexpectedSwitch, 502, ErrorSource::Upstream),
             (ProxyError::ConnectTimeout, 504, ErrorSource::Upstream),
             (ProxyError::ResponseTimeout, 504, ErrorSource::Upstream),
+            (ProxyError::UnresolvedBackend, 500, ErrorSource::Internal),
         ];
         for (err, status, source) in cases {
             assert_eq!((err.status().as_u16(), err.source_kind()), (status, source), "{err}");

@@ -192,7 +192,17 @@ impl ConnCtx {
             Cow::Owned(path) => Some(path),
         };
         let path = normalized.as_deref().unwrap_or(req.uri().path());
-        let route = state.router.lookup(host_str, path).ok_or(ProxyError::NoRoute)?;
+        // Gateway API conditions (method, headers, query) are only read by routes that have them.
+        // (The view is gone before the first await: it takes no room in the request's future.)
+        let route = {
+            let view = crate::route::conditions::RequestView {
+                method: req.method(),
+                headers: req.headers(),
+                query: req.uri().query(),
+            };
+            state.router.lookup_request(host_str, path, Some(&view))
+        };
+        let route = route.ok_or(ProxyError::NoRoute)?;
         meter.route(&route.stats);
         if route.policy.as_deref().is_some_and(|p| p.access_log_off) {
             meter.quiet();
@@ -341,6 +351,20 @@ impl ConnCtx {
     ) -> Result<Filtered<'a>, ProxyError> {
         if let Some(resp) = self.redirects(ctx, req) {
             return Ok(Filtered::Answer(resp));
+        }
+        // Gateway API: a rule that cannot be served, then `RequestRedirect`.
+        if let Some(filters) = ctx.policy.and_then(|p| p.filters.as_deref()) {
+            if let Some(status) = filters.respond {
+                return Err(ProxyError::RuleRefused(status));
+            }
+            let path = ctx.normalized.unwrap_or(req.uri().path());
+            if let Some((code, location)) =
+                filters.redirect(ctx.client.https, ctx.host_str, path, req.uri().query())
+            {
+                let mut resp = local_response(code, ctx.request_id.clone());
+                resp.headers_mut().insert(LOCATION, location);
+                return Ok(Filtered::Answer(resp));
+            }
         }
         // mTLS first: the client certificate is part of the connection, checked before any policy.
         match self.client_auth(ctx.state, ctx.host_str, req.headers_mut()) {
@@ -524,7 +548,11 @@ impl ConnCtx {
                     _ => route.backend,
                 }
             }
-            None => route.backend,
+            None => match &route.split {
+                // A Gateway API split: a share by weight; an unresolved one answers 500.
+                Some(split) => split.pick(rand::random()).ok_or(ProxyError::UnresolvedBackend)?,
+                None => route.backend,
+            },
         };
         let balancer: &Balancer = state.balancers.get(backend.0 as usize).ok_or(ProxyError::NoRoute)?;
         let pick = match balance {
@@ -576,7 +604,10 @@ impl ConnCtx {
         // To an HTTP/1.1 upstream the encoder writes the forwarded headers (see `forwarded`);
         // where the map is what goes out or is copied, or `proxy-set-headers` may override
         // them, they go in it.
-        let encoded = !h2 && mirrored.is_none() && config.upstream_headers.is_empty();
+        let request_edits =
+            policy.and_then(|p| p.filters.as_deref()).and_then(|f| f.request_headers.as_ref());
+        let encoded =
+            !h2 && mirrored.is_none() && config.upstream_headers.is_empty() && request_edits.is_none();
         // `proxy-add-original-uri-header`: the request target as the client sent it.
         let original_uri = if config.original_uri_header {
             HeaderValue::from_str(req.uri().path_and_query().map_or("/", |pq| pq.as_str())).ok()
@@ -618,6 +649,10 @@ impl ConnCtx {
         }
         // `proxy-set-headers` (translation refuses Host and the framing headers).
         set_headers(headers, &config.upstream_headers);
+        // Gateway API `RequestHeaderModifier`.
+        if let Some(edits) = request_edits {
+            edits.apply(headers);
+        }
         // `upstream-vhost` replaces the host the upstream sees (not `X-Forwarded-Host`).
         let upstream_host = policy.and_then(|p| p.upstream_host.clone()).unwrap_or_else(|| ctx.host.clone());
         // The host we routed on is what the upstream sees: for HTTP/1.1 the Host header (the same
@@ -656,7 +691,7 @@ impl ConnCtx {
         mut req: Request<Incoming>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let peer = &self.upstream_peer(ctx, &req)?;
-        if peer.backend != ctx.route.backend {
+        if peer.backend != ctx.route.backend && ctx.route.split.is_none() {
             ctx.meter.canary_took_it();
         }
         let outgoing = self.upstream_request(ctx, peer, &mut req)?;
@@ -1037,6 +1072,10 @@ fn with_response_headers(
         set_headers(resp.headers_mut(), &config.response_headers);
         if let Some(policy) = route.policy.as_deref() {
             set_headers(resp.headers_mut(), &policy.response_headers);
+            // Gateway API `ResponseHeaderModifier`.
+            if let Some(edits) = policy.filters.as_deref().and_then(|f| f.response_headers.as_ref()) {
+                edits.apply(resp.headers_mut());
+            }
         }
     }
     result
@@ -1397,9 +1436,17 @@ fn upstream_uri(
     tls: bool,
 ) -> Result<Uri, ProxyError> {
     // `rewrite-target` rewrites the path the route matched (nginx's `$uri`), escaped again.
-    let rewritten = ctx.policy.and_then(|p| match ctx.normalized {
-        Some(path) => p.rewrite_path(path, uri.query(), true),
-        None => p.rewrite(uri.path(), uri.query()),
+    let rewritten = ctx.policy.and_then(|p| {
+        // Gateway API `URLRewrite.path`, on the path the route matched.
+        if let Some(target) =
+            p.filters.as_deref().and_then(|f| f.rewrite(ctx.normalized.unwrap_or(uri.path()), uri.query()))
+        {
+            return Some(target);
+        }
+        match ctx.normalized {
+            Some(path) => p.rewrite_path(path, uri.query(), true),
+            None => p.rewrite(uri.path(), uri.query()),
+        }
     });
     let path_and_query = match rewritten {
         Some(target) => PathAndQuery::try_from(target).map_err(|_| ProxyError::BadRewrite)?,

@@ -400,7 +400,7 @@ impl PassIndex {
             match &pass.host {
                 HostMatch::Exact(h) => index.exact.entry(h.clone()).or_insert(idx),
                 HostMatch::Wildcard(s) => index.wildcard.entry(s.clone()).or_insert(idx),
-                HostMatch::Any => continue,
+                HostMatch::Any | HostMatch::Suffix(_) => continue,
             };
         }
         index

@@ -47,14 +47,14 @@ pub enum ConditionError {
 }
 
 /// [`RequestConditions`], compiled.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct CompiledConditions {
     method: Option<Method>,
     headers: Vec<(HeaderName, Matcher)>,
     query: Vec<(String, Matcher)>,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Matcher {
     Exact(String),
     Regex(regex::Regex),

@@ -51,6 +51,12 @@ pub enum PolicyError {
         /// The value.
         value: String,
     },
+    /// Gateway API filters that cannot be compiled.
+    #[error("filters: {0}")]
+    Filters(#[from] crate::route::filters::FilterError),
+    /// Request conditions that cannot be compiled (a bad regex, header name or method).
+    #[error("conditions: {0}")]
+    Conditions(#[from] crate::route::conditions::ConditionError),
 }
 
 impl From<InvalidMirror> for PolicyError {
@@ -122,6 +128,8 @@ pub struct CompiledPolicy {
     pub global_limit: Option<Arc<crate::state::global_limit::GlobalLimiter>>,
     /// `enable-access-log: "false"`: the route's requests are not logged.
     pub access_log_off: bool,
+    /// Gateway API filters.
+    pub filters: Option<Box<crate::route::filters::CompiledFilters>>,
 }
 
 /// External authentication ready for the request path: its settings, with the URL templates
@@ -360,6 +368,10 @@ impl CompiledPolicy {
                 None => None,
             },
             access_log_off: policy.access_log_off,
+            filters: match &policy.filters {
+                Some(f) => Some(Box::new(crate::route::filters::CompiledFilters::compile(f)?)),
+                None => None,
+            },
         }))
     }
 

@@ -11,6 +11,11 @@
 //!   (nginx `server_name` and envoy virtual-host semantics).
 //! - path, within the chosen virtual host: `Exact` → `Regex` (anchored at the start, longest
 //!   pattern first) → `Prefix` (longest, element-wise by `/`).
+//! - Gateway API routes: a host `**.suffix` ([`HostMatch::Suffix`]) is tried after the exact
+//!   and one-label wildcard hosts, longest suffix first ("Characters in a matching hostname");
+//!   routes with [`RequestConditions`](crate::model::RequestConditions) share a path with
+//!   others: at one path they are tried in table order, the first whose conditions hold wins,
+//!   and when none does the next shorter path is tried (see `Vhost::first_holding`).
 //!
 //! ## Why not matchit for paths
 //! Exact paths are one `HashMap` probe. Element-wise prefixes are a walk over the request path's
@@ -28,7 +33,9 @@ use crate::http_util::normalize_host;
 use crate::model::changes::TableChanges;
 use crate::model::{BackendId, HostMatch, ObjectRef, PathMatch, RouteAction, RouteTable, VirtualHost};
 use crate::route::canary::CompiledCanary;
+use crate::route::conditions::{CompiledConditions, RequestView};
 use crate::route::policy::{CompiledPolicy, PolicyError};
+use crate::route::split::CompiledSplit;
 use crate::state::balance::BackendIdx;
 use crate::state::ratelimit::LimiterCache;
 
@@ -90,6 +97,11 @@ pub struct CompiledRoute {
     pub ssl_redirect: bool,
     /// Where the route's requests are counted.
     pub stats: crate::metrics::RouteHandle,
+    /// A weighted split among backends ([`RouteAction::Split`]); `backend` is then its first
+    /// resolved share, for labels only.
+    pub split: Option<Box<CompiledSplit>>,
+    /// Conditions besides host and path; `None` for Ingress routes.
+    pub conditions: Option<Box<CompiledConditions>>,
 }
 
 impl CompiledRoute {
@@ -109,6 +121,8 @@ struct Vhost {
     prefix: crate::fast::HashMap<Box<str>, usize>,
     root: Option<usize>,
     routes: Vec<CompiledRoute>,
+    /// The next route with the same path, for routes with conditions (rare: Gateway API).
+    alt: crate::fast::HashMap<usize, usize>,
 }
 
 /// A compiled [`RouteTable`]: answers `(host, path) → route`.
@@ -121,6 +135,8 @@ pub struct Router {
     exact: crate::fast::HashMap<Box<str>, Arc<Vhost>>,
     wildcard: crate::fast::HashMap<Box<str>, Arc<Vhost>>,
     any: Option<Arc<Vhost>>,
+    /// Gateway API `*.suffix` hosts (any number of labels), by suffix.
+    suffix: crate::fast::HashMap<Box<str>, Arc<Vhost>>,
     default: Option<CompiledRoute>,
     backend_ids: Arc<Vec<BackendId>>,
     backend_index: Arc<HashMap<BackendId, BackendIdx>>,
@@ -181,6 +197,7 @@ impl Router {
             exact: self.exact.clone(),
             wildcard: self.wildcard.clone(),
             any: self.any.clone(),
+            suffix: self.suffix.clone(),
             default: None,
             backend_ids: self.backend_ids.clone(),
             backend_index: self.backend_index.clone(),
@@ -235,6 +252,7 @@ impl Router {
             HostMatch::Exact(h) => self.exact.insert(h.as_str().into(), vhost).is_some(),
             HostMatch::Wildcard(s) => self.wildcard.insert(s.as_str().into(), vhost).is_some(),
             HostMatch::Any => self.any.replace(vhost).is_some(),
+            HostMatch::Suffix(s) => self.suffix.insert(s.as_str().into(), vhost).is_some(),
         }
     }
 
@@ -243,6 +261,7 @@ impl Router {
             HostMatch::Exact(h) => drop(self.exact.remove(h.as_str())),
             HostMatch::Wildcard(s) => drop(self.wildcard.remove(s.as_str())),
             HostMatch::Any => self.any = None,
+            HostMatch::Suffix(s) => drop(self.suffix.remove(s.as_str())),
         }
     }
 
@@ -256,15 +275,50 @@ impl Router {
             policy: None,
             ssl_redirect: false,
             stats: limiters.metrics().route(crate::metrics::RouteLabels::of(None, id, None, None), None),
+            split: None,
+            conditions: None,
         }))
     }
 
     fn compile_vhost(&self, vh: &VirtualHost, limiters: &LimiterCache) -> Result<Vhost> {
         let mut compiled = Vhost::default();
         let mut regexes: Vec<(usize, regex::Regex, usize)> = Vec::new();
+        // The labels of a split none of whose shares resolved.
+        let unresolved = placeholder();
         for route in &vh.routes {
-            let RouteAction::Forward(id) = &route.action;
-            let backend = self.resolve(id, &|| format!("host {} path {:?}", vh.host, route.path))?;
+            let referrer = || format!("host {} path {:?}", vh.host, route.path);
+            let (id, backend, split) = match &route.action {
+                RouteAction::Forward(id) => (id, self.resolve(id, &referrer)?, None),
+                RouteAction::Split(shares) => {
+                    let mut resolved = Vec::with_capacity(shares.len());
+                    for share in shares {
+                        let idx = match &share.backend {
+                            Some(id) => Some(self.resolve(id, &referrer)?),
+                            None => None,
+                        };
+                        resolved.push((idx, share.weight));
+                    }
+                    let first = shares
+                        .iter()
+                        .zip(&resolved)
+                        .find_map(|(s, (idx, w))| s.backend.as_ref().zip(*idx).filter(|_| *w > 0));
+                    let (id, idx) = match first {
+                        Some((id, idx)) => (id, idx),
+                        None => (&unresolved, BackendIdx(u32::MAX)),
+                    };
+                    (id, idx, Some(Box::new(CompiledSplit::new(resolved))))
+                }
+            };
+            let conditions = match &route.conditions {
+                Some(c) => Some(Box::new(CompiledConditions::compile(c).map_err(|e| {
+                    CompileError::InvalidPolicy {
+                        host: vh.host.clone(),
+                        path: route.path.clone(),
+                        source: PolicyError::Conditions(e),
+                    }
+                })?)),
+                None => None,
+            };
             let regex = match &route.path {
                 PathMatch::Regex(pattern) => {
                     Some(compile_path_regex(pattern).map_err(|e| CompileError::InvalidRegex {
@@ -310,19 +364,24 @@ impl Router {
                 policy: policy.map(Arc::new),
                 ssl_redirect: route.policy.ssl_redirect,
                 stats,
+                split,
+                conditions,
             });
-            // On duplicates the first route wins (translation already resolved conflicts).
+            // On duplicates the first route wins (translation already resolved conflicts),
+            // unless it has conditions: then the next is tried when they do not hold.
             match (&route.path, regex) {
                 (PathMatch::Exact(p), _) => {
-                    compiled.exact.entry(p.as_str().into()).or_insert(idx);
+                    let first = *compiled.exact.entry(p.as_str().into()).or_insert(idx);
+                    compiled.chain(first, idx);
                 }
                 (PathMatch::Prefix(p), _) => {
                     let p = p.trim_end_matches('/');
-                    if p.is_empty() {
-                        compiled.root.get_or_insert(idx);
+                    let first = if p.is_empty() {
+                        *compiled.root.get_or_insert(idx)
                     } else {
-                        compiled.prefix.entry(p.into()).or_insert(idx);
-                    }
+                        *compiled.prefix.entry(p.into()).or_insert(idx)
+                    };
+                    compiled.chain(first, idx);
                 }
                 (PathMatch::Regex(pattern), Some(re)) => regexes.push((pattern.len(), re, idx)),
                 (PathMatch::Regex(_), None) => {}
@@ -336,11 +395,21 @@ impl Router {
     }
 
     /// Finds the route for a request `Host` (as sent: any case, optional port, optional trailing
-    /// dot) and raw path (no query). `None` means 404.
+    /// dot) and raw path (no query). `None` means 404. Routes with conditions never match.
     pub fn lookup(&self, host: &str, path: &str) -> Option<&CompiledRoute> {
+        self.lookup_request(host, path, None)
+    }
+
+    /// [`Router::lookup`], with the rest of the request for the routes that have conditions.
+    pub fn lookup_request(
+        &self,
+        host: &str,
+        path: &str,
+        req: Option<&RequestView<'_>>,
+    ) -> Option<&CompiledRoute> {
         let host = normalize_host(host);
         match self.vhost_for(&host) {
-            Some(vh) => vh.lookup(path).or(self.default.as_ref()),
+            Some(vh) => vh.lookup(path, req).or(self.default.as_ref()),
             None => self.default.as_ref(),
         }
     }
@@ -360,30 +429,83 @@ impl Router {
             }
             self.wildcard.get(suffix)
         });
+        let vhost = match vhost {
+            Some(v) => Some(v),
+            None if !self.suffix.is_empty() => self.suffix_for(host),
+            None => None,
+        };
         vhost.or(self.any.as_ref()).map(|v| &**v)
+    }
+
+    /// The Gateway API `*.suffix` host with the longest suffix of `host` (at least one label
+    /// in front of it).
+    fn suffix_for(&self, host: &str) -> Option<&Arc<Vhost>> {
+        let mut rest = host;
+        while let Some((label, suffix)) = rest.split_once('.') {
+            if label.is_empty() {
+                return None;
+            }
+            if let Some(v) = self.suffix.get(suffix) {
+                return Some(v);
+            }
+            rest = suffix;
+        }
+        None
     }
 }
 
 // === impl Vhost ===
 
 impl Vhost {
-    fn lookup(&self, path: &str) -> Option<&CompiledRoute> {
+    fn lookup(&self, path: &str, req: Option<&RequestView<'_>>) -> Option<&CompiledRoute> {
         let idx = self
             .exact
             .get(path)
-            .copied()
-            .or_else(|| self.regex.iter().find(|(re, _)| re.is_match(path)).map(|(_, i)| *i))
-            .or_else(|| self.longest_prefix(path))?;
+            .and_then(|i| self.first_holding(*i, req))
+            .or_else(|| {
+                self.regex.iter().find(|(re, i)| re.is_match(path) && self.holds(*i, req)).map(|(_, i)| *i)
+            })
+            .or_else(|| self.longest_prefix(path, req))?;
         self.routes.get(idx)
+    }
+
+    /// Appends route `idx` to the routes tried at the path whose first route is `first`.
+    fn chain(&mut self, first: usize, idx: usize) {
+        if first == idx {
+            return;
+        }
+        let mut last = first;
+        while let Some(next) = self.alt.get(&last) {
+            last = *next;
+        }
+        self.alt.insert(last, idx);
+    }
+
+    /// Whether route `idx`'s conditions (if any) hold for `req`.
+    fn holds(&self, idx: usize, req: Option<&RequestView<'_>>) -> bool {
+        match self.routes.get(idx).and_then(|r| r.conditions.as_deref()) {
+            None => true,
+            Some(c) => req.is_some_and(|req| c.matches(req)),
+        }
+    }
+
+    /// The first route, from `idx` along the routes with the same path, whose conditions hold.
+    fn first_holding(&self, mut idx: usize, req: Option<&RequestView<'_>>) -> Option<usize> {
+        loop {
+            if self.holds(idx, req) {
+                return Some(idx);
+            }
+            idx = *self.alt.get(&idx)?;
+        }
     }
 
     /// Longest element-wise prefix: candidates are the whole path and each piece ending just
     /// before a `/`, longest first; the root prefix matches everything.
-    fn longest_prefix(&self, path: &str) -> Option<usize> {
+    fn longest_prefix(&self, path: &str, req: Option<&RequestView<'_>>) -> Option<usize> {
         if !self.prefix.is_empty() {
             let trimmed = path.trim_end_matches('/');
-            if let Some(i) = self.prefix.get(trimmed) {
-                return Some(*i);
+            if let Some(i) = self.prefix.get(trimmed).and_then(|i| self.first_holding(*i, req)) {
+                return Some(i);
             }
             let mut rest = trimmed;
             while let Some(cut) = rest.rfind('/') {
@@ -391,12 +513,12 @@ impl Vhost {
                 if rest.is_empty() {
                     break;
                 }
-                if let Some(i) = self.prefix.get(rest) {
-                    return Some(*i);
+                if let Some(i) = self.prefix.get(rest).and_then(|i| self.first_holding(*i, req)) {
+                    return Some(i);
                 }
             }
         }
-        self.root
+        self.root.and_then(|i| self.first_holding(i, req))
     }
 }
 
@@ -424,6 +546,7 @@ mod tests {
                 action: RouteAction::Forward(id(backend)),
                 policy: RoutePolicy::default(),
                 origin: ObjectRef::new("ns", backend),
+                conditions: None,
             };
             match self.0.hosts.iter_mut().find(|v| v.host == host) {
                 Some(v) => v.routes.push(route),
@@ -609,6 +732,99 @@ mod tests {
         let mut t = T::new().0;
         t.default_backend = Some(id("missing"));
         assert!(matches!(Router::compile(&t), Err(CompileError::UnknownBackend { .. })));
+    }
+
+    fn with_method(mut t: T, host: &str, path: PathMatch, backend: &str, method: &str) -> T {
+        t = t.route(host, path, backend);
+        let host = HostMatch::parse(host).unwrap();
+        let vh = t.0.hosts.iter_mut().find(|v| v.host == host).unwrap();
+        let route = vh.routes.last_mut().unwrap();
+        route.conditions = Some(Box::new(crate::model::RequestConditions {
+            method: Some(method.into()),
+            ..Default::default()
+        }));
+        t
+    }
+
+    fn hit_with<'a>(r: &'a Router, host: &str, path: &str, method: &str) -> Option<&'a str> {
+        let method = http::Method::from_bytes(method.as_bytes()).unwrap();
+        let headers = http::HeaderMap::new();
+        let view = RequestView { method: &method, headers: &headers, query: None };
+        r.lookup_request(host, path, Some(&view))
+            .map(|route| r.backend_ids()[route.backend.0 as usize].service.as_str())
+    }
+
+    /// `HTTPRouteRule.matches`: among routes with one path, the first in table order whose
+    /// conditions hold wins; when none holds the next shorter prefix is tried ("continuing on
+    /// ties" of the precedence list, path first).
+    #[test]
+    fn conditions_share_a_path_and_fall_through_to_shorter_prefix() {
+        let mut t = T::new().route("a.test", prefix("/"), "root");
+        t = with_method(t, "a.test", prefix("/api"), "post", "POST");
+        t = with_method(t, "a.test", prefix("/api"), "get", "GET");
+        t = with_method(t, "a.test", exact("/x"), "exact-put", "PUT");
+        let r = t.compile();
+        assert_eq!(hit_with(&r, "a.test", "/api/v1", "POST"), Some("post"));
+        assert_eq!(hit_with(&r, "a.test", "/api/v1", "GET"), Some("get"));
+        assert_eq!(hit_with(&r, "a.test", "/api/v1", "DELETE"), Some("root"));
+        assert_eq!(hit_with(&r, "a.test", "/x", "PUT"), Some("exact-put"));
+        assert_eq!(hit_with(&r, "a.test", "/x", "GET"), Some("root"));
+        // Without the request, routes with conditions never match.
+        assert_eq!(hit(&r, "a.test", "/api/v1"), Some("root"));
+    }
+
+    /// Gateway API `Listener.hostname` / `HTTPRouteSpec.hostnames`: `*.example.com` matches
+    /// `test.example.com` and `foo.test.example.com`, not `example.com`; the longest matching
+    /// hostname wins ("Characters in a matching hostname"); exact and Ingress one-label
+    /// wildcards are tried first.
+    #[test]
+    fn suffix_hosts_match_any_depth_longest_first() {
+        let mut r = T::new().route("x.example.com", prefix("/"), "exact").0;
+        for (suffix, name) in [("example.com", "deep"), ("b.example.com", "deeper")] {
+            r.hosts.push(VirtualHost {
+                host: HostMatch::Suffix(suffix.into()),
+                routes: vec![Route {
+                    path: prefix("/"),
+                    action: RouteAction::Forward(id(name)),
+                    policy: RoutePolicy::default(),
+                    origin: ObjectRef::new("ns", name),
+                    conditions: None,
+                }],
+            });
+            r = T(r).backend(name).0;
+        }
+        let r = Router::compile(&r).unwrap();
+        assert_eq!(hit(&r, "x.example.com", "/"), Some("exact"));
+        assert_eq!(hit(&r, "y.example.com", "/"), Some("deep"));
+        assert_eq!(hit(&r, "a.y.example.com", "/"), Some("deep"));
+        assert_eq!(hit(&r, "a.b.example.com", "/"), Some("deeper"));
+        assert_eq!(hit(&r, "z.a.b.example.com", "/"), Some("deeper"));
+        assert_eq!(hit(&r, "b.example.com", "/"), Some("deep"));
+        assert_eq!(hit(&r, "example.com", "/"), None);
+    }
+
+    #[test]
+    fn split_routes_compile_with_unresolved_shares() {
+        let mut t = T::new().backend("one").0;
+        t.hosts.push(VirtualHost {
+            host: HostMatch::parse("a.test").unwrap(),
+            routes: vec![Route {
+                path: prefix("/"),
+                action: RouteAction::Split(vec![
+                    crate::model::WeightedBackend { backend: None, weight: 1 },
+                    crate::model::WeightedBackend { backend: Some(id("one")), weight: 1 },
+                ]),
+                policy: RoutePolicy::default(),
+                origin: ObjectRef::new("ns", "r"),
+                conditions: None,
+            }],
+        });
+        let r = Router::compile(&t).unwrap();
+        let route = r.lookup("a.test", "/").unwrap();
+        assert_eq!(r.backend_ids()[route.backend.0 as usize].service, "one");
+        let split = route.split.as_ref().unwrap();
+        assert_eq!(split.pick(0), None);
+        assert_eq!(split.pick(1), r.backend_index(&id("one")));
     }
 
     /// What a router answers for every host and path of a small vocabulary: the backend (by

@@ -169,6 +169,8 @@ struct KnownNames {
     exact: std::collections::HashSet<String>,
     /// Suffixes after `*.`.
     wildcard: std::collections::HashSet<String>,
+    /// Gateway API suffixes (one or more labels in front).
+    suffix: Vec<String>,
 }
 
 /// Parsed certificates kept between publishes, keyed by object, reused while the PEM is equal.
@@ -221,6 +223,8 @@ impl CertIndex {
                     HostMatch::Exact(h) => index.exact.entry(h.clone()).or_insert_with(|| key.clone()),
                     HostMatch::Wildcard(s) => index.wildcard.entry(s.clone()).or_insert_with(|| key.clone()),
                     HostMatch::Any => index.any.get_or_insert_with(|| key.clone()),
+                    // Gateway API suffix names get no certificate of their own yet.
+                    HostMatch::Suffix(_) => continue,
                 };
             }
         }
@@ -236,7 +240,10 @@ impl CertIndex {
         if known.exact.contains(&name) {
             return false;
         }
-        !name.split_once('.').is_some_and(|(_, suffix)| known.wildcard.contains(suffix))
+        if name.split_once('.').is_some_and(|(_, suffix)| known.wildcard.contains(suffix)) {
+            return false;
+        }
+        !known.suffix.iter().any(|s| HostMatch::Suffix(s.clone()).matches(&name))
     }
 
     /// Every certificate of the index, each once.
@@ -278,6 +285,10 @@ impl KnownNames {
             match host {
                 HostMatch::Exact(h) => known.exact.insert(h.to_ascii_lowercase()),
                 HostMatch::Wildcard(s) => known.wildcard.insert(s.to_ascii_lowercase()),
+                HostMatch::Suffix(s) => {
+                    known.suffix.push(s.to_ascii_lowercase());
+                    true
+                }
                 HostMatch::Any => false,
             };
         }

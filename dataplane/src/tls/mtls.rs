@@ -98,7 +98,7 @@ impl ClientAuthIndex {
             match &auth.host {
                 HostMatch::Exact(h) => index.exact.entry(h.clone()).or_insert(compiled),
                 HostMatch::Wildcard(s) => index.wildcard.entry(s.clone()).or_insert(compiled),
-                HostMatch::Any => continue,
+                HostMatch::Any | HostMatch::Suffix(_) => continue,
             };
         }
         index

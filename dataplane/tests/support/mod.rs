@@ -149,6 +149,7 @@ impl TableBuilder {
             action: RouteAction::Forward(be.id.clone()),
             policy: RoutePolicy::default(),
             origin: ObjectRef::new("test", be.id.service.clone()),
+            conditions: None,
         });
         self.backend(be)
     }

@@ -43,7 +43,7 @@ impl Hostname {
         match HostMatch::parse(name).map_err(|e| invalid(e.reason.to_string()))? {
             HostMatch::Exact(name) if wildcard => Ok(Hostname::Wildcard(name)),
             HostMatch::Exact(name) => Ok(Hostname::Exact(name)),
-            HostMatch::Wildcard(_) | HostMatch::Any => {
+            HostMatch::Wildcard(_) | HostMatch::Any | HostMatch::Suffix(_) => {
                 Err(invalid("a hostname is a name, optionally prefixed by `*.`".into()))
             }
         }

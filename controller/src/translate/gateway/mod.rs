@@ -9,9 +9,11 @@
 
 pub mod attach;
 pub mod conditions;
+pub mod filters;
 pub mod hostname;
 pub mod listeners;
 pub mod refs;
+pub mod routes;
 
 #[cfg(test)]
 mod tests;
@@ -81,6 +83,17 @@ pub struct GatewayAttachments {
     pub routes: BTreeMap<(RouteKind, ObjectRef), Vec<ParentOut>>,
     /// `attachedRoutes` by Gateway and listener index.
     pub attached_routes: BTreeMap<(ObjectRef, usize), i32>,
+}
+
+/// What Gateway API translation decided, for the status writer (`status_gateway`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GatewayOutcome {
+    /// Classes, Gateways, listeners and route attachment.
+    pub attachments: GatewayAttachments,
+    /// What the HTTPRoutes' rules resolved to.
+    pub routes: routes::RoutesOut,
+    /// The controller name written into route parent statuses.
+    pub controller_name: String,
 }
 
 /// Resolves classes, Gateways and listeners, and attaches every route.

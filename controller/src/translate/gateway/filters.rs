@@ -1,0 +1,275 @@
+//! `HTTPRouteRule.filters` and `timeouts` onto a route's policy (pure).
+//!
+//! - `RequestHeaderModifier`, `ResponseHeaderModifier`: header edits (set, add, remove);
+//! - `RequestRedirect`: scheme, hostname, port, path (`ReplaceFullPath`, `ReplacePrefixMatch`),
+//!   status code (302 by default);
+//! - `URLRewrite`: hostname (the `Host` sent upstream) and path;
+//! - `RequestMirror`: a copy of each request to the Service's first ready endpoint (`percent`
+//!   and `fraction` are not supported yet: every request is copied, and a warning says so);
+//! - `timeouts.request` / `timeouts.backendRequest` (GEP-2257 durations): the time the upstream
+//!   gets to answer (the shorter of the two; `0s`: a day, the longest weir waits).
+//!
+//! Any other type (`CORS`, `ExtensionRef`, `ExternalAuth`, an unknown one) or a filter weir
+//! cannot apply as written makes the rule answer 500 ("requests that would have been processed
+//! by that filter MUST receive a HTTP error response", `HTTPRouteFilter.type`) and the route
+//! not `Accepted` (`UnsupportedValue`); filters on a `backendRef` are not supported yet and do
+//! the same.
+
+use weir_dataplane::model::filters::{HeaderEdits, PathRewrite, RequestRedirect, RouteFilters};
+use weir_dataplane::model::{Mirror, RoutePolicy};
+
+use super::GatewayConfig;
+use crate::gateway::{BackendRef, HttpHeaderFilter, HttpPathModifier, HttpRouteFilter, HttpRouteRule};
+
+/// The policy of one rule, and what in it cannot be served (the rule then answers 500).
+#[derive(Debug, Default)]
+pub struct RulePolicy {
+    /// The policy.
+    pub policy: RoutePolicy,
+    /// Why the rule answers 500, one entry per refused filter.
+    pub refused: Vec<String>,
+    /// Accepted but not applied as written (warnings).
+    pub notes: Vec<String>,
+}
+
+/// The policy of rule `ri`; `mirror` turns a mirror's `backendRef` into the target URL (`None`:
+/// no ready endpoint), or says why the reference is refused.
+pub fn rule_policy(
+    ri: usize,
+    rule: &HttpRouteRule,
+    config: &GatewayConfig,
+    mut mirror: impl FnMut(&str, &BackendRef) -> Result<Option<String>, String>,
+) -> RulePolicy {
+    let mut out = RulePolicy::default();
+    let mut filters = RouteFilters::default();
+    for (fi, f) in rule.filters.iter().enumerate() {
+        let field = format!("spec.rules[{ri}].filters[{fi}]");
+        if let Err(why) =
+            apply(&field, f, rule, config, &mut out.policy, &mut filters, &mut mirror, &mut out.notes)
+        {
+            out.refused.push(format!("{field}: {why}"));
+        }
+    }
+    for (bi, b) in rule.backend_refs.iter().enumerate() {
+        if !b.filters.is_empty() {
+            out.refused.push(format!(
+                "spec.rules[{ri}].backendRefs[{bi}].filters: filters on a backendRef are not supported yet"
+            ));
+        }
+    }
+    if let Some(t) = &rule.timeouts {
+        let mut shortest: Option<u64> = None;
+        for (name, value) in [("request", &t.request), ("backendRequest", &t.backend_request)] {
+            let Some(value) = value else { continue };
+            match duration_ms(value) {
+                // "Setting a timeout to the zero duration (e.g. "0s") SHOULD disable the timeout
+                // completely"; weir's longest is a day.
+                Some(0) => shortest = Some(shortest.unwrap_or(DAY_MS).min(DAY_MS)),
+                Some(ms) => shortest = Some(shortest.map_or(ms, |s| s.min(ms))),
+                None => {
+                    out.refused.push(format!("spec.rules[{ri}].timeouts.{name}: {value:?} is not a duration"))
+                }
+            }
+        }
+        out.policy.read_timeout_ms = shortest;
+    }
+    if !out.refused.is_empty() {
+        filters = RouteFilters { respond: Some(500), ..RouteFilters::default() };
+    }
+    if filters != RouteFilters::default() {
+        out.policy.filters = Some(Box::new(filters));
+    }
+    out
+}
+
+const DAY_MS: u64 = 86_400_000;
+
+#[allow(clippy::too_many_arguments)]
+fn apply(
+    field: &str,
+    f: &HttpRouteFilter,
+    rule: &HttpRouteRule,
+    config: &GatewayConfig,
+    policy: &mut RoutePolicy,
+    filters: &mut RouteFilters,
+    mirror: &mut impl FnMut(&str, &BackendRef) -> Result<Option<String>, String>,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    let missing = |what: &str| format!("type {} without {what}", f.type_);
+    match f.type_.as_str() {
+        "RequestHeaderModifier" => {
+            let h = f.request_header_modifier.as_ref().ok_or_else(|| missing("requestHeaderModifier"))?;
+            filters.request_headers = Some(edits(h)?);
+        }
+        "ResponseHeaderModifier" => {
+            let h = f.response_header_modifier.as_ref().ok_or_else(|| missing("responseHeaderModifier"))?;
+            filters.response_headers = Some(edits(h)?);
+        }
+        "RequestRedirect" => {
+            let r = f.request_redirect.as_ref().ok_or_else(|| missing("requestRedirect"))?;
+            let scheme = match r.scheme.as_deref() {
+                None => None,
+                Some(s @ ("http" | "https")) => Some(s.to_string()),
+                Some(other) => return Err(format!("scheme {other:?} is not http or https")),
+            };
+            let code = match r.status_code.unwrap_or(302) {
+                c @ (301 | 302 | 303 | 307 | 308) => c as u16,
+                other => return Err(format!("statusCode {other} is not 301, 302, 303, 307 or 308")),
+            };
+            let port = match r.port {
+                None => None,
+                Some(p) => {
+                    Some(u16::try_from(p).ok().filter(|p| *p != 0).ok_or(format!("port {p} is not a port"))?)
+                }
+            };
+            let hostname = match &r.hostname {
+                None => None,
+                Some(h) => Some(super::hostname::Hostname::parse(h).map_err(|e| e.to_string())?.to_string()),
+            };
+            let path = r.path.as_ref().map(|p| path_modifier(p, rule)).transpose()?;
+            let ports = (port_u16(config.http_port), port_u16(config.https_port));
+            filters.redirect =
+                Some(RequestRedirect { scheme, hostname, port, path, code, listener_ports: ports });
+        }
+        "URLRewrite" => {
+            let r = f.url_rewrite.as_ref().ok_or_else(|| missing("urlRewrite"))?;
+            if let Some(h) = &r.hostname {
+                policy.upstream_host =
+                    Some(super::hostname::Hostname::parse(h).map_err(|e| e.to_string())?.to_string());
+            }
+            if let Some(p) = &r.path {
+                filters.rewrite_path = Some(path_modifier(p, rule)?);
+            }
+        }
+        "RequestMirror" => {
+            let m = f.request_mirror.as_ref().ok_or_else(|| missing("requestMirror"))?;
+            if policy.mirror.is_some() {
+                return Err("more than one RequestMirror is not supported yet".into());
+            }
+            let whole = m.percent.is_none_or(|p| p >= 100)
+                && m.fraction.as_ref().is_none_or(|f| f.numerator >= f.denominator.unwrap_or(100));
+            if !whole {
+                notes.push(format!(
+                    "{field}: percent and fraction are not supported yet: every request is mirrored"
+                ));
+            }
+            match mirror(field, &m.backend_ref)? {
+                Some(target) => {
+                    policy.mirror = Some(Box::new(Mirror { target, host: None, request_body: true }))
+                }
+                None => {
+                    notes.push(format!("{field}: the mirror's Service has no ready endpoint; not mirrored"))
+                }
+            }
+        }
+        other => return Err(format!("filter type {other:?} is not supported")),
+    }
+    Ok(())
+}
+
+fn port_u16(p: i32) -> u16 {
+    u16::try_from(p).unwrap_or(0)
+}
+
+/// `HTTPHeaderFilter`: names lower-cased ("Header names are case-insensitive").
+fn edits(h: &HttpHeaderFilter) -> Result<HeaderEdits, String> {
+    let pair = |name: &str, value: &str| -> Result<(String, String), String> {
+        let name = name.to_ascii_lowercase();
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(format!("header name {name:?} is invalid"));
+        }
+        if http::HeaderValue::from_str(value).is_err() {
+            return Err(format!("header {name}: value {value:?} cannot be sent"));
+        }
+        Ok((name, value.to_string()))
+    };
+    Ok(HeaderEdits {
+        set: h.set.iter().map(|x| pair(&x.name, &x.value)).collect::<Result<_, _>>()?,
+        add: h.add.iter().map(|x| pair(&x.name, &x.value)).collect::<Result<_, _>>()?,
+        remove: h.remove.iter().map(|n| pair(n, "").map(|(n, _)| n)).collect::<Result<_, _>>()?,
+    })
+}
+
+/// `HTTPPathModifier`; `ReplacePrefixMatch` "is only compatible with a `PathPrefix`
+/// HTTPRouteMatch": the rule must have exactly one match, a PathPrefix.
+fn path_modifier(p: &HttpPathModifier, rule: &HttpRouteRule) -> Result<PathRewrite, String> {
+    match p.type_.as_str() {
+        "ReplaceFullPath" => {
+            let full = p.replace_full_path.as_deref().ok_or("ReplaceFullPath without replaceFullPath")?;
+            if !full.starts_with('/') {
+                return Err(format!("replaceFullPath {full:?} must start with /"));
+            }
+            Ok(PathRewrite::Full(full.to_string()))
+        }
+        "ReplacePrefixMatch" => {
+            let replacement =
+                p.replace_prefix_match.as_deref().ok_or("ReplacePrefixMatch without replacePrefixMatch")?;
+            if !replacement.starts_with('/') {
+                return Err(format!("replacePrefixMatch {replacement:?} must start with /"));
+            }
+            let matched = match rule.matches.as_slice() {
+                [] => "/".to_string(),
+                [m] => match &m.path {
+                    None => "/".to_string(),
+                    Some(path) if path.type_.as_deref().unwrap_or("PathPrefix") == "PathPrefix" => {
+                        path.value.clone().unwrap_or_else(|| "/".into())
+                    }
+                    Some(_) => {
+                        return Err("ReplacePrefixMatch needs the rule's match to be a PathPrefix".into());
+                    }
+                },
+                _ => return Err("ReplacePrefixMatch needs exactly one PathPrefix match in the rule".into()),
+            };
+            Ok(PathRewrite::Prefix { matched, replacement: replacement.to_string() })
+        }
+        other => Err(format!("path modifier type {other:?} is not supported")),
+    }
+}
+
+/// A GEP-2257 duration (`1h`, `30s`, `500ms`, `1m30s`: one to four `<number><unit>`, units
+/// h, m, s, ms) in milliseconds.
+pub fn duration_ms(s: &str) -> Option<u64> {
+    let mut rest = s;
+    let mut total: u64 = 0;
+    let mut parts = 0;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 || digits > 5 {
+            return None;
+        }
+        let n: u64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let (unit, len) = if rest.starts_with("ms") {
+            (1, 2)
+        } else if rest.starts_with('h') {
+            (3_600_000, 1)
+        } else if rest.starts_with('m') {
+            (60_000, 1)
+        } else if rest.starts_with('s') {
+            (1_000, 1)
+        } else {
+            return None;
+        };
+        rest = &rest[len..];
+        total = total.checked_add(n.checked_mul(unit)?)?;
+        parts += 1;
+    }
+    (parts > 0 && parts <= 4).then_some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// GEP-2257 (`Duration` in `shared_types.go`): `^([0-9]{1,5}(h|m|s|ms)){1,4}$`.
+    #[test]
+    fn gep_2257_durations() {
+        assert_eq!(duration_ms("1h"), Some(3_600_000));
+        assert_eq!(duration_ms("1m30s"), Some(90_000));
+        assert_eq!(duration_ms("500ms"), Some(500));
+        assert_eq!(duration_ms("0s"), Some(0));
+        for bad in ["", "1", "1d", "1.5s", "123456s", "1h1m1s1ms1h", "-1s", "s"] {
+            assert_eq!(duration_ms(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! HTTPRoutes into the routing table (pure): every rule of an accepted route, on the host
+//! names it attached with, becomes routes beside the Ingresses' in the same [`RouteTable`].
+//!
+//! - Host names: the route's `hostnames` intersected with each listener's
+//!   (`hostname::effective`); an exact name is an exact virtual host, a wildcard `*.suffix` a
+//!   [`HostMatch::Suffix`] one (any number of labels), none at all the any-host entry.
+//! - Matches (`HTTPRouteMatch`): `path` `Exact`, `PathPrefix` (element-wise, a trailing `/`
+//!   ignored) or `RegularExpression` (the whole path must match); method, headers and query
+//!   parameters become [`RequestConditions`]. No match: `PathPrefix /`.
+//! - Precedence (`HTTPRouteRule.matches`): "Exact" path, then "Prefix" path with the largest
+//!   number of characters (the router's order), then method match, largest number of header
+//!   matches, largest number of query param matches, then the oldest route, then
+//!   `{namespace}/{name}`, then the first rule and match in list order: routes sharing a path
+//!   are emitted in that order, which the router keeps. RegularExpression paths (whose
+//!   precedence is implementation-specific) come after Exact and before PathPrefix, as Ingress
+//!   regex paths do.
+//! - Backends (`HTTPRouteRule.backendRefs`): a [`RouteAction::Split`] by `weight` (0 excluded);
+//!   a reference that does not resolve (a missing Service or port, another namespace without a
+//!   ReferenceGrant, a kind other than Service) keeps its share, which answers 500; a rule
+//!   without backends answers 500. Each such reference makes the route's `ResolvedRefs` false.
+//! - Coexistence with Ingress: routes of both for one host live in one virtual host. At one
+//!   path an HTTPRoute match with conditions is tried before the Ingress's route; one without
+//!   conditions (the same path, nothing more specific) loses to the Ingress, and the HTTPRoute
+//!   gets a warning (`ConflictLost`). A `*.suffix` HTTPRoute host also joins an Ingress
+//!   wildcard `*.suffix` host, which answers one-label names first.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::jiff::Timestamp;
+use weir_dataplane::model::{
+    Backend, BackendId, HostMatch, ObjectRef, PathMatch, RequestConditions, Route, RouteAction, ServicePort,
+    StringMatch, ValueMatch, VirtualHost, WeightedBackend,
+};
+
+use super::attach::ParentOut;
+use super::conditions::{Cond, reasons, types};
+use super::hostname::Hostname;
+use super::refs::Grants;
+use super::{GatewayAttachments, RouteKind};
+use crate::gateway::{BackendRef, HttpRouteMatch, HttpRouteRule};
+use crate::snapshot::Snapshot;
+use crate::translate::backend::{self, Resolver};
+use crate::translate::warnings::{ObjectKind, Reason, Warnings};
+
+/// What the HTTPRoutes added: per route, its `ResolvedRefs` condition and whether its rules
+/// were all usable (for the status writer).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RoutesOut {
+    /// `ResolvedRefs` of each HTTPRoute with a parent of ours that accepted it.
+    pub resolved_refs: BTreeMap<ObjectRef, Cond>,
+    /// Rules that cannot be served as written (an invalid match, an unsupported filter), with
+    /// why; the route's `Accepted` stays true (the rest serves) unless every rule is here.
+    pub invalid_rules: BTreeMap<ObjectRef, Vec<String>>,
+}
+
+/// Precedence between HTTPRoutes: the oldest (`creationTimestamp`; none counts as the newest),
+/// then `{namespace}/{name}`. Smaller wins.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Age {
+    undated: bool,
+    created: Option<Timestamp>,
+    object: ObjectRef,
+}
+
+/// One route built from a match, with its precedence among routes sharing its path.
+struct Built {
+    host: HostMatch,
+    /// Method match, then header and query parameter counts (more first), then age, rule and
+    /// match index.
+    order: (Reverse<(bool, usize, usize)>, Age, usize, usize),
+    route: Route,
+}
+
+/// Adds the routes of every accepted HTTPRoute to `table`, resolving their backends with
+/// `resolver`; findings go to `warnings` (about the HTTPRoute).
+pub(crate) fn apply(
+    table: &mut weir_dataplane::model::RouteTable,
+    attachments: &GatewayAttachments,
+    snapshot: &Snapshot,
+    resolver: &Resolver<'_>,
+    config: &super::GatewayConfig,
+    warnings: &mut Warnings,
+) -> RoutesOut {
+    let grants = Grants::new(snapshot);
+    let mut out = RoutesOut::default();
+    let mut built: Vec<Built> = Vec::new();
+    let mut backends: BTreeMap<BackendId, Backend> = BTreeMap::new();
+    for ((kind, key), parents) in &attachments.routes {
+        if *kind != RouteKind::Http {
+            continue;
+        }
+        let Some(route) = snapshot.http_routes.get(key) else { continue };
+        for parent in parents.iter().filter(|p| !p.accepted.status) {
+            warnings.error_on(
+                ObjectKind::HttpRoute,
+                key,
+                Reason::RouteNotAccepted,
+                format!(
+                    "spec.parentRefs[{}]: not accepted ({}): {}",
+                    parent.parent_ref.name, parent.accepted.reason, parent.accepted.message
+                ),
+            );
+        }
+        let Some(hosts) = hosts_of(parents) else { continue };
+        let age = Age {
+            undated: route.metadata.creation_timestamp.is_none(),
+            created: route.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            object: key.clone(),
+        };
+        let mut ctx = RouteCtx {
+            key,
+            grants: &grants,
+            snapshot,
+            resolver,
+            backends: &mut backends,
+            warnings,
+            refs: None,
+            invalid: Vec::new(),
+        };
+        for (ri, rule) in route.spec.rules.iter().enumerate() {
+            let action = ctx.action(ri, rule);
+            let rule_policy =
+                super::filters::rule_policy(ri, rule, config, |field, r| ctx.mirror_target(field, r));
+            for note in &rule_policy.notes {
+                ctx.warnings.warn_on(ObjectKind::HttpRoute, key, Reason::UnsupportedFilter, note.clone());
+            }
+            for why in &rule_policy.refused {
+                ctx.warnings.error_on(
+                    ObjectKind::HttpRoute,
+                    key,
+                    Reason::UnsupportedFilter,
+                    format!("{why}; the rule answers 500"),
+                );
+                ctx.invalid.push(why.clone());
+            }
+            let policy = rule_policy.policy;
+            for (mi, m) in matches_of(rule).iter().enumerate() {
+                let Some((path, conditions)) = ctx.route_match(ri, mi, m) else { continue };
+                let specificity = conditions
+                    .as_deref()
+                    .map_or((false, 0, 0), |c| (c.method.is_some(), c.headers.len(), c.query.len()));
+                for host in &hosts {
+                    built.push(Built {
+                        host: host.clone(),
+                        order: (Reverse(specificity), age.clone(), ri, mi),
+                        route: Route {
+                            path: path.clone(),
+                            action: action.clone(),
+                            policy: policy.clone(),
+                            origin: key.clone(),
+                            conditions: conditions.clone(),
+                        },
+                    });
+                }
+            }
+        }
+        let refs = ctx.refs.take().unwrap_or_else(|| {
+            Cond::yes(types::RESOLVED_REFS, reasons::RESOLVED_REFS, "every backend reference resolved")
+        });
+        if !ctx.invalid.is_empty() {
+            out.invalid_rules.insert(key.clone(), std::mem::take(&mut ctx.invalid));
+        }
+        out.resolved_refs.insert(key.clone(), refs);
+    }
+    merge(table, built, warnings);
+    for (id, backend) in backends {
+        table.backends.entry(id).or_insert(backend);
+    }
+    out
+}
+
+/// The host names a route serves over all its accepted parents; `None` when it attached
+/// nowhere.
+fn hosts_of(parents: &[ParentOut]) -> Option<BTreeSet<HostMatch>> {
+    let mut hosts = BTreeSet::new();
+    let mut attached = false;
+    for a in parents.iter().filter(|p| p.accepted.status).flat_map(|p| &p.attached) {
+        attached = true;
+        match &a.hostnames {
+            None => {
+                hosts.insert(HostMatch::Any);
+            }
+            Some(names) => hosts.extend(names.iter().map(|h| match h {
+                Hostname::Exact(n) => HostMatch::Exact(n.clone()),
+                Hostname::Wildcard(s) => HostMatch::Suffix(s.clone()),
+            })),
+        }
+    }
+    attached.then_some(hosts)
+}
+
+/// `HTTPRouteRule.matches`, defaulted: "If no matches are specified, the default is a prefix
+/// path match on "/"".
+fn matches_of(rule: &HttpRouteRule) -> Vec<HttpRouteMatch> {
+    if rule.matches.is_empty() { vec![HttpRouteMatch::default()] } else { rule.matches.clone() }
+}
+
+/// The state of one HTTPRoute's translation.
+struct RouteCtx<'a, 'w> {
+    key: &'a ObjectRef,
+    grants: &'a Grants<'a>,
+    snapshot: &'a Snapshot,
+    resolver: &'a Resolver<'a>,
+    backends: &'w mut BTreeMap<BackendId, Backend>,
+    warnings: &'w mut Warnings,
+    /// The first `ResolvedRefs` failure.
+    refs: Option<Cond>,
+    /// Rules (or matches) that cannot be served as written.
+    invalid: Vec<String>,
+}
+
+impl RouteCtx<'_, '_> {
+    /// Notes a reference that did not resolve: a warning, and `ResolvedRefs` false (the first
+    /// reason wins).
+    fn unresolved(&mut self, field: String, reason: &'static str, message: String) {
+        self.warnings.error_on(
+            ObjectKind::HttpRoute,
+            self.key,
+            Reason::BackendNotResolved,
+            format!("{field}: {message}; its share of the requests answers 500"),
+        );
+        if self.refs.is_none() {
+            self.refs = Some(Cond::no(types::RESOLVED_REFS, reason, format!("{field}: {message}")));
+        }
+    }
+
+    /// The backends of rule `ri`: a weighted split.
+    fn action(&mut self, ri: usize, rule: &HttpRouteRule) -> RouteAction {
+        let mut shares = Vec::with_capacity(rule.backend_refs.len());
+        for (bi, r) in rule.backend_refs.iter().enumerate() {
+            let field = format!("spec.rules[{ri}].backendRefs[{bi}]");
+            let weight = u32::try_from(r.backend.weight.unwrap_or(1)).unwrap_or(0);
+            let backend = self.backend(&field, &r.backend);
+            shares.push(WeightedBackend { backend, weight });
+        }
+        RouteAction::Split(shares)
+    }
+
+    /// The Service port a `backendRef` (`BackendObjectReference`) names, in the route's
+    /// namespace or in another one that grants it; else the `ResolvedRefs` reason and why.
+    fn service_port(&self, r: &BackendRef) -> Result<BackendId, (&'static str, String)> {
+        let group = r.group.as_deref().unwrap_or("");
+        let kind = r.kind.as_deref().unwrap_or("Service");
+        if !group.is_empty() || kind != "Service" {
+            let why = format!("kind {kind:?} of group {group:?} is not supported (only Services)");
+            return Err((reasons::INVALID_KIND, why));
+        }
+        let namespace = r.namespace.as_deref().unwrap_or(&self.key.namespace);
+        let service = ObjectRef::new(namespace, &r.name);
+        // `BackendRef`: "a ReferenceGrant is required in the referent namespace to allow that
+        // namespace's owner to accept the reference".
+        if namespace != self.key.namespace
+            && !self
+                .grants
+                .allows((crate::gateway::GROUP, "HTTPRoute", &self.key.namespace), ("", "Service", &service))
+        {
+            let why =
+                format!("Service {service} is in another namespace and no ReferenceGrant there allows it");
+            return Err((reasons::REF_NOT_PERMITTED, why));
+        }
+        let Some(port) = r.port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p != 0) else {
+            return Err((reasons::BACKEND_NOT_FOUND, "a Service reference needs a port".to_string()));
+        };
+        if !self.snapshot.services.contains_key(&service) {
+            return Err((reasons::BACKEND_NOT_FOUND, format!("Service {service} not found")));
+        }
+        Ok(BackendId { namespace: service.namespace, service: service.name, port: ServicePort::Number(port) })
+    }
+
+    /// Resolves one `backendRef` into the table's backends; `None` (with `ResolvedRefs` false)
+    /// when it does not resolve.
+    fn backend(&mut self, field: &str, r: &BackendRef) -> Option<BackendId> {
+        let id = match self.service_port(r) {
+            Ok(id) => id,
+            Err((reason, why)) => {
+                self.unresolved(field.to_string(), reason, why);
+                return None;
+            }
+        };
+        if !self.backends.contains_key(&id) {
+            let (resolved, error) = self.resolver.resolve(&id);
+            match error {
+                Some(e @ (backend::Error::ServiceNotFound { .. } | backend::Error::PortNotFound { .. })) => {
+                    self.unresolved(field.to_string(), reasons::BACKEND_NOT_FOUND, e.to_string());
+                    return None;
+                }
+                Some(e) => self.warnings.error_on(
+                    ObjectKind::HttpRoute,
+                    self.key,
+                    e.reason(),
+                    format!("{field}: {e}; requests routed to it answer 503"),
+                ),
+                None => {}
+            }
+            self.backends.insert(id.clone(), resolved);
+        }
+        Some(id)
+    }
+
+    /// The URL a `RequestMirror` copies requests to: the first ready endpoint of the Service
+    /// port (`None`: none is ready); `Err` when the reference is refused.
+    fn mirror_target(&mut self, field: &str, r: &BackendRef) -> Result<Option<String>, String> {
+        let id = self.service_port(r).map_err(|(_, why)| format!("backendRef: {why}"))?;
+        let (backend, error) = self.resolver.resolve(&id);
+        if let Some(e) = error {
+            return Err(format!("backendRef: {e} ({field})"));
+        }
+        Ok(match backend.target {
+            weir_dataplane::model::Target::Endpoints(eps) => {
+                eps.first().map(|e| format!("http://{}$request_uri", e.address))
+            }
+            weir_dataplane::model::Target::Dns { host, port } => {
+                Some(format!("http://{host}:{port}$request_uri"))
+            }
+        })
+    }
+
+    /// One `HTTPRouteMatch`: its path and conditions; `None` (with a warning) when it cannot
+    /// be served.
+    fn route_match(
+        &mut self,
+        ri: usize,
+        mi: usize,
+        m: &HttpRouteMatch,
+    ) -> Option<(PathMatch, Option<Box<RequestConditions>>)> {
+        let field = format!("spec.rules[{ri}].matches[{mi}]");
+        match match_parts(m) {
+            Ok(parts) => Some(parts),
+            Err(why) => {
+                self.warnings.error_on(
+                    ObjectKind::HttpRoute,
+                    self.key,
+                    Reason::InvalidPath,
+                    format!("{field}: {why}; this match is not served"),
+                );
+                self.invalid.push(format!("{field}: {why}"));
+                None
+            }
+        }
+    }
+}
+
+/// The path and conditions of a match, validated as the router will compile them.
+fn match_parts(m: &HttpRouteMatch) -> Result<(PathMatch, Option<Box<RequestConditions>>), String> {
+    let (type_, value) = match &m.path {
+        None => ("PathPrefix", "/"),
+        Some(p) => (p.type_.as_deref().unwrap_or("PathPrefix"), p.value.as_deref().unwrap_or("/")),
+    };
+    let path = match type_ {
+        "Exact" | "PathPrefix" if !value.starts_with('/') => {
+            return Err(format!("path {value:?} must start with /"));
+        }
+        "Exact" => PathMatch::Exact(value.to_string()),
+        "PathPrefix" => {
+            // "When specified, a trailing `/` is ignored."
+            let trimmed = value.trim_end_matches('/');
+            PathMatch::Prefix(if trimmed.is_empty() { "/".to_string() } else { trimmed.to_string() })
+        }
+        "RegularExpression" => {
+            // The whole path must match (the router anchors the start).
+            let pattern = format!("(?:{value})$");
+            weir_dataplane::route::router::compile_path_regex(&pattern)
+                .map_err(|e| format!("path regular expression {value:?} is invalid: {e}"))?;
+            PathMatch::Regex(pattern)
+        }
+        other => return Err(format!("path type {other:?} is not supported")),
+    };
+    let value_match = |kind: &str, t: Option<&str>, name: &str, value: &str| -> Result<ValueMatch, String> {
+        let value = match t.unwrap_or("Exact") {
+            "Exact" => StringMatch::Exact(value.to_string()),
+            "RegularExpression" => StringMatch::Regex(value.to_string()),
+            other => return Err(format!("{kind} match type {other:?} is not supported")),
+        };
+        Ok(ValueMatch { name: name.to_string(), value })
+    };
+    let mut conditions = RequestConditions { method: m.method.clone(), ..RequestConditions::default() };
+    for h in &m.headers {
+        conditions.headers.push(value_match("header", h.type_.as_deref(), &h.name, &h.value)?);
+    }
+    for q in &m.query_params {
+        conditions.query.push(value_match("query parameter", q.type_.as_deref(), &q.name, &q.value)?);
+    }
+    if conditions == RequestConditions::default() {
+        return Ok((path, None));
+    }
+    weir_dataplane::route::conditions::CompiledConditions::compile(&conditions).map_err(|e| e.to_string())?;
+    Ok((path, Some(Box::new(conditions))))
+}
+
+/// Puts the built routes into the table's virtual hosts, beside the Ingresses' (see the module
+/// documentation for who wins a tie).
+fn merge(table: &mut weir_dataplane::model::RouteTable, mut built: Vec<Built>, warnings: &mut Warnings) {
+    if built.is_empty() {
+        return;
+    }
+    built.sort_by(|a, b| {
+        (&a.host, crate::translate::routes::route_order(&a.route.path), &a.order).cmp(&(
+            &b.host,
+            crate::translate::routes::route_order(&b.route.path),
+            &b.order,
+        ))
+    });
+    let mut by_host: BTreeMap<HostMatch, Vec<Route>> = BTreeMap::new();
+    for b in built {
+        by_host.entry(b.host).or_default().push(b.route);
+    }
+    // An Ingress wildcard `*.suffix` answers one-label names before the HTTPRoute's
+    // `**.suffix`: it gets the HTTPRoute's routes too.
+    let ingress_wildcards: Vec<(HostMatch, Vec<Route>)> = by_host
+        .iter()
+        .filter_map(|(host, routes)| match host {
+            HostMatch::Suffix(s) => {
+                let w = HostMatch::Wildcard(s.clone());
+                table.hosts.iter().any(|vh| vh.host == w).then(|| (w, routes.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    for (host, routes) in by_host.into_iter().chain(ingress_wildcards) {
+        match table.hosts.iter_mut().find(|vh| vh.host == host) {
+            None => table.hosts.push(VirtualHost { host, routes }),
+            Some(vh) => {
+                let ingress_paths: BTreeMap<PathMatch, ObjectRef> = vh
+                    .routes
+                    .iter()
+                    .filter(|r| r.conditions.is_none())
+                    .map(|r| (r.path.clone(), r.origin.clone()))
+                    .collect();
+                for r in routes.iter().filter(|r| r.conditions.is_none()) {
+                    if let Some(ingress) = ingress_paths.get(&r.path) {
+                        warnings.warn_on(
+                            ObjectKind::HttpRoute,
+                            &r.origin,
+                            Reason::ConflictLost,
+                            format!(
+                                "host {} path {}: Ingress {ingress} serves it; an HTTPRoute match without method, header or query conditions does not take over a path an Ingress has",
+                                host, describe(&r.path)
+                            ),
+                        );
+                    }
+                }
+                vh.routes.extend(routes);
+                // Stable: at one path, conditions first (more specific), then the Ingress's
+                // route, then the HTTPRoutes' in their precedence order.
+                vh.routes.sort_by(|a, b| {
+                    (crate::translate::routes::route_order(&a.path), Reverse(specificity(a)))
+                        .cmp(&(crate::translate::routes::route_order(&b.path), Reverse(specificity(b))))
+                });
+            }
+        }
+    }
+    table.hosts.sort_by(|a, b| a.host.cmp(&b.host));
+}
+
+/// Method match, header and query parameter counts of a route's conditions.
+fn specificity(r: &Route) -> (bool, usize, usize) {
+    r.conditions.as_deref().map_or((false, 0, 0), |c| (c.method.is_some(), c.headers.len(), c.query.len()))
+}
+
+fn describe(path: &PathMatch) -> String {
+    match path {
+        PathMatch::Exact(p) => format!("{p} (Exact)"),
+        PathMatch::Prefix(p) => format!("{p} (PathPrefix)"),
+        PathMatch::Regex(p) => format!("{p} (RegularExpression)"),
+    }
+}

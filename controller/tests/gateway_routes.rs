@@ -1,0 +1,427 @@
+//! HTTPRoutes routing real traffic: `weir serve --manifests` with a GatewayClass, a Gateway and
+//! HTTPRoutes in front of backends on loopback that say who they are; each request asserts
+//! which backend answered. One behaviour per test, each citing the field documentation of
+//! Gateway API `apis/v1` it checks.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed setup step should panic the test
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+mod support_proc;
+
+use support_proc::{Proc, spawn_serve};
+
+// === backends ===
+
+/// A backend answering every request `200` with a body of its name, the request line and the
+/// request headers (one per line, names lower case); keeps connections open.
+fn backend(name: &'static str) -> SocketAddr {
+    recording_backend(name, Seen::default())
+}
+
+/// The request lines a backend received.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// [`backend`], noting each request line in `seen`; a path containing `/slow` is answered
+/// after two seconds.
+fn recording_backend(name: &'static str, seen: Seen) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let seen = seen.clone();
+            std::thread::spawn(move || answer(stream, name, &seen));
+        }
+    });
+    addr
+}
+
+fn answer(mut stream: TcpStream, name: &str, seen: &Seen) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        seen.lock().unwrap().push(line.trim_end().to_string());
+        if line.contains("/slow") {
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        let mut body = format!("backend={name}\nrequest={}\n", line.trim_end());
+        let mut length = 0usize;
+        loop {
+            let mut h = String::new();
+            if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                break;
+            }
+            let h = h.trim_end();
+            if let Some((n, v)) = h.split_once(':') {
+                let n = n.to_ascii_lowercase();
+                if n == "content-length" {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                body.push_str(&format!("{n}: {}\n", v.trim()));
+            }
+        }
+        let mut skip = vec![0u8; length];
+        if reader.read_exact(&mut skip).is_err() {
+            return;
+        }
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nX-Backend: {name}\r\n\r\n",
+            body.len()
+        );
+        if stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body.as_bytes())).is_err() {
+            return;
+        }
+    }
+}
+
+/// The manifests of a Service `name` (port 80) whose one endpoint is `addr`.
+fn service(name: &str, addr: SocketAddr) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default}}\nspec: {{ports: [{{name: http, port: 80}}]}}\n---\n\
+         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}-1, namespace: default, labels: {{kubernetes.io/service-name: {name}}}}}\n\
+         addressType: IPv4\nports: [{{name: http, port: {port}}}]\nendpoints: [{{addresses: [\"{ip}\"]}}]\n---\n",
+        port = addr.port(),
+        ip = addr.ip(),
+    )
+}
+
+const GATEWAY: &str = "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: weir}\n\
+spec: {controllerName: weir.dev/gateway-controller}\n---\n\
+apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: edge, namespace: default}\n\
+spec: {gatewayClassName: weir, listeners: [{name: http, port: 80, protocol: HTTP}]}\n---\n";
+
+/// An HTTPRoute `name` on the Gateway, created at `created`, with `spec` (YAML lines indented
+/// by two spaces, after `parentRefs`).
+fn http_route(name: &str, created: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: default, creationTimestamp: \"{created}\"}}\n\
+         spec:\n  parentRefs: [{{name: edge}}]\n{spec}---\n"
+    )
+}
+
+/// Writes `yaml` as `dir/file` (write then rename, as editors do).
+fn write(dir: &Path, file: &str, yaml: &str) {
+    let tmp = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&tmp, yaml).unwrap();
+    std::fs::rename(&tmp, dir.join(file)).unwrap();
+}
+
+/// Starts the backends `names` and writes their Services to `dir/services.yaml`.
+fn backends(dir: &Path, names: &[&'static str]) {
+    let yaml: String = names.iter().map(|n| service(n, backend(n))).collect();
+    write(dir, "services.yaml", &format!("{GATEWAY}{yaml}"));
+}
+
+fn weir(dir: &Path) -> (Proc, SocketAddr) {
+    let (proc, addrs) = spawn_serve(dir, &[], &["http"]);
+    (proc, addrs[0])
+}
+
+// === requests ===
+
+/// One answer: status, headers (names lower case) and body.
+struct Answer {
+    status: u16,
+    headers: BTreeMap<String, String>,
+    body: String,
+}
+
+impl Answer {
+    /// The backend that answered (`-` when weir answered itself).
+    fn backend(&self) -> &str {
+        self.headers.get("x-backend").map_or("-", String::as_str)
+    }
+}
+
+/// `METHOD target` for `host` with `headers`, over a new connection.
+fn send(addr: SocketAddr, method: &str, host: &str, target: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req =
+        format!("{method} {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: 0\r\n");
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).unwrap();
+    let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
+    let mut lines = head.lines();
+    let status =
+        lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Answer { status, headers, body: body.to_string() }
+}
+
+fn get(addr: SocketAddr, host: &str, target: &str) -> Answer {
+    send(addr, "GET", host, target, &[])
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+// === tests ===
+
+/// A precedence step: its name, method, target, headers and the backend that must answer.
+type Case = (&'static str, &'static str, &'static str, &'static [(&'static str, &'static str)], &'static str);
+
+/// `HTTPRouteRule.matches`: "precedence must be given to the match having: "Exact" path match;
+/// "Prefix" path match with largest number of characters; Method match; Largest number of
+/// header matches; Largest number of query param matches"; then "The oldest Route based on
+/// creation timestamp", "The Route appearing first in alphabetical order by
+/// {namespace}/{name}", then "the FIRST matching rule (in list order)". One request per step.
+#[test]
+fn httproute_match_precedence_each_step() {
+    let dir = tempfile::tempdir().unwrap();
+    backends(
+        dir.path(),
+        &[
+            "exact", "prefix", "method", "method2", "header1", "header2", "query", "older", "newer", "alpha",
+            "zeta",
+        ],
+    );
+    let routes = [
+        http_route(
+            "newer",
+            "2024-02-01T00:00:00Z",
+            "  hostnames: [p.test]\n  rules:\n  - backendRefs: [{name: newer, port: 80}]\n",
+        ),
+        http_route(
+            "older",
+            "2024-01-01T00:00:00Z",
+            "  hostnames: [p.test]\n  rules:\n\
+             \x20 - backendRefs: [{name: older, port: 80}]\n\
+             \x20 - matches: [{queryParams: [{name: v, value: \"1\"}]}]\n    backendRefs: [{name: query, port: 80}]\n\
+             \x20 - matches: [{headers: [{name: x-a, value: \"1\"}]}]\n    backendRefs: [{name: header1, port: 80}]\n\
+             \x20 - matches: [{headers: [{name: x-a, value: \"1\"}, {name: x-b, type: RegularExpression, value: \"b+\"}]}]\n    backendRefs: [{name: header2, port: 80}]\n\
+             \x20 - matches: [{method: POST}]\n    backendRefs: [{name: method, port: 80}]\n\
+             \x20 - matches: [{method: POST}]\n    backendRefs: [{name: method2, port: 80}]\n\
+             \x20 - matches: [{path: {type: PathPrefix, value: /long}}]\n    backendRefs: [{name: prefix, port: 80}]\n\
+             \x20 - matches: [{path: {type: Exact, value: /long}}]\n    backendRefs: [{name: exact, port: 80}]\n",
+        ),
+        // Same age: by namespace/name.
+        http_route(
+            "zeta",
+            "2024-03-01T00:00:00Z",
+            "  hostnames: [n.test]\n  rules: [{backendRefs: [{name: zeta, port: 80}]}]\n",
+        ),
+        http_route(
+            "alpha",
+            "2024-03-01T00:00:00Z",
+            "  hostnames: [n.test]\n  rules: [{backendRefs: [{name: alpha, port: 80}]}]\n",
+        ),
+    ];
+    write(dir.path(), "routes.yaml", &routes.concat());
+    let (_weir, http) = weir(dir.path());
+    let cases: &[Case] = &[
+        ("Exact path", "GET", "/long", &[("x-a", "1")], "exact"),
+        ("longest PathPrefix", "POST", "/long/x", &[("x-a", "1")], "prefix"),
+        ("method, first rule", "POST", "/", &[("x-a", "1"), ("x-b", "bb")], "method"),
+        ("most headers", "GET", "/?v=1", &[("x-a", "1"), ("x-b", "bb")], "header2"),
+        ("headers", "GET", "/?v=1", &[("x-a", "1"), ("x-b", "no")], "header1"),
+        ("query params", "GET", "/?v=1", &[], "query"),
+        ("query value must match", "GET", "/?v=2", &[], "older"),
+        ("oldest route", "GET", "/other", &[], "older"),
+    ];
+    for (step, method, target, headers, want) in cases {
+        let a = send(http, method, "p.test", target, headers);
+        assert_eq!(
+            (a.status, a.backend()),
+            (200, *want),
+            "{step}: {method} {target} {headers:?}\n{}",
+            a.body
+        );
+    }
+    let a = get(http, "n.test", "/");
+    assert_eq!(a.backend(), "alpha", "same creationTimestamp: default/alpha before default/zeta");
+    assert_eq!(get(http, "nothing.test", "/").status, 404);
+}
+
+/// `HTTPBackendRef.weight` ("proportion of requests forwarded to the referenced backend"; 0:
+/// none) and `HTTPRouteRule.backendRefs` ("the proportion of requests that would otherwise have
+/// been routed to an invalid backend MUST receive a 500 status code"; all invalid: all 500).
+#[test]
+fn httproute_weights_and_500_for_unresolved_refs() {
+    let dir = tempfile::tempdir().unwrap();
+    backends(dir.path(), &["a", "b", "z"]);
+    let routes = [
+        http_route(
+            "split",
+            "2024-01-01T00:00:00Z",
+            "  hostnames: [w.test]\n  rules:\n  - backendRefs: [{name: a, port: 80, weight: 3}, {name: b, port: 80, weight: 1}, {name: z, port: 80, weight: 0}]\n",
+        ),
+        http_route(
+            "half",
+            "2024-01-01T00:00:00Z",
+            "  hostnames: [u.test]\n  rules:\n  - backendRefs: [{name: a, port: 80}, {name: missing, port: 80}]\n",
+        ),
+        http_route(
+            "none",
+            "2024-01-01T00:00:00Z",
+            "  hostnames: [x.test]\n  rules:\n  - backendRefs: [{name: other, namespace: elsewhere, port: 80}, {group: example.com, kind: Bucket, name: b}]\n",
+        ),
+    ];
+    write(dir.path(), "routes.yaml", &routes.concat());
+    let (_weir, http) = weir(dir.path());
+    let mut seen: BTreeMap<String, u32> = BTreeMap::new();
+    for _ in 0..400 {
+        let a = get(http, "w.test", "/");
+        *seen.entry(format!("{} {}", a.status, a.backend())).or_default() += 1;
+    }
+    let (a, b) = (seen.get("200 a").copied().unwrap_or(0), seen.get("200 b").copied().unwrap_or(0));
+    assert_eq!(a + b, 400, "only a and b answer (weight 0 excluded): {seen:?}");
+    assert!((240..=360).contains(&a), "3:1 split, about 300 of 400 to a: {seen:?}");
+
+    let mut errors = 0;
+    for _ in 0..400 {
+        let r = get(http, "u.test", "/");
+        match (r.status, r.backend()) {
+            (200, "a") => {}
+            (500, "-") => errors += 1,
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    assert!((140..=260).contains(&errors), "about half of 400 answer 500: {errors}");
+    for _ in 0..20 {
+        assert_eq!(get(http, "x.test", "/").status, 500, "every ref refused or unsupported");
+    }
+}
+
+/// Hostnames (`HTTPRouteSpec.hostnames`: a wildcard is a suffix match, `*.example.com` matches
+/// `foo.test.example.com`), Ingress and HTTPRoute on one host (docs/gateway-api.md: a match
+/// with conditions goes first, a match without loses to the Ingress's path), and hot reload of
+/// an edited HTTPRoute file.
+#[test]
+fn httproute_beside_ingress_wildcards_and_hot_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    backends(dir.path(), &["ing", "gw", "canary", "deep", "next"]);
+    let ingress = "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: ing, namespace: default}\n\
+        spec:\n  ingressClassName: weir\n  rules:\n  - host: both.test\n    http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: ing, port: {number: 80}}}}]}\n";
+    write(dir.path(), "ingress.yaml", ingress);
+    let route = |backend: &str| {
+        http_route(
+            "gw",
+            "2024-01-01T00:00:00Z",
+            &format!(
+                "  hostnames: [both.test]\n  rules:\n  - matches: [{{path: {{value: /}}}}, {{path: {{value: /gateway-only}}}}]\n    backendRefs: [{{name: {backend}, port: 80}}]\n\
+                 \x20 - matches: [{{headers: [{{name: x-canary, value: \"yes\"}}]}}]\n    backendRefs: [{{name: canary, port: 80}}]\n"
+            ),
+        ) + &http_route(
+            "deep",
+            "2024-01-01T00:00:00Z",
+            "  hostnames: [\"*.wild.test\"]\n  rules: [{backendRefs: [{name: deep, port: 80}]}]\n",
+        )
+    };
+    write(dir.path(), "routes.yaml", &route("gw"));
+    let (_weir, http) = weir(dir.path());
+    assert_eq!(get(http, "both.test", "/").backend(), "ing", "the Ingress keeps its path");
+    assert_eq!(send(http, "GET", "both.test", "/", &[("x-canary", "yes")]).backend(), "canary");
+    assert_eq!(get(http, "both.test", "/gateway-only/x").backend(), "gw");
+    assert_eq!(get(http, "a.b.wild.test", "/").backend(), "deep", "suffix match over two labels");
+    assert_eq!(get(http, "a.wild.test", "/").backend(), "deep");
+    assert_eq!(get(http, "wild.test", "/").status, 404, "not the suffix itself");
+
+    write(dir.path(), "routes.yaml", &route("next"));
+    wait_until("the edited HTTPRoute to serve", || {
+        get(http, "both.test", "/gateway-only").backend() == "next"
+    });
+    std::fs::remove_file(dir.path().join("ingress.yaml")).unwrap();
+    wait_until("the HTTPRoute to take the path over", || get(http, "both.test", "/").backend() == "next");
+    std::fs::remove_file(dir.path().join("routes.yaml")).unwrap();
+    wait_until("the routes to go", || get(http, "both.test", "/").status == 404);
+}
+
+/// Filters (`HTTPRouteFilter`): `RequestHeaderModifier` and `ResponseHeaderModifier` (set, add,
+/// remove), `RequestRedirect` (scheme, hostname, port, `ReplacePrefixMatch`, statusCode),
+/// `URLRewrite` (hostname, `ReplacePrefixMatch`, `ReplaceFullPath`), `RequestMirror`, an
+/// unsupported type ("requests that would have been processed by that filter MUST receive a
+/// HTTP error response": 500), and `timeouts.backendRequest`.
+#[test]
+fn httproute_filters_and_timeouts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mirrored = Seen::default();
+    let mirror = recording_backend("mirror", mirrored.clone());
+    let yaml: String = ["app"].iter().map(|n| service(n, backend(n))).collect();
+    write(dir.path(), "services.yaml", &format!("{GATEWAY}{yaml}{}", service("mirror", mirror)));
+    let rule = |path: &str, filters: &str| {
+        format!(
+            "  - matches: [{{path: {{value: {path}}}}}]\n    filters: {filters}\n    backendRefs: [{{name: app, port: 80}}]\n"
+        )
+    };
+    let spec = [
+        "  hostnames: [f.test]\n  rules:\n".to_string(),
+        rule(
+            "/headers",
+            "[{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-Set, value: a}], add: [{name: x-add, value: b}], remove: [x-remove]}},\
+             {type: ResponseHeaderModifier, responseHeaderModifier: {add: [{name: x-resp, value: r}]}}]",
+        ),
+        rule("/redirect", "[{type: RequestRedirect, requestRedirect: {scheme: https, hostname: other.test, statusCode: 301}}]"),
+        rule(
+            "/old",
+            "[{type: RequestRedirect, requestRedirect: {port: 8443, path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}}}]",
+        ),
+        rule(
+            "/rewrite",
+            "[{type: URLRewrite, urlRewrite: {hostname: up.test, path: {type: ReplacePrefixMatch, replacePrefixMatch: /v2}}}]",
+        ),
+        rule("/full", "[{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: /only}}}]"),
+        rule("/mirror", "[{type: RequestMirror, requestMirror: {backendRef: {name: mirror, port: 80}}}]"),
+        rule("/cors", "[{type: CORS, cors: {allowOrigins: [\"https://a.test\"]}}]"),
+        "  - matches: [{path: {value: /slow}}]\n    timeouts: {backendRequest: 300ms}\n    backendRefs: [{name: app, port: 80}]\n".to_string(),
+    ]
+    .concat();
+    write(dir.path(), "routes.yaml", &http_route("filters", "2024-01-01T00:00:00Z", &spec));
+    let (_weir, http) = weir(dir.path());
+
+    let a =
+        send(http, "GET", "f.test", "/headers", &[("x-add", "orig"), ("x-remove", "1"), ("x-set", "old")]);
+    assert_eq!((a.status, a.backend()), (200, "app"), "{}", a.body);
+    assert!(a.body.contains("x-set: a\n"), "{}", a.body);
+    assert!(a.body.contains("x-add: orig\n") && a.body.contains("x-add: b\n"), "{}", a.body);
+    assert!(!a.body.contains("x-remove"), "{}", a.body);
+    assert_eq!(a.headers.get("x-resp").map(String::as_str), Some("r"));
+
+    let a = get(http, "f.test", "/redirect/x?q=1");
+    assert_eq!(
+        (a.status, a.headers.get("location").map(String::as_str)),
+        (301, Some("https://other.test/redirect/x?q=1"))
+    );
+    let a = get(http, "f.test", "/old/x");
+    assert_eq!(
+        (a.status, a.headers.get("location").map(String::as_str)),
+        (302, Some("http://f.test:8443/new/x"))
+    );
+
+    let a = get(http, "f.test", "/rewrite/x?y=1");
+    assert!(a.body.contains("request=GET /v2/x?y=1 HTTP/1.1\n"), "{}", a.body);
+    assert!(a.body.contains("host: up.test\n"), "{}", a.body);
+    let a = get(http, "f.test", "/full/deep/path");
+    assert!(a.body.contains("request=GET /only HTTP/1.1\n"), "{}", a.body);
+
+    assert_eq!(get(http, "f.test", "/mirror/m1").backend(), "app");
+    wait_until("the mirror to get its copy", || {
+        mirrored.lock().unwrap().iter().any(|l| l.starts_with("GET /mirror/m1 "))
+    });
+
+    assert_eq!(get(http, "f.test", "/cors").status, 500, "an unsupported filter's rule answers 500");
+    assert_eq!(get(http, "f.test", "/headers").status, 200, "the other rules still serve");
+
+    // The backend answers after 2 s; without the rule's timeout weir would wait 60 s.
+    assert_eq!(get(http, "f.test", "/slow").status, 504, "timeouts.backendRequest: 300ms");
+}

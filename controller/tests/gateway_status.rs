@@ -1,0 +1,192 @@
+//! Gateway API status written by the leader, against the real API server (kube-apiserver with
+//! the repository's CRDs): GatewayClass `Accepted`; Gateway `Accepted`/`Programmed`,
+//! `status.addresses` and per listener `attachedRoutes`, `supportedKinds` and conditions;
+//! HTTPRoute `parents` with `Accepted` and `ResolvedRefs` and their reasons; `observedGeneration`
+//! on every condition; nothing rewritten when nothing changed. And the HTTPRoute routes.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod gateway_crds_support;
+mod support_kube;
+
+use std::time::Duration;
+
+use erased::Ser as _;
+use gateway_crds_support::{create, install_gateway_crds};
+use k8s_openapi::api::core::v1::{Endpoints, Service};
+use kube::api::Api;
+use serde_json::{Value, json};
+use support_kube::{ApiServer, Echo, Weir, apply, endpoints, eventually, isolated, service};
+use weir::gateway::{Gateway, GatewayClass, HttpRoute};
+
+const CONTROLLER: &str = "weir.dev/gateway-controller";
+
+/// The condition `type_` of a list (`Value::Null` when absent).
+fn cond<'a>(conditions: &'a Value, type_: &str) -> &'a Value {
+    conditions.as_array().and_then(|cs| cs.iter().find(|c| c["type"] == type_)).unwrap_or(&Value::Null)
+}
+
+/// `(status, reason, observedGeneration)` of a condition.
+fn summary(c: &Value) -> (String, String, i64) {
+    (
+        c["status"].as_str().unwrap_or("").to_string(),
+        c["reason"].as_str().unwrap_or("").to_string(),
+        c["observedGeneration"].as_i64().unwrap_or(-1),
+    )
+}
+
+fn s(status: &str, reason: &str, generation: i64) -> (String, String, i64) {
+    (status.to_string(), reason.to_string(), generation)
+}
+
+#[test]
+fn gateway_api_status_written_by_the_leader() {
+    isolated("gateway_api_status_written_by_the_leader", || async {
+        let api = ApiServer::start().await;
+        let admin = api.client().await;
+        install_gateway_crds(&admin).await;
+        let ns = "default";
+        let echo = Echo::start(&["a"]).await;
+        apply::<Service>(&admin, ns, service("web")).await;
+        apply::<Endpoints>(&admin, ns, endpoints("web", &echo.ports)).await;
+        let gw = |kind, plural, value| create(&admin, Some(ns), "v1", kind, plural, value);
+        create(
+            &admin,
+            None,
+            "v1",
+            "GatewayClass",
+            "gatewayclasses",
+            json!({"metadata": {"name": "weir"}, "spec": {"controllerName": CONTROLLER}}),
+        )
+        .await
+        .unwrap();
+        gw(
+            "Gateway",
+            "gateways",
+            json!({"metadata": {"name": "edge"}, "spec": {"gatewayClassName": "weir", "listeners": [
+                {"name": "http", "port": 80, "protocol": "HTTP"},
+                {"name": "alt", "port": 8080, "protocol": "HTTP"},
+            ]}}),
+        )
+        .await
+        .unwrap();
+        let route = |name: &str, parent: Value, backend: &str| {
+            json!({"metadata": {"name": name}, "spec": {
+                "parentRefs": [parent], "hostnames": [format!("{name}.example")],
+                "rules": [{"backendRefs": [{"name": backend, "port": 80}]}]}})
+        };
+        gw("HTTPRoute", "httproutes", route("web", json!({"name": "edge", "sectionName": "http"}), "web"))
+            .await
+            .unwrap();
+        gw(
+            "HTTPRoute",
+            "httproutes",
+            route("bad", json!({"name": "edge", "sectionName": "http"}), "missing"),
+        )
+        .await
+        .unwrap();
+        gw("HTTPRoute", "httproutes", route("lost", json!({"name": "edge", "sectionName": "nosuch"}), "web"))
+            .await
+            .unwrap();
+
+        let weir = Weir::start(&api.kubeconfig, &["--publish-status-address", "192.0.2.10"]);
+        weir.wait_ready(Duration::from_secs(30)).await;
+        weir.wait_route("web.example", "a", Duration::from_secs(10)).await;
+        assert_eq!(
+            weir.get("bad.example", "/").map(|r| r.0),
+            Some(500),
+            "an unresolved backendRef answers 500"
+        );
+
+        let classes: Api<GatewayClass> = Api::all(admin.clone());
+        let gateways: Api<Gateway> = Api::namespaced(admin.clone(), ns);
+        let routes: Api<HttpRoute> = Api::namespaced(admin.clone(), ns);
+
+        // GatewayClass `Accepted`.
+        eventually("the GatewayClass status", Duration::from_secs(15), || async {
+            let c = classes.get("weir").await.ok()?;
+            let status = c.status.value();
+            (summary(cond(&status["conditions"], "Accepted")) == s("True", "Accepted", 1)).then_some(())
+        })
+        .await;
+
+        // Gateway: Accepted (ListenersNotValid: one listener is on another port), Programmed,
+        // addresses, listeners.
+        let status = eventually("the Gateway status", Duration::from_secs(15), || async {
+            let g = gateways.get("edge").await.ok()?;
+            let status = g.status.value();
+            (status["addresses"] == json!([{"type": "IPAddress", "value": "192.0.2.10"}])).then_some(status)
+        })
+        .await;
+        let listener = |name: &str| {
+            status["listeners"].as_array().unwrap().iter().find(|l| l["name"] == name).unwrap().clone()
+        };
+        let http = listener("http");
+        assert_eq!(http["attachedRoutes"], 2, "web and bad: {status}");
+        assert_eq!(
+            http["supportedKinds"],
+            json!([{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}, {"group": "gateway.networking.k8s.io", "kind": "GRPCRoute"}])
+        );
+        assert_eq!(summary(cond(&http["conditions"], "Programmed")), s("True", "Programmed", 1), "{status}");
+        let alt = listener("alt");
+        assert_eq!(
+            summary(cond(&alt["conditions"], "Accepted")),
+            s("False", "PortUnavailable", 1),
+            "{status}"
+        );
+        assert_eq!(cond(&status["conditions"], "Accepted")["observedGeneration"], 1, "{status}");
+
+        // HTTPRoutes: per parent, Accepted and ResolvedRefs with their reasons.
+        let parent = |name: &'static str| {
+            let routes = routes.clone();
+            async move {
+                let r = routes.get(name).await.ok()?;
+                let status = serde_json::to_value(r.status?).ok()?;
+                status["parents"].as_array()?.iter().find(|p| p["controllerName"] == CONTROLLER).cloned()
+            }
+        };
+        let web = eventually("web's status", Duration::from_secs(15), || parent("web")).await;
+        assert_eq!(summary(cond(&web["conditions"], "Accepted")), s("True", "Accepted", 1), "{web}");
+        assert_eq!(summary(cond(&web["conditions"], "ResolvedRefs")), s("True", "ResolvedRefs", 1), "{web}");
+        let bad = eventually("bad's status", Duration::from_secs(15), || parent("bad")).await;
+        assert_eq!(
+            summary(cond(&bad["conditions"], "ResolvedRefs")),
+            s("False", "BackendNotFound", 1),
+            "{bad}"
+        );
+        let lost = eventually("lost's status", Duration::from_secs(15), || parent("lost")).await;
+        assert_eq!(
+            summary(cond(&lost["conditions"], "Accepted")),
+            s("False", "NoMatchingParent", 1),
+            "{lost}"
+        );
+
+        // Only changes are written: an unrelated change translates again, nothing is rewritten.
+        let version = routes.get("web").await.unwrap().metadata.resource_version;
+        let gw_version = gateways.get("edge").await.unwrap().metadata.resource_version;
+        apply::<Service>(&admin, ns, service("unrelated")).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            routes.get("web").await.unwrap().metadata.resource_version,
+            version,
+            "HTTPRoute rewritten"
+        );
+        assert_eq!(
+            gateways.get("edge").await.unwrap().metadata.resource_version,
+            gw_version,
+            "Gateway rewritten"
+        );
+    });
+}
+
+/// `serde_json::Value` of any optional status.
+mod erased {
+    pub trait Ser {
+        fn value(&self) -> serde_json::Value;
+    }
+    impl<T: serde::Serialize> Ser for Option<T> {
+        fn value(&self) -> serde_json::Value {
+            self.as_ref().and_then(|s| serde_json::to_value(s).ok()).unwrap_or(serde_json::Value::Null)
+        }
+    }
+}
