@@ -11,6 +11,7 @@ pub mod blocklist;
 pub mod changes;
 pub mod compression;
 pub mod logformat;
+pub mod otel;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -240,6 +241,10 @@ pub struct Settings {
     /// (`stream-proxy-protocol-version: v2`, weir's own key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_proxy_protocol_v2: Option<bool>,
+    /// OpenTelemetry tracing (`enable-opentelemetry`, `otlp-collector-*`, `otel-*`); `None`:
+    /// no collector, no spans.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otel: Option<otel::Otel>,
 }
 
 impl Settings {
@@ -587,6 +592,10 @@ pub struct RoutePolicy {
     /// by default it is dropped, as ingress-nginx does.
     #[serde(default, skip_serializing_if = "is_false")]
     pub preserve_trailing_slash: bool,
+    /// The route's own tracing settings (`enable-opentelemetry`,
+    /// `opentelemetry-trust-incoming-span`, `opentelemetry-operation-name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Box<otel::RouteTrace>>,
 }
 
 /// Request mirroring (ingress-nginx `mirror-*`).

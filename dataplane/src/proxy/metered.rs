@@ -7,8 +7,8 @@
 //! cloned), and [`crate::metrics::RouteStats::record`] writes the calling thread's shard.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use http_body::{Body, Frame, SizeHint};
 
 use super::Compiled;
 use crate::metrics::{Record, RouteHandle, method_slot};
+use crate::trace::span::ActiveSpan;
 
 /// No id / no duration.
 const NONE: u32 = u32::MAX;
@@ -32,6 +33,8 @@ pub(super) struct Meter {
     upstream_ns: AtomicU64,
     method: u8,
     request_bytes: u64,
+    /// The request's OpenTelemetry span, when traced (boxed: most requests have none).
+    span: OnceLock<Box<ActiveSpan>>,
 }
 
 impl Meter {
@@ -45,6 +48,7 @@ impl Meter {
                 upstream_ns: AtomicU64::new(NO_TIME),
                 method: DISABLED,
                 request_bytes: 0,
+                span: OnceLock::new(),
             };
         }
         let head = req.method().as_str().len()
@@ -63,6 +67,7 @@ impl Meter {
             upstream_ns: AtomicU64::new(NO_TIME),
             method: method_slot(req.method()),
             request_bytes: head as u64 + body,
+            span: OnceLock::new(),
         }
     }
 
@@ -85,15 +90,25 @@ impl Meter {
         self.upstream_ns.store(u64::try_from(elapsed.as_nanos()).unwrap_or(NO_TIME - 1), Ordering::Relaxed);
     }
 
-    /// The response whose body records the request at its end (when metrics are on).
+    /// The request's span, ended with its response.
+    pub(super) fn span(&self, span: ActiveSpan) {
+        // Set once per request.
+        if self.span.set(Box::new(span)).is_err() {
+            tracing::debug!("a request's span was started twice; the second is not sent");
+        }
+    }
+
+    /// The response whose body records the request at its end (when metrics are on) and ends
+    /// its span (when traced).
     pub(super) fn finish<B>(
         self,
         resp: Response<B>,
         state: Arc<Compiled>,
         start: Instant,
     ) -> Response<Metered<B>> {
+        let span = self.span.into_inner().map(|span| (span, resp.status().as_u16()));
         if !state.config.metrics.enabled || self.method == DISABLED {
-            return resp.map(|inner| Metered { inner, pending: None });
+            return resp.map(|inner| Metered { inner, pending: None, span });
         }
         let route = self.route.load(Ordering::Relaxed);
         let upstream = self.upstream_ns.load(Ordering::Relaxed);
@@ -111,7 +126,7 @@ impl Meter {
                 response_bytes: head as u64,
             },
         };
-        resp.map(|inner| Metered { inner, pending: Some(pending) })
+        resp.map(|inner| Metered { inner, pending: Some(pending), span })
     }
 }
 
@@ -141,12 +156,17 @@ impl Pending {
 pub(crate) struct Metered<B> {
     inner: B,
     pending: Option<Pending>,
+    /// The request's span and the response status, ended with the body.
+    span: Option<(Box<ActiveSpan>, u16)>,
 }
 
 impl<B> Metered<B> {
     fn done(&mut self) {
         if let Some(pending) = self.pending.take() {
             pending.record();
+        }
+        if let Some((span, status)) = self.span.take() {
+            span.finish(status);
         }
     }
 }

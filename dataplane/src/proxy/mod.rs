@@ -54,6 +54,7 @@ pub(crate) mod mirror;
 pub mod proxy_protocol;
 mod server;
 mod settings;
+mod traced;
 mod upgrade;
 mod upstream;
 
@@ -300,6 +301,8 @@ struct Inner {
     sessions: Arc<crate::tls::sessions::SessionCache>,
     /// Client connections admitted, shared by every listener.
     conns: Arc<limits::ConnLimits>,
+    /// The span exporter and its counters, kept across publishes.
+    tracer: crate::trace::Tracer,
 }
 
 /// The `ssl-protocols` and `ssl-ciphers` (TLS 1.2 suites) a server TLS config offers.
@@ -335,6 +338,8 @@ struct Compiled {
     tls: Option<Arc<rustls::ServerConfig>>,
     /// The request metrics' label sets, by route handle id and backend index.
     metrics: crate::metrics::Live,
+    /// OpenTelemetry tracing (`enable-opentelemetry`, `otlp-collector-host`...); `None`: off.
+    tracing: Option<Arc<crate::trace::Pipeline>>,
 }
 
 /// Picks the certificate of each handshake from the live table (so a publish rotates it), else
@@ -410,6 +415,7 @@ impl Proxy {
             config: config.clone(),
             tls: None,
             metrics: crate::metrics::Live::default(),
+            tracing: None,
         };
         let conns = Arc::new(limits::ConnLimits::new(config.connection_limits));
         let limiters = LimiterCache::default();
@@ -426,6 +432,7 @@ impl Proxy {
                 access_log: OnceLock::new(),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
                 sessions: Arc::new(crate::tls::sessions::SessionCache::default()),
+                tracer: crate::trace::Tracer::default(),
             }),
         }
     }
@@ -495,6 +502,7 @@ impl Proxy {
         self.configure_sessions(&table.settings);
         let tls = self.tls_config(&table.settings, &mut publisher);
         let metrics = self.inner.limiters.metrics().live(router.backend_ids());
+        let tracing = self.inner.tracer.pipeline(table.settings.otel.as_ref());
         self.inner.state.store(Arc::new(Compiled {
             version,
             router,
@@ -506,6 +514,7 @@ impl Proxy {
             http,
             tls,
             metrics,
+            tracing,
         }));
         drop(live);
         self.inner.clients.prune();
@@ -571,6 +580,11 @@ impl Proxy {
     /// The request metrics, for a scrape ([`crate::metrics::Registry::collect`]).
     pub fn metrics(&self) -> &Arc<crate::metrics::Registry> {
         self.inner.limiters.metrics()
+    }
+
+    /// Spans exported and dropped so far (OpenTelemetry tracing).
+    pub fn trace_counts(&self) -> crate::trace::export::TraceCounts {
+        self.inner.tracer.counts()
     }
 }
 

@@ -115,6 +115,8 @@ pub struct CompiledPolicy {
     pub preserve_trailing_slash: bool,
     /// External authentication's answer cache (`auth-cache-key`), set by the router.
     pub auth_cache: Option<Arc<crate::state::authcache::AuthCache>>,
+    /// The route's own tracing settings.
+    pub trace: Option<crate::trace::CompiledRouteTrace>,
 }
 
 /// External authentication ready for the request path: its settings, with the URL templates
@@ -341,6 +343,7 @@ impl CompiledPolicy {
             response_rewrite: crate::route::rewrite_response::ResponseRewrite::new(policy),
             preserve_trailing_slash: policy.preserve_trailing_slash,
             auth_cache: None,
+            trace: policy.trace.as_deref().map(crate::trace::CompiledRouteTrace::compile),
         }))
     }
 

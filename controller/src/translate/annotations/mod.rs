@@ -17,6 +17,7 @@
 mod auth;
 pub(crate) mod limits;
 mod protocol;
+mod tracing;
 pub(crate) mod values;
 
 pub(crate) use protocol::*;
@@ -193,8 +194,9 @@ pub const CATALOGUE: &[(&str, Support)] = {
         // Observability.
         ("enable-access-log", Unsupported),
         ("enable-rewrite-log", Unsupported),
-        ("enable-opentelemetry", Unsupported),
-        ("opentelemetry-trust-incoming-span", Unsupported),
+        ("enable-opentelemetry", Supported),
+        ("opentelemetry-trust-incoming-span", Supported),
+        ("opentelemetry-operation-name", Supported),
         ("enable-opentracing", Unsupported),
         ("opentracing-trust-incoming-span", Unsupported),
         // Web application firewall.
@@ -408,6 +410,7 @@ pub(crate) fn parse(
     parsed.from_to_www = ctx.value("from-to-www-redirect", values::boolean).unwrap_or(false);
     parsed.policy.response_headers = ctx.custom_headers(refs);
     parsed.policy.mirror = ctx.mirror().map(Box::new);
+    parsed.policy.trace = ctx.trace().map(Box::new);
     parsed.global_auth = ctx.value("enable-global-auth", values::boolean).unwrap_or(true);
     // weir streams bodies both ways and never spools them to disk: buffering settings are
     // validated and have nothing to change.
