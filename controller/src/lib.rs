@@ -9,6 +9,7 @@ pub mod lb_agent;
 pub mod memory;
 pub mod metrics;
 pub mod metrics_l4;
+pub(crate) mod metrics_trace;
 pub mod node;
 pub mod node_agent;
 pub mod serve;

@@ -214,6 +214,7 @@ impl Metrics {
             for (limit, n) in [("total", stats.refused_total), ("per_client", stats.refused_per_client)] {
                 w.sample("weir_connections_refused", "_total", &[("limit", limit)], n);
             }
+            crate::metrics_trace::render(&mut w, proxy.trace_counts());
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             w.family(
