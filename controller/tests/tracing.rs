@@ -72,9 +72,18 @@ impl Receiver {
 
     /// Waits for the span of `trace_id`.
     fn span_of(&self, trace_id: &str) -> Value {
+        self.wait_for("trace_id", trace_id)
+    }
+
+    /// Waits for the span `span_id`.
+    fn span_of_span(&self, span_id: &str) -> Value {
+        self.wait_for("span_id", span_id)
+    }
+
+    fn wait_for(&self, field: &str, id: &str) -> Value {
         let mut found = None;
-        wait_until(&format!("the span of trace {trace_id}"), || {
-            found = self.spans().into_iter().find(|s| s["trace_id"] == trace_id);
+        wait_until(&format!("the span with {field} {id}"), || {
+            found = self.spans().into_iter().find(|s| s[field] == id);
             found.is_some()
         });
         found.unwrap()
@@ -90,8 +99,12 @@ impl Drop for Receiver {
 
 // === the backend ===
 
+/// The `traceparent`s the authentication service (`/auth` on the backend) received.
+static AUTH_SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
 /// An HTTP/1.1 backend answering `traceparent` and `tracestate` as it got them (one line each,
-/// `-` when absent); `/fail` answers 503.
+/// `-` when absent); `/fail` answers 503; `/auth` is an `auth-url` service that lets everyone
+/// in and keeps the `traceparent` it got in [`AUTH_SEEN`].
 fn backend() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -124,6 +137,9 @@ fn answer(mut stream: TcpStream) {
                     _ => {}
                 }
             }
+        }
+        if path.starts_with("/auth") {
+            AUTH_SEEN.lock().unwrap().push(parent.clone());
         }
         let status = if path.starts_with("/fail") { "503 Service Unavailable" } else { "200 OK" };
         let body = format!("{parent}\n{state}\n");
@@ -194,6 +210,7 @@ endpoints:
             ],
         ),
         ingress("quiet", "off.test", &[("enable-opentelemetry", "false")]),
+        ingress("guarded", "auth.test", &[("auth-url", &format!("http://{backend}/auth"))]),
     ]
     .concat();
     std::fs::write(dir.join("app.yaml"), format!("{service}{ingresses}")).unwrap();
@@ -378,6 +395,16 @@ fn spans_continue_trusted_traces_carry_the_request_and_reach_the_upstream() {
     assert_eq!(span["span_id"], upstream_parent.as_str());
     assert_eq!(span["name"], "HTTP GET echo /x");
     assert_eq!(span["attributes"]["k8s.ingress.name"], "untrusting");
+
+    // The auth-url subrequest carries the same context as the upstream request: weir's span as
+    // parent.
+    let got = get(http, "auth.test", "/private", &[("traceparent", &incoming)]);
+    assert_eq!(got.status, 200);
+    let (trace, upstream_parent, _) = parts(&got.traceparent);
+    assert_eq!(trace, CLIENT_TRACE);
+    assert_eq!(AUTH_SEEN.lock().unwrap().clone(), vec![got.traceparent.clone()]);
+    let span = receiver.span_of_span(&upstream_parent);
+    assert_eq!(span["attributes"]["k8s.ingress.name"], "guarded");
 
     // A 5xx is an error span.
     let got = get(http, "on.test", "/fail", &[]);
