@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod support_app;
 mod support_proc;
 
 /// The receiver's virtual environment (`scripts/test.sh install`).
@@ -164,8 +165,7 @@ metadata:
   name: {name}
   namespace: default
   annotations:
-{annotations}    x: "y"
-spec:
+{annotations}spec:
   ingressClassName: weir
   rules:
   - host: {host}
@@ -176,31 +176,11 @@ spec:
     )
 }
 
-/// Writes the Service `echo` (endpoint `backend`), the Ingresses and the settings ConfigMap.
+/// Writes `support_app`'s Service `echo` (endpoint `backend`) and Ingress `web` for `app.test`,
+/// three more Ingresses and the settings ConfigMap.
 fn manifests(dir: &Path, backend: SocketAddr, settings: &[(&str, &str)]) {
-    let service = format!(
-        r#"apiVersion: v1
-kind: Service
-metadata: {{name: echo, namespace: default}}
-spec:
-  ports: [{{name: http, port: 80}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: echo-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: echo}}
-addressType: IPv4
-ports: [{{name: http, port: {port}}}]
-endpoints:
-- addresses: ["{ip}"]
-"#,
-        port = backend.port(),
-        ip = backend.ip(),
-    );
     let ingresses = [
-        ingress("web", "on.test", &[]),
+        support_app::app_yaml(backend, "/"),
         ingress(
             "untrusting",
             "untrusted.test",
@@ -213,7 +193,7 @@ endpoints:
         ingress("guarded", "auth.test", &[("auth-url", &format!("http://{backend}/auth"))]),
     ]
     .concat();
-    std::fs::write(dir.join("app.yaml"), format!("{service}{ingresses}")).unwrap();
+    std::fs::write(dir.join("app.yaml"), ingresses).unwrap();
     write_settings(dir, settings);
 }
 
@@ -226,25 +206,6 @@ fn write_settings(dir: &Path, settings: &[(&str, &str)]) {
     let tmp = dir.join(".settings.tmp");
     std::fs::write(&tmp, yaml).unwrap();
     std::fs::rename(tmp, dir.join("settings.yaml")).unwrap();
-}
-
-/// `weir serve` on ephemeral loopback ports: (process, HTTP, admin).
-fn serve(dir: &Path) -> (support_proc::Proc, SocketAddr, SocketAddr) {
-    let (proc, addrs) = support_proc::spawn(
-        &[
-            "serve",
-            "--manifests",
-            dir.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--listen-https",
-            "127.0.0.1:0",
-            "--listen-admin",
-            "127.0.0.1:0",
-        ],
-        &["http", "admin"],
-    );
-    (proc, addrs[0], addrs[1])
 }
 
 /// What a request got: its status and the backend's report (`traceparent`, `tracestate`).
@@ -329,13 +290,13 @@ fn spans_continue_trusted_traces_carry_the_request_and_reach_the_upstream() {
     let dir = tempfile::tempdir().unwrap();
     let port = receiver.port.to_string();
     manifests(dir.path(), backend, &settings(&port, &[("otel-sampler", "AlwaysOn")]));
-    let (_weir, http, admin) = serve(dir.path());
+    let (_weir, http, admin) = support_proc::serve_manifests(dir.path());
 
     // A trusted incoming context is continued: same trace, the client's span as parent, its
     // tracestate passed on; the upstream sees weir's span as its parent.
     let incoming = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
     let got =
-        get(http, "on.test", "/a/b?x=1", &[("traceparent", &incoming), ("tracestate", "rojo=1,congo=2")]);
+        get(http, "app.test", "/a/b?x=1", &[("traceparent", &incoming), ("tracestate", "rojo=1,congo=2")]);
     assert_eq!(got.status, 200);
     let (trace, upstream_parent, flags) = parts(&got.traceparent);
     assert_eq!((trace.as_str(), flags.as_str()), (CLIENT_TRACE, "01"));
@@ -357,7 +318,7 @@ fn spans_continue_trusted_traces_carry_the_request_and_reach_the_upstream() {
         ("url.path", "/a/b".into()),
         ("url.query", "x=1".into()),
         ("url.scheme", "http".into()),
-        ("server.address", "on.test".into()),
+        ("server.address", "app.test".into()),
         ("server.port", http.port().into()),
         ("client.address", "127.0.0.1".into()),
         ("network.protocol.version", "1.1".into()),
@@ -374,7 +335,7 @@ fn spans_continue_trusted_traces_carry_the_request_and_reach_the_upstream() {
     }
 
     // Without an incoming context: a new trace, a root span.
-    let got = get(http, "on.test", "/", &[]);
+    let got = get(http, "app.test", "/", &[]);
     let (trace, upstream_parent, flags) = parts(&got.traceparent);
     assert_eq!(flags, "01");
     assert_eq!(got.tracestate, "-");
@@ -407,7 +368,7 @@ fn spans_continue_trusted_traces_carry_the_request_and_reach_the_upstream() {
     assert_eq!(span["attributes"]["k8s.ingress.name"], "guarded");
 
     // A 5xx is an error span.
-    let got = get(http, "on.test", "/fail", &[]);
+    let got = get(http, "app.test", "/fail", &[]);
     assert_eq!(got.status, 503);
     let span = receiver.span_of(&parts(&got.traceparent).0);
     assert_eq!(span["status_code"], 2, "STATUS_CODE_ERROR");
@@ -421,7 +382,7 @@ fn spans_continue_trusted_traces_carry_the_request_and_reach_the_upstream() {
 
     // AlwaysOn: every request makes a span, each its own trace.
     let traces: Vec<String> =
-        (0..20).map(|i| parts(&get(http, "on.test", &format!("/n{i}"), &[]).traceparent).0).collect();
+        (0..20).map(|i| parts(&get(http, "app.test", &format!("/n{i}"), &[]).traceparent).0).collect();
     for trace in &traces {
         receiver.span_of(trace);
     }
@@ -442,11 +403,11 @@ fn sampling_follows_the_sampler_and_reloads() {
     let port = receiver.port.to_string();
     let ratio_zero = settings(&port, &[("otel-sampler", "TraceIdRatioBased"), ("otel-sampler-ratio", "0")]);
     manifests(dir.path(), backend, &ratio_zero);
-    let (_weir, http, admin) = serve(dir.path());
+    let (_weir, http, admin) = support_proc::serve_manifests(dir.path());
 
     // Ratio 0: nothing is recorded; the context still goes upstream, not sampled.
     for i in 0..10 {
-        let got = get(http, "on.test", &format!("/r{i}"), &[]);
+        let got = get(http, "app.test", &format!("/r{i}"), &[]);
         assert_eq!((got.status, parts(&got.traceparent).2.as_str()), (200, "00"));
     }
 
@@ -456,20 +417,20 @@ fn sampling_follows_the_sampler_and_reloads() {
     write_settings(dir.path(), &parent_based);
     let sampled = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
     wait_until("the parent-based sampler", || {
-        parts(&get(http, "on.test", "/probe", &[("traceparent", &sampled)]).traceparent).2 == "01"
+        parts(&get(http, "app.test", "/probe", &[("traceparent", &sampled)]).traceparent).2 == "01"
     });
     let span = receiver.span_of(CLIENT_TRACE);
     assert_eq!(span["parent_span_id"], CLIENT_SPAN);
     let unsampled_trace = "0af7651916cd43dd8448eb211c80319c";
     let unsampled = format!("00-{unsampled_trace}-b7ad6b7169203331-00");
-    let (trace, _, flags) = parts(&get(http, "on.test", "/u", &[("traceparent", &unsampled)]).traceparent);
+    let (trace, _, flags) = parts(&get(http, "app.test", "/u", &[("traceparent", &unsampled)]).traceparent);
     assert_eq!((trace.as_str(), flags.as_str()), (unsampled_trace, "00"), "continued, not sampled");
-    let root = get(http, "on.test", "/root", &[]);
+    let root = get(http, "app.test", "/root", &[]);
     assert_eq!(parts(&root.traceparent).2, "00", "AlwaysOff for new traces");
 
     // A marker on a later, sampled request: once it is in, the earlier ones would be too.
     let marker = "11111111111111111111111111111111";
-    get(http, "on.test", "/marker", &[("traceparent", &format!("00-{marker}-{CLIENT_SPAN}-01"))]);
+    get(http, "app.test", "/marker", &[("traceparent", &format!("00-{marker}-{CLIENT_SPAN}-01"))]);
     receiver.span_of(marker);
     let spans = receiver.spans();
     let traces: Vec<&str> = spans.iter().filter_map(|s| s["trace_id"].as_str()).collect();
@@ -486,14 +447,14 @@ fn a_dead_or_slow_collector_costs_requests_nothing_and_drops_are_counted() {
     let dir = tempfile::tempdir().unwrap();
     let port = receiver.port.to_string();
     manifests(dir.path(), backend, &settings(&port, &[("otel-sampler", "AlwaysOn")]));
-    let (_weir, http, admin) = serve(dir.path());
-    let trace = parts(&get(http, "on.test", "/", &[]).traceparent).0;
+    let (_weir, http, admin) = support_proc::serve_manifests(dir.path());
+    let trace = parts(&get(http, "app.test", "/", &[]).traceparent).0;
     receiver.span_of(&trace);
 
     // The collector dies: requests go on; the spans are dropped and counted.
     drop(receiver);
     for i in 0..20 {
-        assert_eq!(get(http, "on.test", &format!("/dead{i}"), &[]).status, 200);
+        assert_eq!(get(http, "app.test", &format!("/dead{i}"), &[]).status, 200);
     }
     wait_until("drops counted", || metric(admin, "weir_otel_spans_dropped_total") >= 20);
 
@@ -507,12 +468,12 @@ fn a_dead_or_slow_collector_costs_requests_nothing_and_drops_are_counted() {
     let full = "weir_otel_spans_dropped_total{reason=\"queue_full\"}";
     assert_eq!(metric(admin, full), 0, "a dead collector fails fast: its queue never filled");
     wait_until("the slow collector's queue full", || {
-        assert_eq!(get(http, "on.test", "/probe", &[]).status, 200);
+        assert_eq!(get(http, "app.test", "/probe", &[]).status, 200);
         metric(admin, full) > 0
     });
     let before = metric(admin, full);
     for i in 0..50 {
-        assert_eq!(get(http, "on.test", &format!("/slow{i}"), &[]).status, 200);
+        assert_eq!(get(http, "app.test", &format!("/slow{i}"), &[]).status, 200);
     }
     // The stalled export holds 2 spans and the queue 4: at most a few of the 50 find room.
     assert!(metric(admin, full) >= before + 40, "{} dropped of 50", metric(admin, full) - before);

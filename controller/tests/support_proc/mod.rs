@@ -88,6 +88,27 @@ pub fn spawn_wrapped(
     }
 }
 
+/// `weir serve --manifests DIR` with every listener on an ephemeral loopback port: (process,
+/// HTTP, admin).
+pub fn serve_manifests(dir: &std::path::Path) -> (Proc, SocketAddr, SocketAddr) {
+    let dir = dir.to_str().unwrap();
+    let (proc, addrs) = spawn(
+        &[
+            "serve",
+            "--manifests",
+            dir,
+            "--listen-http",
+            "127.0.0.1:0",
+            "--listen-https",
+            "127.0.0.1:0",
+            "--listen-admin",
+            "127.0.0.1:0",
+        ],
+        &["http", "admin"],
+    );
+    (proc, addrs[0], addrs[1])
+}
+
 pub fn strip_ansi(s: &str) -> String {
     let mut out = String::new();
     let mut chars = s.chars();
