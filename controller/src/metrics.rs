@@ -222,6 +222,7 @@ impl Metrics {
             for (log, n) in [("http", proxy.access_log().dropped()), ("stream", self.l4.log_dropped())] {
                 w.sample("weir_access_log_dropped", "_total", &[("log", log)], n);
             }
+            crate::metrics_trace::render(&mut w, proxy.trace_counts());
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             w.family(

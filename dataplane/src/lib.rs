@@ -30,7 +30,8 @@
 //!                     request view templates read), model (+ logformat: the log's templates;
 //!                     changes: TableChanges), http_util, hashkey, fast, uri_path (the request
 //!                     path as routes see it), metrics (request counters in per-thread
-//!                     shards, resolved per route when a table compiles)
+//!                     shards, resolved per route when a table compiles), trace (W3C trace
+//!                     context, the sampler, spans and their OTLP exporter)
 //! ```
 //!
 //! `tls`, `state` and `route` are floors, not wings, for two reasons: a balancer holds its
@@ -51,5 +52,6 @@ pub mod route;
 pub(crate) mod stall;
 pub mod state;
 pub mod tls;
+pub mod trace;
 pub mod uri_path;
 pub mod vars;

@@ -15,6 +15,7 @@ pub use global_limit::{GlobalRateLimit, Memcached};
 pub mod filters;
 pub mod logformat;
 pub mod logging;
+pub mod otel;
 pub mod tls_keys;
 
 use std::collections::BTreeMap;
@@ -256,6 +257,10 @@ pub struct Settings {
     /// `proxy-protocol-header-timeout`).
     #[serde(default, skip_serializing_if = "is_default")]
     pub client_limits: ClientLimits,
+    /// OpenTelemetry tracing (`enable-opentelemetry`, `otlp-collector-*`, `otel-*`); `None`:
+    /// no collector, no spans.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otel: Option<otel::Otel>,
 }
 
 /// Limits on client requests and connections, each `None` when unset (weir's default applies).
@@ -676,6 +681,10 @@ pub struct RoutePolicy {
     /// Gateway API filters (`HTTPRouteFilter`) the fields above do not cover.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filters: Option<Box<filters::RouteFilters>>,
+    /// The route's own tracing settings (`enable-opentelemetry`,
+    /// `opentelemetry-trust-incoming-span`, `opentelemetry-operation-name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Box<otel::RouteTrace>>,
 }
 
 /// Request mirroring (ingress-nginx `mirror-*`).

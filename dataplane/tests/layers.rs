@@ -34,6 +34,7 @@ const MODULES: &[(&str, &str)] = &[
     ("fast", "ground"),
     ("metrics", "ground"), // request metrics: per-route handles, sharded counters
     ("stall", "ground"),   // timeouts on I/O that waits without progress
+    ("trace", "ground"),   // W3C trace context, sampler, spans, the OTLP exporter
     ("echo", "echo"),
     ("tls", "tls"),
     ("state", "state"),

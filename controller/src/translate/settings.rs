@@ -189,22 +189,22 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("syslog-host", Supported),
         ("syslog-port", Supported),
         // Tracing.
-        ("enable-opentelemetry", Unsupported),
+        ("enable-opentelemetry", Supported),
         (
             "opentelemetry-config",
             NotSupported("it names an nginx OpenTelemetry module file; weir takes the otel-* keys"),
         ),
-        ("opentelemetry-operation-name", Unsupported),
-        ("opentelemetry-trust-incoming-span", Unsupported),
-        ("otlp-collector-host", Unsupported),
-        ("otlp-collector-port", Unsupported),
-        ("otel-service-name", Unsupported),
-        ("otel-sampler", Unsupported),
-        ("otel-sampler-ratio", Unsupported),
-        ("otel-sampler-parent-based", Unsupported),
-        ("otel-max-queuesize", Unsupported),
-        ("otel-schedule-delay-millis", Unsupported),
-        ("otel-max-export-batch-size", Unsupported),
+        ("opentelemetry-operation-name", Supported),
+        ("opentelemetry-trust-incoming-span", Supported),
+        ("otlp-collector-host", Supported),
+        ("otlp-collector-port", Supported),
+        ("otel-service-name", Supported),
+        ("otel-sampler", Supported),
+        ("otel-sampler-ratio", Supported),
+        ("otel-sampler-parent-based", Supported),
+        ("otel-max-queuesize", Supported),
+        ("otel-schedule-delay-millis", Supported),
+        ("otel-max-export-batch-size", Supported),
         ("enable-opentracing", NotSupported(OPENTRACING)),
         ("opentracing-operation-name", NotSupported(OPENTRACING)),
         ("opentracing-location-operation-name", NotSupported(OPENTRACING)),
@@ -550,6 +550,7 @@ pub(crate) fn parse(
     s.stream_proxy_protocol_v2 =
         ctx.value("stream-proxy-protocol-version", super::l4::proxy_protocol_version, "v1");
     s.client_limits = ctx.client_limits();
+    s.otel = ctx.otel();
     s.response_headers = ctx.headers("add-headers", Direction::Response, config_maps);
     s.upstream_headers = ctx.headers("proxy-set-headers", Direction::Upstream, config_maps);
     parsed.allowed_response_headers = ctx.raw("global-allowed-response-headers").map(|list| {
@@ -1236,6 +1237,8 @@ mod compression;
 mod limits;
 mod logging;
 mod tls;
+mod tracing;
+pub(crate) use tracing::operation_name;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -120,6 +120,13 @@ fn spawn_inner(
     }
 }
 
+/// `weir serve --manifests DIR` with every listener on an ephemeral loopback port: (process,
+/// HTTP, admin).
+pub fn serve_http_admin(dir: &std::path::Path) -> (Proc, SocketAddr, SocketAddr) {
+    let (proc, addrs) = spawn(&serve_args(dir, &[]), &["http", "admin"]);
+    (proc, addrs[0], addrs[1])
+}
+
 pub fn strip_ansi(s: &str) -> String {
     let mut out = String::new();
     let mut chars = s.chars();

@@ -231,6 +231,18 @@ impl ConnCtx {
             client: self.client(&state.config, req.headers()),
             meter,
         };
+        // OpenTelemetry: the request's span; its context goes on in the request's headers.
+        if let Some(pipeline) = &state.tracing {
+            let arrival = super::traced::Arrival {
+                host: host_str,
+                client: ctx.client.ip,
+                https: ctx.client.https,
+                port: self.listener_port.to_str().ok().and_then(|p| p.parse().ok()).unwrap_or(0),
+            };
+            if let Some(span) = super::traced::start(pipeline, state, route, &mut req, &arrival) {
+                meter.span(span);
+            }
+        }
         // The phases, pingora's: the request filter answers instead of forwarding, or admits
         // the request; `upstream` runs the rest (peer, upstream request, exchange, response
         // filter).

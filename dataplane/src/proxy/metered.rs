@@ -9,8 +9,8 @@
 //! cloned), and [`crate::metrics::RouteStats::record`] writes the calling thread's shard.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,7 @@ use http_body::{Body, Frame, SizeHint};
 use super::Compiled;
 use super::accesslog::{End, Ending, Entry};
 use crate::metrics::{Record, RouteHandle, method_slot};
+use crate::trace::span::ActiveSpan;
 
 /// No id / no duration.
 const NONE: u32 = u32::MAX;
@@ -39,6 +40,8 @@ pub(super) struct Meter {
     quiet: std::sync::atomic::AtomicBool,
     /// A HEAD request: its response never has a body.
     head: bool,
+    /// The request's OpenTelemetry span, when traced (boxed: most requests have none).
+    span: OnceLock<Box<ActiveSpan>>,
 }
 
 impl Meter {
@@ -55,6 +58,7 @@ impl Meter {
                 request_bytes: 0,
                 quiet: Default::default(),
                 head,
+                span: OnceLock::new(),
             };
         }
         let head_bytes = req.method().as_str().len()
@@ -76,6 +80,7 @@ impl Meter {
             request_bytes: head_bytes as u64 + body,
             quiet: Default::default(),
             head,
+            span: OnceLock::new(),
         }
     }
 
@@ -103,8 +108,16 @@ impl Meter {
         self.upstream_ns.store(u64::try_from(elapsed.as_nanos()).unwrap_or(NO_TIME - 1), Ordering::Relaxed);
     }
 
-    /// The response whose body records the request at its end (when metrics are on) and writes
-    /// `log`, its access-log line (unless the route is quiet, or no route took the request and
+    /// The request's span, ended with its response.
+    pub(super) fn span(&self, span: ActiveSpan) {
+        // Set once per request.
+        if self.span.set(Box::new(span)).is_err() {
+            tracing::debug!("a request's span was started twice; the second is not sent");
+        }
+    }
+
+    /// The response whose body records the request at its end (when metrics are on), ends its
+    /// span (when traced) and writes `log`, its access-log line (unless the route is quiet, or no route took the request and
     /// the default backend is not logged).
     pub(super) fn finish<B: Body>(
         self,
@@ -113,13 +126,14 @@ impl Meter {
         start: Instant,
         log: Option<Box<Entry>>,
     ) -> Response<Metered<B>> {
+        let span = self.span.into_inner().map(|span| (span, resp.status().as_u16()));
         let route = self.route.load(Ordering::Relaxed);
         let log = log.filter(|entry| {
             !self.quiet.load(Ordering::Relaxed) && (route != NONE || entry.logs_default_backend())
         });
         let metrics = state.config.metrics.enabled && self.method != DISABLED;
         if !metrics && log.is_none() {
-            return resp.map(|inner| Metered { inner, pending: None });
+            return resp.map(|inner| Metered { inner, pending: None, span });
         }
         let upstream = self.upstream_ns.load(Ordering::Relaxed);
         let head = header_bytes(resp.headers()) + 17;
@@ -146,7 +160,7 @@ impl Meter {
             bodiless,
             log,
         };
-        resp.map(|inner| Metered { inner, pending: Some(pending) })
+        resp.map(|inner| Metered { inner, pending: Some(pending), span })
     }
 }
 
@@ -195,23 +209,29 @@ impl Pending {
 pub(crate) struct Metered<B> {
     inner: B,
     pending: Option<Pending>,
+    /// The request's span and the response status, ended with the body.
+    span: Option<(Box<ActiveSpan>, u16)>,
 }
 
-impl<B: Body> Metered<B> {
+impl<B> Metered<B> {
     fn done(&mut self, how: Ending) {
         if let Some(pending) = self.pending.take() {
             pending.record(how);
+        }
+        if let Some((span, status)) = self.span.take() {
+            span.finish(status);
         }
     }
 }
 
 impl<B> Drop for Metered<B> {
     fn drop(&mut self) {
-        if let Some(pending) = self.pending.take() {
-            // Dropped before its end: the client went away, unless there was nothing to send.
-            let how = if pending.bodiless { Ending::Complete } else { Ending::ClientGone };
-            pending.record(how);
-        }
+        // Dropped before its end: the client went away, unless there was nothing to send.
+        let how = match &self.pending {
+            Some(pending) if !pending.bodiless => Ending::ClientGone,
+            _ => Ending::Complete,
+        };
+        self.done(how);
     }
 }
 

@@ -56,6 +56,7 @@ pub mod proxy_protocol;
 mod server;
 mod settings;
 pub mod syslog;
+mod traced;
 mod upgrade;
 mod upstream;
 
@@ -318,6 +319,8 @@ struct Inner {
     tickets: Arc<crate::tls::tickets::Tickets>,
     /// OCSP staples of the live certificates (`enable-ocsp`).
     stapler: crate::tls::ocsp::Stapler,
+    /// The span exporter and its counters, kept across publishes.
+    tracer: crate::trace::Tracer,
 }
 
 /// The `ssl-protocols` and `ssl-ciphers` (TLS 1.2 suites) a server TLS config offers, and its
@@ -356,6 +359,8 @@ struct Compiled {
     metrics: crate::metrics::Live,
     /// The access log's writer (the proxy's one).
     log: Arc<accesslog::Writer>,
+    /// OpenTelemetry tracing (`enable-opentelemetry`, `otlp-collector-host`...); `None`: off.
+    tracing: Option<Arc<crate::trace::Pipeline>>,
 }
 
 /// Picks the certificate of each handshake from the live table (so a publish rotates it), else
@@ -438,6 +443,7 @@ impl Proxy {
             tls: None,
             metrics: crate::metrics::Live::default(),
             log: access_log.clone(),
+            tracing: None,
         };
         let conns = Arc::new(limits::ConnLimits::new(config.connection_limits));
         let limiters = LimiterCache::default();
@@ -456,6 +462,7 @@ impl Proxy {
                 sessions: Arc::new(crate::tls::sessions::SessionCache::default()),
                 tickets: Arc::new(crate::tls::tickets::Tickets::new()),
                 stapler: crate::tls::ocsp::Stapler::default(),
+                tracer: crate::trace::Tracer::default(),
             }),
         }
     }
@@ -527,6 +534,7 @@ impl Proxy {
         self.configure_sessions(&table.settings);
         let tls = self.tls_config(&table.settings, &mut publisher);
         let metrics = self.inner.limiters.metrics().live(router.backend_ids());
+        let tracing = self.inner.tracer.pipeline(table.settings.otel.as_ref());
         self.inner.state.store(Arc::new(Compiled {
             version,
             router,
@@ -539,6 +547,7 @@ impl Proxy {
             tls,
             metrics,
             log: self.inner.access_log.clone(),
+            tracing,
         }));
         drop(live);
         self.inner.clients.prune();
@@ -609,6 +618,11 @@ impl Proxy {
     /// The access log's writer: its dropped lines, and reopening its file (`SIGUSR1`).
     pub fn access_log(&self) -> &accesslog::Writer {
         &self.inner.access_log
+    }
+
+    /// Spans exported and dropped so far (OpenTelemetry tracing).
+    pub fn trace_counts(&self) -> crate::trace::export::TraceCounts {
+        self.inner.tracer.counts()
     }
 }
 

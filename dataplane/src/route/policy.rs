@@ -130,6 +130,8 @@ pub struct CompiledPolicy {
     pub access_log_off: bool,
     /// Gateway API filters.
     pub filters: Option<Box<crate::route::filters::CompiledFilters>>,
+    /// The route's own tracing settings.
+    pub trace: Option<crate::trace::CompiledRouteTrace>,
 }
 
 /// External authentication ready for the request path: its settings, with the URL templates
@@ -372,6 +374,7 @@ impl CompiledPolicy {
                 Some(f) => Some(Box::new(crate::route::filters::CompiledFilters::compile(f)?)),
                 None => None,
             },
+            trace: policy.trace.as_deref().map(crate::trace::CompiledRouteTrace::compile),
         }))
     }
 

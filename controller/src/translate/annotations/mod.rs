@@ -19,6 +19,7 @@ pub(crate) mod auth_tls;
 pub(crate) mod limits;
 mod protocol;
 pub(crate) mod risk;
+mod tracing;
 pub(crate) mod values;
 
 pub(crate) use protocol::*;
@@ -215,8 +216,9 @@ pub const CATALOGUE: &[(&str, Support)] = {
                 "it traces nginx's rewrite module; weir's rewrites are typed: `weir dump` shows each route's target, and the access log the URI sent upstream",
             ),
         ),
-        ("enable-opentelemetry", Unsupported),
-        ("opentelemetry-trust-incoming-span", Unsupported),
+        ("enable-opentelemetry", Supported),
+        ("opentelemetry-trust-incoming-span", Supported),
+        ("opentelemetry-operation-name", Supported),
         ("enable-opentracing", NotSupported(OPENTRACING)),
         ("opentracing-trust-incoming-span", NotSupported(OPENTRACING)),
         // Web application firewall.
@@ -461,6 +463,7 @@ pub(crate) fn parse(
     parsed.from_to_www = ctx.value("from-to-www-redirect", values::boolean).unwrap_or(false);
     parsed.policy.response_headers = ctx.custom_headers(refs);
     parsed.policy.mirror = ctx.mirror().map(Box::new);
+    parsed.policy.trace = ctx.trace().map(Box::new);
     parsed.global_auth = ctx.value("enable-global-auth", values::boolean).unwrap_or(true);
     parsed.policy.access_log_off = ctx.value("enable-access-log", values::boolean) == Some(false);
     // weir streams bodies both ways and never spools them to disk: buffering settings are
