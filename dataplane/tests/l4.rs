@@ -34,6 +34,7 @@ fn table(services: &[(u16, &[SocketAddr])]) -> RouteTable {
             target: Target::Endpoints(endpoints.iter().map(|a| Endpoint::new(*a)).collect()),
             proxy_protocol_in: false,
             proxy_protocol_out: false,
+            client_ip_affinity_s: None,
         });
     }
     table

@@ -20,6 +20,7 @@
 //! - `service`: a port's live service and the table's stream settings.
 //! - `stats`: per-service counters, read by the controller's metrics.
 
+mod affinity;
 mod header;
 mod service;
 pub mod stats;
@@ -127,6 +128,19 @@ impl L4Proxy {
         }
     }
 
+    /// An L4 proxy with no port and connection limits of its own (`weir node --mode userspace`,
+    /// which runs no HTTP proxy). Must be called on the runtime that is to run the listeners.
+    pub fn with_limits(config: L4Config, limits: crate::proxy::limits::ConnLimitConfig) -> L4Proxy {
+        L4Proxy {
+            inner: Arc::new(Inner {
+                config,
+                conns: Arc::new(ConnLimits::new(limits)),
+                runtime: tokio::runtime::Handle::current(),
+                listeners: Mutex::new(BTreeMap::new()),
+            }),
+        }
+    }
+
     /// Makes `table`'s L4 services the live ones: binds new ports, swaps the service of ports
     /// that stay, stops the ports that are gone (their open TCP connections finish). Returns
     /// the ports that could not be bound (tried again at the next publish); the others serve.
@@ -144,14 +158,15 @@ impl L4Proxy {
         let mut failed = Vec::new();
         for (key, spec) in wanted {
             let previous = listeners.get(&key).map(|l| l.live.load_full());
-            let previous_balancer =
-                previous.as_ref().filter(|p| p.spec.backend == spec.backend).map(|p| &*p.balancer);
+            let same = previous.as_ref().filter(|p| p.spec.backend == spec.backend);
+            let previous_balancer = same.map(|p| &*p.balancer);
             let backend =
                 Backend { protocol: UpstreamProtocol::default(), target: spec.target.clone(), tls: None };
             let service = Arc::new(Service {
                 spec: spec.clone(),
                 balancer: Arc::new(Balancer::next(previous_balancer, &spec.backend, &backend)),
                 stream,
+                affinity: same.map(|p| p.affinity.clone()).unwrap_or_default(),
             });
             if let Some(listener) = listeners.get(&key) {
                 listener.live.store(service);
