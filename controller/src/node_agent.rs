@@ -57,6 +57,16 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
     for warning in warnings {
         tracing::error!("{warning}");
     }
+    let mut args = args;
+    if mode == node::Mode::Userspace {
+        args.userspace_nat = args.userspace_nat.resolve(&path)?;
+        tracing::info!(nat = ?args.userspace_nat, "userspace mode: redirects written with {}", match args.userspace_nat {
+            node::userspace::NatTool::Nftables => "nftables (table weir_userspace)",
+            _ => "iptables (nat chain WEIR-USERSPACE)",
+        });
+    }
+    // A node switched from another mode: its rules go before this mode writes its own.
+    node::cleanup_other_modes(mode, &runner)?;
     // A configuration problem is a usage error (exit at once); an unreachable API server is
     // retried.
     let source = match &args.manifests {
