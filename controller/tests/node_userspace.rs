@@ -13,7 +13,9 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use support_netns::{Helper, NODE_IP, POD_PORT, Testbed, iptables_state, need_tools, pod_ip, pod_name, skip};
+use support_netns::{
+    Helper, NODE_IP, POD_PORT, Testbed, eventually, iptables_state, need_tools, pod_ip, pod_name, skip,
+};
 
 /// Entry point of the helper processes (responders, clients, weir node); a no-op in a normal
 /// run.
@@ -90,18 +92,6 @@ fn answered(t: &BTreeMap<String, usize>) -> usize {
     (0..3).map(|i| count(t, &pod_name(i))).sum()
 }
 
-/// Polls `check` every 100 ms for up to `secs` seconds.
-fn eventually(secs: u64, mut check: impl FnMut() -> Result<(), String>) -> Result<(), String> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        match check() {
-            Ok(()) => return Ok(()),
-            Err(e) if std::time::Instant::now() >= deadline => return Err(e),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-}
-
 /// `weir node` in the node namespace with `mode_args`, logging to `log`.
 struct Node<'a> {
     bed: &'a Testbed,
@@ -168,18 +158,29 @@ fn foreign_rules(node: &support_netns::Netns) {
     }
 }
 
-#[test]
-fn userspace_mode_end_to_end() {
+/// The lab: three pods answering, someone else's rules in place; `None` when it cannot be
+/// built here (the reason printed, or a failure under `WEIR_REQUIRE_ALL=1`).
+fn lab() -> Option<Testbed> {
     if let Err(reason) = need_tools(&["iptables-restore", "nft"]) {
-        return skip(&reason);
+        skip(&reason);
+        return None;
     }
     let mut bed = match Testbed::new(3) {
         Ok(bed) => bed,
-        Err(reason) => return skip(&reason),
+        Err(reason) => {
+            skip(&reason);
+            return None;
+        }
     };
     bed.start_responders().unwrap();
+    foreign_rules(&bed.node);
+    Some(bed)
+}
+
+#[test]
+fn userspace_mode_end_to_end() {
+    let Some(bed) = lab() else { return };
     let node = &bed.node;
-    foreign_rules(node);
     node.exec(
         "nft",
         &["add table inet foreign; add chain inet foreign c { type filter hook input priority 0; }"],
@@ -291,16 +292,8 @@ fn userspace_mode_end_to_end() {
 /// running; `--cleanup` then restores the tables.
 #[test]
 fn switching_modes_leaves_no_stale_rules() {
-    if let Err(reason) = need_tools(&["iptables-restore", "nft"]) {
-        return skip(&reason);
-    }
-    let mut bed = match Testbed::new(3) {
-        Ok(bed) => bed,
-        Err(reason) => return skip(&reason),
-    };
-    bed.start_responders().unwrap();
+    let Some(bed) = lab() else { return };
     let node = &bed.node;
-    foreign_rules(node);
     let before = state(&bed);
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("manifests")).unwrap();
