@@ -275,6 +275,21 @@ fn userspace_mode_end_to_end() {
     .unwrap_or_else(|e| panic!("jump never restored: {e}\nlog:\n{}", read(&log)));
     let (status, body) = support_netns::http_get(node, ADMIN, "/healthz").unwrap();
     assert_eq!(status, 200, "{body}");
+    // The proxy's metrics: connections per Service port, and the connects that failed.
+    let (status, text) = support_netns::http_get(node, ADMIN, "/metrics").unwrap();
+    assert_eq!(status, 200, "{text}");
+    let metric = |name: &str, service: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(name) && l.contains(&format!("service=\"{service}\"")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} of {service} missing:\n{text}"))
+    };
+    assert!(metric("weir_l4_connections_total", "default/flaky:80") >= 40.0, "{text}");
+    assert!(metric("weir_l4_connect_errors_total", "default/flaky:80") >= 10.0, "{text}");
+    assert!(metric("weir_l4_connections_total", "default/web:dns") >= 30.0, "{text}");
+    assert!(text.contains("\nweir_node_syncs_total "), "{text}");
+    assert!(text.ends_with("# EOF\n"), "{text}");
     if std::env::var_os("WEIR_SHOW_LOG").is_some() {
         eprintln!("{}", read(&log));
     }
