@@ -237,6 +237,11 @@ fn userspace_mode_end_to_end() {
     assert_eq!(answered(&t), 60, "{t:?}");
     assert!(t.len() >= 2, "NodePort reaches one endpoint only: {t:?}");
 
+    // A proxy port is reached through the redirects only: straight to the node's address, the
+    // connection is dropped (web:http's proxy port, the third TCP one).
+    let t = bed.client(&format!("{NODE_IP}:20002"), 1, "tcp").unwrap();
+    assert_eq!(count(&t, "timeout"), 1, "a proxy port is open to the outside: {t:?}");
+
     // ClientIP affinity holds, then expires (2 s after the last connection): the client is
     // balanced again (round robin: to another pod), and sticks to that one.
     let t = bed.client("10.96.0.11:80", 20, "tcp").unwrap();
@@ -367,6 +372,11 @@ fn switching_modes_leaves_no_stale_rules() {
         assert_eq!(answered(&t), 30, "{mode}: {t:?}");
         let t = bed.client("10.96.0.10:53", 10, "udp").unwrap();
         assert_eq!(answered(&t), 10, "{mode}: {t:?}");
+        if mode.contains("userspace") {
+            // web:dns's proxy port, straight: dropped (no answer).
+            let t = bed.client(&format!("{NODE_IP}:20000"), 1, "udp").unwrap();
+            assert_eq!(count(&t, "timeout"), 1, "{mode}: a proxy port is open to the outside: {t:?}");
+        }
         drop(weir_node);
     }
     n.cleanup();

@@ -10,7 +10,10 @@
 //!   gets a second proxy port for its external traffic.
 //! - [`render_iptables`] and [`render_nft`] (pure) write the redirects: iptables chain
 //!   `WEIR-USERSPACE` in the nat table (jumped to from PREROUTING and OUTPUT), or the nftables
-//!   table `weir_userspace`. Every value in them is typed (addresses, ports, protocols) and the
+//!   table `weir_userspace`; traffic that reaches a proxy port without having been redirected
+//!   (straight to the node's address) is dropped (filter chain `WEIR-USERSPACE-GUARD` from
+//!   INPUT, or the table's `input` chain), so a proxy port opens no ClusterIP-only Service to
+//!   the outside. Every value in them is typed (addresses, ports, protocols) and the
 //!   names in comments are DNS names checked by the plan: nothing from an object is spliced in
 //!   as text.
 //! - [`UserspaceBackend`] applies both in the node's sync loop; [`cleanup`] removes the rules
@@ -37,6 +40,10 @@ use super::sync;
 
 /// The nat chain of the redirects (iptables).
 pub const CHAIN: &str = "WEIR-USERSPACE";
+/// The filter chain (jumped to from INPUT) that drops traffic reaching a proxy port without
+/// having been redirected: a proxy port must not open ClusterIP-only Services, nor bypass
+/// `loadBalancerSourceRanges`, to whoever can reach the node's addresses.
+pub const GUARD: &str = "WEIR-USERSPACE-GUARD";
 /// The nftables table of the redirects (families `ip` and `ip6`).
 pub const NFT_TABLE: &str = "weir_userspace";
 /// The default `--proxy-port-range`: below the Linux ephemeral ports and Kubernetes' node
@@ -365,14 +372,36 @@ pub fn render_iptables(redirects: &[Redirect]) -> Vec<String> {
     rules
 }
 
-/// The `iptables-restore --noflush` input that makes [`CHAIN`] hold `rules` (declaring the
-/// chain flushes it; the nat table commits at once).
-pub fn restore_text(rules: &[String]) -> String {
-    let mut out = format!("*nat\n:{CHAIN} - [0:0]\n");
-    for rule in rules {
-        let _ = writeln!(out, "-A {CHAIN} {rule}");
+/// The proxy ports the redirects lead to, by protocol.
+pub fn proxy_ports(redirects: &[Redirect]) -> BTreeSet<(Protocol, u16)> {
+    redirects.iter().map(|r| (r.protocol, r.to)).collect()
+}
+
+/// The rules of chain [`GUARD`]: traffic to a proxy port that was not redirected there is
+/// dropped.
+pub fn render_guard(ports: &BTreeSet<(Protocol, u16)>) -> Vec<String> {
+    ports
+        .iter()
+        .map(|(protocol, port)| {
+            let p = protocol.as_str();
+            format!(
+                r#"-m comment --comment "weir userspace proxy port: redirected traffic only" -p {p} -m {p} --dport {port} -m conntrack ! --ctstate DNAT -j DROP"#
+            )
+        })
+        .collect()
+}
+
+/// The `iptables-restore --noflush` input that makes [`CHAIN`] (nat) hold `rules` and
+/// [`GUARD`] (filter) hold `guard` (declaring a chain flushes it; each table commits at once).
+pub fn restore_text(rules: &[String], guard: &[String]) -> String {
+    let mut out = String::new();
+    for (table, chain, rules) in [("nat", CHAIN, rules), ("filter", GUARD, guard)] {
+        let _ = writeln!(out, "*{table}\n:{chain} - [0:0]");
+        for rule in rules {
+            let _ = writeln!(out, "-A {chain} {rule}");
+        }
+        out.push_str("COMMIT\n");
     }
-    out.push_str("COMMIT\n");
     out
 }
 
@@ -394,6 +423,15 @@ pub fn render_nft(redirects: &[Redirect], family: IpFamily) -> String {
     out.push_str(
         "\tchain output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump portals\n\t}\n",
     );
+    out.push_str("\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n");
+    for (protocol, port) in proxy_ports(redirects) {
+        let _ = writeln!(
+            out,
+            "\t\t{} dport {port} ct status & dnat != dnat drop comment \"weir userspace proxy port: redirected traffic only\"",
+            protocol.as_str()
+        );
+    }
+    out.push_str("\t}\n");
     out.push_str("\tchain portals {\n");
     for r in redirects {
         let mut rule = String::new();
@@ -424,9 +462,12 @@ pub fn render_nft(redirects: &[Redirect], family: IpFamily) -> String {
 
 // === applying ===
 
-/// The jumps into [`CHAIN`] (nat table).
-const JUMPS: [&str; 2] = ["PREROUTING", "OUTPUT"];
-const JUMP_ARGS: [&str; 6] = ["-m", "comment", "--comment", "weir userspace portals", "-j", CHAIN];
+/// The jumps into [`CHAIN`] and [`GUARD`]: table, built-in chain, rule.
+const JUMPS: [(&str, &str, [&str; 6]); 3] = [
+    ("nat", "PREROUTING", ["-m", "comment", "--comment", "weir userspace portals", "-j", CHAIN]),
+    ("nat", "OUTPUT", ["-m", "comment", "--comment", "weir userspace portals", "-j", CHAIN]),
+    ("filter", "INPUT", ["-m", "comment", "--comment", "weir userspace proxy ports", "-j", GUARD]),
+];
 
 fn iptables_program(base: &str, family: IpFamily) -> String {
     match family {
@@ -435,28 +476,36 @@ fn iptables_program(base: &str, family: IpFamily) -> String {
     }
 }
 
-/// Whether [`CHAIN`] exists in `family`'s nat table (`None` when the tool is not installed).
-fn chain_exists(runner: &Runner, family: IpFamily) -> Result<Option<bool>> {
-    match runner.run(&iptables_program("iptables-save", family), &["-t", "nat"], None) {
-        Ok(out) => {
-            Ok(Some(out.stdout.lines().any(|l| l.split_whitespace().next() == Some(&format!(":{CHAIN}")))))
+/// Which of [`CHAIN`] (nat) and [`GUARD`] (filter) exist in `family`'s tables, as (table,
+/// chain) pairs; `None` when the tool is not installed.
+fn chains_present(runner: &Runner, family: IpFamily) -> Result<Option<Vec<(&'static str, &'static str)>>> {
+    let mut present = Vec::new();
+    for (table, chain) in [("nat", CHAIN), ("filter", GUARD)] {
+        match runner.run(&iptables_program("iptables-save", family), &["-t", table], None) {
+            Ok(out) => {
+                let declared = format!(":{chain}");
+                if out.stdout.lines().any(|l| l.split_whitespace().next() == Some(&declared)) {
+                    present.push((table, chain));
+                }
+            }
+            Err(exec::Error::Spawn { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
         }
-        Err(exec::Error::Spawn { .. }) => Ok(None),
-        Err(e) => Err(e.into()),
     }
+    Ok(Some(present))
 }
 
 /// Adds the jumps into [`CHAIN`] that are missing; returns how many were.
 fn ensure_jumps(runner: &Runner, family: IpFamily) -> Result<usize> {
     let iptables = iptables_program("iptables", family);
     let mut added = 0;
-    for chain in JUMPS {
-        let mut check = vec!["-w", "5", "-t", "nat", "-C", chain];
-        check.extend(JUMP_ARGS);
+    for (table, chain, args) in &JUMPS {
+        let mut check = vec!["-w", "5", "-t", table, "-C", chain];
+        check.extend(args);
         let (status, _) = runner.status(&iptables, &check, None)?;
         if !status.success() {
-            let mut insert = vec!["-w", "5", "-t", "nat", "-I", chain];
-            insert.extend(JUMP_ARGS);
+            let mut insert = vec!["-w", "5", "-t", table, "-I", chain];
+            insert.extend(args);
             runner.run(&iptables, &insert, None)?;
             added += 1;
         }
@@ -469,13 +518,15 @@ fn ensure_jumps(runner: &Runner, family: IpFamily) -> Result<usize> {
 /// no table on the way).
 pub fn cleanup(runner: &Runner) -> Result<()> {
     for family in [IpFamily::IPv4, IpFamily::IPv6] {
-        if chain_exists(runner, family)? != Some(true) {
+        let present = chains_present(runner, family)?.unwrap_or_default();
+        if present.is_empty() {
             continue;
         }
         let iptables = iptables_program("iptables", family);
-        for chain in JUMPS {
-            let mut delete = vec!["-w", "5", "-t", "nat", "-D", chain];
-            delete.extend(JUMP_ARGS);
+        for (table, chain, args) in JUMPS.iter().filter(|(_, _, args)| present.iter().any(|p| p.1 == args[5]))
+        {
+            let mut delete = vec!["-w", "5", "-t", table, "-D", chain];
+            delete.extend(args);
             for _ in 0..16 {
                 let (status, _) = runner.status(&iptables, &delete, None)?;
                 if !status.success() {
@@ -483,7 +534,10 @@ pub fn cleanup(runner: &Runner) -> Result<()> {
                 }
             }
         }
-        let text = format!("*nat\n:{CHAIN} - [0:0]\n-X {CHAIN}\nCOMMIT\n");
+        let mut text = String::new();
+        for (table, chain) in present {
+            let _ = write!(text, "*{table}\n:{chain} - [0:0]\n-X {chain}\nCOMMIT\n");
+        }
         runner.run(&iptables_program("iptables-restore", family), &["-w", "5", "--noflush"], Some(&text))?;
     }
     for family in [IpFamily::IPv4, IpFamily::IPv6] {
@@ -574,7 +628,7 @@ impl UserspaceBackend {
             report.rules_total += redirects.len();
             let text = match self.nat {
                 NatTool::Nftables => render_nft(&redirects, family),
-                _ => restore_text(&render_iptables(&redirects)),
+                _ => restore_text(&render_iptables(&redirects), &render_guard(&proxy_ports(&redirects))),
             };
             if !full && self.applied.get(&family) == Some(&text) {
                 continue;
@@ -635,7 +689,7 @@ impl sync::Backend for UserspaceBackend {
                     !status.success()
                 }
                 _ => {
-                    chain_exists(&self.runner, family)? != Some(true)
+                    chains_present(&self.runner, family)?.is_none_or(|p| p.len() < 2)
                         || ensure_jumps(&self.runner, family)? > 0
                 }
             };
@@ -751,6 +805,12 @@ endpoints:
             r#"-m comment --comment "default/web:http node port" -m addrtype --dst-type LOCAL -p tcp -m tcp --dport 30080 -j REDIRECT --to-ports 20001"#,
         ];
         assert_eq!(rules, expected);
+        let guard = render_guard(&proxy_ports(&redirects(&r, &ports, IpFamily::IPv4, &all)));
+        assert_eq!(guard.len(), 4, "{guard:?}");
+        assert!(
+            guard[0].ends_with("-p tcp -m tcp --dport 20000 -m conntrack ! --ctstate DNAT -j DROP"),
+            "{guard:?}"
+        );
         // Ports the proxy could not bind get no redirect.
         let some = |p: L4Protocol, _: u16| p == L4Protocol::Tcp;
         assert_eq!(redirects(&r, &ports, IpFamily::IPv4, &some).len(), 3);
@@ -761,6 +821,7 @@ endpoints:
             "{nft}"
         );
         assert!(nft.contains("\t\tip daddr 10.96.0.10 udp dport 53 redirect to :20000 comment"), "{nft}");
+        assert!(nft.contains("\t\tudp dport 20001 ct status & dnat != dnat drop comment"), "{nft}");
     }
 
     #[test]
