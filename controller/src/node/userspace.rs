@@ -568,6 +568,8 @@ pub struct UserspaceBackend {
     applied: BTreeMap<IpFamily, String>,
     /// Service ports the proxy cannot serve (SCTP), last logged.
     unserved: Vec<String>,
+    /// `ip6tables-restore` is missing (logged once).
+    no_ipv6: bool,
 }
 
 impl std::fmt::Debug for UserspaceBackend {
@@ -588,6 +590,7 @@ impl UserspaceBackend {
             runner,
             applied: BTreeMap::new(),
             unserved: Vec::new(),
+            no_ipv6: false,
         }
     }
 
@@ -640,7 +643,18 @@ impl UserspaceBackend {
                 }
                 _ => {
                     let restore = iptables_program("iptables-restore", family);
-                    self.runner.run(&restore, &["-w", "5", "--noflush"], Some(&text))?;
+                    match self.runner.run(&restore, &["-w", "5", "--noflush"], Some(&text)) {
+                        Ok(_) => {}
+                        // No ip6tables: IPv4 still works, as in iptables mode (said once).
+                        Err(exec::Error::Spawn { program, .. }) if family == IpFamily::IPv6 => {
+                            if !self.no_ipv6 {
+                                tracing::error!(%program, "not installed: IPv6 Services are not redirected");
+                                self.no_ipv6 = true;
+                            }
+                            continue;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
                     ensure_jumps(&self.runner, family)?;
                 }
             }
