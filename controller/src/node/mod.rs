@@ -1,4 +1,5 @@
-//! `weir node`: the in-tree kube-proxy for Service ClusterIP L4 (iptables, ipvs, nftables).
+//! `weir node`: the in-tree kube-proxy for Service ClusterIP L4 (iptables, ipvs, nftables,
+//! userspace).
 //!
 //! Services and their endpoints, read from the Kubernetes API (Services and EndpointSlices, or
 //! core Endpoints where EndpointSlice v1 is not served: nothing else, so the node agent needs no
@@ -6,7 +7,8 @@
 //! snapshot: the pure [`plan::plan`] turns it into a [`plan::Ruleset`], and a backend
 //! ([`iptables`], [`nftables`] or [`ipvs`]) applies that in the [`sync`] loop, whose metrics
 //! [`admin`] serves. `--mode ipvs` falls back to iptables mode (logged) where the kernel has no
-//! IPVS.
+//! IPVS. [`userspace`] serves each Service port with the dataplane's L4 proxy instead, behind NAT
+//! redirects. Each mode removes the others' rules when it starts ([`cleanup_other_modes`]).
 
 pub mod admin;
 pub mod conntrack;
