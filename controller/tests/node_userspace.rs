@@ -266,18 +266,6 @@ fn userspace_mode_end_to_end() {
     })
     .unwrap_or_else(|e| panic!("change never applied: {e}\nlog:\n{}", read(&log)));
 
-    // A jump deleted behind weir's back is restored by the periodic resync.
-    let jump = ["-m", "comment", "--comment", "weir userspace portals", "-j", "WEIR-USERSPACE"];
-    node.exec("iptables", &[&["-t", "nat", "-D", "PREROUTING"][..], &jump].concat()).unwrap();
-    eventually(10, || {
-        let t = bed.client("10.96.0.10:80", 3, "tcp")?;
-        if answered(&t) == 3 && read(&log).contains("missing; restored") {
-            Ok(())
-        } else {
-            Err(format!("{t:?}"))
-        }
-    })
-    .unwrap_or_else(|e| panic!("jump never restored: {e}\nlog:\n{}", read(&log)));
     let (status, body) = support_netns::http_get(node, ADMIN, "/healthz").unwrap();
     assert_eq!(status, 200, "{body}");
     // The proxy's metrics: connections per Service port, and the connects that failed.
