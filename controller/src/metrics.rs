@@ -667,6 +667,16 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
+    /// An empty text in `format` (for metrics served apart from [`Metrics`]).
+    pub(crate) fn new(format: Format) -> Self {
+        Writer { out: String::new(), format }
+    }
+
+    /// The text written.
+    pub(crate) fn into_text(self) -> String {
+        self.out
+    }
+
     pub(crate) fn family(&mut self, name: &str, kind: Kind, help: &str) {
         let (family, kind) = match (self.format, kind) {
             (Format::Prometheus, Kind::Counter) => (format!("{name}_total"), "counter"),

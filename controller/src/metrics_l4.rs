@@ -22,6 +22,14 @@ impl L4Metrics {
         self.0.get().map_or(0, L4Proxy::log_dropped)
     }
 
+    /// The services' figures as OpenMetrics text without its `# EOF` (`weir node --mode
+    /// userspace`'s admin listener appends them to its own).
+    pub fn openmetrics_text(&self) -> String {
+        let mut w = crate::metrics::Writer::new(crate::metrics::Format::OpenMetrics);
+        self.render(&mut w);
+        w.into_text()
+    }
+
     /// Writes the services' figures (nothing before the L4 proxy serves, or without services).
     pub(crate) fn render(&self, w: &mut Writer) {
         let Some(l4) = self.0.get() else { return };

@@ -57,6 +57,16 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
     for warning in warnings {
         tracing::error!("{warning}");
     }
+    let mut args = args;
+    if mode == node::Mode::Userspace {
+        args.userspace_nat = args.userspace_nat.resolve(&path)?;
+        tracing::info!(nat = ?args.userspace_nat, "userspace mode: redirects written with {}", match args.userspace_nat {
+            node::userspace::NatTool::Nftables => "nftables (table weir_userspace)",
+            _ => "iptables (nat chain WEIR-USERSPACE)",
+        });
+    }
+    // A node switched from another mode: its rules go before this mode writes its own.
+    node::cleanup_other_modes(mode, &runner)?;
     // A configuration problem is a usage error (exit at once); an unreachable API server is
     // retried.
     let source = match &args.manifests {
@@ -69,7 +79,18 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
         Source::Kube(_) => "the Kubernetes API".to_string(),
     };
     tracing::info!(mode = ?mode, node = ?config.node_name, source = %from, "weir node starting");
-    let backend = node::backend(mode, &args, runner);
+    // userspace mode's proxy reports on the admin listener.
+    let l4_metrics = crate::metrics_l4::L4Metrics::default();
+    let backend: Box<dyn sync::Backend> = if mode == node::Mode::Userspace {
+        let backend = node::userspace::UserspaceBackend::new(
+            runner,
+            node::userspace::Config { port_range: args.proxy_port_range, nat: args.userspace_nat },
+        );
+        l4_metrics.observe(backend.proxy());
+        Box::new(backend)
+    } else {
+        node::backend(mode, &args, runner)
+    };
     let options = sync::Options {
         sync_period: args.sync_period,
         min_sync_interval: args.min_sync_interval,
@@ -88,6 +109,9 @@ pub async fn run_with_stats(args: NodeArgs, stats: Arc<sync::Stats>) -> anyhow::
     let mut admin = admin::Admin::new(stats.clone(), args.sync_period);
     if args.load_balancer {
         admin = admin.with_lb(lb_status.clone());
+    }
+    if mode == node::Mode::Userspace {
+        admin = admin.with_l4(l4_metrics);
     }
     let admin = Arc::new(admin);
     tracing::info!(admin = %admin_listener.local_addr()?, "serving /healthz and /metrics");

@@ -498,7 +498,7 @@ fn the_schema_refuses_typos() {
         ("contoller:\n  kind: DaemonSet\n", "contoller"),
         ("controller:\n  replicaCount: two\n", "replicaCount"),
         ("controller:\n  kind: StatefulSet\n", "kind"),
-        ("node:\n  mode: userspace\n", "mode"),
+        ("node:\n  mode: kernelspace\n", "mode"),
         ("controller:\n  config:\n    proxy-body-size: [1m]\n", "proxy-body-size"),
         ("controller:\n  extraArgs:\n    ingress-class: other\n", "ingress-class"),
         ("controller:\n  service:\n    ports:\n      http: 70000\n", "http"),

@@ -1526,6 +1526,11 @@ pub struct L4Service {
     /// says (v1 by default, as nginx's `proxy_protocol on`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub proxy_protocol_out: bool,
+    /// Each client address sticks to the endpoint it reached until it has started no connection
+    /// or flow for this many seconds (a Service's `sessionAffinity: ClientIP`, `weir node --mode
+    /// userspace`); `None`: every connection and flow is balanced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ip_affinity_s: Option<u32>,
 }
 
 // === request conditions ===

@@ -34,6 +34,7 @@ fn table(services: &[(u16, &[SocketAddr])]) -> RouteTable {
             target: Target::Endpoints(endpoints.iter().map(|a| Endpoint::new(*a)).collect()),
             proxy_protocol_in: false,
             proxy_protocol_out: false,
+            client_ip_affinity_s: None,
         });
     }
     table
@@ -105,4 +106,87 @@ async fn a_taken_port_is_reported_and_the_rest_serve() {
         assert!(tokio::time::Instant::now() < deadline, "the removed port stays bound");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+}
+
+/// The answer to a connection from `client` (a loopback address) to `port`.
+async fn answer_from(client: [u8; 4], port: u16) -> String {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((client, 0))).unwrap();
+    let mut s = socket.connect(SocketAddr::from(([127, 0, 0, 1], port))).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+/// ClientIP affinity: each client address sticks to its endpoint, across publishes; a client
+/// whose endpoint left, or refuses, moves to another and sticks to that one.
+#[tokio::test]
+async fn client_ip_affinity_sticks_across_publishes() {
+    let (a, b, c) = (named("a").await, named("b").await, named("c").await);
+    let port = free_port().await;
+    let sticky = |endpoints: &[SocketAddr]| {
+        let mut t = table(&[(port, endpoints)]);
+        t.l4[0].client_ip_affinity_s = Some(60);
+        t
+    };
+    let l4 = l4();
+    assert!(l4.publish(&sticky(&[a, b, c])).is_empty());
+    let (one, two) = ([127, 0, 0, 2], [127, 0, 0, 3]);
+    assert_eq!(answer_from(one, port).await, "a");
+    assert_eq!(answer_from(two, port).await, "b");
+    for _ in 0..3 {
+        assert_eq!(answer_from(one, port).await, "a");
+        assert_eq!(answer_from(two, port).await, "b");
+    }
+    // A new table with the same endpoints: nobody moves.
+    assert!(l4.publish(&sticky(&[c, b, a])).is_empty());
+    assert_eq!(answer_from(one, port).await, "a");
+    assert_eq!(answer_from(two, port).await, "b");
+    // a gone: its client is balanced again and sticks; the other client stays.
+    assert!(l4.publish(&sticky(&[b, c])).is_empty());
+    let moved = answer_from(one, port).await;
+    assert_ne!(moved, "a");
+    for _ in 0..3 {
+        assert_eq!(answer_from(one, port).await, moved);
+        assert_eq!(answer_from(two, port).await, "b");
+    }
+    // b stops listening (the table still lists it): its client is served by another endpoint
+    // (the refused connect retried) and sticks to that one.
+    let (d, d_task) = stoppable("d").await;
+    assert!(l4.publish(&sticky(&[b, c, d])).is_empty());
+    let three = [127, 0, 0, 4];
+    let mut on_d = None;
+    for client in [three, [127, 0, 0, 5], [127, 0, 0, 6]] {
+        if answer_from(client, port).await == "d" {
+            on_d = Some(client);
+        }
+    }
+    let on_d = on_d.expect("round robin over three new clients reaches d");
+    d_task.abort();
+    let _ = d_task.await;
+    let now = answer_from(on_d, port).await;
+    assert!(now == "b" || now == "c", "{now}");
+    for _ in 0..3 {
+        assert_eq!(answer_from(on_d, port).await, now);
+    }
+    // Without affinity, the same client is balanced round robin again.
+    assert!(l4.publish(&table(&[(port, &[b, c])])).is_empty());
+    let mut answers = std::collections::BTreeSet::new();
+    for _ in 0..4 {
+        answers.insert(answer_from(two, port).await);
+    }
+    assert_eq!(answers.len(), 2, "{answers:?}");
+}
+
+/// A backend that writes `name` and closes, until its task is aborted (then its port refuses).
+async fn stoppable(name: &'static str) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            let _ = s.write_all(name.as_bytes()).await;
+        }
+    });
+    (addr, task)
 }

@@ -29,6 +29,8 @@ pub struct Admin {
     stats: Arc<Stats>,
     max_age: Duration,
     lb: Option<Arc<LbStatus>>,
+    /// userspace mode: its proxy's `weir_l4_*` metrics.
+    l4: Option<crate::metrics_l4::L4Metrics>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -43,7 +45,7 @@ impl Admin {
     pub fn new(stats: Arc<Stats>, sync_period: Duration) -> Self {
         let mut registry = Registry::with_prefix("weir");
         stats.register(&mut registry);
-        Admin { registry, stats, max_age: sync_period.saturating_mul(2) + HEALTH_GRACE, lb: None }
+        Admin { registry, stats, max_age: sync_period.saturating_mul(2) + HEALTH_GRACE, lb: None, l4: None }
     }
 
     /// Serves the load balancer's `/lb` document and metric as well.
@@ -53,11 +55,27 @@ impl Admin {
         self
     }
 
+    /// Serves the L4 proxy's `weir_l4_*` metrics as well (userspace mode).
+    pub fn with_l4(mut self, l4: crate::metrics_l4::L4Metrics) -> Self {
+        self.l4 = Some(l4);
+        self
+    }
+
     /// The OpenMetrics text of every metric.
     pub fn metrics(&self) -> String {
         let mut out = String::new();
         if let Err(error) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
             tracing::warn!(%error, "encoding metrics failed");
+        }
+        if let Some(l4) = &self.l4 {
+            let text = l4.openmetrics_text();
+            if !text.is_empty() {
+                // The L4 families go before the closing `# EOF`.
+                let body = out.strip_suffix("# EOF\n").unwrap_or(&out).len();
+                out.truncate(body);
+                out.push_str(&text);
+                out.push_str("# EOF\n");
+            }
         }
         out
     }

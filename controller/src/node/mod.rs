@@ -1,4 +1,5 @@
-//! `weir node`: the in-tree kube-proxy for Service ClusterIP L4 (iptables, ipvs, nftables).
+//! `weir node`: the in-tree kube-proxy for Service ClusterIP L4 (iptables, ipvs, nftables,
+//! userspace).
 //!
 //! Services and their endpoints, read from the Kubernetes API (Services and EndpointSlices, or
 //! core Endpoints where EndpointSlice v1 is not served: nothing else, so the node agent needs no
@@ -6,7 +7,8 @@
 //! snapshot: the pure [`plan::plan`] turns it into a [`plan::Ruleset`], and a backend
 //! ([`iptables`], [`nftables`] or [`ipvs`]) applies that in the [`sync`] loop, whose metrics
 //! [`admin`] serves. `--mode ipvs` falls back to iptables mode (logged) where the kernel has no
-//! IPVS.
+//! IPVS. [`userspace`] serves each Service port with the dataplane's L4 proxy instead, behind NAT
+//! redirects. Each mode removes the others' rules when it starts ([`cleanup_other_modes`]).
 
 pub mod admin;
 pub mod conntrack;
@@ -19,6 +21,7 @@ pub mod nftables;
 pub mod nftnl;
 pub mod plan;
 pub mod sync;
+pub mod userspace;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -39,6 +42,9 @@ pub enum Mode {
     Ipvs,
     /// nftables, one table `weir`.
     Nftables,
+    /// A proxy port per Service port (weir's L4 proxy: retries on another endpoint when one
+    /// refuses), reached through NAT redirects (iptables, else nftables).
+    Userspace,
 }
 
 /// Options of `weir node`.
@@ -109,6 +115,13 @@ pub struct NodeArgs {
     /// interface of the default route).
     #[arg(long = "lb-interface", value_name = "IFACE")]
     pub lb_interfaces: Vec<String>,
+    /// userspace mode: the ports its proxy listens on, one per Service port (and protocol).
+    #[arg(long, default_value = userspace::DEFAULT_PORT_RANGE, value_name = "FIRST-LAST")]
+    pub proxy_port_range: userspace::PortRange,
+    /// userspace mode: how its redirects are written (auto: iptables where installed, else
+    /// nftables).
+    #[arg(long, value_enum, default_value_t = userspace::NatTool::Auto)]
+    pub userspace_nat: userspace::NatTool,
 }
 
 /// How LoadBalancer addresses are made reachable (`--lb-announce`).
@@ -174,6 +187,7 @@ pub fn effective_mode(requested: Mode, proc_root: &Path) -> (Mode, Option<String
             None => (Mode::Ipvs, None),
         },
         Mode::Nftables => (Mode::Nftables, None),
+        Mode::Userspace => (Mode::Userspace, None),
     }
 }
 
@@ -216,6 +230,8 @@ fn tools(mode: Mode) -> Vec<Tool> {
             },
             conntrack,
         ],
+        // Either NAT tool does (userspace::NatTool::resolve says which).
+        Mode::Userspace => Vec::new(),
         Mode::Nftables => {
             vec![
                 Tool {
@@ -425,6 +441,10 @@ impl sync::Backend for IpvsBackend {
 /// The backend that programs the kernel in `mode`, configured from `args`.
 pub fn backend(mode: Mode, args: &NodeArgs, runner: Runner) -> Box<dyn sync::Backend> {
     match mode {
+        Mode::Userspace => Box::new(userspace::UserspaceBackend::new(
+            runner,
+            userspace::Config { port_range: args.proxy_port_range, nat: args.userspace_nat },
+        )),
         Mode::Nftables => Box::new(NftablesBackend::new(
             runner,
             nftables::Config {
@@ -456,6 +476,9 @@ pub fn backend(mode: Mode, args: &NodeArgs, runner: Runner) -> Box<dyn sync::Bac
 /// jumps; IPVS virtual services, the interface `weir-ipvs0` and the ipsets; the nftables table
 /// `weir` (where those tools exist).
 pub fn cleanup(runner: &Runner) -> anyhow::Result<()> {
+    // First: its chain is a `WEIR-` chain, which iptables' cleanup cannot delete while the
+    // jumps into it remain.
+    userspace::cleanup(runner).context("userspace cleanup")?;
     for family in [IpFamily::IPv4, IpFamily::IPv6] {
         let mut ipt = iptables::Iptables::new(
             runner.clone(),
@@ -483,6 +506,51 @@ pub fn cleanup(runner: &Runner) -> anyhow::Result<()> {
         match runner.status("nft", &["delete", "table", family, "weir"], None) {
             Ok(_) => {}
             Err(e) => tracing::info!(error = %e, "nft unavailable; nothing to clean up"),
+        }
+    }
+    Ok(())
+}
+
+/// Removes what the modes other than `mode` left on this node (a node switched from one mode to
+/// another), before `mode` writes its own: userspace mode's redirects; iptables and ipvs modes'
+/// chains, virtual services and sets; nftables mode's table. Only what exists is touched (no
+/// table is created on the way), so a restart in a kernel mode changes nothing. userspace mode
+/// starts afresh (its proxy ports died with the last process; its redirects may have been
+/// written with the other NAT tool).
+pub fn cleanup_other_modes(mode: Mode, runner: &Runner) -> anyhow::Result<()> {
+    userspace::cleanup(runner).context("removing userspace mode's redirects")?;
+    if !matches!(mode, Mode::Iptables | Mode::Ipvs) {
+        for family in [IpFamily::IPv4, IpFamily::IPv6] {
+            let save = match family {
+                IpFamily::IPv4 => "iptables-save",
+                IpFamily::IPv6 => "ip6tables-save",
+            };
+            let has_chains = ["nat", "filter"].iter().any(|table| {
+                runner.run(save, &["-t", table], None).is_ok_and(|out| {
+                    out.stdout.lines().any(|l| l.starts_with(&format!(":{}", iptables::CHAIN_PREFIX)))
+                })
+            });
+            if has_chains {
+                tracing::info!(?family, "removing iptables mode's chains (another mode ran here)");
+                let config = iptables::Config { family: Some(family), ..Default::default() };
+                iptables::Iptables::new(runner.clone(), config)
+                    .cleanup()
+                    .context("removing iptables mode's chains")?;
+            }
+        }
+        match ipvs::cleanup(runner) {
+            Ok(()) | Err(ipvs::Error::Exec(exec::Error::Spawn { .. })) => {}
+            Err(e) => return Err(e).context("removing ipvs mode's services and sets"),
+        }
+    }
+    if mode != Mode::Nftables {
+        for family in ["ip", "ip6", "inet"] {
+            // Exit status 1 when the table does not exist.
+            if let Ok((status, _)) = runner.status("nft", &["delete", "table", family, nftables::TABLE], None)
+                && status.success()
+            {
+                tracing::info!(family, "removed nftables mode's table (another mode ran here)");
+            }
         }
     }
     Ok(())

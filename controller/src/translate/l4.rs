@@ -208,6 +208,7 @@ impl Ctx<'_> {
             target: backend.target,
             proxy_protocol_in: proxy_in,
             proxy_protocol_out: proxy_out,
+            client_ip_affinity_s: None,
         })
     }
 }

@@ -454,3 +454,15 @@ pub fn iptables_state(ns: &Netns) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// Polls `check` every 100 ms for up to `secs` seconds; its last error when it never passed.
+pub fn eventually(secs: u64, mut check: impl FnMut() -> Result<(), String>) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        match check() {
+            Ok(()) => return Ok(()),
+            Err(e) if std::time::Instant::now() >= deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}

@@ -21,6 +21,7 @@
 //! - `stats`: per-service counters, read by the controller's metrics.
 //! - `log`: the L4 access log, a line per connection or flow when it ends.
 
+mod affinity;
 mod header;
 mod log;
 mod service;
@@ -137,6 +138,26 @@ impl L4Proxy {
         }
     }
 
+    /// An L4 proxy with no port and connection limits of its own (`weir node --mode userspace`,
+    /// which runs no HTTP proxy). Must be called on the runtime that is to run the listeners.
+    pub fn with_limits(config: L4Config, limits: crate::proxy::limits::ConnLimitConfig) -> L4Proxy {
+        L4Proxy {
+            inner: Arc::new(Inner {
+                config,
+                conns: Arc::new(ConnLimits::new(limits)),
+                runtime: tokio::runtime::Handle::current(),
+                listeners: Mutex::new(BTreeMap::new()),
+                // The node's proxy writes no access log: it carries every Service's traffic.
+                log: {
+                    let output = crate::proxy::accesslog::Output::Off;
+                    let writer =
+                        crate::proxy::accesslog::Writer::new(&output, crate::proxy::accesslog::QUEUE);
+                    (Arc::new(writer), output)
+                },
+            }),
+        }
+    }
+
     /// Makes `table`'s L4 services the live ones: binds new ports, swaps the service of ports
     /// that stay, stops the ports that are gone (their open TCP connections finish). Returns
     /// the ports that could not be bound (tried again at the next publish); the others serve.
@@ -163,8 +184,8 @@ impl L4Proxy {
         let mut failed = Vec::new();
         for (key, spec) in wanted {
             let previous = listeners.get(&key).map(|l| l.live.load_full());
-            let previous_balancer =
-                previous.as_ref().filter(|p| p.spec.backend == spec.backend).map(|p| &*p.balancer);
+            let same = previous.as_ref().filter(|p| p.spec.backend == spec.backend);
+            let previous_balancer = same.map(|p| &*p.balancer);
             let backend =
                 Backend { protocol: UpstreamProtocol::default(), target: spec.target.clone(), tls: None };
             let service = Arc::new(Service {
@@ -172,6 +193,7 @@ impl L4Proxy {
                 balancer: Arc::new(Balancer::next(previous_balancer, &spec.backend, &backend)),
                 stream,
                 log: stream_log.clone(),
+                affinity: same.map(|p| p.affinity.clone()).unwrap_or_default(),
             });
             if let Some(listener) = listeners.get(&key) {
                 listener.live.store(service);

@@ -2,10 +2,11 @@
 //! the table's stream settings, and the stop signal of a removed port.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use super::affinity::AffinityTable;
 use crate::model::{L4Service, Settings};
 use crate::state::balance::Balancer;
 use std::net::IpAddr;
@@ -80,6 +81,36 @@ pub(crate) struct Service {
     pub(crate) stream: Stream,
     /// The L4 access log; `None`: off.
     pub(crate) log: Option<Arc<super::log::StreamLog>>,
+    /// Where each client went (ClientIP affinity), kept across publishes with the balancer.
+    pub(crate) affinity: Arc<AffinityTable>,
+}
+
+impl Service {
+    /// The affinity timeout, when the service has ClientIP affinity.
+    pub(crate) fn affinity_timeout(&self) -> Option<Duration> {
+        self.spec.client_ip_affinity_s.map(|s| Duration::from_secs(u64::from(s.max(1))))
+    }
+
+    /// The endpoint a new connection or flow of `client` tries first: the one it sticks to,
+    /// else the next in round-robin order (skipping `tried`).
+    pub(crate) fn pick_for(&self, client: IpAddr, tried: &[usize]) -> Option<usize> {
+        if tried.is_empty()
+            && let Some(timeout) = self.affinity_timeout()
+            && let Some(i) = self.affinity.lookup(client, &self.balancer, timeout, Instant::now())
+        {
+            return Some(i);
+        }
+        self.balancer.pick_untried(tried)
+    }
+
+    /// Records that `client` reached endpoint `i` (with ClientIP affinity).
+    pub(crate) fn reached(&self, client: IpAddr, i: usize) {
+        if let Some(timeout) = self.affinity_timeout()
+            && let Some(endpoint) = self.balancer.endpoints().get(i)
+        {
+            self.affinity.record(client, endpoint.key(), timeout, Instant::now());
+        }
+    }
 }
 
 /// Resolves when `stop` turns true or its sender is gone.

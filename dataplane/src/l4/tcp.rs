@@ -3,7 +3,7 @@
 //! connection has been idle for `proxy-stream-timeout`.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -172,7 +172,7 @@ async fn serve(
         let _ = client.set_zero_linger();
         return Ok(());
     }
-    let mut upstream = connect(service, stats).await?;
+    let mut upstream = connect(service, stats, source.ip()).await?;
     if let Ok(addr) = upstream.peer_addr() {
         let _ = conn.upstream.set(addr.to_string());
     }
@@ -184,9 +184,10 @@ async fn serve(
     Ok(())
 }
 
-/// Connects an endpoint in round-robin order; a refused or timed-out connect moves to the next
-/// endpoint not tried yet, up to the service's tries and next-upstream timeout.
-async fn connect(service: &Service, stats: &Stats) -> Result<TcpStream, Error> {
+/// Connects an endpoint in round-robin order (first the one `client` sticks to, with ClientIP
+/// affinity); a refused or timed-out connect moves to the next endpoint not tried yet, up to
+/// the service's tries and next-upstream timeout.
+async fn connect(service: &Service, stats: &Stats, client: IpAddr) -> Result<TcpStream, Error> {
     let balancer = &service.balancer;
     let endpoints = balancer.endpoints();
     if endpoints.is_empty() {
@@ -202,11 +203,14 @@ async fn connect(service: &Service, stats: &Stats) -> Result<TcpStream, Error> {
         if !tried.is_empty() && deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        let Some(i) = balancer.pick_untried(&tried) else { break };
+        let Some(i) = service.pick_for(client, &tried) else { break };
         tried.push(i);
         let endpoint = &endpoints[i];
         let error = match tokio::time::timeout(stream.connect_timeout, connect_to(endpoint.key())).await {
-            Ok(Ok(upstream)) => return Ok(upstream),
+            Ok(Ok(upstream)) => {
+                service.reached(client, i);
+                return Ok(upstream);
+            }
             Ok(Err(error)) => error,
             Err(_) => io::Error::new(
                 io::ErrorKind::TimedOut,

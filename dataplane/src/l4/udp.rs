@@ -97,7 +97,7 @@ pub(crate) async fn serve(
             Some(known) => known,
             None => {
                 let service = live.load_full();
-                match open(&service, &stats).await {
+                match open(&service, client).await {
                     Ok(upstream) => {
                         start(client, upstream, &service, &socket, &flows, &stats, base, max_flows)
                     }
@@ -138,10 +138,14 @@ pub(crate) async fn serve(
     flows.order.clear();
 }
 
-/// A socket connected to the next endpoint of `service`.
-async fn open(service: &Service, _stats: &Stats) -> io::Result<UdpSocket> {
+/// A socket connected to the next endpoint of `service` (with ClientIP affinity, the one
+/// `client` sticks to).
+async fn open(service: &Service, client: SocketAddr) -> io::Result<UdpSocket> {
     let balancer = &service.balancer;
-    let i = balancer.pick().ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no ready endpoint"))?;
+    let i = service
+        .pick_for(client.ip(), &[])
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no ready endpoint"))?;
+    service.reached(client.ip(), i);
     let target = match balancer.endpoints()[i].key() {
         EndpointKey::Addr(addr) => *addr,
         EndpointKey::Dns { host, port } => tokio::net::lookup_host((&**host, *port))
