@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 mod support_app;
 mod support_proc;
 
-use support_proc::{Log, Proc, WEIR, spawn, spawn_logged, spawn_wrapped};
+use support_proc::{Log, Proc, WEIR, serve_args, spawn, spawn_logged, spawn_wrapped};
 
 fn quickstart() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/quickstart/manifests")
@@ -127,24 +127,6 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// `weir serve` on the manifest directory `dir`, every listener on an ephemeral loopback port,
-/// then `extra`.
-fn serve_args<'a>(dir: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "serve",
-        "--manifests",
-        dir,
-        "--listen-http",
-        "127.0.0.1:0",
-        "--listen-https",
-        "127.0.0.1:0",
-        "--listen-admin",
-        "127.0.0.1:0",
-    ];
-    args.extend_from_slice(extra);
-    args
 }
 
 #[test]

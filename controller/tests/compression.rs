@@ -14,8 +14,6 @@ use std::time::{Duration, Instant};
 mod support_app;
 mod support_proc;
 
-use support_proc::spawn;
-
 /// The host `support_app`'s Ingress routes.
 const HOST: &str = "app.test";
 /// Debian's Python, which `python3-brotli` and `python3-zstandard` install into (a `python3`
@@ -228,20 +226,7 @@ fn have_clients() -> bool {
 }
 
 fn weir_serve(dir: &Path) -> (support_proc::Proc, SocketAddr) {
-    let (weir, addrs) = spawn(
-        &[
-            "serve",
-            "--manifests",
-            dir.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--listen-https",
-            "127.0.0.1:0",
-            "--listen-admin",
-            "127.0.0.1:0",
-        ],
-        &["http"],
-    );
+    let (weir, addrs) = support_proc::serve_manifests(dir, &["http"]);
     (weir, addrs[0])
 }
 

@@ -10,6 +10,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod support_app;
 mod support_proc;
 
 use support_proc::{Proc, free_port, serve_manifests};
@@ -100,24 +101,10 @@ spec:
 }
 
 fn manifests(backend: SocketAddr, memcached_port: u16) -> String {
-    let mut yaml = format!(
-        r#"apiVersion: v1
-kind: Service
-metadata: {{name: echo, namespace: default}}
-spec:
-  ports: [{{name: http, port: 80}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: echo-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: echo}}
-addressType: IPv4
-ports: [{{name: http, port: {port}}}]
-endpoints:
-- addresses: ["{ip}"]
----
+    // The Service `echo` (and an Ingress for app.test, unused here).
+    let mut yaml = support_app::app_yaml(backend, "/");
+    yaml.push_str(&format!(
+        r#"---
 apiVersion: v1
 kind: ConfigMap
 metadata: {{name: weir-settings, namespace: default}}
@@ -126,10 +113,8 @@ data:
   global-rate-limit-memcached-port: "{memcached_port}"
   # A shared, busy test machine: ingress-nginx's 50 ms would fail open now and then.
   global-rate-limit-memcached-connect-timeout: "2000"
-"#,
-        port = backend.port(),
-        ip = backend.ip(),
-    );
+"#
+    ));
     // A day's window: the test never straddles two windows in practice, so counts are exact.
     let limited = "    nginx.ingress.kubernetes.io/global-rate-limit: \"10\"\n    nginx.ingress.kubernetes.io/global-rate-limit-window: 24h";
     yaml.push_str(&ingress("limited", limited));

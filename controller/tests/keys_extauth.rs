@@ -157,21 +157,8 @@ fn https_auth_url_with_the_host_variable_and_a_given_ca() {
     let manifests_dir = dir.path().join("manifests");
     std::fs::create_dir(&manifests_dir).unwrap();
     manifests(&manifests_dir, echo[0], &ca, port);
-    let (_weir, addrs, log) = support_proc::spawn_logged(
-        &[
-            "serve",
-            "--manifests",
-            manifests_dir.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--listen-https",
-            "127.0.0.1:0",
-            "--listen-admin",
-            "127.0.0.1:0",
-        ],
-        &["http"],
-        Some("info"),
-    );
+    let (_weir, addrs, log) =
+        support_proc::spawn_logged(&support_proc::serve_args(&manifests_dir, &[]), &["http"], Some("info"));
     let http = addrs[0];
     let deadline = Instant::now() + Duration::from_secs(10);
     let (status, body) = loop {

@@ -174,11 +174,11 @@ pub fn have(tool: &str, install: &str) -> bool {
 }
 
 /// `serve --manifests DIR` on ephemeral loopback ports (HTTP, HTTPS, admin), then `extra`.
-pub fn serve_args<'a>(dir: &'a std::path::Path, extra: &[&'a str]) -> Vec<&'a str> {
+pub fn serve_args<'a, P: AsRef<std::path::Path> + ?Sized>(dir: &'a P, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "serve",
         "--manifests",
-        dir.to_str().unwrap(),
+        dir.as_ref().to_str().expect("a UTF-8 manifest directory"),
         "--listen-http",
         "127.0.0.1:0",
         "--listen-https",
