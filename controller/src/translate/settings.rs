@@ -317,20 +317,6 @@ fn encoded_slashes(s: &str) -> Result<bool, String> {
     }
 }
 
-/// `global-rate-limit-memcached-host`: a host name or an IP address (no port, no scheme).
-fn memcached_host(s: &str) -> Result<String, String> {
-    let bare = s.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(s);
-    if bare.parse::<std::net::IpAddr>().is_ok() {
-        return Ok(bare.to_string());
-    }
-    let name_ok = !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|l| {
-            !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        });
-    if name_ok { Ok(s.to_string()) } else { Err("expected a host name or an IP address".to_string()) }
-}
-
 /// ingress-nginx's `hsts-max-age` default: a year.
 const HSTS_MAX_AGE: u64 = 31_536_000;
 
@@ -998,7 +984,7 @@ impl<'a> Ctx<'a, '_> {
             "global-rate-limit-memcached-max-idle-timeout",
             "global-rate-limit-memcached-pool-size",
         ];
-        let Some(host) = self.value("global-rate-limit-memcached-host", memcached_host, "none") else {
+        let Some(host) = self.value("global-rate-limit-memcached-host", values::host, "none") else {
             let set: Vec<&str> = OTHERS.into_iter().filter(|k| self.raw(k).is_some()).collect();
             for key in set {
                 self.warn(
@@ -1008,15 +994,13 @@ impl<'a> Ctx<'a, '_> {
             }
             return None;
         };
-        let port =
-            |v: &str| v.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| "expected a port".to_string());
         let ms = |v: &str| match v.trim_end_matches("ms").parse::<u64>() {
             Ok(n) if n > 0 => Ok(n),
             _ => Err("expected milliseconds above 0".to_string()),
         };
         Some(weir_dataplane::model::Memcached {
             host,
-            port: self.value("global-rate-limit-memcached-port", port, "11211").unwrap_or(11211),
+            port: self.value("global-rate-limit-memcached-port", values::port, "11211").unwrap_or(11211),
             connect_timeout_ms: self
                 .value("global-rate-limit-memcached-connect-timeout", ms, "50")
                 .unwrap_or(50),

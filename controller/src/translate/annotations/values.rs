@@ -554,6 +554,35 @@ pub(crate) fn buffers_number(s: &str) -> Result<u64, String> {
     }
 }
 
+/// A server's host (`otlp-collector-host`, `syslog-host`, `global-rate-limit-memcached-host`):
+/// a DNS name or an IP address (`[v6]` too), without scheme or port. An address comes back
+/// written canonically, a name in lower case without its trailing dot.
+pub(crate) fn host(s: &str) -> Result<String, String> {
+    if let Ok(ip) =
+        s.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(s).parse::<std::net::IpAddr>()
+    {
+        return Ok(ip.to_string());
+    }
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let name = s.strip_suffix('.').unwrap_or(s);
+    if name.len() <= 253 && name.split('.').all(label) {
+        Ok(name.to_ascii_lowercase())
+    } else {
+        Err("expected a host name or an IP address, without scheme or port".into())
+    }
+}
+
+/// A TCP or UDP port, 1–65535.
+pub(crate) fn port(s: &str) -> Result<u16, String> {
+    s.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| "expected a port from 1 to 65535".into())
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

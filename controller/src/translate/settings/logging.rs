@@ -79,17 +79,8 @@ impl Ctx<'_, '_> {
     /// `enable-syslog` with `syslog-host` and `syslog-port` (default 514).
     fn syslog(&mut self) -> Option<Syslog> {
         let on = self.value("enable-syslog", values::boolean, "false") == Some(true);
-        let host = self.value("syslog-host", host, "none");
-        let port = self.value(
-            "syslog-port",
-            |v| {
-                v.parse::<u16>()
-                    .ok()
-                    .filter(|p| *p > 0)
-                    .ok_or_else(|| "expected a UDP port (1-65535)".to_string())
-            },
-            "514",
-        );
+        let host = self.value("syslog-host", values::host, "none");
+        let port = self.value("syslog-port", values::port, "514");
         if !on {
             self.unused_without(&["syslog-host", "syslog-port"], "enable-syslog: \"true\"");
             return None;
@@ -162,25 +153,6 @@ pub(crate) fn error_level(v: &str) -> Result<String, String> {
     .to_string())
 }
 
-/// `syslog-host`: a host name or an IP address.
-fn host(v: &str) -> Result<String, String> {
-    if v.parse::<std::net::IpAddr>().is_ok() {
-        return Ok(v.to_string());
-    }
-    let label = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    if v.len() <= 253 && v.trim_end_matches('.').split('.').all(label) {
-        Ok(v.to_ascii_lowercase())
-    } else {
-        Err("expected a host name or an IP address".into())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,8 +172,8 @@ mod tests {
             assert_eq!(error_level(nginx).as_deref(), Ok(weir));
         }
         assert!(error_level("trace").is_err());
-        assert_eq!(host("Syslog.Example.com").as_deref(), Ok("syslog.example.com"));
-        assert_eq!(host("::1").as_deref(), Ok("::1"));
-        assert!(host("a b").is_err());
+        assert_eq!(values::host("Syslog.Example.com").as_deref(), Ok("syslog.example.com"));
+        assert_eq!(values::host("::1").as_deref(), Ok("::1"));
+        assert!(values::host("a b").is_err());
     }
 }

@@ -10,8 +10,6 @@
 //! trace unless their Ingress says otherwise (the `enable-opentelemetry` annotation can turn it
 //! on for one Ingress, as in ingress-nginx).
 
-use std::net::IpAddr;
-
 use weir_dataplane::model::otel::{Otel, Ratio};
 
 use super::Ctx;
@@ -58,31 +56,6 @@ fn ratio(s: &str) -> Result<Ratio, String> {
     s.parse::<f64>().ok().and_then(Ratio::new).ok_or_else(|| "expected a number from 0 to 1".into())
 }
 
-/// `otlp-collector-host`: a DNS name or an IP address (no scheme, no port).
-pub(crate) fn collector_host(s: &str) -> Result<String, String> {
-    if let Ok(ip) = s.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
-        return Ok(ip.to_string());
-    }
-    let label = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    let name = s.strip_suffix('.').unwrap_or(s);
-    if name.len() <= 253 && name.split('.').all(label) {
-        Ok(name.to_ascii_lowercase())
-    } else {
-        Err("expected a host name or an IP address, without scheme or port".into())
-    }
-}
-
-/// `otlp-collector-port`.
-fn port(s: &str) -> Result<u16, String> {
-    s.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| "expected a port from 1 to 65535".into())
-}
-
 /// `otel-service-name`: printable text.
 fn service_name(s: &str) -> Result<String, String> {
     if s.len() <= 255 && s.chars().all(|c| !c.is_control()) {
@@ -111,7 +84,7 @@ fn count(min: u32, max: u32) -> impl Fn(&str) -> Result<u32, String> {
 impl Ctx<'_, '_> {
     /// The tracing settings; `None` without a collector.
     pub(super) fn otel(&mut self) -> Option<Otel> {
-        let host = self.value_or("otlp-collector-host", collector_host, "nothing is traced");
+        let host = self.value_or("otlp-collector-host", values::host, "nothing is traced");
         let Some(collector_host) = host else {
             if self.raw("otlp-collector-host").is_none() {
                 self.unused_without(NEEDS_COLLECTOR, "otlp-collector-host");
@@ -119,7 +92,7 @@ impl Ctx<'_, '_> {
             return None;
         };
         let enabled = self.value("enable-opentelemetry", values::boolean, "false").unwrap_or(false);
-        let collector_port = self.value("otlp-collector-port", port, "4317").unwrap_or(DEFAULT_PORT);
+        let collector_port = self.value("otlp-collector-port", values::port, "4317").unwrap_or(DEFAULT_PORT);
         let service_name = self
             .value("otel-service-name", service_name, DEFAULT_SERVICE_NAME)
             .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_string());
@@ -297,14 +270,16 @@ mod tests {
             assert!(ratio(bad).is_err(), "{bad}");
         }
         assert_eq!(
-            collector_host("Otel-Collector.observability.svc."),
+            values::host("Otel-Collector.observability.svc."),
             Ok("otel-collector.observability.svc".into())
         );
-        assert_eq!(collector_host("[::1]"), Ok("::1".into()));
+        assert_eq!(values::host("[::1]"), Ok("::1".into()));
         for bad in ["http://c", "c:4317", "a b", "-a", "a..b", ""] {
-            assert!(collector_host(bad).is_err(), "{bad}");
+            assert!(values::host(bad).is_err(), "{bad}");
         }
-        assert!(port("0").is_err() && port("65536").is_err() && port("4317") == Ok(4317));
+        assert!(
+            values::port("0").is_err() && values::port("65536").is_err() && values::port("4317") == Ok(4317)
+        );
         assert!(operation_name("HTTP $request_method $uri").is_ok());
         assert!(operation_name("$status").is_err());
         assert!(operation_name("a\nb").is_err());
