@@ -198,9 +198,15 @@ fn metrics_count_the_tasks_of_open_connections() {
     assert!(idle > 0, "{idle}");
     let open: Vec<std::net::TcpStream> =
         (0..20).map(|_| std::net::TcpStream::connect(http).unwrap()).collect();
-    wait_until("a task per open connection", || tasks() >= idle + 20);
+    // `idle` may still count a few short-lived tasks (the connection of the request above
+    // while it closes, the scrape's own): allow five of them to end in between.
+    let peak = std::cell::Cell::new(0);
+    wait_until("a task per open connection", || {
+        peak.set(peak.get().max(tasks()));
+        peak.get() >= idle + 15
+    });
     drop(open);
-    wait_until("the connections' tasks to end", || tasks() < idle + 5);
+    wait_until("the connections' tasks to end", || tasks() <= peak.get() - 15);
 }
 
 /// A CA and a leaf for `app.test`, made now: (CA PEM, Secret manifest with the leaf).
