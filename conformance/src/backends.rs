@@ -38,13 +38,20 @@ pub struct Backends {
     ports: BTreeMap<String, u16>,
     stops: Vec<oneshot::Sender<()>>,
     tasks: Vec<JoinHandle<io::Result<()>>>,
+    /// A memcached for the scenario (`memcached: true`): where it listens, and its process.
+    memcached: Option<(SocketAddr, std::process::Child)>,
 }
 
 impl Backends {
     /// Starts `replicas[backend]` echo servers for every backend.
     pub async fn start(replicas: &BTreeMap<&str, Vec<String>>) -> io::Result<Backends> {
-        let mut backends =
-            Backends { ips: BTreeMap::new(), ports: BTreeMap::new(), stops: Vec::new(), tasks: Vec::new() };
+        let mut backends = Backends {
+            ips: BTreeMap::new(),
+            ports: BTreeMap::new(),
+            stops: Vec::new(),
+            tasks: Vec::new(),
+            memcached: None,
+        };
         for (backend, names) in replicas {
             let ips: Vec<Ipv4Addr> = names.iter().map(|_| next_ip()).collect();
             let (port, listeners) = bind_shared_port(&ips).await?;
@@ -75,8 +82,40 @@ impl Backends {
         Some(SocketAddr::new(IpAddr::V4(*ip), *port))
     }
 
-    /// Stops every replica and waits for their listeners to close.
+    /// Starts Debian's `memcached` on an address of its own, for `{{ip:memcached}}` and
+    /// `{{port:memcached}}`; it is killed with the replicas. `NotFound` when it is not installed.
+    pub async fn start_memcached(&mut self) -> io::Result<()> {
+        let ip = next_ip();
+        // A free port on that address: bound and released, then given to memcached.
+        let port = TcpListener::bind((ip, 0)).await?.local_addr()?.port();
+        let child = std::process::Command::new("memcached")
+            .args(["-l", &ip.to_string(), "-p", &port.to_string(), "-U", "0", "-u", "root", "-m", "16"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|error| {
+                io::Error::new(
+                    error.kind(),
+                    format!("cannot start memcached ({error}); `scripts/test.sh install` installs it"),
+                )
+            })?;
+        let addr = SocketAddr::new(IpAddr::V4(ip), port);
+        self.memcached = Some((addr, child));
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            if tokio::time::Instant::now() > deadline {
+                return Err(io::Error::other(format!("memcached does not accept connections on {addr}")));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    /// Stops every replica (and memcached) and waits for their listeners to close.
     pub async fn stop(mut self) {
+        if let Some((_, mut child)) = self.memcached.take() {
+            kill(&mut child);
+        }
         self.stops.clear();
         for task in self.tasks.drain(..) {
             match task.await {
@@ -88,13 +127,37 @@ impl Backends {
     }
 }
 
+impl Drop for Backends {
+    fn drop(&mut self) {
+        if let Some((_, mut child)) = self.memcached.take() {
+            kill(&mut child);
+        }
+    }
+}
+
+fn kill(child: &mut std::process::Child) {
+    if let Err(error) = child.kill() {
+        tracing::warn!(%error, "cannot stop memcached");
+    }
+    // Reaped, so that no zombie is left behind.
+    let _status = child.wait();
+}
+
 impl Addresses for Backends {
     fn ip(&self, replica: &str) -> Option<String> {
-        self.ips.get(replica).map(Ipv4Addr::to_string)
+        match (&self.memcached, self.ips.get(replica)) {
+            (_, Some(ip)) => Some(ip.to_string()),
+            (Some((addr, _)), None) if replica == "memcached" => Some(addr.ip().to_string()),
+            _ => None,
+        }
     }
 
     fn port(&self, backend: &str) -> Option<u16> {
-        self.ports.get(backend).copied()
+        match (&self.memcached, self.ports.get(backend)) {
+            (_, Some(port)) => Some(*port),
+            (Some((addr, _)), None) if backend == "memcached" => Some(addr.port()),
+            _ => None,
+        }
     }
 }
 

@@ -61,6 +61,9 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A tool the scenario needs is not installed (tests may skip, unless `WEIR_REQUIRE_ALL`).
+    #[error("{0}")]
+    Unavailable(String),
     /// weir did not start.
     #[error("cannot start weir: {0:#}")]
     Start(#[source] anyhow::Error),
@@ -139,7 +142,17 @@ pub async fn run_file_kube(path: &Path, target: &KubeTarget) -> Result<Report> {
 }
 
 async fn run_with(name: &str, scenario: &Scenario, target: Option<&KubeTarget>) -> Result<Report> {
-    let backends = Backends::start(&scenario.replicas()).await.map_err(Error::Backends)?;
+    let mut backends = Backends::start(&scenario.replicas()).await.map_err(Error::Backends)?;
+    if scenario.memcached
+        && let Err(error) = backends.start_memcached().await
+    {
+        backends.stop().await;
+        return Err(if error.kind() == std::io::ErrorKind::NotFound {
+            Error::Unavailable(error.to_string())
+        } else {
+            Error::Backends(error)
+        });
+    }
     let dirs = Dirs::new()?;
     let mut options = ServeOptions { manifests: dirs.manifests.clone(), ..ServeOptions::default() };
     let mut api = None;

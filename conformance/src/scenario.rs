@@ -49,6 +49,10 @@ pub struct Scenario {
     /// with the echo name `a-i`.
     #[serde(default)]
     pub backends: BTreeMap<String, u16>,
+    /// Whether the scenario needs a memcached (the `global-rate-limit` annotations): one is
+    /// started for it, at `{{ip:memcached}}` and `{{port:memcached}}`.
+    #[serde(default)]
+    pub memcached: bool,
     /// The steps, run in order against one weir.
     pub steps: Vec<Step>,
 }
