@@ -113,8 +113,17 @@ impl Pki {
 
 /// Writes the app (with TLS for `app.test`), its Secret and the settings ConfigMap into `dir`.
 fn manifests(dir: &Path, pki: &Pki, backend: SocketAddr, settings: &str) {
+    manifests_annotated(dir, pki, backend, settings, "{}");
+}
+
+/// [`manifests`] with the Ingress's `annotations` (a YAML flow mapping).
+fn manifests_annotated(dir: &Path, pki: &Pki, backend: SocketAddr, settings: &str, annotations: &str) {
     let app = support_app::app_yaml(backend, "/")
-        .replace("  rules:\n", &format!("  tls:\n  - hosts: [{HOST}]\n    secretName: app-tls\n  rules:\n"));
+        .replace("  rules:\n", &format!("  tls:\n  - hosts: [{HOST}]\n    secretName: app-tls\n  rules:\n"))
+        .replace(
+            "metadata: {name: web, namespace: default}",
+            &format!("metadata: {{name: web, namespace: default, annotations: {annotations}}}"),
+        );
     let yaml = format!(
         "{app}---\n{}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: weir-settings, namespace: default}}\ndata:\n{settings}",
         pki.secret_yaml(),
@@ -515,4 +524,70 @@ fn records(text: &str) -> Vec<usize> {
         }
     }
     sizes
+}
+
+// === per-host cipher suites ===
+
+/// The TLS 1.2 suite s_client negotiated (`New, TLSv1.2, Cipher is NAME`), `None` when the
+/// handshake failed.
+fn negotiated(https: SocketAddr, ca: &Path, sni: &str, ciphers: &str) -> Option<String> {
+    let (_, text) = s_client_may_fail(https, ca, &["-servername", sni, "-tls1_2", "-cipher", ciphers]);
+    let line = text.lines().find(|l| l.starts_with("New, TLSv1.2, Cipher is "))?;
+    let name = line.trim_start_matches("New, TLSv1.2, Cipher is ").trim();
+    (name != "(NONE)").then(|| name.to_string())
+}
+
+/// `ssl-ciphers` and `ssl-prefer-server-ciphers` on an Ingress: its host offers only its own
+/// TLS 1.2 suites, in its order when it prefers its own; other hosts keep the ConfigMap's.
+#[test]
+fn per_host_ciphers_and_server_preference() {
+    if !have_openssl() {
+        return;
+    }
+    const AES128: &str = "ECDHE-ECDSA-AES128-GCM-SHA256";
+    const AES256: &str = "ECDHE-ECDSA-AES256-GCM-SHA384";
+    let both_client_order = format!("{AES128}:{AES256}");
+    let (_echo, backend) = echo();
+    let certs = tempfile::tempdir().unwrap();
+    let pki = Pki::new(certs.path(), None);
+    let ca = pki.ca();
+    let dir = tempfile::tempdir().unwrap();
+    manifests(dir.path(), &pki, backend, "");
+    let (_weir, https) = weir_serve(dir.path());
+    // Without the annotations every suite is offered and the client's order counts.
+    assert_eq!(negotiated(https, &ca, HOST, AES128).as_deref(), Some(AES128));
+    assert_eq!(negotiated(https, &ca, HOST, &both_client_order).as_deref(), Some(AES128));
+
+    // Only AES-256 for app.test: a client offering only AES-128 is refused there, and still
+    // served by a name without options (the default certificate).
+    let only_256 = format!("{{nginx.ingress.kubernetes.io/ssl-ciphers: \"{AES256}\"}}");
+    manifests_annotated(dir.path(), &pki, backend, "", &only_256);
+    wait_for("app.test to refuse AES-128", 20, || {
+        negotiated(https, &ca, HOST, AES128).is_none().then_some(())
+    });
+    assert_eq!(negotiated(https, &ca, HOST, &both_client_order).as_deref(), Some(AES256));
+    assert_eq!(negotiated(https, &ca, "other.test", AES128).as_deref(), Some(AES128));
+    // The host is still served over it.
+    s_client(https, &ca, &["-tls1_2", "-cipher", AES256]);
+
+    // Both, the server's order first: AES-256 even though the client prefers AES-128.
+    let server_order = |prefer: &str| {
+        format!(
+            "{{nginx.ingress.kubernetes.io/ssl-ciphers: \"{AES256}:{AES128}\", nginx.ingress.kubernetes.io/ssl-prefer-server-ciphers: \"{prefer}\"}}"
+        )
+    };
+    manifests_annotated(dir.path(), &pki, backend, "", &server_order("true"));
+    wait_for("the server's order", 20, || {
+        (negotiated(https, &ca, HOST, &both_client_order).as_deref() == Some(AES256)).then_some(())
+    });
+    // Not preferred: the client's order again.
+    manifests_annotated(dir.path(), &pki, backend, "", &server_order("false"));
+    wait_for("the client's order", 20, || {
+        (negotiated(https, &ca, HOST, &both_client_order).as_deref() == Some(AES128)).then_some(())
+    });
+    // Removed: every suite again.
+    manifests(dir.path(), &pki, backend, "");
+    wait_for("every suite again", 20, || {
+        (negotiated(https, &ca, HOST, AES128).as_deref() == Some(AES128)).then_some(())
+    });
 }

@@ -66,6 +66,11 @@ pub struct RouteTable {
     /// protocol and port; each (protocol, port) at most once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub l4: Vec<L4Service>,
+    /// Handshake options of single hosts (ingress-nginx's `ssl-ciphers` and
+    /// `ssl-prefer-server-ciphers` annotations), sorted by host; the connection's SNI selects
+    /// them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_tls: Vec<HostTls>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -1416,6 +1421,23 @@ pub struct Passthrough {
     pub host: HostMatch,
     /// The backend that terminates TLS itself (also in [`RouteTable::backends`]).
     pub backend: BackendId,
+}
+
+/// The TLS handshake options of one host, chosen by SNI: the host's own TLS 1.2 cipher suites
+/// and whose order of preference counts. What it leaves unset is the table's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostTls {
+    /// The host (exact or `*.` wildcard).
+    pub host: HostMatch,
+    /// `ssl-ciphers`: the TLS 1.2 suites offered, by rustls name, in order of preference (TLS
+    /// 1.3 suites stay on); `None`: the table's `ssl-ciphers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ciphers: Option<Vec<String>>,
+    /// `ssl-prefer-server-ciphers`: the server's order of suites wins over the client's;
+    /// `None`: the client's order (nginx's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefer_server_ciphers: Option<bool>,
 }
 
 /// Client certificate authentication of one host (mTLS).

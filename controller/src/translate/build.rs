@@ -11,9 +11,9 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::Ingress;
 use weir_dataplane::fast::HashMap;
 use weir_dataplane::model::{
-    Backend, BackendId, ClientAuth, CustomErrors, Endpoint, HostMatch, ObjectRef, Passthrough, PathMatch,
-    Route, RouteAction, RoutePolicy, RouteTable, ServicePort, Target, UpstreamProtocol, UpstreamTls,
-    VirtualHost,
+    Backend, BackendId, ClientAuth, CustomErrors, Endpoint, HostMatch, HostTls, ObjectRef, Passthrough,
+    PathMatch, Route, RouteAction, RoutePolicy, RouteTable, ServicePort, Target, UpstreamProtocol,
+    UpstreamTls, VirtualHost,
 };
 
 use super::annotations::{self, CanarySpec};
@@ -411,7 +411,7 @@ impl<'a> Build<'a> {
             &self.canary_plan,
             &self.by_key,
             self.snapshot,
-            &self.settings.guards,
+            &self.settings,
             self.backends.resolved.len(),
             &mut self.warnings,
         );
@@ -541,6 +541,50 @@ impl<'a> Build<'a> {
             }
         }
         self.table.client_auth.sort_by(|a, b| a.host.cmp(&b.host));
+    }
+
+    /// Handshake options of single hosts (`ssl-ciphers`, `ssl-prefer-server-ciphers`): per host
+    /// of the Ingress's rules; for a host several Ingresses set them on, the oldest one's
+    /// apply, and the others are told so.
+    pub(super) fn add_host_tls(&mut self) {
+        let mut by_rank: Vec<&Ours<'_>> = self.ours.iter().collect();
+        by_rank.sort_by(|a, b| a.rank.cmp(&b.rank));
+        let mut owners: Vec<(HostMatch, &ObjectRef)> = Vec::new();
+        for ing in by_rank {
+            let object = &ing.rank.object;
+            let Some(options) = annotations::host_tls(ing.ingress, object, &mut self.warnings) else {
+                continue;
+            };
+            let key = match options.ciphers {
+                Some(_) => annotations::SSL_CIPHERS,
+                None => annotations::SSL_PREFER_SERVER_CIPHERS,
+            };
+            let rules = ing.ingress.spec.as_ref().and_then(|s| s.rules.as_deref()).unwrap_or_default();
+            for rule in rules {
+                let Ok(host) = HostMatch::parse(rule.host.as_deref().unwrap_or("")) else { continue };
+                if host == HostMatch::Any {
+                    self.warnings.warn(
+                        object,
+                        Reason::InvalidAnnotation,
+                        format!("metadata.annotations[{key}]: a rule without host has no TLS server name to choose the options by; the ConfigMap's apply to it"),
+                    );
+                    continue;
+                }
+                if let Some((_, owner)) = owners.iter().find(|(h, _)| *h == host) {
+                    if *owner != object {
+                        self.warnings.warn(
+                            object,
+                            Reason::ConflictLost,
+                            format!("metadata.annotations[{key}]: the TLS options of {} come from the older Ingress {owner}; this Ingress's are not applied to it", routes::describe_host(&host)),
+                        );
+                    }
+                    continue;
+                }
+                owners.push((host.clone(), object));
+                self.table.host_tls.push(HostTls { host, ..options.clone() });
+            }
+        }
+        self.table.host_tls.sort_by(|a, b| a.host.cmp(&b.host));
     }
 
     /// The translation: the table with its TLS entries, certificates and settings, the findings
@@ -695,7 +739,7 @@ fn backend_users<'p>(
     canary_plan: &'p routes::Plan,
     ingresses: &HashMap<&ObjectRef, &Ingress>,
     snapshot: &Snapshot,
-    guards: &annotations::risk::Guards,
+    settings: &settings::Parsed,
     capacity: usize,
     warnings: &mut Warnings,
 ) -> HashMap<&'p BackendId, Vec<BackendUse<'p>>> {
@@ -716,11 +760,13 @@ fn backend_users<'p>(
     for claim in claims {
         let Some(ingress) = ingresses.get(&claim.rank.object) else { continue };
         let protocol = annotations::backend_protocol(ingress, &claim.rank.object, warnings);
-        let tls = protocol
-            .is_tls()
-            .then(|| annotations::upstream_tls(ingress, &claim.rank.object, snapshot, guards, warnings));
+        let tls = protocol.is_tls().then(|| {
+            annotations::upstream_tls(ingress, &claim.rank.object, snapshot, &settings.guards, warnings)
+        });
+        // The ConfigMap's `service-upstream` is the default of Ingresses without the annotation.
+        let default = settings.routes.service_upstream;
         let via_cluster_ip =
-            annotations::flag(ingress, &claim.rank.object, annotations::SERVICE_UPSTREAM, false, warnings);
+            annotations::flag(ingress, &claim.rank.object, annotations::SERVICE_UPSTREAM, default, warnings);
         users.entry(&claim.backend).or_default().push((&claim.rank, protocol, tls, via_cluster_ip));
     }
     users

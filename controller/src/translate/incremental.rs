@@ -627,6 +627,9 @@ impl Translator {
         table.client_auth.retain(|c| !old_hosts.contains(&c.host));
         table.client_auth.extend(new.client_auth);
         table.client_auth.sort_by(|a, b| a.host.cmp(&b.host));
+        table.host_tls.retain(|h| !old_hosts.contains(&h.host));
+        table.host_tls.extend(new.host_tls);
+        table.host_tls.sort_by(|a, b| a.host.cmp(&b.host));
 
         // Warnings (those about the default certificate are added back by the caller) and the
         // Ingresses of our class.

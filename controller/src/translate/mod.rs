@@ -211,5 +211,6 @@ fn translate_part<'s>(
     build.settle_upstream_protocols();
     build.add_passthrough();
     build.add_client_auth();
+    build.add_host_tls();
     build.finish()
 }

@@ -131,7 +131,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("upstream-hash-by", Supported),
         ("upstream-hash-by-subset", Unsupported),
         ("upstream-hash-by-subset-size", Unsupported),
-        ("service-upstream", Unsupported),
+        ("service-upstream", Supported),
         ("preserve-trailing-slash", Supported),
         ("use-port-in-redirects", Unsupported),
         ("custom-http-errors", Supported),
@@ -384,6 +384,9 @@ pub(crate) struct RouteDefaults {
     pub(crate) memcached: Option<weir_dataplane::model::Memcached>,
     /// `global-rate-limit-status-code` (default 429).
     pub(crate) global_limit_status: u16,
+    /// `service-upstream`: backends of Ingresses without the annotation go through the
+    /// Service's ClusterIP (default false: the endpoints).
+    pub(crate) service_upstream: bool,
 }
 
 impl Default for RouteDefaults {
@@ -405,6 +408,7 @@ impl Default for RouteDefaults {
             no_tls_redirect_locations: vec!["/.well-known/acme-challenge".to_string()],
             memcached: None,
             global_limit_status: 429,
+            service_upstream: false,
         }
     }
 }
@@ -973,6 +977,7 @@ impl<'a> Ctx<'a, '_> {
         routes.memcached = self.memcached();
         routes.global_limit_status =
             self.value("global-rate-limit-status-code", limits::status_code, "429").unwrap_or(429);
+        routes.service_upstream = self.value("service-upstream", values::boolean, "false").unwrap_or(false);
         routes
     }
 

@@ -349,6 +349,8 @@ struct Compiled {
     passthrough: PassIndex,
     /// Host → client certificate policy.
     client_auth: ClientAuthIndex,
+    /// Server configs of hosts with their own cipher suites or preference.
+    host_tls: crate::tls::hosts::HostTlsIndex,
     /// The proxy's configuration with the table's settings applied.
     config: ProxyConfig,
     /// How client connections speak HTTP (keep-alive per `config`).
@@ -438,6 +440,7 @@ impl Proxy {
             certs: CertIndex::default(),
             passthrough: PassIndex::default(),
             client_auth: ClientAuthIndex::default(),
+            host_tls: crate::tls::hosts::HostTlsIndex::default(),
             http: Arc::new(http_builder(&config)),
             config: config.clone(),
             tls: None,
@@ -531,6 +534,11 @@ impl Proxy {
         } else {
             ClientAuthIndex::compile(table, &self.resolver())
         };
+        let host_tls = if table.host_tls.is_empty() {
+            crate::tls::hosts::HostTlsIndex::default()
+        } else {
+            crate::tls::hosts::HostTlsIndex::compile(table, |settings| self.server_config(settings))
+        };
         self.configure_sessions(&table.settings);
         let tls = self.tls_config(&table.settings, &mut publisher);
         let metrics = self.inner.limiters.metrics().live(router.backend_ids());
@@ -542,6 +550,7 @@ impl Proxy {
             certs,
             passthrough,
             client_auth,
+            host_tls,
             config,
             http,
             tls,

@@ -398,20 +398,26 @@ async fn handshake(proxy: &Proxy, tls: &TlsListener, mut stream: TcpStream) -> R
             connect_any(proxy, balancer).await.map_err(|e| format!("passthrough to {sni}: {e}"))?;
         return Ok(Accepted::Passthrough(Box::new(Passthrough { stream, hello: record, upstream, sni })));
     }
-    // A host that asks for client certificates has its own server config.
-    let auth = match l4::client_hello_sni(&record) {
-        Some(sni) if !state.client_auth.is_empty() => state.client_auth.lookup(&sni).cloned(),
-        _ => None,
+    // A host that asks for client certificates, or sets its own cipher suites, has its own
+    // server config.
+    let sni = match state.client_auth.is_empty() && state.host_tls.is_empty() {
+        true => None,
+        false => l4::client_hello_sni(&record),
+    };
+    let auth = sni.as_deref().and_then(|sni| state.client_auth.lookup(sni).cloned());
+    let host_config = match auth {
+        Some(_) => None,
+        None => sni.as_deref().and_then(|sni| state.host_tls.lookup(sni).cloned()),
     };
     // `ssl-protocols` of the live table, if it sets them.
     let versions = state.tls.clone();
     let send_timeout = state.config.client_send_timeout;
     drop(state);
     let stream = Prefixed::new(record, SendTimeout::new(stream, send_timeout));
-    let acceptor = match (&auth, versions) {
-        (Some(auth), _) => TlsAcceptor::from(auth.config.clone()),
-        (None, Some(config)) => TlsAcceptor::from(config),
-        (None, None) => tls.acceptor.clone(),
+    let acceptor = match (&auth, host_config, versions) {
+        (Some(auth), _, _) => TlsAcceptor::from(auth.config.clone()),
+        (None, Some(config), _) | (None, None, Some(config)) => TlsAcceptor::from(config),
+        (None, None, None) => tls.acceptor.clone(),
     };
     let accepted = acceptor.accept(stream).await;
     let version = accepted

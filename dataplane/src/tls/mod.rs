@@ -11,11 +11,13 @@
 //! ingress-nginx: a request whose `Host` the certificate does not cover is still routed by
 //! `Host` (clients that reuse one connection for several names rely on it).
 //!
-//! Beside it: [`mtls`] (client certificates), [`ciphers`] (TLS 1.2 suites by OpenSSL name),
+//! Beside it: [`mtls`] (client certificates), [`hosts`] (per-host suites and preference),
+//! [`ciphers`] (TLS 1.2 suites by OpenSSL name),
 //! [`sessions`] (the resumption cache), [`tickets`] (session tickets), [`ocsp`] (stapling) and
 //! [`l4`] (the ClientHello read ahead of passthrough).
 
 pub mod ciphers;
+pub mod hosts;
 pub mod l4;
 pub mod mtls;
 pub mod ocsp;

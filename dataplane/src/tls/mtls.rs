@@ -75,7 +75,13 @@ impl ClientAuthIndex {
         let versions = tls::versions(&table.settings);
         let provider = tls::server_provider(&table.settings);
         for auth in &table.client_auth {
-            let compiled = match compile(auth, resolver, &versions, &provider) {
+            // The host's own `ssl-ciphers`/`ssl-prefer-server-ciphers`, if it has some.
+            let options = tls::hosts::find(table, &auth.host);
+            let provider = match options.and_then(|o| o.ciphers.as_ref()) {
+                Some(_) => tls::server_provider(&tls::hosts::settings_for(&table.settings, options)),
+                None => provider.clone(),
+            };
+            let compiled = match compile(auth, resolver, &versions, &provider, options) {
                 Ok(c) => Arc::new(c),
                 Err(error) => {
                     tracing::warn!(host = %auth.host, %error, "client certificate CA unusable; the host refuses every request");
@@ -123,6 +129,7 @@ fn compile(
     resolver: &Arc<dyn ResolvesServerCert>,
     versions: &[&'static rustls::SupportedProtocolVersion],
     provider: &Arc<rustls::crypto::CryptoProvider>,
+    options: Option<&crate::model::HostTls>,
 ) -> Result<HostAuth, tls::Error> {
     let mut roots = rustls::RootCertStore::empty();
     let certs = CertificateDer::pem_slice_iter(auth.ca_pem.as_bytes())
@@ -145,6 +152,7 @@ fn compile(
         .with_client_cert_verifier(handshake)
         .with_cert_resolver(resolver.clone());
     config.alpn_protocols = tls::ALPN.iter().map(|p| p.to_vec()).collect();
+    tls::hosts::prefer(&mut config, options);
     let match_cn = match &auth.match_cn {
         Some(re) => Some(
             regex::Regex::new(re)

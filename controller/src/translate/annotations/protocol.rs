@@ -3,7 +3,9 @@
 //! the annotation's default applies.
 
 use k8s_openapi::api::networking::v1::Ingress;
-use weir_dataplane::model::{ClientAuth, ClientVerify, HostMatch, ObjectRef, UpstreamProtocol, UpstreamTls};
+use weir_dataplane::model::{
+    ClientAuth, ClientVerify, HostMatch, HostTls, ObjectRef, UpstreamProtocol, UpstreamTls,
+};
 
 use crate::snapshot::Snapshot;
 
@@ -36,6 +38,47 @@ pub(crate) const PROXY_SSL_CIPHERS: &str = "nginx.ingress.kubernetes.io/proxy-ss
 pub(crate) const PROXY_SSL_PROTOCOLS: &str = "nginx.ingress.kubernetes.io/proxy-ssl-protocols";
 /// Longest chain accepted from TLS backends.
 pub(crate) const PROXY_SSL_VERIFY_DEPTH: &str = "nginx.ingress.kubernetes.io/proxy-ssl-verify-depth";
+
+/// OpenSSL cipher string choosing the TLS 1.2 suites offered to clients of the Ingress's hosts.
+pub(crate) const SSL_CIPHERS: &str = "nginx.ingress.kubernetes.io/ssl-ciphers";
+/// `true`: the server's order of suites wins over the client's, for the Ingress's hosts.
+pub(crate) const SSL_PREFER_SERVER_CIPHERS: &str = "nginx.ingress.kubernetes.io/ssl-prefer-server-ciphers";
+
+/// The handshake options of an Ingress's hosts (`ssl-ciphers`, `ssl-prefer-server-ciphers`),
+/// if it sets some, for host [`HostMatch::Any`] (the caller sets each host). As nginx's
+/// server-level `ssl_ciphers`: a string selecting none of weir's suites is an error and the
+/// table's suites stay offered.
+pub(crate) fn host_tls(ingress: &Ingress, object: &ObjectRef, warnings: &mut Warnings) -> Option<HostTls> {
+    let ciphers = get(ingress, SSL_CIPHERS).and_then(|value| match weir_dataplane::tls::ciphers::parse(value) {
+        Ok(selection) => {
+            if !selection.unmatched.is_empty() {
+                warnings.warn(
+                    object,
+                    Reason::InvalidAnnotation,
+                    format!(
+                        "metadata.annotations[{SSL_CIPHERS}]: {} selects no cipher suite weir offers; left out",
+                        selection.unmatched.join(":")
+                    ),
+                );
+            }
+            Some(selection.tls12)
+        }
+        Err(why) => {
+            warnings.error(
+                object,
+                Reason::InvalidAnnotation,
+                format!("metadata.annotations[{SSL_CIPHERS}]: invalid value {value:?}: {why}; the suites of the ConfigMap's ssl-ciphers stay offered"),
+            );
+            None
+        }
+    });
+    let prefer = get(ingress, SSL_PREFER_SERVER_CIPHERS)
+        .map(|_| flag(ingress, object, SSL_PREFER_SERVER_CIPHERS, false, warnings));
+    if ciphers.is_none() && prefer.is_none() {
+        return None;
+    }
+    Some(HostTls { host: HostMatch::Any, ciphers, prefer_server_ciphers: prefer })
+}
 
 /// `namespace/name` of a Secret whose `ca.crt` verifies client certificates (mTLS).
 pub(crate) const AUTH_TLS_SECRET: &str = "nginx.ingress.kubernetes.io/auth-tls-secret";
