@@ -86,6 +86,8 @@ scenarios! {
     gateway_allowed_routes => "gateway-allowed-routes",
     gateway_filters => "gateway-filters",
     gateway_generation => "gateway-generation",
+    gateway_listeners => "gateway-listeners",
+    gateway_extended => "gateway-extended",
 }
 
 /// The runner itself: deliberately wrong expectations are each reported, with what answered.

@@ -63,4 +63,6 @@ scenarios! {
     kube_gateway_allowed_routes => "gateway-allowed-routes",
     kube_gateway_filters => "gateway-filters",
     kube_gateway_generation => "gateway-generation",
+    kube_gateway_listeners => "gateway-listeners",
+    kube_gateway_extended => "gateway-extended",
 }

@@ -522,3 +522,159 @@ fn mirror_ref(target: &str, namespace: &str) -> Option<Value> {
     }
     Some(json!({"name": name, "namespace": ns, "port": port}))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::source::manifest::parse_manifests;
+
+    fn migrated(yaml: &str) -> Migration {
+        let snapshot: Snapshot = parse_manifests(yaml).unwrap().into_iter().collect();
+        migrate(&snapshot, &TranslateConfig::default())
+    }
+
+    fn find<'a>(m: &'a Migration, kind: &str, name: &str) -> &'a Value {
+        m.objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name} in {:#?}", m.objects))
+    }
+
+    const TLS: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: shop, namespace: apps}
+spec:
+  ingressClassName: weir
+  tls: [{hosts: [shop.example.com], secretName: shop-cert}]
+  rules:
+    - host: shop.example.com
+      http:
+        paths: [{path: /, pathType: Prefix, backend: {service: {name: shop, port: {number: 8080}}}}]
+"#;
+
+    /// A TLS host: an HTTPS listener with the Ingress's Secret (granted to the Gateway's
+    /// namespace), the rules on it, and plain HTTP redirected (ingress-nginx `ssl-redirect`).
+    #[test]
+    fn tls_hosts_get_https_listeners_and_the_http_redirect() {
+        let m = migrated(TLS);
+        let gateway = find(&m, "Gateway", "weir");
+        let https = &gateway["spec"]["listeners"][1];
+        assert_eq!(https["name"], "https-shop-example-com");
+        assert_eq!(https["port"], 443);
+        assert_eq!(https["hostname"], "shop.example.com");
+        assert_eq!(
+            https["tls"]["certificateRefs"],
+            json!([{"kind": "Secret", "name": "shop-cert", "namespace": "apps"}])
+        );
+        let grant = find(&m, "ReferenceGrant", "weir-migrate-gateway-certificates");
+        assert_eq!(grant["metadata"]["namespace"], "apps");
+        assert_eq!(grant["spec"]["to"], json!([{"group": "", "kind": "Secret", "name": "shop-cert"}]));
+        let route = find(&m, "HTTPRoute", "shop");
+        assert_eq!(route["spec"]["parentRefs"][0]["sectionName"], "https-shop-example-com");
+        assert_eq!(route["spec"]["rules"][0]["backendRefs"], json!([{"name": "shop", "port": 8080}]));
+        let redirect = find(&m, "HTTPRoute", "shop-https-redirect");
+        assert_eq!(redirect["spec"]["parentRefs"][0]["sectionName"], "http");
+        assert_eq!(
+            redirect["spec"]["rules"][0]["filters"][0]["requestRedirect"],
+            json!({"scheme": "https", "statusCode": 308})
+        );
+
+        // `ssl-redirect: "false"`: no redirect, the rules on the Gateway's every listener.
+        let m = migrated(&TLS.replace(
+            "metadata: {name: shop, namespace: apps}",
+            "metadata: {name: shop, namespace: apps, annotations: {nginx.ingress.kubernetes.io/ssl-redirect: \"false\"}}",
+        ));
+        assert!(!m.objects.iter().any(|o| o["metadata"]["name"] == "shop-https-redirect"));
+        assert_eq!(find(&m, "HTTPRoute", "shop")["spec"]["parentRefs"][0].get("sectionName"), None);
+    }
+
+    /// mirror-target to a Service URL, upstream-vhost, a named port, an unconvertible
+    /// rewrite with captures and an unknown annotation, each named with its Ingress.
+    #[test]
+    fn annotations_convert_or_are_listed() {
+        let m = migrated(
+            r#"
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: apps}
+spec: {ports: [{name: web, port: 8081}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: api
+  namespace: apps
+  annotations:
+    nginx.ingress.kubernetes.io/mirror-target: "http://shadow.apps.svc.cluster.local:9000$request_uri"
+    nginx.ingress.kubernetes.io/upstream-vhost: internal.example.com
+    nginx.ingress.kubernetes.io/enable-cors: "true"
+    nginx.ingress.kubernetes.io/no-such-thing: "x"
+spec:
+  ingressClassName: weir
+  rules:
+    - host: api.example.com
+      http:
+        paths: [{path: /v1, pathType: Prefix, backend: {service: {name: api, port: {name: web}}}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: captures
+  namespace: apps
+  annotations:
+    nginx.ingress.kubernetes.io/use-regex: "true"
+    nginx.ingress.kubernetes.io/rewrite-target: /$2
+spec:
+  ingressClassName: weir
+  rules:
+    - host: cap.example.com
+      http:
+        paths: [{path: "/x(/|$)(.*)", pathType: ImplementationSpecific, backend: {service: {name: api, port: {number: 8081}}}}]
+"#,
+        );
+        let rule = &find(&m, "HTTPRoute", "api")["spec"]["rules"][0];
+        assert_eq!(rule["backendRefs"], json!([{"name": "api", "port": 8081}]));
+        assert_eq!(rule["matches"][0]["path"], json!({"type": "PathPrefix", "value": "/v1"}));
+        let filters = rule["filters"].as_array().unwrap();
+        assert!(
+            filters.contains(&json!({"type": "RequestMirror", "requestMirror":
+            {"backendRef": {"name": "shadow", "namespace": "apps", "port": 9000}}})),
+            "{filters:?}"
+        );
+        assert!(
+            filters
+                .contains(&json!({"type": "URLRewrite", "urlRewrite": {"hostname": "internal.example.com"}}))
+        );
+        let regex = &find(&m, "HTTPRoute", "captures")["spec"]["rules"][0];
+        assert_eq!(regex["matches"][0]["path"]["type"], "RegularExpression");
+        let lines = m.unconverted.join("\n");
+        for (ingress, key) in
+            [("apps/api", "enable-cors"), ("apps/api", "no-such-thing"), ("apps/captures", "rewrite-target")]
+        {
+            let line = format!("Ingress {ingress}: nginx.ingress.kubernetes.io/{key}:");
+            assert!(lines.contains(&line), "{line} not in {lines}");
+        }
+        assert!(!lines.contains("mirror-target") && !lines.contains("upstream-vhost"), "{lines}");
+        let yaml = m.to_yaml().unwrap();
+        assert!(yaml.starts_with("# Generated by `weir migrate`"));
+        assert!(yaml.contains("#   Ingress apps/captures: nginx.ingress.kubernetes.io/rewrite-target:"));
+    }
+
+    #[test]
+    fn mirror_targets_name_services_or_nothing() {
+        assert_eq!(
+            mirror_ref("http://shadow$request_uri", "ns"),
+            Some(json!({"name": "shadow", "namespace": "ns", "port": 80}))
+        );
+        assert_eq!(
+            mirror_ref("http://shadow.other.svc:81/$request_uri", "ns"),
+            Some(json!({"name": "shadow", "namespace": "other", "port": 81}))
+        );
+        assert_eq!(mirror_ref("https://shadow.other", "ns"), None);
+        assert_eq!(mirror_ref("http://shadow.other/fixed", "ns"), None);
+        assert_eq!(mirror_ref("http://a.b.c.d", "ns"), None);
+    }
+}
