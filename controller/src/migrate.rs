@@ -19,8 +19,18 @@ use crate::source::files::ManifestDir;
 use crate::translate::annotations::{self, NGINX_PREFIX, Support, WEIR_PREFIX};
 use crate::translate::{TranslateConfig, Warnings, translate};
 
+/// What `weir migrate --help` adds after the options.
+const HELP: &str = "\
+Converts: one Gateway per IngressClass (HTTP listener on 80, an HTTPS listener on 443 per TLS \
+host with the Ingress's Secret), one HTTPRoute per Ingress host; pathType Exact/Prefix \
+(RegularExpression with use-regex or rewrite-target), defaultBackend, ssl-redirect and \
+force-ssl-redirect, permanent/temporal-redirect, rewrite-target without captures, \
+upstream-vhost, custom-headers, mirror-target to a Service, canary-weight. Every other \
+annotation is listed (Ingress, key, why) on stderr and atop the output. See docs/gateway-api.md.";
+
 /// `weir migrate` arguments.
 #[derive(Debug, clap::Args)]
+#[command(after_help = HELP)]
 pub struct MigrateArgs {
     /// Where the Ingresses are read from (`--manifests DIR`) and which are weir's.
     #[command(flatten)]

@@ -135,6 +135,24 @@ spec:
       http:
         paths: [{path: /, pathType: Prefix, backend: {service: {name: b, port: {number: 80}}}}]
 ---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: hdrs, namespace: default}
+data: {X-Custom: "yes"}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: headers
+  namespace: default
+  annotations: {nginx.ingress.kubernetes.io/custom-headers: default/hdrs}
+spec:
+  ingressClassName: weir
+  rules:
+    - host: hdr.example.com
+      http:
+        paths: [{path: /, pathType: Prefix, backend: {service: {name: a, port: {number: 80}}}}]
+---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata: {name: fallback, namespace: default}
@@ -160,6 +178,8 @@ struct Seen {
     /// The echo that answered, the path and `Host` it received.
     echo: Option<(String, String, Option<String>)>,
     location: Option<String>,
+    /// The `X-Custom` response header (`custom-headers`).
+    custom: Option<String>,
 }
 
 async fn get(
@@ -177,9 +197,10 @@ async fn get(
     let status = response.status().as_u16();
     let location =
         response.headers().get(http::header::LOCATION).map(|v| v.to_str().unwrap_or_default().to_owned());
+    let custom = response.headers().get("x-custom").map(|v| v.to_str().unwrap_or_default().to_owned());
     let body = response.into_body().collect().await.unwrap().to_bytes();
     let echo = serde_json::from_slice::<EchoResponse>(&body).ok().map(|e| (e.name, e.path, e.host));
-    Seen { status, echo, location }
+    Seen { status, echo, location, custom }
 }
 
 async fn start(dir: &Path) -> Running {
@@ -268,6 +289,7 @@ async fn migrated_objects_route_like_the_ingresses() {
         ("re.example.com", "/w"),
         ("redir.example.com", "/x"),
         ("limited.example.com", "/"),
+        ("hdr.example.com", "/"),
         ("nowhere.example.com", "/x"),
         ("other.example.com", "/"),
     ];
@@ -280,6 +302,8 @@ async fn migrated_objects_route_like_the_ingresses() {
         assert_eq!(got, want, "GET http://{host}{path}: the migrated objects answer differently");
         answers.insert((want.status, want.echo.map(|e| e.0)));
     }
+    let custom = get(&client, after.http_addr, "hdr.example.com", "/").await.custom;
+    assert_eq!(custom.as_deref(), Some("yes"), "custom-headers became a ResponseHeaderModifier");
     assert!(answers.len() >= 4, "the requests exercise several outcomes: {answers:?}");
     // The canary's 50 % weight: both backends answer, on both.
     for running in [&before, &after] {
