@@ -25,7 +25,7 @@ Converts: one Gateway per IngressClass (HTTP listener on 80, an HTTPS listener o
 host with the Ingress's Secret), one HTTPRoute per Ingress host; pathType Exact/Prefix \
 (RegularExpression with use-regex or rewrite-target), defaultBackend, ssl-redirect and \
 force-ssl-redirect, permanent/temporal-redirect, rewrite-target without captures, \
-upstream-vhost, custom-headers, mirror-target to a Service, canary-weight. Every other \
+upstream-vhost, custom-headers, mirror-target to a Service, canary-weight, CORS. Every other \
 annotation is listed (Ingress, key, why) on stderr and atop the output. See docs/gateway-api.md.";
 
 /// `weir migrate` arguments.
@@ -111,6 +111,13 @@ const CONVERTED: &[&str] = &[
     "canary",
     "canary-weight",
     "canary-weight-total",
+    "enable-cors",
+    "cors-allow-origin",
+    "cors-allow-methods",
+    "cors-allow-headers",
+    "cors-allow-credentials",
+    "cors-expose-headers",
+    "cors-max-age",
 ];
 
 /// Why an annotation weir supports has no Gateway API form here.
@@ -119,13 +126,6 @@ fn why_not(name: &str) -> &'static str {
         "proxy-read-timeout" | "proxy-send-timeout" | "proxy-connect-timeout" => {
             "nginx's timeout bounds each read, write or connect; Gateway API timeouts bound the whole request: not the same semantics"
         }
-        "enable-cors"
-        | "cors-allow-origin"
-        | "cors-allow-methods"
-        | "cors-allow-headers"
-        | "cors-allow-credentials"
-        | "cors-expose-headers"
-        | "cors-max-age" => "CORS is not in the Gateway API standard channel weir serves",
         "canary-by-header" | "canary-by-header-value" | "canary-by-header-pattern" | "canary-by-cookie" => {
             "a canary by header or cookie falls back to the main backend, which an HTTPRoute match cannot express"
         }
@@ -259,6 +259,9 @@ pub fn migrate(snapshot: &Snapshot, config: &TranslateConfig) -> Migration {
                     .collect();
                 common
                     .push(json!({"type": "ResponseHeaderModifier", "responseHeaderModifier": {"set": set}}));
+            }
+            if let Some(cors) = &parsed.policy.cors {
+                common.push(cors_filter(cors));
             }
             if let Some(mirror) = values.get("mirror-target").and_then(|v| mirror_ref(v, &key.namespace)) {
                 common.push(json!({"type": "RequestMirror", "requestMirror": {"backendRef": mirror}}));
@@ -493,6 +496,22 @@ fn backend_ref(backend: &IngressBackend, snapshot: &Snapshot, key: &ObjectRef) -
     Some(json!({"name": service.name, "port": number}))
 }
 
+/// The `CORS` filter (standard channel since v1.5) for what the `cors-*` annotations parsed to.
+fn cors_filter(cors: &weir_dataplane::model::Cors) -> Value {
+    let list = |text: &str| -> Vec<String> {
+        text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+    };
+    let mut out = json!({"allowOrigins": cors.allow_origins, "allowMethods": list(&cors.allow_methods),
+        "allowHeaders": list(&cors.allow_headers), "maxAge": cors.max_age});
+    if cors.allow_credentials {
+        out["allowCredentials"] = json!(true);
+    }
+    if !cors.expose_headers.is_empty() {
+        out["exposeHeaders"] = json!(list(&cors.expose_headers));
+    }
+    json!({"type": "CORS", "cors": out})
+}
+
 /// A RequestRedirect for an absolute `Location` and a status code.
 fn redirect_filter(location: &str, code: u16) -> Option<Value> {
     let uri: http::Uri = location.parse().ok()?;
@@ -621,6 +640,8 @@ metadata:
     nginx.ingress.kubernetes.io/mirror-target: "http://shadow.apps.svc.cluster.local:9000$request_uri"
     nginx.ingress.kubernetes.io/upstream-vhost: internal.example.com
     nginx.ingress.kubernetes.io/enable-cors: "true"
+    nginx.ingress.kubernetes.io/cors-allow-origin: "https://app.example.com"
+    nginx.ingress.kubernetes.io/limit-connections: "10"
     nginx.ingress.kubernetes.io/no-such-thing: "x"
 spec:
   ingressClassName: weir
@@ -661,13 +682,19 @@ spec:
         let regex = &find(&m, "HTTPRoute", "captures")["spec"]["rules"][0];
         assert_eq!(regex["matches"][0]["path"]["type"], "RegularExpression");
         let lines = m.unconverted.join("\n");
-        for (ingress, key) in
-            [("apps/api", "enable-cors"), ("apps/api", "no-such-thing"), ("apps/captures", "rewrite-target")]
-        {
+        for (ingress, key) in [
+            ("apps/api", "limit-connections"),
+            ("apps/api", "no-such-thing"),
+            ("apps/captures", "rewrite-target"),
+        ] {
             let line = format!("Ingress {ingress}: nginx.ingress.kubernetes.io/{key}:");
             assert!(lines.contains(&line), "{line} not in {lines}");
         }
         assert!(!lines.contains("mirror-target") && !lines.contains("upstream-vhost"), "{lines}");
+        let cors = filters.iter().find(|f| f["type"] == "CORS").unwrap();
+        assert_eq!(cors["cors"]["allowOrigins"], json!(["https://app.example.com"]));
+        assert!(cors["cors"]["allowMethods"].as_array().is_some_and(|m| m.contains(&json!("GET"))), "{cors}");
+        assert!(!lines.contains("cors"), "{lines}");
         let yaml = m.to_yaml().unwrap();
         assert!(yaml.starts_with("# Generated by `weir migrate`"));
         assert!(yaml.contains("#   Ingress apps/captures: nginx.ingress.kubernetes.io/rewrite-target:"));
