@@ -122,10 +122,13 @@ impl ApiSink {
                 self.create_namespace(&key.namespace).await?;
             }
         }
-        for (key, value) in &desired {
-            if self.applied.get(key) != Some(value) {
-                self.apply(key, value).await?;
-            }
+        // What routes refer to first, the routes last: a table weir publishes halfway through
+        // lacks routes rather than answering for routes whose backends are not there yet.
+        let mut changed: Vec<(&Key, &serde_json::Value)> =
+            desired.iter().filter(|(key, value)| self.applied.get(*key) != Some(*value)).collect();
+        changed.sort_by_key(|(key, _)| apply_rank(key.kind));
+        for (key, value) in changed {
+            self.apply(key, value).await?;
         }
         // Namespaces stay: deleting one takes long and would delete what it holds.
         let gone: Vec<Key> = self
@@ -345,6 +348,17 @@ pub async fn install_gateway_crds(client: &Client) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The order objects are applied in: referenced objects, then classes and Gateways, then routes.
+fn apply_rank(kind: &str) -> u8 {
+    match kind {
+        "Namespace" => 0,
+        "Service" | "Endpoints" | "Secret" | "ConfigMap" => 1,
+        "IngressClass" | "GatewayClass" | "ReferenceGrant" => 2,
+        "Gateway" => 3,
+        _ => 4,
+    }
 }
 
 fn namespace(ns: &Option<String>) -> String {
