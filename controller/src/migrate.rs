@@ -175,7 +175,12 @@ pub fn migrate(snapshot: &Snapshot, config: &TranslateConfig) -> Migration {
             let parsed = annotations::parse(key, annotations, &refs, &mut warnings);
             let mut lines = Vec::new();
             for (name, value) in &values {
-                let line = |why: &str| format!("Ingress {key}: {NGINX_PREFIX}{name}: {why}");
+                let full = if annotations.is_some_and(|a| a.contains_key(&format!("{WEIR_PREFIX}{name}"))) {
+                    WEIR_PREFIX
+                } else {
+                    NGINX_PREFIX
+                };
+                let line = |why: &str| format!("Ingress {key}: {full}{name}: {why}");
                 match annotations::support(name) {
                     _ if name == "rewrite-target" && value.contains('$') => {
                         lines.push(line("regex capture groups ($1…) have no Gateway API equivalent"))
@@ -642,6 +647,7 @@ metadata:
     nginx.ingress.kubernetes.io/enable-cors: "true"
     nginx.ingress.kubernetes.io/cors-allow-origin: "https://app.example.com"
     nginx.ingress.kubernetes.io/limit-connections: "10"
+    weir.dev/limit-rpm: "10"
     nginx.ingress.kubernetes.io/no-such-thing: "x"
 spec:
   ingressClassName: weir
@@ -691,6 +697,10 @@ spec:
             assert!(lines.contains(&line), "{line} not in {lines}");
         }
         assert!(!lines.contains("mirror-target") && !lines.contains("upstream-vhost"), "{lines}");
+        assert!(
+            lines.contains("Ingress apps/api: weir.dev/limit-rpm:"),
+            "weir's prefix named as written: {lines}"
+        );
         let cors = filters.iter().find(|f| f["type"] == "CORS").unwrap();
         assert_eq!(cors["cors"]["allowOrigins"], json!(["https://app.example.com"]));
         assert!(cors["cors"]["allowMethods"].as_array().is_some_and(|m| m.contains(&json!("GET"))), "{cors}");
