@@ -1,6 +1,6 @@
 //! `weir migrate` output is valid Gateway API: every object it writes for a directory using
 //! each conversion (TLS listeners, redirects, rewrites, regex paths, CORS, a mirror, a weighted
-//! canary, a default backend) is accepted by the real API server with the repository's CRDs
+//! canary, a default backend, custom headers; `migrate_ingresses.yaml` and more) is accepted by the real API server with the repository's CRDs
 //! (their OpenAPI schemas: required fields, enums, patterns, list limits; the CEL rules are
 //! dropped for kube-apiserver 1.20, see docs/gateway-api.md). ReferenceGrants to Secrets cannot
 //! be stored by that API server (`group: ""`), so they are checked from manifests only.
@@ -15,7 +15,8 @@ use support_kube::{ApiServer, create_namespace, isolated};
 use weir::snapshot::Snapshot;
 use weir::source::manifest::parse_manifests;
 
-const INGRESSES: &str = r#"
+/// More Ingresses, beside those of `migrate_ingresses.yaml`: TLS, CORS, a mirror, redirects.
+const MORE: &str = r#"
 apiVersion: v1
 kind: Service
 metadata: {name: api, namespace: apps}
@@ -62,49 +63,13 @@ spec:
     - host: old.example.com
       http:
         paths: [{path: /, pathType: Prefix, backend: {service: {name: api, port: {number: 8081}}}}]
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {name: main, namespace: default}
-spec:
-  ingressClassName: weir
-  rules:
-    - host: canary.example.com
-      http:
-        paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: main-canary
-  namespace: default
-  annotations:
-    nginx.ingress.kubernetes.io/canary: "true"
-    nginx.ingress.kubernetes.io/canary-weight: "10"
-spec:
-  ingressClassName: weir
-  rules:
-    - host: canary.example.com
-      http:
-        paths: [{path: /, pathType: Prefix, backend: {service: {name: web-next, port: {number: 80}}}}]
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: regex
-  namespace: default
-  annotations: {nginx.ingress.kubernetes.io/use-regex: "true"}
-spec:
-  ingressClassName: weir
-  rules:
-    - http:
-        paths: [{path: "/v[0-9]+/.*", pathType: ImplementationSpecific, backend: {service: {name: web, port: {number: 80}}}}]
 "#;
 
 #[test]
 fn migrated_objects_are_accepted_by_the_api_server() {
     isolated("migrated_objects_are_accepted_by_the_api_server", || async {
-        let snapshot: Snapshot = parse_manifests(INGRESSES).unwrap().into_iter().collect();
+        let text = format!("{}\n---\n{MORE}", include_str!("migrate_ingresses.yaml"));
+        let snapshot: Snapshot = parse_manifests(&text).unwrap().into_iter().collect();
         let migration = weir::migrate::migrate(&snapshot, &weir::translate::TranslateConfig::default());
         let kinds: Vec<&str> = migration.objects.iter().filter_map(|o| o["kind"].as_str()).collect();
         for kind in ["GatewayClass", "Gateway", "HTTPRoute", "ReferenceGrant"] {
