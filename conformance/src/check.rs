@@ -91,6 +91,17 @@ impl Checker {
                 problems.push(format!("response header {name}: {value:?} (got {got:?})"));
             }
         }
+        for name in &expect.response_headers_absent {
+            if let Some(value) = answer.headers.get(name.as_str()) {
+                problems.push(format!("no response header {name} (got {value:?})"));
+            }
+        }
+        for name in &expect.upstream_headers_absent {
+            let got = answer.seen.as_ref().and_then(|seen| seen.headers.get(&name.to_ascii_lowercase()));
+            if let Some(value) = got {
+                problems.push(format!("the backend not to receive {name} (it got {value:?})"));
+            }
+        }
         for (name, value) in &expect.upstream_headers {
             let got =
                 answer.seen.as_ref().and_then(|seen| seen.headers.get(&name.to_ascii_lowercase()).cloned());

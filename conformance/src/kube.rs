@@ -9,16 +9,21 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use weir::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TlsRoute};
 use weir::snapshot::Object;
 use weir::source::manifest::parse_manifests;
+
+use crate::scenario::ConditionExpect;
 
 /// The API server a scenario runs against.
 #[derive(Clone)]
@@ -88,15 +93,16 @@ impl ApiSink {
                     }
                     Object::Secret(o) => insert(&mut desired, "Secret", *o)?,
                     Object::ConfigMap(o) => insert(&mut desired, "ConfigMap", *o)?,
-                    // The Ingress scenarios have no Gateway API objects (nor Namespaces, which
-                    // `ensure` creates); Gateway API scenarios bring their CRDs.
-                    Object::GatewayClass(_)
-                    | Object::Gateway(_)
-                    | Object::HttpRoute(_)
-                    | Object::GrpcRoute(_)
-                    | Object::TlsRoute(_)
-                    | Object::ReferenceGrant(_)
-                    | Object::Namespace(_) => {}
+                    // Gateway API objects need their CRDs (`install_gateway_crds`).
+                    Object::GatewayClass(o) => insert(&mut desired, "GatewayClass", *o)?,
+                    Object::Gateway(o) => insert(&mut desired, "Gateway", *o)?,
+                    Object::HttpRoute(o) => insert(&mut desired, "HTTPRoute", *o)?,
+                    Object::GrpcRoute(o) => insert(&mut desired, "GRPCRoute", *o)?,
+                    Object::TlsRoute(o) => insert(&mut desired, "TLSRoute", *o)?,
+                    Object::ReferenceGrant(o) => insert(&mut desired, "ReferenceGrant", *o)?,
+                    // Written Namespaces carry labels (`allowedRoutes` selectors); the others
+                    // are created bare by `create_namespace`.
+                    Object::Namespace(o) => insert(&mut desired, "Namespace", *o)?,
                     Object::Other { .. } => {}
                 }
             }
@@ -105,17 +111,32 @@ impl ApiSink {
             insert(&mut desired, "Endpoints", endpoints_of(&ns, &service, &slices))?;
         }
 
+        for (key, value) in desired.iter().filter(|(k, _)| k.kind == "Namespace") {
+            if self.applied.get(key) != Some(value) {
+                self.apply(key, value).await?;
+            }
+            self.namespaces.insert(key.name.clone());
+        }
         for key in desired.keys() {
             if !key.namespace.is_empty() && !self.namespaces.contains(&key.namespace) {
                 self.create_namespace(&key.namespace).await?;
             }
         }
-        for (key, value) in &desired {
-            if self.applied.get(key) != Some(value) {
-                self.apply(key, value).await?;
-            }
+        // What routes refer to first, the routes last: a table weir publishes halfway through
+        // lacks routes rather than answering for routes whose backends are not there yet.
+        let mut changed: Vec<(&Key, &serde_json::Value)> =
+            desired.iter().filter(|(key, value)| self.applied.get(*key) != Some(*value)).collect();
+        changed.sort_by_key(|(key, _)| apply_rank(key.kind));
+        for (key, value) in changed {
+            self.apply(key, value).await?;
         }
-        let gone: Vec<Key> = self.applied.keys().filter(|k| !desired.contains_key(*k)).cloned().collect();
+        // Namespaces stay: deleting one takes long and would delete what it holds.
+        let gone: Vec<Key> = self
+            .applied
+            .keys()
+            .filter(|k| !desired.contains_key(*k) && k.kind != "Namespace")
+            .cloned()
+            .collect();
         for key in gone {
             self.delete(&key).await?;
         }
@@ -148,6 +169,13 @@ impl ApiSink {
             "Endpoints" => patch(Api::<Endpoints>::namespaced(client, ns), key, value).await,
             "Secret" => patch(Api::<Secret>::namespaced(client, ns), key, value).await,
             "ConfigMap" => patch(Api::<ConfigMap>::namespaced(client, ns), key, value).await,
+            "Namespace" => patch(Api::<Namespace>::all(client), key, value).await,
+            "GatewayClass" => patch(Api::<GatewayClass>::all(client), key, value).await,
+            "Gateway" => patch(Api::<Gateway>::namespaced(client, ns), key, value).await,
+            "HTTPRoute" => patch(Api::<HttpRoute>::namespaced(client, ns), key, value).await,
+            "GRPCRoute" => patch(Api::<GrpcRoute>::namespaced(client, ns), key, value).await,
+            "TLSRoute" => patch(Api::<TlsRoute>::namespaced(client, ns), key, value).await,
+            "ReferenceGrant" => patch(Api::<ReferenceGrant>::namespaced(client, ns), key, value).await,
             other => return Err(format!("cannot apply kind {other}")),
         };
         result.map_err(|error| format!("applying {} {}/{}: {error}", key.kind, key.namespace, key.name))
@@ -165,6 +193,14 @@ impl ApiSink {
             "Endpoints" => Api::<Endpoints>::namespaced(client, ns).delete(name, &dp).await.map(drop),
             "Secret" => Api::<Secret>::namespaced(client, ns).delete(name, &dp).await.map(drop),
             "ConfigMap" => Api::<ConfigMap>::namespaced(client, ns).delete(name, &dp).await.map(drop),
+            "GatewayClass" => Api::<GatewayClass>::all(client).delete(name, &dp).await.map(drop),
+            "Gateway" => Api::<Gateway>::namespaced(client, ns).delete(name, &dp).await.map(drop),
+            "HTTPRoute" => Api::<HttpRoute>::namespaced(client, ns).delete(name, &dp).await.map(drop),
+            "GRPCRoute" => Api::<GrpcRoute>::namespaced(client, ns).delete(name, &dp).await.map(drop),
+            "TLSRoute" => Api::<TlsRoute>::namespaced(client, ns).delete(name, &dp).await.map(drop),
+            "ReferenceGrant" => {
+                Api::<ReferenceGrant>::namespaced(client, ns).delete(name, &dp).await.map(drop)
+            }
             other => return Err(format!("cannot delete kind {other}")),
         };
         match result {
@@ -172,6 +208,156 @@ impl ApiSink {
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
             Err(error) => Err(format!("deleting {} {}/{}: {error}", key.kind, key.namespace, key.name)),
         }
+    }
+}
+
+// === status conditions ===
+
+/// How long conditions may take to be written as expected after a step (the status writer
+/// debounces, takes the lease, then writes).
+const CONDITIONS_TIMEOUT: Duration = Duration::from_secs(20);
+
+impl ApiSink {
+    /// Checks each condition (one result per entry), waiting up to [`CONDITIONS_TIMEOUT`] for the
+    /// ones not marked `known_failure` to hold; the known ones are then read once.
+    pub(crate) async fn check_conditions(&self, expected: &[ConditionExpect]) -> Vec<Result<(), String>> {
+        let deadline = tokio::time::Instant::now() + CONDITIONS_TIMEOUT;
+        loop {
+            let mut results = Vec::with_capacity(expected.len());
+            for condition in expected {
+                results.push(self.condition(condition).await);
+            }
+            let waiting = expected.iter().zip(&results).any(|(c, r)| c.known_failure.is_none() && r.is_err());
+            if !waiting || tokio::time::Instant::now() >= deadline {
+                return results;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Reads the object and checks one condition, with its `observedGeneration`.
+    async fn condition(&self, want: &ConditionExpect) -> Result<(), String> {
+        let plural = match want.kind.as_str() {
+            "GatewayClass" => "gatewayclasses",
+            "Gateway" => "gateways",
+            _ => "httproutes",
+        };
+        let gvk = GroupVersionKind::gvk(weir::gateway::GROUP, weir::gateway::VERSION, &want.kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+        let client = self.target.client.clone();
+        let api: Api<DynamicObject> = if want.kind == "GatewayClass" {
+            Api::all_with(client, &resource)
+        } else {
+            Api::namespaced_with(client, want.namespace(), &resource)
+        };
+        let object = api.get(&want.name).await.map_err(|error| format!("cannot read the object: {error}"))?;
+        let generation = object.metadata.generation;
+        let status = object.data.get("status").cloned().unwrap_or_default();
+        let (holder, conditions) = if let Some(listener) = &want.listener {
+            let found = status["listeners"]
+                .as_array()
+                .and_then(|ls| ls.iter().find(|l| l["name"] == listener.as_str()))
+                .ok_or_else(|| format!("no status for listener {listener} (status {status})"))?;
+            if let Some(attached) = want.attached_routes
+                && found["attachedRoutes"].as_i64() != Some(attached)
+            {
+                return Err(format!("attachedRoutes {attached}, got {}", found["attachedRoutes"]));
+            }
+            (found.clone(), found["conditions"].clone())
+        } else if let Some(parent) = &want.parent {
+            let controller = weir::translate::gateway::GatewayConfig::default().controller_name;
+            let found = status["parents"]
+                .as_array()
+                .and_then(|ps| {
+                    ps.iter().find(|p| {
+                        p["controllerName"] == controller.as_str()
+                            && p["parentRef"]["name"] == parent.as_str()
+                            && want.section.as_deref().is_none_or(|s| p["parentRef"]["sectionName"] == s)
+                    })
+                })
+                .ok_or_else(|| format!("no parent status of weir for {parent} (status {status})"))?;
+            (found.clone(), found["conditions"].clone())
+        } else {
+            (status.clone(), status["conditions"].clone())
+        };
+        let condition = conditions
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == want.type_.as_str()))
+            .ok_or_else(|| format!("no {} condition (in {holder})", want.type_))?;
+        let got = |field: &str| condition[field].as_str().unwrap_or_default().to_owned();
+        let mut problems = Vec::new();
+        if got("status") != want.status {
+            problems.push(format!("status {}", want.status));
+        }
+        if let Some(reason) = &want.reason
+            && got("reason") != *reason
+        {
+            problems.push(format!("reason {reason}"));
+        }
+        if condition["observedGeneration"].as_i64() != generation {
+            problems.push(format!("observedGeneration {generation:?} (the object's generation)"));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("expected {}, got {condition}", problems.join(" and ")))
+        }
+    }
+}
+
+/// Installs the Gateway API CRDs of the repository (`examples/kubernetes/gateway-api/crds`)
+/// and waits until the API server serves each kind.
+pub async fn install_gateway_crds(client: &Client) -> Result<(), String> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kubernetes/gateway-api/crds");
+    let entries = std::fs::read_dir(&dir).map_err(|error| format!("{}: {error}", dir.display()))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut plurals = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).map_err(|error| format!("{}: {error}", file.display()))?;
+        let crd: CustomResourceDefinition =
+            serde_saphyr::from_str(&text).map_err(|error| format!("{}: {error}", file.display()))?;
+        plurals.push((crd.spec.names.plural.clone(), crd.spec.names.kind.clone()));
+        match api.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) => return Err(format!("creating the CRD of {}: {error}", file.display())),
+        }
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    for (plural, kind) in plurals {
+        let version = if kind == "ReferenceGrant" {
+            weir::gateway::REFERENCE_GRANT_VERSION
+        } else {
+            weir::gateway::VERSION
+        };
+        let gvk = GroupVersionKind::gvk(weir::gateway::GROUP, version, &kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
+        let listed: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        while let Err(error) = listed.list(&ListParams::default().limit(1)).await {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!("{kind} not served within 60 s: {error}"));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
+}
+
+/// The order objects are applied in: referenced objects, then classes and Gateways, then routes.
+fn apply_rank(kind: &str) -> u8 {
+    match kind {
+        "Namespace" => 0,
+        "Service" | "Endpoints" | "Secret" | "ConfigMap" => 1,
+        "IngressClass" | "GatewayClass" | "ReferenceGrant" => 2,
+        "Gateway" => 3,
+        _ => 4,
     }
 }
 
@@ -187,16 +373,14 @@ fn insert<K>(
 where
     K: Resource<DynamicType = ()> + Serialize,
 {
-    let cluster_scoped = kind == "IngressClass";
+    let cluster_scoped = matches!(kind, "IngressClass" | "GatewayClass" | "Namespace");
     let meta = object.meta_mut();
     // The API server sets these itself.
     meta.creation_timestamp = None;
     meta.resource_version = None;
     meta.uid = None;
     let namespace = if cluster_scoped { String::new() } else { namespace(&meta.namespace) };
-    if !cluster_scoped {
-        meta.namespace = Some(namespace.clone());
-    }
+    meta.namespace = (!cluster_scoped).then(|| namespace.clone());
     let name = meta.name.clone().unwrap_or_default();
     let mut value = serde_json::to_value(&object).map_err(|e| e.to_string())?;
     value["apiVersion"] = K::api_version(&()).into();

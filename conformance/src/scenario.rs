@@ -74,9 +74,60 @@ pub struct Step {
     /// What the step waits for after changing files.
     #[serde(default)]
     pub reload: Reload,
+    /// Milliseconds to wait before the step changes anything (so that objects it creates are
+    /// younger, by the API server's one-second `creationTimestamp`, than the earlier ones).
+    #[serde(default)]
+    pub pause_ms: u64,
     /// The requests to check once the step's changes are live.
     #[serde(default)]
     pub expect: Vec<Expect>,
+    /// Status conditions the objects must carry once the step's changes are live; checked only
+    /// through an API server (weir writes status there), waited for up to 20 s.
+    #[serde(default)]
+    pub conditions: Vec<ConditionExpect>,
+    /// Why this step cannot run through an API server (it is skipped there, and the report says
+    /// so): for objects the test API server refuses, such as a ReferenceGrant to core kinds.
+    #[serde(default)]
+    pub manifests_only: Option<String>,
+}
+
+/// A status condition one Gateway API object must carry (through an API server only).
+///
+/// Its `observedGeneration` must equal the object's `metadata.generation`, always.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConditionExpect {
+    /// `GatewayClass`, `Gateway` or `HTTPRoute`.
+    pub kind: String,
+    /// The object's name.
+    pub name: String,
+    /// Its namespace (`default` unless given; ignored for a GatewayClass).
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// For a Gateway: the listener whose conditions are meant (else the Gateway's own).
+    #[serde(default)]
+    pub listener: Option<String>,
+    /// For an HTTPRoute: the Gateway (`parentRef.name`) whose parent status is meant.
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// For an HTTPRoute: the parent's `sectionName`, when the route names one.
+    #[serde(default)]
+    pub section: Option<String>,
+    /// The condition type (`Accepted`, `ResolvedRefs`, `Programmed`...).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// The reason, when it matters.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// With `listener`: its `attachedRoutes`.
+    #[serde(default)]
+    pub attached_routes: Option<i64>,
+    /// Why weir is known to fail this check: a failure is reported as known, not failed; a pass
+    /// is a failure (the case and docs/gateway-api.md need updating).
+    #[serde(default)]
+    pub known_failure: Option<String>,
 }
 
 /// What a step waits for after changing the manifests directory.
@@ -132,6 +183,12 @@ pub struct Expect {
     /// `host`, `x-forwarded-prefix`); needs `backend` or `any_of`.
     #[serde(default)]
     pub upstream_headers: BTreeMap<String, String>,
+    /// Response headers that must be absent.
+    #[serde(default)]
+    pub response_headers_absent: Vec<String>,
+    /// Headers the answering echo backend must not have received; needs `backend` or `any_of`.
+    #[serde(default)]
+    pub upstream_headers_absent: Vec<String>,
     /// The path (and `?query`) the answering echo backend must have received, after rewrites;
     /// needs `backend` or `any_of`.
     #[serde(default)]
@@ -147,6 +204,10 @@ pub struct Expect {
     /// With `raw`: header lines sent verbatim after the others (e.g. a second `Host: x`).
     #[serde(default)]
     pub raw_headers: Vec<String>,
+    /// Why weir is known to fail this check: a failure is reported as known, not failed; a pass
+    /// is a failure (the case and docs/gateway-api.md need updating).
+    #[serde(default)]
+    pub known_failure: Option<String>,
 }
 
 /// A load-balancing expectation.
@@ -187,6 +248,15 @@ impl Scenario {
             .map_err(|error| ScenarioError::Parse { path: origin.to_owned(), reason: error.to_string() })?;
         scenario.validate()?;
         Ok(scenario)
+    }
+
+    /// Whether a step writes Gateway API objects (their CRDs must then be installed on an API
+    /// server before weir starts).
+    pub fn uses_gateway_api(&self) -> bool {
+        self.steps
+            .iter()
+            .flat_map(|s| s.files.values())
+            .any(|text| text.contains("gateway.networking.k8s.io/"))
     }
 
     /// Replica names by backend: `a` → `[a-0, a-1]`.
@@ -241,6 +311,13 @@ impl Scenario {
             for (i, expect) in step.expect.iter().enumerate() {
                 let at = format!("{at}, expect[{i}] {}", expect.describe());
                 self.validate_expect(expect).map_err(|reason| invalid(at, reason))?;
+            }
+            for (i, condition) in step.conditions.iter().enumerate() {
+                let at = format!("{at}, conditions[{i}] {}", condition.describe());
+                condition.validate().map_err(|reason| invalid(at, reason))?;
+            }
+            if step.manifests_only.as_deref().is_some_and(|why| why.trim().is_empty()) {
+                return Err(invalid(at, "manifests_only needs a reason".into()));
             }
         }
         Ok(())
@@ -306,16 +383,73 @@ impl Scenario {
                 return Err(format!("invalid header {name}: {value:?}"));
             }
         }
-        for name in expect.response_headers.keys().chain(expect.upstream_headers.keys()) {
+        let names = expect.response_headers.keys().chain(expect.upstream_headers.keys());
+        for name in names.chain(&expect.response_headers_absent).chain(&expect.upstream_headers_absent) {
             if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
                 return Err(format!("invalid header name {name:?}"));
             }
         }
-        let upstream = !expect.upstream_headers.is_empty() || expect.upstream_path.is_some();
+        if expect.known_failure.as_deref().is_some_and(|why| why.trim().is_empty()) {
+            return Err("known_failure needs a reason".into());
+        }
+        let upstream = !expect.upstream_headers.is_empty()
+            || !expect.upstream_headers_absent.is_empty()
+            || expect.upstream_path.is_some();
         if upstream && expect.backend.is_none() && expect.any_of.is_empty() {
             return Err(
                 "upstream_headers and upstream_path need backend or any_of (an echo must answer)".into()
             );
+        }
+        Ok(())
+    }
+}
+
+// === impl ConditionExpect ===
+
+impl ConditionExpect {
+    /// The condition in messages: `HTTPRoute default/web parent edge: Accepted`.
+    pub fn describe(&self) -> String {
+        let mut out = match self.kind.as_str() {
+            "GatewayClass" => format!("GatewayClass {}", self.name),
+            kind => format!("{kind} {}/{}", self.namespace(), self.name),
+        };
+        if let Some(listener) = &self.listener {
+            out.push_str(&format!(" listener {listener}"));
+        }
+        if let Some(parent) = &self.parent {
+            out.push_str(&format!(" parent {parent}"));
+            if let Some(section) = &self.section {
+                out.push_str(&format!("/{section}"));
+            }
+        }
+        out.push_str(&format!(": {}", self.type_));
+        out
+    }
+
+    /// The namespace (`default` unless given).
+    pub fn namespace(&self) -> &str {
+        self.namespace.as_deref().unwrap_or("default")
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        match self.kind.as_str() {
+            "GatewayClass" | "Gateway" | "HTTPRoute" => {}
+            other => return Err(format!("unknown kind {other:?} (GatewayClass, Gateway, HTTPRoute)")),
+        }
+        if self.listener.is_some() && self.kind != "Gateway" {
+            return Err("listener is for a Gateway".into());
+        }
+        if (self.parent.is_some() || self.section.is_some()) != (self.kind == "HTTPRoute") {
+            return Err("an HTTPRoute condition needs parent (and only it takes parent and section)".into());
+        }
+        if self.attached_routes.is_some() && self.listener.is_none() {
+            return Err("attached_routes needs listener".into());
+        }
+        if !matches!(self.status.as_str(), "True" | "False" | "Unknown") {
+            return Err(format!("status {:?} is not True, False or Unknown", self.status));
+        }
+        if self.known_failure.as_deref().is_some_and(|why| why.trim().is_empty()) {
+            return Err("known_failure needs a reason".into());
         }
         Ok(())
     }

@@ -83,6 +83,14 @@ scenarios! {
     settings => "settings",
     path_normalization => "path-normalization",
     guards => "guards",
+    gateway_hostnames => "gateway-hostnames",
+    gateway_paths => "gateway-paths",
+    gateway_backends => "gateway-backends",
+    gateway_allowed_routes => "gateway-allowed-routes",
+    gateway_filters => "gateway-filters",
+    gateway_generation => "gateway-generation",
+    gateway_listeners => "gateway-listeners",
+    gateway_extended => "gateway-extended",
 }
 
 /// The runner itself: deliberately wrong expectations are each reported, with what answered.

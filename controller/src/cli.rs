@@ -49,6 +49,9 @@ pub enum Command {
     Echo(EchoArgs),
     /// Program this node's kernel so that Service virtual IPs reach ready endpoints (kube-proxy).
     Node(crate::node::NodeArgs),
+    /// Turn the Ingresses of a manifest directory into Gateway API objects (GatewayClass,
+    /// Gateways, HTTPRoutes); what cannot be converted is listed on stderr and atop the output.
+    Migrate(crate::migrate::MigrateArgs),
 }
 
 /// Where the objects come from and which of them are weir's.
@@ -106,7 +109,7 @@ fn parse_object_ref(s: &str) -> Result<ObjectRef, String> {
 }
 
 impl SourceArgs {
-    fn translate_config(&self) -> TranslateConfig {
+    pub(crate) fn translate_config(&self) -> TranslateConfig {
         TranslateConfig {
             ingress_class: self.ingress_class.clone(),
             controller_name: self.controller_name.clone(),

@@ -11,6 +11,7 @@ pub mod memory;
 pub mod metrics;
 pub mod metrics_l4;
 pub(crate) mod metrics_trace;
+pub mod migrate;
 pub mod node;
 pub mod node_agent;
 pub mod serve;

@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         Command::Echo(args) => {
             runtime(Some(1)).and_then(|rt| rt.block_on(cli::echo(args))).map(|()| ExitCode::SUCCESS)
         }
+        Command::Migrate(args) => weir::migrate::run(&args),
     };
     match result {
         Ok(code) => code,

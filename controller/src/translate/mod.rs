@@ -35,7 +35,7 @@ use crate::snapshot::Snapshot;
 use backend::SliceIndex;
 use build::Build;
 use rank::Rank;
-use warnings::Warnings;
+pub(crate) use warnings::Warnings;
 
 /// What translation needs to know about this controller.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -117,7 +117,10 @@ where
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    for line in stdout.lines().chain(stderr.lines()).filter_map(|l| l.find("MEASURED").map(|i| &l[i..])) {
+    // MEASURED: figures; REPORT: what a test wants shown even when it passes.
+    let shown = |l: &'static str| move |line: &str| line.find(l).map(|i| line[i..].to_owned());
+    let lines = stdout.lines().chain(stderr.lines());
+    for line in lines.filter_map(|l| shown("MEASURED")(l).or_else(|| shown("REPORT")(l))) {
         eprintln!("{line}");
     }
     if !out.status.success() || !stdout.contains("1 passed") {
