@@ -1548,6 +1548,10 @@ pub struct RequestConditions {
     /// Query parameters (names case-sensitive, first occurrence).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub query: Vec<ValueMatch>,
+    /// The socket the request came on (Gateway API listener isolation): `Some(true)` only over
+    /// TLS (HTTPS listeners), `Some(false)` only over plain HTTP; `None`: either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<bool>,
 }
 
 /// A named value and how it must match.

@@ -147,6 +147,9 @@ fn gateway_apply(
         return;
     }
     let attachments = gateway::attach_all(snapshot, &config.gateway);
+    let mut warnings = Warnings::default();
+    gateway::tls::apply(&mut translation.table, &attachments, &mut warnings);
+    translation.warnings.extend(warnings.finish());
     let mut routes = gateway::routes::RoutesOut::default();
     if has_gateway_routes(snapshot) {
         let resolver = backend::Resolver::new(snapshot, slices);

@@ -11,9 +11,11 @@ pub mod attach;
 pub mod conditions;
 pub mod filters;
 pub mod hostname;
+pub mod isolation;
 pub mod listeners;
 pub mod refs;
 pub mod routes;
+pub mod tls;
 
 #[cfg(test)]
 mod tests;
