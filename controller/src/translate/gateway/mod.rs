@@ -9,6 +9,7 @@
 
 pub mod attach;
 pub mod conditions;
+pub mod conflicts;
 pub mod filters;
 pub mod hostname;
 pub mod isolation;
@@ -102,7 +103,8 @@ pub struct GatewayOutcome {
 pub fn attach_all(snapshot: &Snapshot, config: &GatewayConfig) -> GatewayAttachments {
     let grants = Grants::new(snapshot);
     let classes = listeners::classes(snapshot, config);
-    let gateways = listeners::gateways(snapshot, config, &classes, &grants);
+    let mut gateways = listeners::gateways(snapshot, config, &classes, &grants);
+    conflicts::mark(&mut gateways, snapshot);
     let mut out = GatewayAttachments { classes, gateways, ..GatewayAttachments::default() };
     if out.gateways.is_empty() {
         return out;
