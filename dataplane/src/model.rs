@@ -1416,6 +1416,11 @@ pub struct Passthrough {
     pub host: HostMatch,
     /// The backend that terminates TLS itself (also in [`RouteTable::backends`]).
     pub backend: BackendId,
+    /// Gateway API TLSRoute `backendRefs`: each connection goes to one of these, chosen at
+    /// random by weight (a share without backend, or weights all 0, refuses the connection);
+    /// empty: `backend`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub split: Vec<WeightedBackend>,
 }
 
 /// Client certificate authentication of one host (mTLS).

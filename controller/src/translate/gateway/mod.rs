@@ -17,6 +17,7 @@ pub mod listeners;
 pub mod refs;
 pub mod routes;
 pub mod tls;
+pub mod tlsroutes;
 
 #[cfg(test)]
 mod tests;
@@ -97,6 +98,8 @@ pub struct GatewayOutcome {
     pub routes: routes::RoutesOut,
     /// The controller name written into route parent statuses.
     pub controller_name: String,
+    /// What the TLSRoutes' backends resolved to.
+    pub tls_routes: tlsroutes::TlsRoutesOut,
 }
 
 /// Resolves classes, Gateways and listeners, and attaches every route.

@@ -366,35 +366,9 @@ impl RouteCtx<'_, '_> {
         RouteAction::Split(shares)
     }
 
-    /// The Service port a `backendRef` (`BackendObjectReference`) names, in the route's
-    /// namespace or in another one that grants it; else the `ResolvedRefs` reason and why.
+    /// The Service port a `backendRef` names ([`service_port`]).
     fn service_port(&self, r: &BackendRef) -> Result<BackendId, (&'static str, String)> {
-        let group = r.group.as_deref().unwrap_or("");
-        let kind = r.kind.as_deref().unwrap_or("Service");
-        if !group.is_empty() || kind != "Service" {
-            let why = format!("kind {kind:?} of group {group:?} is not supported (only Services)");
-            return Err((reasons::INVALID_KIND, why));
-        }
-        let namespace = r.namespace.as_deref().unwrap_or(&self.key.namespace);
-        let service = ObjectRef::new(namespace, &r.name);
-        // `BackendRef`: "a ReferenceGrant is required in the referent namespace to allow that
-        // namespace's owner to accept the reference".
-        if namespace != self.key.namespace
-            && !self
-                .grants
-                .allows((crate::gateway::GROUP, "HTTPRoute", &self.key.namespace), ("", "Service", &service))
-        {
-            let why =
-                format!("Service {service} is in another namespace and no ReferenceGrant there allows it");
-            return Err((reasons::REF_NOT_PERMITTED, why));
-        }
-        let Some(port) = r.port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p != 0) else {
-            return Err((reasons::BACKEND_NOT_FOUND, "a Service reference needs a port".to_string()));
-        };
-        if !self.snapshot.services.contains_key(&service) {
-            return Err((reasons::BACKEND_NOT_FOUND, format!("Service {service} not found")));
-        }
-        Ok(BackendId { namespace: service.namespace, service: service.name, port: ServicePort::Number(port) })
+        service_port(self.key, "HTTPRoute", self.grants, self.snapshot, r)
     }
 
     /// Resolves one `backendRef` into the table's backends; `None` (with `ResolvedRefs` false)
@@ -468,6 +442,41 @@ impl RouteCtx<'_, '_> {
             }
         }
     }
+}
+
+/// The Service port a `backendRef` (`BackendObjectReference`) of the route `key` (of kind
+/// `from_kind`) names, in the route's namespace or in another one that grants it; else the
+/// `ResolvedRefs` reason and why.
+pub(crate) fn service_port(
+    key: &ObjectRef,
+    from_kind: &str,
+    grants: &Grants<'_>,
+    snapshot: &Snapshot,
+    r: &BackendRef,
+) -> Result<BackendId, (&'static str, String)> {
+    let group = r.group.as_deref().unwrap_or("");
+    let kind = r.kind.as_deref().unwrap_or("Service");
+    if !group.is_empty() || kind != "Service" {
+        let why = format!("kind {kind:?} of group {group:?} is not supported (only Services)");
+        return Err((reasons::INVALID_KIND, why));
+    }
+    let namespace = r.namespace.as_deref().unwrap_or(&key.namespace);
+    let service = ObjectRef::new(namespace, &r.name);
+    // `BackendRef`: "a ReferenceGrant is required in the referent namespace to allow that
+    // namespace's owner to accept the reference".
+    if namespace != key.namespace
+        && !grants.allows((crate::gateway::GROUP, from_kind, &key.namespace), ("", "Service", &service))
+    {
+        let why = format!("Service {service} is in another namespace and no ReferenceGrant there allows it");
+        return Err((reasons::REF_NOT_PERMITTED, why));
+    }
+    let Some(port) = r.port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p != 0) else {
+        return Err((reasons::BACKEND_NOT_FOUND, "a Service reference needs a port".to_string()));
+    };
+    if !snapshot.services.contains_key(&service) {
+        return Err((reasons::BACKEND_NOT_FOUND, format!("Service {service} not found")));
+    }
+    Ok(BackendId { namespace: service.namespace, service: service.name, port: ServicePort::Number(port) })
 }
 
 /// The path and conditions of a match, validated as the router will compile them.
