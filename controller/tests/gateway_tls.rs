@@ -287,3 +287,144 @@ spec:
         assert_eq!(curl(http, "quiet.example.com", &format!("/{path}"), None), not_found(), "/{path}");
     }
 }
+
+/// A TLS backend: `openssl s_server -WWW` serving the file `who` (its name) with a certificate
+/// for `names` signed by `ca`; killed on drop.
+struct TlsBackend {
+    child: std::process::Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TlsBackend {
+    fn drop(&mut self) {
+        let _ = self.child.kill(); // best effort: it may have exited
+        let _ = self.child.wait();
+    }
+}
+
+/// A CA that signs backend certificates: (its PEM, the issuer).
+fn backend_ca() -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name.push(rcgen::DnType::CommonName, "passthrough backends test CA");
+    let pem = params.self_signed(&key).unwrap().pem();
+    (pem, rcgen::Issuer::new(params, key))
+}
+
+fn tls_backend(name: &str, issuer: &rcgen::Issuer<'static, rcgen::KeyPair>, names: &[&str]) -> TlsBackend {
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+        .unwrap()
+        .signed_by(&key, issuer)
+        .unwrap();
+    std::fs::write(dir.path().join("cert.pem"), leaf.pem()).unwrap();
+    std::fs::write(dir.path().join("key.pem"), key.serialize_pem()).unwrap();
+    std::fs::write(dir.path().join("who"), name).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let child = Command::new("openssl")
+        .args(["s_server", "-quiet", "-WWW", "-cert", "cert.pem", "-key", "key.pem", "-accept"])
+        .arg(addr.to_string())
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "openssl s_server {name} did not listen on {addr}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    TlsBackend { child, addr, _dir: dir }
+}
+
+/// `curl --cacert CA https://host/who` to weir's HTTPS socket: the backend's name, or curl's
+/// error (a certificate the CA did not sign fails the handshake).
+fn who(https: SocketAddr, host: &str, ca: &Path) -> Result<String, String> {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(ca)
+        .args(["--resolve", &format!("{host}:{}:127.0.0.1", https.port())])
+        .arg(format!("https://{host}:{}/who", https.port()))
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// TLSRoute on a TLS listener (`tls.mode: Passthrough`; conformance
+/// `TLSRouteSimpleSameNamespace`): connections whose SNI is one of the route's names
+/// (intersected with the listener's `*.pass.example.com`, a suffix) reach the backends
+/// undecrypted, so the client sees the backend's certificate; `backendRefs` weights 3:1 split
+/// the connections. On the same socket, an HTTPS listener's name is terminated by weir.
+#[test]
+fn tlsroute_passthrough_reaches_weighted_backends_with_their_certificates() {
+    if !have_curl() || !support_proc::have("openssl", "scripts/test.sh install") {
+        return;
+    }
+    let (ca_pem, issuer) = backend_ca();
+    let names = ["a.pass.example.com", "x.deep.pass.example.com"];
+    let one = tls_backend("one", &issuer, &names);
+    let two = tls_backend("two", &issuer, &names);
+    let (_web, web) = echo("backend-web");
+    let dir = tempfile::tempdir().unwrap();
+    let cas = tempfile::tempdir().unwrap();
+    let backends_ca = ca_file(cas.path(), "backends", &ca_pem);
+    let (web_ca, web_secret) = tls_secret("default", "web-tls", &["web.example.com"]);
+    let web_ca = ca_file(cas.path(), "web", &web_ca);
+    let gateway = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: tls, port: 443, protocol: TLS, hostname: "*.pass.example.com", tls: {mode: Passthrough}}
+  - {name: https, port: 443, protocol: HTTPS, hostname: web.example.com, tls: {certificateRefs: [{name: web-tls}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: pass, namespace: default}
+spec:
+  parentRefs: [{name: edge, sectionName: tls}]
+  hostnames: [a.pass.example.com, "*.deep.pass.example.com"]
+  rules: [{backendRefs: [{name: one, port: 80, weight: 3}, {name: two, port: 80, weight: 1}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: web, namespace: default}
+spec: {parentRefs: [{name: edge, sectionName: https}], rules: [{backendRefs: [{name: web, port: 80}]}]}
+---
+"#;
+    let services = format!("{}{}{}", service("one", one.addr), service("two", two.addr), service("web", web));
+    write(dir.path(), "gateway.yaml", &format!("{CLASS}{gateway}{services}{web_secret}"));
+    let (_weir, addrs) = spawn_serve(dir.path(), &[], &["https"]);
+    let https = addrs[0];
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while who(https, "a.pass.example.com", &backends_ca).is_err() {
+        assert!(Instant::now() < deadline, "{:?}", who(https, "a.pass.example.com", &backends_ca));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut seen = std::collections::BTreeMap::<String, u32>::new();
+    for i in 0..80 {
+        let host = if i % 2 == 0 { "a.pass.example.com" } else { "x.deep.pass.example.com" };
+        let name = who(https, host, &backends_ca).unwrap_or_else(|e| panic!("{host}: {e}"));
+        *seen.entry(name).or_default() += 1;
+    }
+    let (n1, n2) = (seen.get("one").copied().unwrap_or(0), seen.get("two").copied().unwrap_or(0));
+    assert_eq!(n1 + n2, 80, "{seen:?}");
+    // 3:1 over 80 connections: both get some, and `one` more (the chance of either failing by
+    // luck is below one in a million).
+    assert!(n2 > 0 && n1 > n2, "{seen:?}");
+    // The HTTPS listener's name on the same socket is terminated by weir with its certificate.
+    assert_eq!(curl(https, "web.example.com", "/", Some(&web_ca)), ok("backend-web"));
+    // A name neither listener has is terminated too (the default certificate): the backends'
+    // CA does not verify it.
+    assert!(who(https, "b.other.example.com", &backends_ca).is_err());
+}
