@@ -112,39 +112,19 @@ pub fn gateway_status(
     }))
 }
 
-/// The desired `status` of an HTTPRoute with parents of ours: our entries replaced, others
-/// kept.
+/// The desired `status` of a route (HTTPRoute, TLSRoute) with parents of ours: our entries
+/// replaced, others kept.
 pub fn route_status(
     outcome: &GatewayOutcome,
-    key: &ObjectRef,
-    generation: Option<i64>,
-    current: &Value,
-    now: &str,
-) -> Option<Value> {
-    let resolved = outcome.routes.resolved_refs.get(key);
-    route_status_of(outcome, (RouteKind::Http, key), resolved, generation, current, now)
-}
-
-/// The desired `status` of a TLSRoute with parents of ours, as [`route_status`].
-pub fn tls_route_status(
-    outcome: &GatewayOutcome,
-    key: &ObjectRef,
-    generation: Option<i64>,
-    current: &Value,
-    now: &str,
-) -> Option<Value> {
-    let resolved = outcome.tls_routes.resolved_refs.get(key);
-    route_status_of(outcome, (RouteKind::Tls, key), resolved, generation, current, now)
-}
-
-fn route_status_of(
-    outcome: &GatewayOutcome,
     (kind, key): (RouteKind, &ObjectRef),
-    resolved: Option<&Cond>,
     generation: Option<i64>,
     current: &Value,
     now: &str,
 ) -> Option<Value> {
+    let resolved = match kind {
+        RouteKind::Tls => outcome.tls_routes.resolved_refs.get(key),
+        RouteKind::Http | RouteKind::Grpc => outcome.routes.resolved_refs.get(key),
+    };
     let parents = outcome.attachments.routes.get(&(kind, key.clone()))?;
     let ours = outcome.controller_name.as_str();
     let old_parents = current["parents"].as_array().cloned().unwrap_or_default();
@@ -225,26 +205,23 @@ pub async fn reconcile(
             }
         }
     }
-    for store in &stores.http_routes {
-        for route in store.state() {
-            let key = key_of(&route.metadata);
-            let current = status_json(route.status.as_ref());
-            if let Some(desired) = route_status(outcome, &key, route.metadata.generation, &current, &now)
-                && desired_differs::<RouteStatus>(&desired, &current)
-            {
-                patches.push(("HTTPRoute", Some(key.namespace), key.name, desired));
-            }
-        }
-    }
-    for store in &stores.tls_routes {
-        for route in store.state() {
-            let key = key_of(&route.metadata);
-            let current = status_json(route.status.as_ref());
-            if let Some(desired) = tls_route_status(outcome, &key, route.metadata.generation, &current, &now)
-                && desired_differs::<RouteStatus>(&desired, &current)
-            {
-                patches.push(("TLSRoute", Some(key.namespace), key.name, desired));
-            }
+    let http = stores
+        .http_routes
+        .iter()
+        .flat_map(|s| s.state())
+        .map(|r| (RouteKind::Http, r.metadata.clone(), r.status.clone()));
+    let tls = stores
+        .tls_routes
+        .iter()
+        .flat_map(|s| s.state())
+        .map(|r| (RouteKind::Tls, r.metadata.clone(), r.status.clone()));
+    for (kind, metadata, status) in http.chain(tls) {
+        let key = key_of(&metadata);
+        let current = status_json(status.as_ref());
+        if let Some(desired) = route_status(outcome, (kind, &key), metadata.generation, &current, &now)
+            && desired_differs::<RouteStatus>(&desired, &current)
+        {
+            patches.push((kind.name(), Some(key.namespace), key.name, desired));
         }
     }
     for (kind, namespace, name, status) in patches {

@@ -39,27 +39,43 @@ fn s(status: &str, reason: &str, generation: i64) -> (String, String, i64) {
     (status.to_string(), reason.to_string(), generation)
 }
 
+/// Our entry in the `status.parents` of the route `name`.
+async fn our_parent<K>(routes: &Api<K>, name: &str) -> Option<Value>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
+{
+    let route = serde_json::to_value(routes.get(name).await.ok()?).ok()?;
+    route["status"]["parents"].as_array()?.iter().find(|p| p["controllerName"] == CONTROLLER).cloned()
+}
+
+/// The API server with the Gateway API CRDs, a Service `web` in `default` whose one endpoint is
+/// the echo backend `a`, and the GatewayClass `weir` of weir's controller.
+async fn cluster_with_class() -> (ApiServer, kube::Client, Echo) {
+    let api = ApiServer::start().await;
+    let admin = api.client().await;
+    install_gateway_crds(&admin).await;
+    let echo = Echo::start(&["a"]).await;
+    apply::<Service>(&admin, "default", service("web")).await;
+    apply::<Endpoints>(&admin, "default", endpoints("web", &echo.ports)).await;
+    create(
+        &admin,
+        None,
+        "v1",
+        "GatewayClass",
+        "gatewayclasses",
+        json!({"metadata": {"name": "weir"}, "spec": {"controllerName": CONTROLLER}}),
+    )
+    .await
+    .unwrap();
+    (api, admin, echo)
+}
+
 #[test]
 fn gateway_api_status_written_by_the_leader() {
     isolated("gateway_api_status_written_by_the_leader", || async {
-        let api = ApiServer::start().await;
-        let admin = api.client().await;
-        install_gateway_crds(&admin).await;
+        let (api, admin, _echo) = cluster_with_class().await;
         let ns = "default";
-        let echo = Echo::start(&["a"]).await;
-        apply::<Service>(&admin, ns, service("web")).await;
-        apply::<Endpoints>(&admin, ns, endpoints("web", &echo.ports)).await;
         let gw = |kind, plural, value| create(&admin, Some(ns), "v1", kind, plural, value);
-        create(
-            &admin,
-            None,
-            "v1",
-            "GatewayClass",
-            "gatewayclasses",
-            json!({"metadata": {"name": "weir"}, "spec": {"controllerName": CONTROLLER}}),
-        )
-        .await
-        .unwrap();
         gw(
             "Gateway",
             "gateways",
@@ -137,14 +153,7 @@ fn gateway_api_status_written_by_the_leader() {
         assert_eq!(cond(&status["conditions"], "Accepted")["observedGeneration"], 1, "{status}");
 
         // HTTPRoutes: per parent, Accepted and ResolvedRefs with their reasons.
-        let parent = |name: &'static str| {
-            let routes = routes.clone();
-            async move {
-                let r = routes.get(name).await.ok()?;
-                let status = serde_json::to_value(r.status?).ok()?;
-                status["parents"].as_array()?.iter().find(|p| p["controllerName"] == CONTROLLER).cloned()
-            }
-        };
+        let parent = |name: &'static str| our_parent(&routes, name);
         let web = eventually("web's status", Duration::from_secs(15), || parent("web")).await;
         assert_eq!(summary(cond(&web["conditions"], "Accepted")), s("True", "Accepted", 1), "{web}");
         assert_eq!(summary(cond(&web["conditions"], "ResolvedRefs")), s("True", "ResolvedRefs", 1), "{web}");
@@ -189,24 +198,9 @@ fn gateway_api_status_written_by_the_leader() {
 #[test]
 fn gateway_api_tls_listener_and_tlsroute_status() {
     isolated("gateway_api_tls_listener_and_tlsroute_status", || async {
-        let api = ApiServer::start().await;
-        let admin = api.client().await;
-        install_gateway_crds(&admin).await;
+        let (api, admin, _echo) = cluster_with_class().await;
         let ns = "default";
-        let echo = Echo::start(&["a"]).await;
-        apply::<Service>(&admin, ns, service("web")).await;
-        apply::<Endpoints>(&admin, ns, endpoints("web", &echo.ports)).await;
         let gw = |kind, plural, value| create(&admin, Some(ns), "v1", kind, plural, value);
-        create(
-            &admin,
-            None,
-            "v1",
-            "GatewayClass",
-            "gatewayclasses",
-            json!({"metadata": {"name": "weir"}, "spec": {"controllerName": CONTROLLER}}),
-        )
-        .await
-        .unwrap();
         gw(
             "Gateway",
             "gateways",
@@ -289,14 +283,7 @@ fn gateway_api_tls_listener_and_tlsroute_status() {
             "{second}"
         );
 
-        let parent = |name: &'static str| {
-            let routes = routes.clone();
-            async move {
-                let r = routes.get(name).await.ok()?;
-                let status = serde_json::to_value(r.status?).ok()?;
-                status["parents"].as_array()?.iter().find(|p| p["controllerName"] == CONTROLLER).cloned()
-            }
-        };
+        let parent = |name: &'static str| our_parent(&routes, name);
         let ok = eventually("pass's status", Duration::from_secs(15), || parent("pass")).await;
         assert_eq!(summary(cond(&ok["conditions"], "Accepted")), s("True", "Accepted", 1), "{ok}");
         assert_eq!(summary(cond(&ok["conditions"], "ResolvedRefs")), s("True", "ResolvedRefs", 1), "{ok}");

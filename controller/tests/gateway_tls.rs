@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
+mod support_gateway;
 mod support_proc;
 
+use support_gateway::{service, write};
 use support_proc::{Proc, spawn, spawn_serve};
 
 /// A `weir echo --name NAME` backend.
@@ -23,45 +25,39 @@ fn echo(name: &str) -> (Proc, SocketAddr) {
     (proc, addrs[0])
 }
 
-/// A Service `name` (port 80) whose one endpoint is `addr`.
-fn service(name: &str, addr: SocketAddr) -> String {
-    format!(
-        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default}}\nspec: {{ports: [{{name: http, port: 80}}]}}\n---\n\
-         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}-1, namespace: default, labels: {{kubernetes.io/service-name: {name}}}}}\n\
-         addressType: IPv4\nports: [{{name: http, port: {port}}}]\nendpoints: [{{addresses: [\"{ip}\"]}}]\n---\n",
-        port = addr.port(),
-        ip = addr.ip(),
-    )
+/// A test CA named `name`: (its PEM, the issuer of its leaves).
+fn test_ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    // Distinct subjects: a leaf whose issuer equals its subject looks self-signed to clients.
+    params.distinguished_name.push(rcgen::DnType::CommonName, format!("{name} test CA"));
+    let pem = params.self_signed(&key).unwrap().pem();
+    (pem, rcgen::Issuer::new(params, key))
+}
+
+/// A leaf for `names` signed by `issuer`: (certificate PEM, key PEM).
+fn leaf(issuer: &rcgen::Issuer<'static, rcgen::KeyPair>, names: &[&str]) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+        .unwrap()
+        .signed_by(&key, issuer)
+        .unwrap();
+    (cert.pem(), key.serialize_pem())
 }
 
 /// A CA and a `kubernetes.io/tls` Secret `namespace/name` with a leaf it signed for `names`:
 /// (CA PEM, Secret YAML).
 fn tls_secret(namespace: &str, name: &str, names: &[&str]) -> (String, String) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(rcgen::DnType::CommonName, format!("{namespace}/{name} test CA"));
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
+    let (ca, issuer) = test_ca(&format!("{namespace}/{name}"));
+    let (cert, key) = leaf(&issuer, names);
     let b64 = |s: String| base64::engine::general_purpose::STANDARD.encode(s);
     let secret = format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: {namespace}}}\ntype: kubernetes.io/tls\ndata:\n  tls.crt: {}\n  tls.key: {}\n---\n",
-        b64(leaf.pem()),
-        b64(key.serialize_pem()),
+        b64(cert),
+        b64(key),
     );
-    (ca.pem(), secret)
-}
-
-/// Writes `yaml` as `dir/file` (write then rename, as editors do).
-fn write(dir: &Path, file: &str, yaml: &str) {
-    let tmp = dir.join(format!(".{file}.tmp"));
-    std::fs::write(&tmp, yaml).unwrap();
-    std::fs::rename(&tmp, dir.join(file)).unwrap();
+    (ca, secret)
 }
 
 /// What curl saw: `Ok((status, echo name))` or `Err(curl's message)` (a failed handshake).
@@ -118,6 +114,14 @@ fn have_curl() -> bool {
 const CLASS: &str = "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: weir}\n\
 spec: {controllerName: weir.dev/gateway-controller}\n---\n";
 
+/// The Gateway `default/name` of class `weir` with `listeners` (YAML list items).
+fn gateway(name: &str, listeners: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: default}}\n\
+         spec:\n  gatewayClassName: weir\n  listeners:\n{listeners}---\n"
+    )
+}
+
 /// Writes the CA `pem` to `dir/name.pem`.
 fn ca_file(dir: &Path, name: &str, pem: &str) -> PathBuf {
     let path = dir.join(format!("{name}.pem"));
@@ -144,17 +148,13 @@ fn https_listener_serves_its_certificate_and_routes_only_over_tls() {
     let (wild_ca, wild) = tls_secret("certs", "wild-tls", &["*.x.example.com", "deep.b.x.example.com"]);
     let site_ca = ca_file(cas.path(), "site", &site_ca);
     let wild_ca = ca_file(cas.path(), "wild", &wild_ca);
-    let gateway = r#"apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: edge, namespace: default}
-spec:
-  gatewayClassName: weir
-  listeners:
-  - {name: http, port: 80, protocol: HTTP}
+    let gateway = gateway(
+        "edge",
+        r#"  - {name: http, port: 80, protocol: HTTP}
   - {name: https, port: 443, protocol: HTTPS, hostname: secure.example.com, tls: {certificateRefs: [{name: site-tls}]}}
   - {name: https-x, port: 443, protocol: HTTPS, hostname: "*.x.example.com", tls: {certificateRefs: [{name: wild-tls, namespace: certs}]}}
----
-"#;
+"#,
+    );
     let routes = r#"apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {name: secure, namespace: default}
@@ -233,21 +233,15 @@ fn http_listener_isolation_most_specific_listener_only() {
     let (_a, a) = echo("backend-a");
     let dir = tempfile::tempdir().unwrap();
     let mut yaml = String::from(CLASS);
-    yaml.push_str(
-        r#"apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: iso, namespace: default}
-spec:
-  gatewayClassName: weir
-  listeners:
-  - {name: empty-hostname, port: 80, protocol: HTTP}
+    yaml.push_str(&gateway(
+        "iso",
+        r#"  - {name: empty-hostname, port: 80, protocol: HTTP}
   - {name: wildcard-example-com, port: 80, protocol: HTTP, hostname: "*.example.com"}
   - {name: wildcard-foo-example-com, port: 80, protocol: HTTP, hostname: "*.foo.example.com"}
   - {name: abc-foo-example-com, port: 80, protocol: HTTP, hostname: abc.foo.example.com}
   - {name: quiet, port: 80, protocol: HTTP, hostname: quiet.example.com}
----
 "#,
-    );
+    ));
     // As in the conformance manifest: every route names every host; isolation keeps each to
     // its own listener's.
     for listener in
@@ -303,25 +297,11 @@ impl Drop for TlsBackend {
     }
 }
 
-/// A CA that signs backend certificates: (its PEM, the issuer).
-fn backend_ca() -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params.distinguished_name.push(rcgen::DnType::CommonName, "passthrough backends test CA");
-    let pem = params.self_signed(&key).unwrap().pem();
-    (pem, rcgen::Issuer::new(params, key))
-}
-
 fn tls_backend(name: &str, issuer: &rcgen::Issuer<'static, rcgen::KeyPair>, names: &[&str]) -> TlsBackend {
     let dir = tempfile::tempdir().unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-        .unwrap()
-        .signed_by(&key, issuer)
-        .unwrap();
-    std::fs::write(dir.path().join("cert.pem"), leaf.pem()).unwrap();
-    std::fs::write(dir.path().join("key.pem"), key.serialize_pem()).unwrap();
+    let (cert, key) = leaf(issuer, names);
+    std::fs::write(dir.path().join("cert.pem"), cert).unwrap();
+    std::fs::write(dir.path().join("key.pem"), key).unwrap();
     std::fs::write(dir.path().join("who"), name).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -368,7 +348,7 @@ fn tlsroute_passthrough_reaches_weighted_backends_with_their_certificates() {
     if !have_curl() || !support_proc::have("openssl", "scripts/test.sh install") {
         return;
     }
-    let (ca_pem, issuer) = backend_ca();
+    let (ca_pem, issuer) = test_ca("passthrough backends");
     let names = ["a.pass.example.com", "x.deep.pass.example.com"];
     let one = tls_backend("one", &issuer, &names);
     let two = tls_backend("two", &issuer, &names);
@@ -378,16 +358,10 @@ fn tlsroute_passthrough_reaches_weighted_backends_with_their_certificates() {
     let backends_ca = ca_file(cas.path(), "backends", &ca_pem);
     let (web_ca, web_secret) = tls_secret("default", "web-tls", &["web.example.com"]);
     let web_ca = ca_file(cas.path(), "web", &web_ca);
-    let gateway = r#"apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: edge, namespace: default}
-spec:
-  gatewayClassName: weir
-  listeners:
-  - {name: tls, port: 443, protocol: TLS, hostname: "*.pass.example.com", tls: {mode: Passthrough}}
+    let listeners = r#"  - {name: tls, port: 443, protocol: TLS, hostname: "*.pass.example.com", tls: {mode: Passthrough}}
   - {name: https, port: 443, protocol: HTTPS, hostname: web.example.com, tls: {certificateRefs: [{name: web-tls}]}}
----
-apiVersion: gateway.networking.k8s.io/v1
+"#;
+    let routes = r#"apiVersion: gateway.networking.k8s.io/v1
 kind: TLSRoute
 metadata: {name: pass, namespace: default}
 spec:
@@ -402,7 +376,8 @@ spec: {parentRefs: [{name: edge, sectionName: https}], rules: [{backendRefs: [{n
 ---
 "#;
     let services = format!("{}{}{}", service("one", one.addr), service("two", two.addr), service("web", web));
-    write(dir.path(), "gateway.yaml", &format!("{CLASS}{gateway}{services}{web_secret}"));
+    let gateway = gateway("edge", listeners);
+    write(dir.path(), "gateway.yaml", &format!("{CLASS}{gateway}{routes}{services}{web_secret}"));
     let (_weir, addrs) = spawn_serve(dir.path(), &[], &["https"]);
     let https = addrs[0];
 
