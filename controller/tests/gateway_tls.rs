@@ -342,7 +342,8 @@ fn who(https: SocketAddr, host: &str, ca: &Path) -> Result<String, String> {
 /// `TLSRouteSimpleSameNamespace`): connections whose SNI is one of the route's names
 /// (intersected with the listener's `*.pass.example.com`, a suffix) reach the backends
 /// undecrypted, so the client sees the backend's certificate; `backendRefs` weights 3:1 split
-/// the connections. On the same socket, an HTTPS listener's name is terminated by weir.
+/// the connections. On the same socket, HTTPS listeners' names are terminated by weir, also one
+/// under the TLS listener's wildcard (the more specific listener).
 #[test]
 fn tlsroute_passthrough_reaches_weighted_backends_with_their_certificates() {
     if !have_curl() || !support_proc::have("openssl", "scripts/test.sh install") {
@@ -358,8 +359,11 @@ fn tlsroute_passthrough_reaches_weighted_backends_with_their_certificates() {
     let backends_ca = ca_file(cas.path(), "backends", &ca_pem);
     let (web_ca, web_secret) = tls_secret("default", "web-tls", &["web.example.com"]);
     let web_ca = ca_file(cas.path(), "web", &web_ca);
+    let (inner_ca, inner_secret) = tls_secret("default", "inner-tls", &["inner.deep.pass.example.com"]);
+    let inner_ca = ca_file(cas.path(), "inner", &inner_ca);
     let listeners = r#"  - {name: tls, port: 443, protocol: TLS, hostname: "*.pass.example.com", tls: {mode: Passthrough}}
   - {name: https, port: 443, protocol: HTTPS, hostname: web.example.com, tls: {certificateRefs: [{name: web-tls}]}}
+  - {name: inner, port: 443, protocol: HTTPS, hostname: inner.deep.pass.example.com, tls: {certificateRefs: [{name: inner-tls}]}}
 "#;
     let routes = r#"apiVersion: gateway.networking.k8s.io/v1
 kind: TLSRoute
@@ -372,12 +376,16 @@ spec:
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {name: web, namespace: default}
-spec: {parentRefs: [{name: edge, sectionName: https}], rules: [{backendRefs: [{name: web, port: 80}]}]}
+spec: {parentRefs: [{name: edge, sectionName: https}, {name: edge, sectionName: inner}], rules: [{backendRefs: [{name: web, port: 80}]}]}
 ---
 "#;
     let services = format!("{}{}{}", service("one", one.addr), service("two", two.addr), service("web", web));
     let gateway = gateway("edge", listeners);
-    write(dir.path(), "gateway.yaml", &format!("{CLASS}{gateway}{routes}{services}{web_secret}"));
+    write(
+        dir.path(),
+        "gateway.yaml",
+        &format!("{CLASS}{gateway}{routes}{services}{web_secret}{inner_secret}"),
+    );
     let (_weir, addrs) = spawn_serve(dir.path(), &[], &["https"]);
     let https = addrs[0];
 
@@ -399,6 +407,9 @@ spec: {parentRefs: [{name: edge, sectionName: https}], rules: [{backendRefs: [{n
     assert!(n2 > 0 && n1 > n2, "{seen:?}");
     // The HTTPS listener's name on the same socket is terminated by weir with its certificate.
     assert_eq!(curl(https, "web.example.com", "/", Some(&web_ca)), ok("backend-web"));
+    // An HTTPS listener's name under the TLS listener's wildcard is more specific: terminated
+    // (`Listener` doc: the most specific hostname chooses the listener).
+    assert_eq!(curl(https, "inner.deep.pass.example.com", "/", Some(&inner_ca)), ok("backend-web"));
     // A name neither listener has is terminated too (the default certificate): the backends'
     // CA does not verify it.
     assert!(who(https, "b.other.example.com", &backends_ca).is_err());

@@ -1421,6 +1421,10 @@ pub struct Passthrough {
     /// empty: `backend`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub split: Vec<WeightedBackend>,
+    /// Not passed through but terminated: a Gateway HTTPS listener's name under a TLS
+    /// listener's wildcard (the more specific listener wins); `backend` is then unused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminate: bool,
 }
 
 /// Client certificate authentication of one host (mTLS).

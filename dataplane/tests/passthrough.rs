@@ -39,6 +39,7 @@ async fn setup() -> Setup {
             host: HostMatch::parse(host).unwrap(),
             backend: pass_be.id.clone(),
             split: Vec::new(),
+            terminate: false,
         });
     }
     Setup { p: tls_proxy(table).await, weir_ca, backend_ca, backend_leaf }
@@ -72,6 +73,7 @@ async fn passthrough_to_a_dead_backend_closes_the_connection() {
         host: HostMatch::parse("pass.test").unwrap(),
         backend: be.id.clone(),
         split: Vec::new(),
+        terminate: false,
     });
     let p = tls_proxy(table).await;
     let r =

@@ -403,13 +403,17 @@ enum PassTarget {
     One(usize),
     /// A weighted choice per connection (TLSRoute `backendRefs`).
     Split(Arc<crate::route::split::CompiledSplit>),
+    /// Terminated, not passed through (a more specific HTTPS listener's name).
+    Terminate,
 }
 
 impl PassIndex {
     fn compile(table: &RouteTable, router: &Router) -> PassIndex {
         let mut index = PassIndex::default();
         for pass in &table.passthrough {
-            let target = if pass.split.is_empty() {
+            let target = if pass.terminate {
+                PassTarget::Terminate
+            } else if pass.split.is_empty() {
                 let Some(idx) = router.backend_index(&pass.backend).map(|i| i.0 as usize) else {
                     tracing::warn!(host = %pass.host, backend = %pass.backend, "passthrough backend has no route; host ignored");
                     continue;
@@ -453,6 +457,7 @@ impl PassIndex {
             self.suffix.iter().find(|(s, _)| HostMatch::Suffix(s.clone()).matches(sni)).map(|(_, t)| t)
         })?;
         Some(match target {
+            PassTarget::Terminate => return None,
             PassTarget::One(idx) => Some(*idx),
             PassTarget::Split(split) => split.pick(rand::random()).map(|i| i.0 as usize),
         })

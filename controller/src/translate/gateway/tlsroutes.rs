@@ -14,10 +14,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use weir_dataplane::model::{ObjectRef, Passthrough, RouteTable, WeightedBackend};
+use weir_dataplane::model::{HostMatch, ObjectRef, Passthrough, RouteTable, WeightedBackend};
 
 use super::conditions::{Cond, reasons, types};
-use super::isolation::host_match;
+use super::hostname::Hostname;
+use super::isolation::{host_match, strictly_covers};
+use super::listeners::Protocol;
 use super::refs::Grants;
 use super::routes::service_port;
 use super::{GatewayAttachments, RouteKind};
@@ -147,9 +149,42 @@ pub(crate) fn apply(
                 );
                 continue;
             }
-            table.passthrough.push(Passthrough { host, backend: first.clone(), split: split.clone() });
+            table.passthrough.push(Passthrough {
+                host,
+                backend: first.clone(),
+                split: split.clone(),
+                terminate: false,
+            });
         }
     }
+    exempt_https_names(table, attachments);
     table.passthrough.sort_by(|a, b| a.host.cmp(&b.host));
     out
+}
+
+/// Listener isolation on the HTTPS socket: an HTTPS listener's hostname under a TLS listener's
+/// wildcard passthrough name is more specific, so its connections are terminated, not passed
+/// through (a `terminate` entry the SNI lookup finds first).
+fn exempt_https_names(table: &mut RouteTable, attachments: &GatewayAttachments) {
+    let https = attachments
+        .gateways
+        .values()
+        .flat_map(|g| &g.listeners)
+        .filter(|l| l.ready && matches!(l.protocol, Some(Protocol::Https(_))))
+        .filter_map(|l| l.hostname.as_ref());
+    let mut exempt = Vec::new();
+    for name in https {
+        let host = host_match(Some(name));
+        if table.passthrough.iter().chain(&exempt).any(|p: &Passthrough| p.host == host) {
+            continue;
+        }
+        let covering = table.passthrough.iter().find(|p| match &p.host {
+            HostMatch::Suffix(s) => strictly_covers(Some(&Hostname::Wildcard(s.clone())), name),
+            _ => false,
+        });
+        if let Some(p) = covering {
+            exempt.push(Passthrough { host, backend: p.backend.clone(), split: Vec::new(), terminate: true });
+        }
+    }
+    table.passthrough.extend(exempt);
 }
