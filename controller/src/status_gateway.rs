@@ -19,7 +19,9 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use weir_dataplane::model::ObjectRef;
 
-use crate::gateway::{Gateway, GatewayClass, GatewayClassStatus, GatewayStatus, HttpRoute, RouteStatus};
+use crate::gateway::{
+    Gateway, GatewayClass, GatewayClassStatus, GatewayStatus, HttpRoute, RouteStatus, TlsRoute,
+};
 use crate::source::kube::Stores;
 use crate::translate::gateway::conditions::{Cond, reasons, types};
 use crate::translate::gateway::{GatewayOutcome, RouteKind};
@@ -110,20 +112,24 @@ pub fn gateway_status(
     }))
 }
 
-/// The desired `status` of an HTTPRoute with parents of ours: our entries replaced, others
-/// kept.
+/// The desired `status` of a route (HTTPRoute, TLSRoute) with parents of ours: our entries
+/// replaced, others kept.
 pub fn route_status(
     outcome: &GatewayOutcome,
-    key: &ObjectRef,
+    (kind, key): (RouteKind, &ObjectRef),
     generation: Option<i64>,
     current: &Value,
     now: &str,
 ) -> Option<Value> {
-    let parents = outcome.attachments.routes.get(&(RouteKind::Http, key.clone()))?;
+    let resolved = match kind {
+        RouteKind::Tls => outcome.tls_routes.resolved_refs.get(key),
+        RouteKind::Http | RouteKind::Grpc => outcome.routes.resolved_refs.get(key),
+    };
+    let parents = outcome.attachments.routes.get(&(kind, key.clone()))?;
     let ours = outcome.controller_name.as_str();
     let old_parents = current["parents"].as_array().cloned().unwrap_or_default();
     let mut out: Vec<Value> = old_parents.iter().filter(|p| p["controllerName"] != ours).cloned().collect();
-    let invalid = outcome.routes.invalid_rules.get(key);
+    let invalid = outcome.routes.invalid_rules.get(key).filter(|_| kind == RouteKind::Http);
     for p in parents {
         let parent_ref = serde_json::to_value(&p.parent_ref).unwrap_or(Value::Null);
         let old = old_parents
@@ -140,7 +146,7 @@ pub fn route_status(
             }
             _ => p.accepted.clone(),
         }];
-        conds.push(outcome.routes.resolved_refs.get(key).cloned().unwrap_or_else(|| {
+        conds.push(resolved.cloned().unwrap_or_else(|| {
             Cond::yes(types::RESOLVED_REFS, reasons::RESOLVED_REFS, "every backend reference resolved")
         }));
         out.push(json!({
@@ -199,15 +205,23 @@ pub async fn reconcile(
             }
         }
     }
-    for store in &stores.http_routes {
-        for route in store.state() {
-            let key = key_of(&route.metadata);
-            let current = status_json(route.status.as_ref());
-            if let Some(desired) = route_status(outcome, &key, route.metadata.generation, &current, &now)
-                && desired_differs::<RouteStatus>(&desired, &current)
-            {
-                patches.push(("HTTPRoute", Some(key.namespace), key.name, desired));
-            }
+    let http = stores
+        .http_routes
+        .iter()
+        .flat_map(|s| s.state())
+        .map(|r| (RouteKind::Http, r.metadata.clone(), r.status.clone()));
+    let tls = stores
+        .tls_routes
+        .iter()
+        .flat_map(|s| s.state())
+        .map(|r| (RouteKind::Tls, r.metadata.clone(), r.status.clone()));
+    for (kind, metadata, status) in http.chain(tls) {
+        let key = key_of(&metadata);
+        let current = status_json(status.as_ref());
+        if let Some(desired) = route_status(outcome, (kind, &key), metadata.generation, &current, &now)
+            && desired_differs::<RouteStatus>(&desired, &current)
+        {
+            patches.push((kind.name(), Some(key.namespace), key.name, desired));
         }
     }
     for (kind, namespace, name, status) in patches {
@@ -218,6 +232,10 @@ pub async fn reconcile(
                 Api::<GatewayClass>::all(client.clone()).patch_status(&name, &params, &patch).await.map(drop)
             }
             ("Gateway", Some(ns)) => Api::<Gateway>::namespaced(client.clone(), ns)
+                .patch_status(&name, &params, &patch)
+                .await
+                .map(drop),
+            ("TLSRoute", Some(ns)) => Api::<TlsRoute>::namespaced(client.clone(), ns)
                 .patch_status(&name, &params, &patch)
                 .await
                 .map(drop),

@@ -11,8 +11,10 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+mod support_gateway;
 mod support_proc;
 
+use support_gateway::{service, write};
 use support_proc::{Proc, spawn_serve};
 
 // === backends ===
@@ -81,17 +83,6 @@ fn answer(mut stream: TcpStream, name: &str, seen: &Seen) {
     }
 }
 
-/// The manifests of a Service `name` (port 80) whose one endpoint is `addr`.
-fn service(name: &str, addr: SocketAddr) -> String {
-    format!(
-        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default}}\nspec: {{ports: [{{name: http, port: 80}}]}}\n---\n\
-         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}-1, namespace: default, labels: {{kubernetes.io/service-name: {name}}}}}\n\
-         addressType: IPv4\nports: [{{name: http, port: {port}}}]\nendpoints: [{{addresses: [\"{ip}\"]}}]\n---\n",
-        port = addr.port(),
-        ip = addr.ip(),
-    )
-}
-
 const GATEWAY: &str = "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: weir}\n\
 spec: {controllerName: weir.dev/gateway-controller}\n---\n\
 apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: edge, namespace: default}\n\
@@ -104,13 +95,6 @@ fn http_route(name: &str, created: &str, spec: &str) -> String {
         "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: default, creationTimestamp: \"{created}\"}}\n\
          spec:\n  parentRefs: [{{name: edge}}]\n{spec}---\n"
     )
-}
-
-/// Writes `yaml` as `dir/file` (write then rename, as editors do).
-fn write(dir: &Path, file: &str, yaml: &str) {
-    let tmp = dir.join(format!(".{file}.tmp"));
-    std::fs::write(&tmp, yaml).unwrap();
-    std::fs::rename(&tmp, dir.join(file)).unwrap();
 }
 
 /// Starts the backends `names` and writes their Services to `dir/services.yaml`.

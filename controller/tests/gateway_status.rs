@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{Endpoints, Service};
 use kube::api::Api;
 use serde_json::{Value, json};
 use support_kube::{ApiServer, Echo, Weir, apply, endpoints, eventually, isolated, service};
-use weir::gateway::{Gateway, GatewayClass, HttpRoute};
+use weir::gateway::{Gateway, GatewayClass, HttpRoute, TlsRoute};
 
 const CONTROLLER: &str = "weir.dev/gateway-controller";
 
@@ -39,27 +39,43 @@ fn s(status: &str, reason: &str, generation: i64) -> (String, String, i64) {
     (status.to_string(), reason.to_string(), generation)
 }
 
+/// Our entry in the `status.parents` of the route `name`.
+async fn our_parent<K>(routes: &Api<K>, name: &str) -> Option<Value>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
+{
+    let route = serde_json::to_value(routes.get(name).await.ok()?).ok()?;
+    route["status"]["parents"].as_array()?.iter().find(|p| p["controllerName"] == CONTROLLER).cloned()
+}
+
+/// The API server with the Gateway API CRDs, a Service `web` in `default` whose one endpoint is
+/// the echo backend `a`, and the GatewayClass `weir` of weir's controller.
+async fn cluster_with_class() -> (ApiServer, kube::Client, Echo) {
+    let api = ApiServer::start().await;
+    let admin = api.client().await;
+    install_gateway_crds(&admin).await;
+    let echo = Echo::start(&["a"]).await;
+    apply::<Service>(&admin, "default", service("web")).await;
+    apply::<Endpoints>(&admin, "default", endpoints("web", &echo.ports)).await;
+    create(
+        &admin,
+        None,
+        "v1",
+        "GatewayClass",
+        "gatewayclasses",
+        json!({"metadata": {"name": "weir"}, "spec": {"controllerName": CONTROLLER}}),
+    )
+    .await
+    .unwrap();
+    (api, admin, echo)
+}
+
 #[test]
 fn gateway_api_status_written_by_the_leader() {
     isolated("gateway_api_status_written_by_the_leader", || async {
-        let api = ApiServer::start().await;
-        let admin = api.client().await;
-        install_gateway_crds(&admin).await;
+        let (api, admin, _echo) = cluster_with_class().await;
         let ns = "default";
-        let echo = Echo::start(&["a"]).await;
-        apply::<Service>(&admin, ns, service("web")).await;
-        apply::<Endpoints>(&admin, ns, endpoints("web", &echo.ports)).await;
         let gw = |kind, plural, value| create(&admin, Some(ns), "v1", kind, plural, value);
-        create(
-            &admin,
-            None,
-            "v1",
-            "GatewayClass",
-            "gatewayclasses",
-            json!({"metadata": {"name": "weir"}, "spec": {"controllerName": CONTROLLER}}),
-        )
-        .await
-        .unwrap();
         gw(
             "Gateway",
             "gateways",
@@ -137,14 +153,7 @@ fn gateway_api_status_written_by_the_leader() {
         assert_eq!(cond(&status["conditions"], "Accepted")["observedGeneration"], 1, "{status}");
 
         // HTTPRoutes: per parent, Accepted and ResolvedRefs with their reasons.
-        let parent = |name: &'static str| {
-            let routes = routes.clone();
-            async move {
-                let r = routes.get(name).await.ok()?;
-                let status = serde_json::to_value(r.status?).ok()?;
-                status["parents"].as_array()?.iter().find(|p| p["controllerName"] == CONTROLLER).cloned()
-            }
-        };
+        let parent = |name: &'static str| our_parent(&routes, name);
         let web = eventually("web's status", Duration::from_secs(15), || parent("web")).await;
         assert_eq!(summary(cond(&web["conditions"], "Accepted")), s("True", "Accepted", 1), "{web}");
         assert_eq!(summary(cond(&web["conditions"], "ResolvedRefs")), s("True", "ResolvedRefs", 1), "{web}");
@@ -175,6 +184,121 @@ fn gateway_api_status_written_by_the_leader() {
             gateways.get("edge").await.unwrap().metadata.resource_version,
             gw_version,
             "Gateway rewritten"
+        );
+    });
+}
+
+/// Listener TLS and TLSRoute status, written by the leader: an HTTPS listener whose
+/// `certificateRefs` name a Secret of another namespace without a ReferenceGrant gets
+/// `ResolvedRefs` False `RefNotPermitted` (conformance `GatewaySecretMissingReferenceGrant`), a
+/// missing Secret `InvalidCertificateRef` (`GatewayInvalidTLSConfiguration`), neither is
+/// `Programmed`; two Gateways with one hostname on one port: the newer one's listener is
+/// `Conflicted` (`HostnameConflict`); TLSRoutes get per parent `Accepted` (or
+/// `NoMatchingListenerHostname`) and `ResolvedRefs` (or `BackendNotFound`).
+#[test]
+fn gateway_api_tls_listener_and_tlsroute_status() {
+    isolated("gateway_api_tls_listener_and_tlsroute_status", || async {
+        let (api, admin, _echo) = cluster_with_class().await;
+        let ns = "default";
+        let gw = |kind, plural, value| create(&admin, Some(ns), "v1", kind, plural, value);
+        gw(
+            "Gateway",
+            "gateways",
+            json!({"metadata": {"name": "first"}, "spec": {"gatewayClassName": "weir", "listeners": [
+                {"name": "http", "port": 80, "protocol": "HTTP", "hostname": "dup.example"},
+                {"name": "refused", "port": 443, "protocol": "HTTPS", "hostname": "refused.example",
+                 "tls": {"certificateRefs": [{"name": "other-tls", "namespace": "certs"}]}},
+                {"name": "missing", "port": 443, "protocol": "HTTPS", "hostname": "missing.example",
+                 "tls": {"certificateRefs": [{"name": "nope"}]}},
+                {"name": "pass", "port": 443, "protocol": "TLS", "hostname": "*.pass.example",
+                 "tls": {"mode": "Passthrough"}},
+            ]}}),
+        )
+        .await
+        .unwrap();
+        gw(
+            "Gateway",
+            "gateways",
+            json!({"metadata": {"name": "second"}, "spec": {"gatewayClassName": "weir", "listeners": [
+                {"name": "http", "port": 80, "protocol": "HTTP", "hostname": "dup.example"},
+            ]}}),
+        )
+        .await
+        .unwrap();
+        let tls_route = |name: &str, host: &str, backend: &str| {
+            json!({"metadata": {"name": name}, "spec": {
+                "parentRefs": [{"name": "first", "sectionName": "pass"}], "hostnames": [host],
+                "rules": [{"backendRefs": [{"name": backend, "port": 80}]}]}})
+        };
+        gw("TLSRoute", "tlsroutes", tls_route("pass", "a.pass.example", "web")).await.unwrap();
+        gw("TLSRoute", "tlsroutes", tls_route("pass-missing", "b.pass.example", "missing")).await.unwrap();
+        gw("TLSRoute", "tlsroutes", tls_route("pass-miss", "x.other.example", "web")).await.unwrap();
+
+        let weir = Weir::start(&api.kubeconfig, &["--publish-status-address", "192.0.2.10"]);
+        weir.wait_ready(Duration::from_secs(30)).await;
+        let gateways: Api<Gateway> = Api::namespaced(admin.clone(), ns);
+        let routes: Api<TlsRoute> = Api::namespaced(admin.clone(), ns);
+
+        let listener = |gateway: &'static str, name: &'static str| {
+            let gateways = gateways.clone();
+            async move {
+                let g = gateways.get(gateway).await.ok()?;
+                let status = g.status.value();
+                status["listeners"].as_array()?.iter().find(|l| l["name"] == name).cloned()
+            }
+        };
+        let refused =
+            eventually("first/refused", Duration::from_secs(15), || listener("first", "refused")).await;
+        assert_eq!(
+            summary(cond(&refused["conditions"], "ResolvedRefs")),
+            s("False", "RefNotPermitted", 1),
+            "{refused}"
+        );
+        assert_eq!(cond(&refused["conditions"], "Programmed")["status"], "False", "{refused}");
+        let missing =
+            eventually("first/missing", Duration::from_secs(15), || listener("first", "missing")).await;
+        assert_eq!(
+            summary(cond(&missing["conditions"], "ResolvedRefs")),
+            s("False", "InvalidCertificateRef", 1),
+            "{missing}"
+        );
+        let pass = eventually("first/pass", Duration::from_secs(15), || listener("first", "pass")).await;
+        assert_eq!(summary(cond(&pass["conditions"], "Programmed")), s("True", "Programmed", 1), "{pass}");
+        assert_eq!(
+            pass["supportedKinds"],
+            json!([{"group": "gateway.networking.k8s.io", "kind": "TLSRoute"}])
+        );
+        // pass and pass-missing attached; pass-miss has no matching hostname.
+        assert_eq!(pass["attachedRoutes"], 2, "{pass}");
+        let first = eventually("first/http", Duration::from_secs(15), || listener("first", "http")).await;
+        assert_eq!(
+            summary(cond(&first["conditions"], "Conflicted")),
+            s("False", "NoConflicts", 1),
+            "{first}"
+        );
+        let second = eventually("second/http", Duration::from_secs(15), || listener("second", "http")).await;
+        assert_eq!(
+            summary(cond(&second["conditions"], "Conflicted")),
+            s("True", "HostnameConflict", 1),
+            "{second}"
+        );
+
+        let parent = |name: &'static str| our_parent(&routes, name);
+        let ok = eventually("pass's status", Duration::from_secs(15), || parent("pass")).await;
+        assert_eq!(summary(cond(&ok["conditions"], "Accepted")), s("True", "Accepted", 1), "{ok}");
+        assert_eq!(summary(cond(&ok["conditions"], "ResolvedRefs")), s("True", "ResolvedRefs", 1), "{ok}");
+        let bad =
+            eventually("pass-missing's status", Duration::from_secs(15), || parent("pass-missing")).await;
+        assert_eq!(
+            summary(cond(&bad["conditions"], "ResolvedRefs")),
+            s("False", "BackendNotFound", 1),
+            "{bad}"
+        );
+        let miss = eventually("pass-miss's status", Duration::from_secs(15), || parent("pass-miss")).await;
+        assert_eq!(
+            summary(cond(&miss["conditions"], "Accepted")),
+            s("False", "NoMatchingListenerHostname", 1),
+            "{miss}"
         );
     });
 }

@@ -1421,6 +1421,15 @@ pub struct Passthrough {
     pub host: HostMatch,
     /// The backend that terminates TLS itself (also in [`RouteTable::backends`]).
     pub backend: BackendId,
+    /// Gateway API TLSRoute `backendRefs`: each connection goes to one of these, chosen at
+    /// random by weight (a share without backend, or weights all 0, refuses the connection);
+    /// empty: `backend`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub split: Vec<WeightedBackend>,
+    /// Not passed through but terminated: a Gateway HTTPS listener's name under a TLS
+    /// listener's wildcard (the more specific listener wins); `backend` is then unused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminate: bool,
 }
 
 /// The TLS handshake options of one host, chosen by SNI: the host's own TLS 1.2 cipher suites
@@ -1570,6 +1579,10 @@ pub struct RequestConditions {
     /// Query parameters (names case-sensitive, first occurrence).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub query: Vec<ValueMatch>,
+    /// The socket the request came on (Gateway API listener isolation): `Some(true)` only over
+    /// TLS (HTTPS listeners), `Some(false)` only over plain HTTP; `None`: either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<bool>,
 }
 
 /// A named value and how it must match.

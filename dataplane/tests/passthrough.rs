@@ -35,9 +35,12 @@ async fn setup() -> Setup {
         .build();
     let mut table: RouteTable = with_cert(table, "a", &["a.test"], &weir_ca.leaf(&["a.test"]));
     for host in ["pass.test", "*.passwild.test"] {
-        table
-            .passthrough
-            .push(Passthrough { host: HostMatch::parse(host).unwrap(), backend: pass_be.id.clone() });
+        table.passthrough.push(Passthrough {
+            host: HostMatch::parse(host).unwrap(),
+            backend: pass_be.id.clone(),
+            split: Vec::new(),
+            terminate: false,
+        });
     }
     Setup { p: tls_proxy(table).await, weir_ca, backend_ca, backend_leaf }
 }
@@ -66,9 +69,12 @@ async fn passthrough_to_a_dead_backend_closes_the_connection() {
     let dead = dead_addr().await;
     let be = support::backend("dead", &[dead]);
     let mut table = table().host("pass.test").prefix("/", &be).build();
-    table
-        .passthrough
-        .push(Passthrough { host: HostMatch::parse("pass.test").unwrap(), backend: be.id.clone() });
+    table.passthrough.push(Passthrough {
+        host: HostMatch::parse("pass.test").unwrap(),
+        backend: be.id.clone(),
+        split: Vec::new(),
+        terminate: false,
+    });
     let p = tls_proxy(table).await;
     let r =
         tokio::time::timeout(Duration::from_secs(5), tls_connect(p.https, "pass.test", &[])).await.unwrap();

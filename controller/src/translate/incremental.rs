@@ -411,7 +411,7 @@ impl Translator {
         let keys = match changed {
             Some(keys)
                 if self.config.as_ref() == Some(config)
-                    && !super::has_gateway_routes(snapshot)
+                    && snapshot.gateways.is_empty()
                     && !keys.iter().any(|k| rebuilds_all(k, snapshot, config)) =>
             {
                 keys

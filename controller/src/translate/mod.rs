@@ -147,6 +147,9 @@ fn gateway_apply(
         return;
     }
     let attachments = gateway::attach_all(snapshot, &config.gateway);
+    let mut warnings = Warnings::default();
+    gateway::tls::apply(&mut translation.table, &attachments, &mut warnings);
+    translation.warnings.extend(warnings.finish());
     let mut routes = gateway::routes::RoutesOut::default();
     if has_gateway_routes(snapshot) {
         let resolver = backend::Resolver::new(snapshot, slices);
@@ -163,10 +166,26 @@ fn gateway_apply(
         translation.warnings.sort();
         translation.warnings.dedup();
     }
+    let mut tls_routes = gateway::tlsroutes::TlsRoutesOut::default();
+    if !snapshot.tls_routes.is_empty() && !attachments.gateways.is_empty() {
+        let resolver = backend::Resolver::new(snapshot, slices);
+        let mut warnings = Warnings::default();
+        tls_routes = gateway::tlsroutes::apply(
+            &mut translation.table,
+            &attachments,
+            snapshot,
+            &resolver,
+            &mut warnings,
+        );
+        translation.warnings.extend(warnings.finish());
+        translation.warnings.sort();
+        translation.warnings.dedup();
+    }
     translation.gateway = Some(std::sync::Arc::new(gateway::GatewayOutcome {
         attachments,
         routes,
         controller_name: config.gateway.controller_name.clone(),
+        tls_routes,
     }));
 }
 

@@ -27,6 +27,10 @@ pub enum ObjectKind {
     ConfigMap,
     /// A `gateway.networking.k8s.io/v1` HTTPRoute.
     HttpRoute,
+    /// A `gateway.networking.k8s.io/v1` Gateway.
+    Gateway,
+    /// A `gateway.networking.k8s.io` TLSRoute.
+    TlsRoute,
 }
 
 impl fmt::Display for ObjectKind {
@@ -103,6 +107,9 @@ pub enum Reason {
     BackendNotResolved,
     /// A Gateway API filter weir does not support; the rule answers 500.
     UnsupportedFilter,
+    /// A Gateway listener is not served (not accepted, a certificate that does not resolve,
+    /// a conflict with another listener).
+    ListenerNotServed,
 }
 
 impl fmt::Display for Reason {

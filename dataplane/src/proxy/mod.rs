@@ -391,37 +391,77 @@ impl std::fmt::Debug for Inner {
 /// TLS passthrough hosts of a table, by SNI.
 #[derive(Default)]
 struct PassIndex {
-    exact: std::collections::HashMap<String, usize>,
+    exact: std::collections::HashMap<String, PassTarget>,
     /// Keyed by the suffix after `*.`.
-    wildcard: std::collections::HashMap<String, usize>,
+    wildcard: std::collections::HashMap<String, PassTarget>,
+    /// Gateway API `*.suffix` names (one or more labels in front), longest first.
+    suffix: Vec<(String, PassTarget)>,
+}
+
+/// Where a passthrough host's connections go.
+#[derive(Clone)]
+enum PassTarget {
+    /// One backend (an index into `balancers`).
+    One(usize),
+    /// A weighted choice per connection (TLSRoute `backendRefs`).
+    Split(Arc<crate::route::split::CompiledSplit>),
+    /// Terminated, not passed through (a more specific HTTPS listener's name).
+    Terminate,
 }
 
 impl PassIndex {
     fn compile(table: &RouteTable, router: &Router) -> PassIndex {
         let mut index = PassIndex::default();
         for pass in &table.passthrough {
-            let Some(idx) = router.backend_index(&pass.backend).map(|i| i.0 as usize) else {
-                tracing::warn!(host = %pass.host, backend = %pass.backend, "passthrough backend has no route; host ignored");
-                continue;
+            let target = if pass.terminate {
+                PassTarget::Terminate
+            } else if pass.split.is_empty() {
+                let Some(idx) = router.backend_index(&pass.backend).map(|i| i.0 as usize) else {
+                    tracing::warn!(host = %pass.host, backend = %pass.backend, "passthrough backend has no route; host ignored");
+                    continue;
+                };
+                PassTarget::One(idx)
+            } else {
+                let shares = pass
+                    .split
+                    .iter()
+                    .map(|s| (s.backend.as_ref().and_then(|b| router.backend_index(b)), s.weight));
+                PassTarget::Split(Arc::new(crate::route::split::CompiledSplit::new(shares)))
             };
             match &pass.host {
-                HostMatch::Exact(h) => index.exact.entry(h.clone()).or_insert(idx),
-                HostMatch::Wildcard(s) => index.wildcard.entry(s.clone()).or_insert(idx),
-                HostMatch::Any | HostMatch::Suffix(_) => continue,
-            };
+                HostMatch::Exact(h) => drop(index.exact.entry(h.clone()).or_insert(target)),
+                HostMatch::Wildcard(s) => drop(index.wildcard.entry(s.clone()).or_insert(target)),
+                HostMatch::Suffix(s) => {
+                    if !index.suffix.iter().any(|(have, _)| have == s) {
+                        index.suffix.push((s.clone(), target));
+                    }
+                }
+                HostMatch::Any => {}
+            }
         }
+        index.suffix.sort_by(|(a, _), (b, _)| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         index
     }
 
     fn is_empty(&self) -> bool {
-        self.exact.is_empty() && self.wildcard.is_empty()
+        self.exact.is_empty() && self.wildcard.is_empty() && self.suffix.is_empty()
     }
 
-    /// The balancer index for an SNI name (lower case).
-    fn lookup(&self, sni: &str) -> Option<usize> {
-        self.exact.get(sni).copied().or_else(|| {
+    /// The balancer index for an SNI name (lower case): exact, one-label wildcard, then the
+    /// longest Gateway API suffix; a weighted split draws one. `None`: not passed through, or a
+    /// split whose draw has no backend.
+    fn lookup(&self, sni: &str) -> Option<Option<usize>> {
+        let target = self.exact.get(sni).or_else(|| {
             let (_, suffix) = sni.split_once('.')?;
-            self.wildcard.get(suffix).copied()
+            self.wildcard.get(suffix)
+        });
+        let target = target.or_else(|| {
+            self.suffix.iter().find(|(s, _)| HostMatch::Suffix(s.clone()).matches(sni)).map(|(_, t)| t)
+        })?;
+        Some(match target {
+            PassTarget::Terminate => return None,
+            PassTarget::One(idx) => Some(*idx),
+            PassTarget::Split(split) => split.pick(rand::random()).map(|i| i.0 as usize),
         })
     }
 }

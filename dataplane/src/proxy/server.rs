@@ -392,8 +392,13 @@ async fn handshake(proxy: &Proxy, tls: &TlsListener, mut stream: TcpStream) -> R
     if !state.passthrough.is_empty()
         && let Some(sni) = l4::client_hello_sni(&record)
         && let Some(idx) = state.passthrough.lookup(&sni)
-        && let Some(balancer) = state.balancers.get(idx)
     {
+        // A TLSRoute share without backend: the connection is refused.
+        let Some(balancer) = idx.and_then(|i| state.balancers.get(i)) else {
+            return Err(format!(
+                "passthrough to {sni}: no backend for this connection (an unresolved backendRef)"
+            ));
+        };
         let upstream =
             connect_any(proxy, balancer).await.map_err(|e| format!("passthrough to {sni}: {e}"))?;
         return Ok(Accepted::Passthrough(Box::new(Passthrough { stream, hello: record, upstream, sni })));

@@ -24,6 +24,8 @@ pub struct RequestView<'a> {
     pub headers: &'a HeaderMap,
     /// Its query (after `?`, without it), if any.
     pub query: Option<&'a str>,
+    /// Whether it came over TLS (the HTTPS socket).
+    pub tls: bool,
 }
 
 /// Why conditions do not compile.
@@ -52,6 +54,7 @@ pub struct CompiledConditions {
     method: Option<Method>,
     headers: Vec<(HeaderName, Matcher)>,
     query: Vec<(String, Matcher)>,
+    tls: Option<bool>,
 }
 
 #[derive(Clone, Debug)]
@@ -100,11 +103,14 @@ impl CompiledConditions {
             .iter()
             .map(|ValueMatch { name, value }| Ok((name.clone(), Matcher::compile(value)?)))
             .collect::<Result<_, ConditionError>>()?;
-        Ok(CompiledConditions { method, headers, query })
+        Ok(CompiledConditions { method, headers, query, tls: c.tls })
     }
 
     /// Whether the request meets every condition.
     pub fn matches(&self, req: &RequestView<'_>) -> bool {
+        if self.tls.is_some_and(|tls| tls != req.tls) {
+            return false;
+        }
         if self.method.as_ref().is_some_and(|m| m != req.method) {
             return false;
         }
@@ -186,6 +192,7 @@ mod tests {
             method: method.map(str::to_string),
             headers: headers.iter().map(vm).collect(),
             query: query.iter().map(vm).collect(),
+            tls: None,
         })
         .unwrap()
     }
@@ -203,7 +210,7 @@ mod tests {
     }
 
     fn check(c: &CompiledConditions, r: &(Method, HeaderMap, Option<&str>)) -> bool {
-        c.matches(&RequestView { method: &r.0, headers: &r.1, query: r.2 })
+        c.matches(&RequestView { method: &r.0, headers: &r.1, query: r.2, tls: false })
     }
 
     fn exact(s: &str) -> StringMatch {
@@ -259,18 +266,39 @@ mod tests {
         assert!(!check(&re, &request("GET", &[], Some("id"))));
     }
 
+    /// Gateway API listener isolation: a route of an HTTPS listener answers only requests that
+    /// came over TLS, one of an HTTP listener only plain-HTTP ones.
+    #[test]
+    fn tls_condition_checks_the_socket() {
+        let (m, h) = (Method::GET, HeaderMap::new());
+        let plain = RequestView { method: &m, headers: &h, query: None, tls: false };
+        let tls = RequestView { tls: true, ..plain };
+        for (wanted, over_plain, over_tls) in
+            [(Some(true), false, true), (Some(false), true, false), (None, true, true)]
+        {
+            let c = CompiledConditions::compile(&RequestConditions {
+                tls: wanted,
+                ..RequestConditions::default()
+            })
+            .unwrap();
+            assert_eq!((c.matches(&plain), c.matches(&tls)), (over_plain, over_tls), "{wanted:?}");
+        }
+    }
+
     #[test]
     fn bad_patterns_are_errors() {
         let bad = RequestConditions {
             method: None,
             headers: vec![],
             query: vec![ValueMatch { name: "a".into(), value: StringMatch::Regex("(".into()) }],
+            tls: None,
         };
         assert!(matches!(CompiledConditions::compile(&bad), Err(ConditionError::Regex { .. })));
         let bad = RequestConditions {
             method: None,
             headers: vec![ValueMatch { name: "bad name".into(), value: exact("x") }],
             query: vec![],
+            tls: None,
         };
         assert!(matches!(CompiledConditions::compile(&bad), Err(ConditionError::HeaderName(_))));
         assert_eq!(decode("%41%zz%4"), Some("A%zz%4".into()));

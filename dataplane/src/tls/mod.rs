@@ -163,6 +163,8 @@ pub struct CertIndex {
     default: Option<Arc<CertifiedKey>>,
     /// `ssl-reject-handshake`: the names a handshake may ask for; `None`: any.
     known: Option<KnownNames>,
+    /// Gateway API `*.suffix` names (one or more labels in front), longest suffix first.
+    suffix: Vec<(String, Arc<CertifiedKey>)>,
 }
 
 /// The host names of a table, for `ssl-reject-handshake`.
@@ -225,11 +227,18 @@ impl CertIndex {
                     HostMatch::Exact(h) => index.exact.entry(h.clone()).or_insert_with(|| key.clone()),
                     HostMatch::Wildcard(s) => index.wildcard.entry(s.clone()).or_insert_with(|| key.clone()),
                     HostMatch::Any => index.any.get_or_insert_with(|| key.clone()),
-                    // Gateway API suffix names get no certificate of their own yet.
-                    HostMatch::Suffix(_) => continue,
+                    HostMatch::Suffix(s) => {
+                        if !index.suffix.iter().any(|(have, _)| have == s) {
+                            index.suffix.push((s.clone(), key.clone()));
+                        }
+                        continue;
+                    }
                 };
             }
         }
+        // "The GatewayClass MUST use the longest matching SNI out of all available
+        // certificates" (`Listener.tls`).
+        index.suffix.sort_by(|(a, _), (b, _)| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         index
     }
 
@@ -251,7 +260,13 @@ impl CertIndex {
     /// Every certificate of the index, each once.
     pub fn keys(&self) -> Vec<Arc<CertifiedKey>> {
         let mut keys: Vec<Arc<CertifiedKey>> = Vec::new();
-        let all = self.exact.values().chain(self.wildcard.values()).chain(&self.any).chain(&self.default);
+        let all = self
+            .exact
+            .values()
+            .chain(self.wildcard.values())
+            .chain(self.suffix.iter().map(|(_, k)| k))
+            .chain(&self.any)
+            .chain(&self.default);
         for key in all {
             if !keys.iter().any(|k| Arc::ptr_eq(k, key)) {
                 keys.push(key.clone());
@@ -273,9 +288,19 @@ impl CertIndex {
             {
                 return Some(key.clone());
             }
+            if let Some((_, key)) = self.suffix.iter().find(|(s, _)| suffix_matches(s, &name)) {
+                return Some(key.clone());
+            }
         }
         self.any.clone().or_else(|| self.default.clone())
     }
+}
+
+/// Whether `name` ends in `.suffix` with one or more labels in front (Gateway API `*.suffix`).
+fn suffix_matches(suffix: &str, name: &str) -> bool {
+    name.strip_suffix(suffix)
+        .and_then(|head| head.strip_suffix('.'))
+        .is_some_and(|head| !head.is_empty() && !head.starts_with('.') && !head.ends_with('.'))
 }
 
 impl KnownNames {
@@ -495,5 +520,59 @@ impl rustls::client::danger::ServerCertVerifier for DepthLimited {
     }
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.inner.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::model::TlsEntry;
+
+    fn cert(name: &str) -> Certificate {
+        let generated = rcgen::generate_simple_self_signed(vec![name.to_string()]).unwrap();
+        Certificate { chain_pem: generated.cert.pem(), key_pem: generated.signing_key.serialize_pem() }
+    }
+
+    /// `Listener.tls`: "The GatewayClass MUST use the longest matching SNI out of all available
+    /// certificates": exact, then the Ingress one-label wildcard, then the Gateway API suffix
+    /// names longest first, then an entry for any name.
+    #[test]
+    fn listener_tls_longest_matching_sni_wins() {
+        let mut table = RouteTable::default();
+        let names = ["exact", "ingress-wildcard", "suffix-short", "suffix-long", "any"];
+        let hosts = [
+            HostMatch::Exact("a.foo.example.com".into()),
+            HostMatch::Wildcard("example.com".into()),
+            HostMatch::Suffix("example.com".into()),
+            HostMatch::Suffix("foo.example.com".into()),
+            HostMatch::Any,
+        ];
+        for (name, host) in names.into_iter().zip(hosts) {
+            let id = ObjectRef::new("ns", name);
+            table.certificates.insert(id.clone(), cert(&format!("{name}.test")));
+            table.tls.push(TlsEntry { hosts: vec![host], certificate: Some(id) });
+        }
+        let index = CertIndex::compile(&table, &mut CertCache::default());
+        let leaf = |sni: &str| {
+            let key = index.resolve(Some(sni)).unwrap();
+            let all = index.keys();
+            let i = all.iter().position(|k| Arc::ptr_eq(k, &key)).unwrap();
+            all[i].cert[0].clone()
+        };
+        let of = |name: &str| {
+            let id = ObjectRef::new("ns", name);
+            CertificateDer::pem_slice_iter(table.certificates[&id].chain_pem.as_bytes())
+                .next()
+                .unwrap()
+                .unwrap()
+        };
+        assert_eq!(leaf("a.foo.example.com"), of("exact"));
+        assert_eq!(leaf("b.example.com"), of("ingress-wildcard"));
+        assert_eq!(leaf("b.foo.example.com"), of("suffix-long"));
+        assert_eq!(leaf("c.b.foo.example.com"), of("suffix-long"));
+        assert_eq!(leaf("c.b.example.com"), of("suffix-short"));
+        assert_eq!(leaf("example.com"), of("any"), "a suffix name needs a label in front");
+        assert_eq!(leaf("other.test"), of("any"));
     }
 }

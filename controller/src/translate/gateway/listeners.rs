@@ -150,8 +150,14 @@ fn gateway_out(
     let mut listeners: Vec<ListenerOut> =
         gateway.spec.listeners.iter().map(|l| listener_out(key, l, snapshot, config, grants)).collect();
     mark_conflicts(&mut listeners);
+    let conditions = gateway_conditions(&listeners);
+    GatewayOut { key: key.clone(), generation: gateway.metadata.generation, listeners, conditions }
+}
+
+/// A Gateway's `Accepted` and `Programmed`, from how many of its listeners are served.
+pub fn gateway_conditions(listeners: &[ListenerOut]) -> Vec<Cond> {
     let valid = listeners.iter().filter(|l| l.ready).count();
-    let conditions = if valid == listeners.len() {
+    if valid == listeners.len() {
         vec![
             Cond::yes(types::ACCEPTED, reasons::ACCEPTED, "every listener is served"),
             Cond::yes(types::PROGRAMMED, reasons::PROGRAMMED, "served by weir's HTTP and HTTPS listeners"),
@@ -178,8 +184,7 @@ fn gateway_out(
             ),
             Cond::no(types::PROGRAMMED, reasons::INVALID, "no listener can be served"),
         ]
-    };
-    GatewayOut { key: key.clone(), generation: gateway.metadata.generation, listeners, conditions }
+    }
 }
 
 /// The route kinds a protocol supports.

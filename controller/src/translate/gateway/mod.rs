@@ -9,11 +9,15 @@
 
 pub mod attach;
 pub mod conditions;
+pub mod conflicts;
 pub mod filters;
 pub mod hostname;
+pub mod isolation;
 pub mod listeners;
 pub mod refs;
 pub mod routes;
+pub mod tls;
+pub mod tlsroutes;
 
 #[cfg(test)]
 mod tests;
@@ -94,13 +98,16 @@ pub struct GatewayOutcome {
     pub routes: routes::RoutesOut,
     /// The controller name written into route parent statuses.
     pub controller_name: String,
+    /// What the TLSRoutes' backends resolved to.
+    pub tls_routes: tlsroutes::TlsRoutesOut,
 }
 
 /// Resolves classes, Gateways and listeners, and attaches every route.
 pub fn attach_all(snapshot: &Snapshot, config: &GatewayConfig) -> GatewayAttachments {
     let grants = Grants::new(snapshot);
     let classes = listeners::classes(snapshot, config);
-    let gateways = listeners::gateways(snapshot, config, &classes, &grants);
+    let mut gateways = listeners::gateways(snapshot, config, &classes, &grants);
+    conflicts::mark(&mut gateways, snapshot);
     let mut out = GatewayAttachments { classes, gateways, ..GatewayAttachments::default() };
     if out.gateways.is_empty() {
         return out;

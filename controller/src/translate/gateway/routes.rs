@@ -36,6 +36,8 @@ use weir_dataplane::model::{
 use super::attach::ParentOut;
 use super::conditions::{Cond, reasons, types};
 use super::hostname::Hostname;
+use super::isolation::{self, Isolation, Socket};
+use super::listeners::GatewayOut;
 use super::refs::Grants;
 use super::{GatewayAttachments, RouteKind};
 use crate::gateway::{BackendRef, HttpRouteMatch, HttpRouteRule};
@@ -63,13 +65,21 @@ struct Age {
     object: ObjectRef,
 }
 
+/// See [`Built::order`].
+type Order = (Option<Reverse<usize>>, Reverse<(bool, usize, usize)>, Age, usize, usize);
+
 /// One route built from a match, with its precedence among routes sharing its path.
 struct Built {
     host: HostMatch,
-    /// Method match, then header and query parameter counts (more first), then age, rule and
-    /// match index.
-    order: (Reverse<(bool, usize, usize)>, Age, usize, usize),
+    /// Inherited from a less specific host name of the route (then after the host's own
+    /// routes, the longer name first: `HTTPRouteSpec.hostnames` precedence), method match,
+    /// then header and query parameter counts (more first), then age, rule and match index.
+    order: Order,
     route: Route,
+    /// `host` as a Gateway API name (`None`: any host).
+    name: Option<Hostname>,
+    /// The sockets it is served on, each with the hostname of the listener it attached to.
+    sockets: BTreeMap<Socket, Option<Hostname>>,
 }
 
 /// Adds the routes of every accepted HTTPRoute to `table`, resolving their backends with
@@ -83,6 +93,7 @@ pub(crate) fn apply(
     warnings: &mut Warnings,
 ) -> RoutesOut {
     let grants = Grants::new(snapshot);
+    let isolation = Isolation::new(attachments.gateways.values());
     let mut out = RoutesOut::default();
     let mut built: Vec<Built> = Vec::new();
     let mut backends: BTreeMap<BackendId, Backend> = BTreeMap::new();
@@ -102,7 +113,7 @@ pub(crate) fn apply(
                 ),
             );
         }
-        let Some(hosts) = hosts_of(parents) else { continue };
+        let Some(hosts) = hosts_of(parents, &attachments.gateways, &isolation) else { continue };
         let age = Age {
             undated: route.metadata.creation_timestamp.is_none(),
             created: route.metadata.creation_timestamp.as_ref().map(|t| t.0),
@@ -140,17 +151,19 @@ pub(crate) fn apply(
                 let specificity = conditions
                     .as_deref()
                     .map_or((false, 0, 0), |c| (c.method.is_some(), c.headers.len(), c.query.len()));
-                for host in &hosts {
+                for (name, sockets) in &hosts {
                     built.push(Built {
-                        host: host.clone(),
-                        order: (Reverse(specificity), age.clone(), ri, mi),
+                        host: isolation::host_match(name.as_ref()),
+                        order: (None, Reverse(specificity), age.clone(), ri, mi),
                         route: Route {
                             path: path.clone(),
                             action: action.clone(),
                             policy: policy.clone(),
                             origin: key.clone(),
-                            conditions: conditions.clone(),
+                            conditions: with_sockets(conditions.clone(), sockets),
                         },
+                        name: name.clone(),
+                        sockets: sockets.clone(),
                     });
                 }
             }
@@ -163,31 +176,147 @@ pub(crate) fn apply(
         }
         out.resolved_refs.insert(key.clone(), refs);
     }
+    let shields = inherit(&mut built, &isolation);
     merge(table, built, warnings);
+    for host in shields {
+        if !table.hosts.iter().any(|vh| vh.host == host) {
+            table.hosts.push(VirtualHost { host, routes: Vec::new() });
+        }
+    }
+    table.hosts.sort_by(|a, b| a.host.cmp(&b.host));
     for (id, backend) in backends {
         table.backends.entry(id).or_insert(backend);
     }
     out
 }
 
-/// The host names a route serves over all its accepted parents; `None` when it attached
-/// nowhere.
-fn hosts_of(parents: &[ParentOut]) -> Option<BTreeSet<HostMatch>> {
-    let mut hosts = BTreeSet::new();
+/// The host names (`None`: any) a route serves over all its accepted parents, each with the
+/// sockets it serves it on and the hostname of the listener there; names a more specific
+/// listener of the socket takes are left out (`isolation`). `None` when it attached nowhere.
+type Hosts = BTreeMap<Option<Hostname>, BTreeMap<Socket, Option<Hostname>>>;
+
+fn hosts_of(
+    parents: &[ParentOut],
+    gateways: &BTreeMap<ObjectRef, GatewayOut>,
+    isolation: &Isolation,
+) -> Option<Hosts> {
+    let mut hosts = Hosts::new();
     let mut attached = false;
     for a in parents.iter().filter(|p| p.accepted.status).flat_map(|p| &p.attached) {
         attached = true;
-        match &a.hostnames {
-            None => {
-                hosts.insert(HostMatch::Any);
+        let Some(listener) = gateways.get(&a.gateway).and_then(|g| g.listeners.get(a.listener)) else {
+            continue;
+        };
+        let Some(socket) = listener.protocol.as_ref().map(Socket::of) else { continue };
+        let names: Vec<Option<&Hostname>> = match &a.hostnames {
+            None => vec![None],
+            Some(names) => names.iter().map(Some).collect(),
+        };
+        for name in names {
+            if isolation.claimed(socket, listener.hostname.as_ref(), name) {
+                continue;
             }
-            Some(names) => hosts.extend(names.iter().map(|h| match h {
-                Hostname::Exact(n) => HostMatch::Exact(n.clone()),
-                Hostname::Wildcard(s) => HostMatch::Suffix(s.clone()),
-            })),
+            let sockets = hosts.entry(name.cloned()).or_default();
+            // Two listeners of one socket: the more specific one's hostname.
+            let replace = match sockets.get(&socket) {
+                None => true,
+                Some(have) => {
+                    listener.hostname.as_ref().is_some_and(|l| isolation::strictly_covers(have.as_ref(), l))
+                }
+            };
+            if replace {
+                sockets.insert(socket, listener.hostname.clone());
+            }
         }
     }
     attached.then_some(hosts)
+}
+
+/// A match's conditions with the sockets it is served on.
+fn with_sockets(
+    conditions: Option<Box<RequestConditions>>,
+    sockets: &BTreeMap<Socket, Option<Hostname>>,
+) -> Option<Box<RequestConditions>> {
+    let tls = Socket::condition(&sockets.keys().copied().collect());
+    match (conditions, tls) {
+        (None, None) => None,
+        (Some(mut c), tls) => {
+            c.tls = tls;
+            Some(c)
+        }
+        (None, tls) => Some(Box::new(RequestConditions { tls, ..RequestConditions::default() })),
+    }
+}
+
+/// Listener isolation across virtual hosts (see `isolation`): the routes of a less specific
+/// host name are copied into each more specific virtual host whose requests still belong to
+/// their listener; returns the listener host names that need a virtual host of their own
+/// (even without routes) so that their requests do not reach a less specific one.
+fn inherit(built: &mut Vec<Built>, isolation: &Isolation) -> BTreeSet<HostMatch> {
+    let wide: Vec<usize> =
+        (0..built.len()).filter(|&i| !matches!(built[i].name, Some(Hostname::Exact(_)))).collect();
+    if wide.is_empty() {
+        return BTreeSet::new();
+    }
+    let mut targets: BTreeSet<Hostname> = built.iter().filter_map(|b| b.name.clone()).collect();
+    for &i in &wide {
+        for socket in built[i].sockets.keys() {
+            targets.extend(isolation.shields(*socket, built[i].name.as_ref()));
+        }
+    }
+    let mut have: BTreeSet<(Hostname, ObjectRef, usize, usize)> = built
+        .iter()
+        .filter_map(|b| Some((b.name.clone()?, b.route.origin.clone(), b.order.3, b.order.4)))
+        .collect();
+    // Paths a target already answers for every request (on a socket, or both): a copy there
+    // would never be reached.
+    let plain = |b: &Built| specificity(&b.route) == (false, 0, 0);
+    let tls_of = |r: &Route| r.conditions.as_deref().and_then(|c| c.tls);
+    let mut taken: BTreeSet<(Hostname, PathMatch, Option<bool>)> = built
+        .iter()
+        .filter(|b| plain(b))
+        .filter_map(|b| Some((b.name.clone()?, b.route.path.clone(), tls_of(&b.route))))
+        .collect();
+    let mut copies = Vec::new();
+    for target in &targets {
+        for &i in &wide {
+            let b = &built[i];
+            let sockets: BTreeMap<Socket, Option<Hostname>> = b
+                .sockets
+                .iter()
+                .filter(|(s, l)| isolation.inherits(**s, l.as_ref(), b.name.as_ref(), target))
+                .map(|(s, l)| (*s, l.clone()))
+                .collect();
+            if sockets.is_empty()
+                || !have.insert((target.clone(), b.route.origin.clone(), b.order.3, b.order.4))
+            {
+                continue;
+            }
+            let mut route = b.route.clone();
+            route.conditions = with_sockets(route.conditions.take(), &sockets);
+            let tls = tls_of(&route);
+            let path = (target.clone(), route.path.clone());
+            if taken.contains(&(path.0.clone(), path.1.clone(), None))
+                || taken.contains(&(path.0.clone(), path.1.clone(), tls))
+            {
+                continue;
+            }
+            if specificity(&route) == (false, 0, 0) {
+                taken.insert((path.0, path.1, tls));
+            }
+            let mut order = b.order.clone();
+            order.0 = Some(Reverse(b.name.as_ref().map_or(0, Hostname::len)));
+            copies.push(Built {
+                host: isolation::host_match(Some(target)),
+                order,
+                route,
+                name: Some(target.clone()),
+                sockets,
+            });
+        }
+    }
+    built.extend(copies);
+    targets.iter().map(|t| isolation::host_match(Some(t))).collect()
 }
 
 /// `HTTPRouteRule.matches`, defaulted: "If no matches are specified, the default is a prefix
@@ -237,35 +366,9 @@ impl RouteCtx<'_, '_> {
         RouteAction::Split(shares)
     }
 
-    /// The Service port a `backendRef` (`BackendObjectReference`) names, in the route's
-    /// namespace or in another one that grants it; else the `ResolvedRefs` reason and why.
+    /// The Service port a `backendRef` names ([`service_port`]).
     fn service_port(&self, r: &BackendRef) -> Result<BackendId, (&'static str, String)> {
-        let group = r.group.as_deref().unwrap_or("");
-        let kind = r.kind.as_deref().unwrap_or("Service");
-        if !group.is_empty() || kind != "Service" {
-            let why = format!("kind {kind:?} of group {group:?} is not supported (only Services)");
-            return Err((reasons::INVALID_KIND, why));
-        }
-        let namespace = r.namespace.as_deref().unwrap_or(&self.key.namespace);
-        let service = ObjectRef::new(namespace, &r.name);
-        // `BackendRef`: "a ReferenceGrant is required in the referent namespace to allow that
-        // namespace's owner to accept the reference".
-        if namespace != self.key.namespace
-            && !self
-                .grants
-                .allows((crate::gateway::GROUP, "HTTPRoute", &self.key.namespace), ("", "Service", &service))
-        {
-            let why =
-                format!("Service {service} is in another namespace and no ReferenceGrant there allows it");
-            return Err((reasons::REF_NOT_PERMITTED, why));
-        }
-        let Some(port) = r.port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p != 0) else {
-            return Err((reasons::BACKEND_NOT_FOUND, "a Service reference needs a port".to_string()));
-        };
-        if !self.snapshot.services.contains_key(&service) {
-            return Err((reasons::BACKEND_NOT_FOUND, format!("Service {service} not found")));
-        }
-        Ok(BackendId { namespace: service.namespace, service: service.name, port: ServicePort::Number(port) })
+        service_port(self.key, "HTTPRoute", self.grants, self.snapshot, r)
     }
 
     /// Resolves one `backendRef` into the table's backends; `None` (with `ResolvedRefs` false)
@@ -339,6 +442,41 @@ impl RouteCtx<'_, '_> {
             }
         }
     }
+}
+
+/// The Service port a `backendRef` (`BackendObjectReference`) of the route `key` (of kind
+/// `from_kind`) names, in the route's namespace or in another one that grants it; else the
+/// `ResolvedRefs` reason and why.
+pub(crate) fn service_port(
+    key: &ObjectRef,
+    from_kind: &str,
+    grants: &Grants<'_>,
+    snapshot: &Snapshot,
+    r: &BackendRef,
+) -> Result<BackendId, (&'static str, String)> {
+    let group = r.group.as_deref().unwrap_or("");
+    let kind = r.kind.as_deref().unwrap_or("Service");
+    if !group.is_empty() || kind != "Service" {
+        let why = format!("kind {kind:?} of group {group:?} is not supported (only Services)");
+        return Err((reasons::INVALID_KIND, why));
+    }
+    let namespace = r.namespace.as_deref().unwrap_or(&key.namespace);
+    let service = ObjectRef::new(namespace, &r.name);
+    // `BackendRef`: "a ReferenceGrant is required in the referent namespace to allow that
+    // namespace's owner to accept the reference".
+    if namespace != key.namespace
+        && !grants.allows((crate::gateway::GROUP, from_kind, &key.namespace), ("", "Service", &service))
+    {
+        let why = format!("Service {service} is in another namespace and no ReferenceGrant there allows it");
+        return Err((reasons::REF_NOT_PERMITTED, why));
+    }
+    let Some(port) = r.port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p != 0) else {
+        return Err((reasons::BACKEND_NOT_FOUND, "a Service reference needs a port".to_string()));
+    };
+    if !snapshot.services.contains_key(&service) {
+        return Err((reasons::BACKEND_NOT_FOUND, format!("Service {service} not found")));
+    }
+    Ok(BackendId { namespace: service.namespace, service: service.name, port: ServicePort::Number(port) })
 }
 
 /// The path and conditions of a match, validated as the router will compile them.
@@ -427,7 +565,7 @@ fn merge(table: &mut weir_dataplane::model::RouteTable, mut built: Vec<Built>, w
                     .filter(|r| r.conditions.is_none())
                     .map(|r| (r.path.clone(), r.origin.clone()))
                     .collect();
-                for r in routes.iter().filter(|r| r.conditions.is_none()) {
+                for r in routes.iter().filter(|r| specificity(r) == (false, 0, 0)) {
                     if let Some(ingress) = ingress_paths.get(&r.path) {
                         warnings.warn_on(
                             ObjectKind::HttpRoute,

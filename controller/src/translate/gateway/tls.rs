@@ -1,0 +1,76 @@
+//! TLS of Gateway listeners into the table (pure): the certificates of HTTPS listeners
+//! (`tls.mode: Terminate`) join the Ingresses' in the SNI resolver of the HTTPS socket.
+//!
+//! A listener's certificate serves its hostname: an exact name, a wildcard `*.suffix` (any
+//! number of labels in front, [`HostMatch::Suffix`]), or, without hostname, every name no
+//! other entry covers (before the default certificate). Of several `certificateRefs` the first
+//! that resolves is served. The resolver uses the longest matching name ("The GatewayClass
+//! MUST use the longest matching SNI out of all available certificates", `Listener.tls`):
+//! exact names, then one-label Ingress wildcards, then Gateway wildcards longest first, then
+//! an entry for any name. On the very same name an Ingress's `spec.tls` and a listener's
+//! certificate cannot both serve: the Ingress's is kept (it was there first, as at one path
+//! an Ingress route is kept over an HTTPRoute without conditions) and the Gateway gets a
+//! `ConflictLost` warning (`weir check`).
+
+use weir_dataplane::model::{RouteTable, TlsEntry};
+
+use super::GatewayAttachments;
+use super::isolation::host_match;
+use super::listeners::Protocol;
+use crate::translate::warnings::{ObjectKind, Reason, Warnings};
+
+/// Adds a TLS entry and its certificate for each ready HTTPS listener of `attachments`, after
+/// the Ingresses' entries already in `table`.
+pub(crate) fn apply(table: &mut RouteTable, attachments: &GatewayAttachments, warnings: &mut Warnings) {
+    for (key, gateway) in &attachments.gateways {
+        // What keeps a listener from being served, for `weir check` (the status writer
+        // reports the same conditions on the Gateway).
+        for l in &gateway.listeners {
+            let problems: Vec<String> = l
+                .conditions
+                .iter()
+                .filter(|c| c.status == (c.type_ == super::conditions::types::CONFLICTED))
+                .map(|c| {
+                    format!(
+                        "{} {} ({}): {}",
+                        c.type_,
+                        if c.status { "True" } else { "False" },
+                        c.reason,
+                        c.message
+                    )
+                })
+                .collect();
+            if !problems.is_empty() {
+                warnings.error_on(
+                    ObjectKind::Gateway,
+                    key,
+                    Reason::ListenerNotServed,
+                    format!("spec.listeners[{}]: {}", l.name, problems.join("; ")),
+                );
+            }
+        }
+        for l in gateway.listeners.iter().filter(|l| l.ready) {
+            let Some(Protocol::Https(certificates)) = &l.protocol else { continue };
+            let Some((id, certificate)) = certificates.first() else { continue };
+            let host = host_match(l.hostname.as_ref());
+            if let Some(other) = table.tls.iter().find(|t| t.hosts.contains(&host)) {
+                let holder = other
+                    .certificate
+                    .as_ref()
+                    .map_or("the default certificate".to_string(), |c| format!("certificate {c}"));
+                warnings.warn_on(
+                    ObjectKind::Gateway,
+                    key,
+                    Reason::ConflictLost,
+                    format!(
+                        "spec.listeners[{}]: name {host} already has {holder} (an Ingress's spec.tls, or an earlier listener); the listener's certificate {id} is not served for it",
+                        l.name
+                    ),
+                );
+                continue;
+            }
+            table.certificates.entry(id.clone()).or_insert_with(|| certificate.clone());
+            table.tls.push(TlsEntry { hosts: vec![host], certificate: Some(id.clone()) });
+        }
+    }
+}

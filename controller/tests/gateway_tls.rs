@@ -1,0 +1,416 @@
+//! Gateway listeners over real sockets: `weir serve --manifests` with HTTPS listeners
+//! (`tls.mode: Terminate`) and HTTPRoutes, `weir echo` backends on loopback, and curl as the
+//! client (`--resolve` to weir's ports, `--cacert` with the CA of the certificate the listener
+//! must serve: a handshake with any other certificate fails). Each test cites the Gateway API
+//! field documentation (`apis/v1/gateway_types.go`) or conformance test it checks.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed setup step should panic the test
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+
+mod support_gateway;
+mod support_proc;
+
+use support_gateway::{service, write};
+use support_proc::{Proc, spawn, spawn_serve};
+
+/// A `weir echo --name NAME` backend.
+fn echo(name: &str) -> (Proc, SocketAddr) {
+    let (proc, addrs) = spawn(&["echo", "--listen", "127.0.0.1:0", "--name", name], &["listen"]);
+    (proc, addrs[0])
+}
+
+/// A test CA named `name`: (its PEM, the issuer of its leaves).
+fn test_ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    // Distinct subjects: a leaf whose issuer equals its subject looks self-signed to clients.
+    params.distinguished_name.push(rcgen::DnType::CommonName, format!("{name} test CA"));
+    let pem = params.self_signed(&key).unwrap().pem();
+    (pem, rcgen::Issuer::new(params, key))
+}
+
+/// A leaf for `names` signed by `issuer`: (certificate PEM, key PEM).
+fn leaf(issuer: &rcgen::Issuer<'static, rcgen::KeyPair>, names: &[&str]) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+        .unwrap()
+        .signed_by(&key, issuer)
+        .unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// A CA and a `kubernetes.io/tls` Secret `namespace/name` with a leaf it signed for `names`:
+/// (CA PEM, Secret YAML).
+fn tls_secret(namespace: &str, name: &str, names: &[&str]) -> (String, String) {
+    let (ca, issuer) = test_ca(&format!("{namespace}/{name}"));
+    let (cert, key) = leaf(&issuer, names);
+    let b64 = |s: String| base64::engine::general_purpose::STANDARD.encode(s);
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: {namespace}}}\ntype: kubernetes.io/tls\ndata:\n  tls.crt: {}\n  tls.key: {}\n---\n",
+        b64(cert),
+        b64(key),
+    );
+    (ca, secret)
+}
+
+/// What curl saw: `Ok((status, echo name))` or `Err(curl's message)` (a failed handshake).
+type Seen = Result<(u16, String), String>;
+
+/// `curl` to `host` on weir's `addr`: over TLS verified against `ca` when given, else plain.
+fn curl(addr: SocketAddr, host: &str, path: &str, ca: Option<&Path>) -> Seen {
+    let scheme = if ca.is_some() { "https" } else { "http" };
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sS", "--max-time", "10", "-w", "\n%{http_code}"])
+        .args(["--resolve", &format!("{host}:{}:127.0.0.1", addr.port())]);
+    if let Some(ca) = ca {
+        cmd.arg("--cacert").arg(ca);
+    }
+    let out = cmd.arg(format!("{scheme}://{host}:{}{path}", addr.port())).output().unwrap();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    let name = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("name").and_then(|n| n.as_str()).map(str::to_string))
+        .unwrap_or_else(|| "-".to_string());
+    Ok((code.parse().unwrap(), name))
+}
+
+/// Retries `probe` until it returns `want` (a published table takes effect asynchronously), or
+/// fails after 20 s with the last answer.
+fn wait_for(what: &str, want: &Seen, probe: impl Fn() -> Seen) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = probe();
+        if &got == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: want {want:?}, last answer {got:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn ok(name: &str) -> Seen {
+    Ok((200, name.to_string()))
+}
+
+fn not_found() -> Seen {
+    Ok((404, "-".to_string()))
+}
+
+fn have_curl() -> bool {
+    support_proc::have("curl", "scripts/test.sh install")
+}
+
+const CLASS: &str = "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: weir}\n\
+spec: {controllerName: weir.dev/gateway-controller}\n---\n";
+
+/// The Gateway `default/name` of class `weir` with `listeners` (YAML list items).
+fn gateway(name: &str, listeners: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: default}}\n\
+         spec:\n  gatewayClassName: weir\n  listeners:\n{listeners}---\n"
+    )
+}
+
+/// Writes the CA `pem` to `dir/name.pem`.
+fn ca_file(dir: &Path, name: &str, pem: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.pem"));
+    std::fs::write(&path, pem).unwrap();
+    path
+}
+
+/// `ListenerTLSConfig.certificateRefs` and port isolation: an HTTPS listener serves its
+/// certificate for its hostname and routes its HTTPRoutes over TLS only; an HTTP listener's
+/// routes answer plain HTTP only (conformance `HTTPRouteHTTPSListener`). A Secret in another
+/// namespace is refused without a ReferenceGrant (`GatewaySecretMissingReferenceGrant`: `weir
+/// check` reports `RefNotPermitted`) and served once one is written
+/// (`GatewaySecretReferenceGrantSpecific`).
+#[test]
+fn https_listener_serves_its_certificate_and_routes_only_over_tls() {
+    if !have_curl() {
+        return;
+    }
+    let (_a, a) = echo("backend-a");
+    let (_b, b) = echo("backend-b");
+    let dir = tempfile::tempdir().unwrap();
+    let cas = tempfile::tempdir().unwrap();
+    let (site_ca, site) = tls_secret("default", "site-tls", &["secure.example.com"]);
+    let (wild_ca, wild) = tls_secret("certs", "wild-tls", &["*.x.example.com", "deep.b.x.example.com"]);
+    let site_ca = ca_file(cas.path(), "site", &site_ca);
+    let wild_ca = ca_file(cas.path(), "wild", &wild_ca);
+    let gateway = gateway(
+        "edge",
+        r#"  - {name: http, port: 80, protocol: HTTP}
+  - {name: https, port: 443, protocol: HTTPS, hostname: secure.example.com, tls: {certificateRefs: [{name: site-tls}]}}
+  - {name: https-x, port: 443, protocol: HTTPS, hostname: "*.x.example.com", tls: {certificateRefs: [{name: wild-tls, namespace: certs}]}}
+"#,
+    );
+    let routes = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: secure, namespace: default}
+spec: {parentRefs: [{name: edge, sectionName: https}], rules: [{backendRefs: [{name: a, port: 80}]}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: plain, namespace: default}
+spec:
+  parentRefs: [{name: edge, sectionName: http}]
+  hostnames: [secure.example.com]
+  rules: [{matches: [{path: {type: PathPrefix, value: /plain}}], backendRefs: [{name: b, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: x, namespace: default}
+spec: {parentRefs: [{name: edge, sectionName: https-x}], rules: [{backendRefs: [{name: b, port: 80}]}]}
+---
+"#;
+    let services = format!("{}{}", service("a", a), service("b", b));
+    write(dir.path(), "gateway.yaml", &format!("{CLASS}{gateway}{routes}{services}{site}{wild}"));
+
+    // Without a grant, `weir check` names the refused reference and its reason.
+    let check = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["check", "--manifests"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let report =
+        format!("{}{}", String::from_utf8_lossy(&check.stdout), String::from_utf8_lossy(&check.stderr));
+    assert!(!check.status.success(), "{report}");
+    assert!(report.contains("https-x") && report.contains("RefNotPermitted"), "{report}");
+
+    let (_weir, addrs) = spawn_serve(dir.path(), &[], &["http", "https"]);
+    let (http, https) = (addrs[0], addrs[1]);
+    // The listener's certificate, by SNI; its route over TLS.
+    wait_for("HTTPS secure.example.com /", &ok("backend-a"), || {
+        curl(https, "secure.example.com", "/", Some(&site_ca))
+    });
+    // Over TLS the HTTP listener's route (/plain) is not there: the HTTPS route's `/` answers.
+    assert_eq!(curl(https, "secure.example.com", "/plain", Some(&site_ca)), ok("backend-a"));
+    // Over plain HTTP, the HTTP listener's route only; the HTTPS route's `/` is not reachable.
+    assert_eq!(curl(http, "secure.example.com", "/plain", None), ok("backend-b"));
+    assert_eq!(curl(http, "secure.example.com", "/", None), not_found());
+    // The refused certificate is not served: the handshake for *.x.example.com does not verify.
+    let refused = curl(https, "a.x.example.com", "/", Some(&wild_ca));
+    assert!(refused.is_err(), "{refused:?}");
+
+    // A ReferenceGrant in the Secret's namespace: served, for one label and more.
+    let grant = r#"apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: gateways, namespace: certs}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: Gateway, namespace: default}]
+  to: [{group: "", kind: Secret, name: wild-tls}]
+"#;
+    write(dir.path(), "grant.yaml", grant);
+    wait_for("HTTPS a.x.example.com / after the grant", &ok("backend-b"), || {
+        curl(https, "a.x.example.com", "/", Some(&wild_ca))
+    });
+    assert_eq!(curl(https, "deep.b.x.example.com", "/", Some(&wild_ca)), ok("backend-b"));
+    // The site certificate still serves its own name (the longest matching SNI).
+    assert_eq!(curl(https, "secure.example.com", "/", Some(&site_ca)), ok("backend-a"));
+}
+
+/// Listener isolation (`Listener` doc, "Listeners that are distinct only by Hostname";
+/// conformance `GatewayHTTPListenerIsolation`): a request is served by the routes of the most
+/// specific listener whose hostname matches it, and by no other listener's, even when a route
+/// of a less specific listener names its host; a more specific listener without routes
+/// answers 404.
+#[test]
+fn http_listener_isolation_most_specific_listener_only() {
+    if !have_curl() {
+        return;
+    }
+    let (_a, a) = echo("backend-a");
+    let dir = tempfile::tempdir().unwrap();
+    let mut yaml = String::from(CLASS);
+    yaml.push_str(&gateway(
+        "iso",
+        r#"  - {name: empty-hostname, port: 80, protocol: HTTP}
+  - {name: wildcard-example-com, port: 80, protocol: HTTP, hostname: "*.example.com"}
+  - {name: wildcard-foo-example-com, port: 80, protocol: HTTP, hostname: "*.foo.example.com"}
+  - {name: abc-foo-example-com, port: 80, protocol: HTTP, hostname: abc.foo.example.com}
+  - {name: quiet, port: 80, protocol: HTTP, hostname: quiet.example.com}
+"#,
+    ));
+    // As in the conformance manifest: every route names every host; isolation keeps each to
+    // its own listener's.
+    for listener in
+        ["empty-hostname", "wildcard-example-com", "wildcard-foo-example-com", "abc-foo-example-com"]
+    {
+        yaml.push_str(&format!(
+            r#"apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {listener}, namespace: default}}
+spec:
+  parentRefs: [{{name: iso, sectionName: {listener}}}]
+  hostnames: [bar.com, "*.example.com", "*.foo.example.com", abc.foo.example.com]
+  rules: [{{matches: [{{path: {{type: PathPrefix, value: /{listener}}}}}], backendRefs: [{{name: a, port: 80}}]}}]
+---
+"#
+        ));
+    }
+    yaml.push_str(&service("a", a));
+    write(dir.path(), "iso.yaml", &yaml);
+    let (_weir, addrs) = spawn_serve(dir.path(), &[], &["http"]);
+    let http = addrs[0];
+    wait_for("bar.com /empty-hostname", &ok("backend-a"), || curl(http, "bar.com", "/empty-hostname", None));
+    let paths = ["empty-hostname", "wildcard-example-com", "wildcard-foo-example-com", "abc-foo-example-com"];
+    for (host, served) in [
+        ("bar.com", "empty-hostname"),
+        ("bar.example.com", "wildcard-example-com"),
+        ("bar.foo.example.com", "wildcard-foo-example-com"),
+        ("abc.foo.example.com", "abc-foo-example-com"),
+    ] {
+        for path in paths {
+            let want = if path == served { ok("backend-a") } else { not_found() };
+            assert_eq!(curl(http, host, &format!("/{path}"), None), want, "{host} /{path}");
+        }
+    }
+    // The listener quiet.example.com has no routes: its requests reach no other listener's.
+    for path in paths {
+        assert_eq!(curl(http, "quiet.example.com", &format!("/{path}"), None), not_found(), "/{path}");
+    }
+}
+
+/// A TLS backend: `openssl s_server -WWW` serving the file `who` (its name) with a certificate
+/// for `names` signed by `ca`; killed on drop.
+struct TlsBackend {
+    child: std::process::Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TlsBackend {
+    fn drop(&mut self) {
+        let _ = self.child.kill(); // best effort: it may have exited
+        let _ = self.child.wait();
+    }
+}
+
+fn tls_backend(name: &str, issuer: &rcgen::Issuer<'static, rcgen::KeyPair>, names: &[&str]) -> TlsBackend {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = leaf(issuer, names);
+    std::fs::write(dir.path().join("cert.pem"), cert).unwrap();
+    std::fs::write(dir.path().join("key.pem"), key).unwrap();
+    std::fs::write(dir.path().join("who"), name).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let child = Command::new("openssl")
+        .args(["s_server", "-quiet", "-WWW", "-cert", "cert.pem", "-key", "key.pem", "-accept"])
+        .arg(addr.to_string())
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "openssl s_server {name} did not listen on {addr}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    TlsBackend { child, addr, _dir: dir }
+}
+
+/// `curl --cacert CA https://host/who` to weir's HTTPS socket: the backend's name, or curl's
+/// error (a certificate the CA did not sign fails the handshake).
+fn who(https: SocketAddr, host: &str, ca: &Path) -> Result<String, String> {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(ca)
+        .args(["--resolve", &format!("{host}:{}:127.0.0.1", https.port())])
+        .arg(format!("https://{host}:{}/who", https.port()))
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// TLSRoute on a TLS listener (`tls.mode: Passthrough`; conformance
+/// `TLSRouteSimpleSameNamespace`): connections whose SNI is one of the route's names
+/// (intersected with the listener's `*.pass.example.com`, a suffix) reach the backends
+/// undecrypted, so the client sees the backend's certificate; `backendRefs` weights 3:1 split
+/// the connections. On the same socket, HTTPS listeners' names are terminated by weir, also one
+/// under the TLS listener's wildcard (the more specific listener).
+#[test]
+fn tlsroute_passthrough_reaches_weighted_backends_with_their_certificates() {
+    if !have_curl() || !support_proc::have("openssl", "scripts/test.sh install") {
+        return;
+    }
+    let (ca_pem, issuer) = test_ca("passthrough backends");
+    let names = ["a.pass.example.com", "x.deep.pass.example.com"];
+    let one = tls_backend("one", &issuer, &names);
+    let two = tls_backend("two", &issuer, &names);
+    let (_web, web) = echo("backend-web");
+    let dir = tempfile::tempdir().unwrap();
+    let cas = tempfile::tempdir().unwrap();
+    let backends_ca = ca_file(cas.path(), "backends", &ca_pem);
+    let (web_ca, web_secret) = tls_secret("default", "web-tls", &["web.example.com"]);
+    let web_ca = ca_file(cas.path(), "web", &web_ca);
+    let (inner_ca, inner_secret) = tls_secret("default", "inner-tls", &["inner.deep.pass.example.com"]);
+    let inner_ca = ca_file(cas.path(), "inner", &inner_ca);
+    let listeners = r#"  - {name: tls, port: 443, protocol: TLS, hostname: "*.pass.example.com", tls: {mode: Passthrough}}
+  - {name: https, port: 443, protocol: HTTPS, hostname: web.example.com, tls: {certificateRefs: [{name: web-tls}]}}
+  - {name: inner, port: 443, protocol: HTTPS, hostname: inner.deep.pass.example.com, tls: {certificateRefs: [{name: inner-tls}]}}
+"#;
+    let routes = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: pass, namespace: default}
+spec:
+  parentRefs: [{name: edge, sectionName: tls}]
+  hostnames: [a.pass.example.com, "*.deep.pass.example.com"]
+  rules: [{backendRefs: [{name: one, port: 80, weight: 3}, {name: two, port: 80, weight: 1}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: web, namespace: default}
+spec: {parentRefs: [{name: edge, sectionName: https}, {name: edge, sectionName: inner}], rules: [{backendRefs: [{name: web, port: 80}]}]}
+---
+"#;
+    let services = format!("{}{}{}", service("one", one.addr), service("two", two.addr), service("web", web));
+    let gateway = gateway("edge", listeners);
+    write(
+        dir.path(),
+        "gateway.yaml",
+        &format!("{CLASS}{gateway}{routes}{services}{web_secret}{inner_secret}"),
+    );
+    let (_weir, addrs) = spawn_serve(dir.path(), &[], &["https"]);
+    let https = addrs[0];
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while who(https, "a.pass.example.com", &backends_ca).is_err() {
+        assert!(Instant::now() < deadline, "{:?}", who(https, "a.pass.example.com", &backends_ca));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut seen = std::collections::BTreeMap::<String, u32>::new();
+    for i in 0..80 {
+        let host = if i % 2 == 0 { "a.pass.example.com" } else { "x.deep.pass.example.com" };
+        let name = who(https, host, &backends_ca).unwrap_or_else(|e| panic!("{host}: {e}"));
+        *seen.entry(name).or_default() += 1;
+    }
+    let (n1, n2) = (seen.get("one").copied().unwrap_or(0), seen.get("two").copied().unwrap_or(0));
+    assert_eq!(n1 + n2, 80, "{seen:?}");
+    // 3:1 over 80 connections: both get some, and `one` more (the chance of either failing by
+    // luck is below one in a million).
+    assert!(n2 > 0 && n1 > n2, "{seen:?}");
+    // The HTTPS listener's name on the same socket is terminated by weir with its certificate.
+    assert_eq!(curl(https, "web.example.com", "/", Some(&web_ca)), ok("backend-web"));
+    // An HTTPS listener's name under the TLS listener's wildcard is more specific: terminated
+    // (`Listener` doc: the most specific hostname chooses the listener).
+    assert_eq!(curl(https, "inner.deep.pass.example.com", "/", Some(&inner_ca)), ok("backend-web"));
+    // A name neither listener has is terminated too (the default certificate): the backends'
+    // CA does not verify it.
+    assert!(who(https, "b.other.example.com", &backends_ca).is_err());
+}
