@@ -40,6 +40,8 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
 use super::accesslog;
+use super::accesslog_auth;
+use super::accesslog_upstream;
 use super::compress::{self, Encoded};
 use super::deadline::{Deadline, Deadlines};
 use super::error::{BoxError, ProxyBody, ProxyError, grpc_local_response, is_grpc, local_response};
@@ -504,7 +506,29 @@ impl ConnCtx {
         let clients = &self.proxy.inner.clients;
         let cache = policy.auth_cache.as_deref();
         let timeout = ctx.state.config.upstream_timeout;
-        let decision = extauth::decide(clients, timeout, ext, cache, &original, ctx.request_id);
+        let request = &*req;
+        let decision = async move {
+            // `enable-auth-access-log`: the subrequest's own line.
+            let log_auth = accesslog_auth::format(ctx.state);
+            let mut asked = None;
+            let report = log_auth.is_some().then_some(&mut asked);
+            let decided =
+                extauth::decide(clients, timeout, ext, cache, &original, ctx.request_id, report).await;
+            if let (Some(format), Some(asked)) = (log_auth, asked) {
+                let of = accesslog_auth::For {
+                    req: request,
+                    client: ctx.client.ip,
+                    request_id: ctx.request_id,
+                    origin: ctx.route.origin.as_ref(),
+                    peer: self.peer,
+                    ssl: self.ssl,
+                    https: self.https,
+                    listener_port: &self.listener_port,
+                };
+                accesslog_auth::write(ctx.state, format, of, asked);
+            }
+            decided
+        };
         match Box::pin(decision).await {
             (extauth::Decision::Allow(copy), cookies) => {
                 for (name, value) in copy {
@@ -718,6 +742,9 @@ impl ConnCtx {
         let plan = RetryPlan::of(ctx, balancer, &parts.method, outgoing.is_upgrade);
         let (mut body, replay) =
             upstream_body(body, &plan, ctx.body_limit(), ctx.state.config.client_body_timeout).await?;
+        if let Some(counter) = ctx.meter.body_counter() {
+            body.count_into(counter.clone());
+        }
         let head = replay.as_ref().map(|_| Head::of(&parts));
         if let Some(mirrored) = outgoing.mirrored.filter(|_| !outgoing.is_upgrade) {
             let wait = plan.opts.connect_timeout + plan.head_timeout;
@@ -726,8 +753,9 @@ impl ConnCtx {
         // A connect error hands the request back, unsent, for the next endpoint.
         let mut attempt = Request::from_parts(parts, body);
         let (mut tried, mut tries) = ([usize::MAX; MAX_TRIES], 0);
-        // `$upstream_addr`: every endpoint tried before the one that answers, nginx's way.
-        let mut earlier = String::new();
+        // `$upstream_addr` and `$upstream_connect_time`: every endpoint tried before the one
+        // that answers, nginx's way.
+        let mut earlier = accesslog_upstream::Tried::default();
         // Whether another endpoint may take the request after `on` happened.
         let more = |tries: usize, sent: bool| {
             tries < plan.max_tries
@@ -780,10 +808,10 @@ impl ConnCtx {
                         && more(tries, true)
                         && let Some((head, bytes)) = head.as_ref().zip(replay.as_ref())
                     {
-                        drop(resp);
                         ctx.count(peer, UpstreamEvent::Retry);
                         tracing::debug!(upstream = %endpoint.key(), status = status.as_u16(), "retrying on the next endpoint");
-                        note_tried(&mut earlier, config, endpoint);
+                        earlier.note(config, endpoint, Some(accesslog_upstream::connect_time(&resp)));
+                        drop(resp);
                         attempt = head.request(bytes.clone());
                         continue;
                     }
@@ -809,7 +837,7 @@ impl ConnCtx {
                     // Nothing was sent: the request goes to the next endpoint, if there is one.
                     if again(on, tries, false) {
                         ctx.count(peer, UpstreamEvent::Retry);
-                        note_tried(&mut earlier, config, endpoint);
+                        earlier.note(config, endpoint, None);
                         attempt = *request;
                         continue;
                     }
@@ -833,7 +861,7 @@ impl ConnCtx {
                 Some((head, bytes)) if again(on, tries, true) => {
                     ctx.count(peer, UpstreamEvent::Retry);
                     tracing::debug!(upstream = %endpoint.key(), error = %failure, "retrying on the next endpoint");
-                    note_tried(&mut earlier, config, endpoint);
+                    earlier.note(config, endpoint, None);
                     attempt = head.request(bytes.clone());
                 }
                 _ => return Err(failure),
@@ -880,6 +908,7 @@ impl ConnCtx {
         if let Some(started) = started {
             ctx.meter.upstream(started.elapsed());
         }
+        let connect = accesslog_upstream::connect_time(&resp);
         tracing::debug!(
             peer = %self.peer,
             version = ctx.state.version,
@@ -904,17 +933,15 @@ impl ConnCtx {
             }
         }
         if ctx.state.config.access_log.is_some() {
-            let addr = if earlier.is_empty() {
-                endpoint.key().to_string()
-            } else {
-                format!("{earlier}, {}", endpoint.key())
-            };
+            let (addr, earlier_connect) = earlier.finish(endpoint);
             resp.extensions_mut().insert(accesslog::Upstream {
                 addr,
                 status: status.as_u16(),
                 elapsed: started.map(|t| t.elapsed()).unwrap_or_default(),
                 backend: ctx.state.router.backend_ids().get(peer.backend.0 as usize).cloned(),
                 origin: ctx.route.origin.clone(),
+                connect,
+                earlier_connect,
             });
         }
         if let Some((cors, origin)) = admitted.cors {
@@ -1410,8 +1437,8 @@ struct Answered<'a> {
     /// Endpoints tried, this one included.
     tries: usize,
     endpoint: &'a EndpointState,
-    /// `$upstream_addr`'s earlier endpoints.
-    earlier: String,
+    /// `$upstream_addr`'s and `$upstream_connect_time`'s earlier endpoints.
+    earlier: accesslog_upstream::Tried,
     started: Option<Instant>,
     downstream_upgrade: Option<hyper::upgrade::OnUpgrade>,
     h2_websocket: bool,
@@ -1555,15 +1582,6 @@ async fn read_whole(body: Incoming, timeout: std::time::Duration) -> Result<Byte
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(error)) => Err(ProxyError::ClientBody(Box::new(error))),
         Err(_) => Err(ProxyError::ClientBodyTimeout),
-    }
-}
-
-/// Adds `endpoint` to the tried endpoints of `$upstream_addr` (only with an access log).
-fn note_tried(earlier: &mut String, config: &ProxyConfig, endpoint: &EndpointState) {
-    use std::fmt::Write;
-    if config.access_log.is_some() {
-        let sep = if earlier.is_empty() { "" } else { ", " };
-        let _ = write!(earlier, "{sep}{}", endpoint.key());
     }
 }
 
