@@ -168,14 +168,16 @@ impl ConnCtx {
         meter: &Meter,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         // `large-client-header-buffers`, `http2-max-field-size`: lines longer than one buffer.
-        super::client_limits::check(&state.config.client_limits, &req)?;
+        // A request that fails before a route takes it still gets its span (`unrouted`).
+        super::client_limits::check(&state.config.client_limits, &req)
+            .map_err(|e| self.unrouted(state, &req, meter, e))?;
         // `block-user-agents`, `block-referers`: before anything else, in every server.
         if let Some(lists) = &state.config.blocklists
             && lists.blocks(req.headers())
         {
-            return Err(ProxyError::Forbidden);
+            return Err(self.unrouted(state, &req, meter, ProxyError::Forbidden));
         }
-        let host = match request_host(&req)? {
+        let host = match request_host(&req).map_err(|e| self.unrouted(state, &req, meter, e))? {
             Some(host) => host,
             // `Host` is optional in HTTP/1.0: such a request is for no name in particular, so
             // host-less rules (or the default backend) serve it, as nginx's `server_name _`
@@ -183,13 +185,15 @@ impl ConnCtx {
             None if req.version() <= Version::HTTP_10 && !req.headers().contains_key(HOST) => {
                 HeaderValue::from_static("_")
             }
-            None => return Err(ProxyError::NoHost),
+            None => return Err(self.unrouted(state, &req, meter, ProxyError::NoHost)),
         };
         // The host as text, once for every phase (`request_host` admits only visible ASCII).
-        let host_str = host.to_str().map_err(|_| ProxyError::NoHost)?;
+        let host_str = host.to_str().map_err(|_| self.unrouted(state, &req, meter, ProxyError::NoHost))?;
         // Routes and policies see the normalized path (decoded, dot segments resolved, slashes
         // merged); the upstream gets the target as sent. Owned only when it differs.
-        let normalized = match uri_path::normalize(req.uri().path(), state.config.paths)? {
+        let normalized = match uri_path::normalize(req.uri().path(), state.config.paths)
+            .map_err(|e| self.unrouted(state, &req, meter, e.into()))?
+        {
             Cow::Borrowed(_) => None,
             Cow::Owned(path) => Some(path),
         };
@@ -204,7 +208,7 @@ impl ConnCtx {
             };
             state.router.lookup_request(host_str, path, Some(&view))
         };
-        let route = route.ok_or(ProxyError::NoRoute)?;
+        let route = route.ok_or_else(|| self.unrouted(state, &req, meter, ProxyError::NoRoute))?;
         meter.route(&route.stats);
         if route.policy.as_deref().is_some_and(|p| p.access_log_off) {
             meter.quiet();
@@ -1181,6 +1185,31 @@ impl ConnCtx {
         let compress =
             config.compression.as_ref().and_then(|c| c.accepted(req.method(), req.version(), req.headers()));
         Seen { http1: req.version() <= Version::HTTP_11, log, compress }
+    }
+
+    /// OpenTelemetry: the span of a request no route takes (weir's 404, a 400 or 403 before
+    /// routing), when the ConfigMap's `enable-opentelemetry` is on, as nginx's module traces
+    /// every request of a server with tracing on. Returns `error`.
+    fn unrouted(
+        &self,
+        state: &Compiled,
+        req: &Request<Incoming>,
+        meter: &Meter,
+        error: ProxyError,
+    ) -> ProxyError {
+        if let Some(pipeline) = &state.tracing {
+            let host = req.uri().host().or_else(|| req.headers().get(HOST).and_then(|h| h.to_str().ok()));
+            let arrival = super::traced::Arrival {
+                host: host.unwrap_or_default(),
+                client: self.client(&state.config, req.headers()).ip,
+                https: self.https,
+                port: self.listener_port.to_str().ok().and_then(|p| p.parse().ok()).unwrap_or(0),
+            };
+            if let Some(span) = super::traced::start_unrouted(pipeline, req, &arrival) {
+                meter.span(span);
+            }
+        }
+        error
     }
 
     /// Settings applied to the answer: compression, `keep-alive-requests`; returns what the
