@@ -249,34 +249,34 @@ fn a_chunked_upload_counts_its_body_in_request_length() {
 fn auth_service() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || listener.incoming().map_while(Result::ok).for_each(decide));
+    addr
+}
+
+/// Answers the requests of one connection to [`auth_service`].
+fn decide(stream: TcpStream) {
     std::thread::spawn(move || {
-        for stream in listener.incoming().map_while(Result::ok) {
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut stream = stream;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let mut ok = false;
-                    loop {
-                        let mut h = String::new();
-                        if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                            break;
-                        }
-                        ok |= h.eq_ignore_ascii_case("authorization: bearer good\r\n");
-                    }
-                    let status = if ok { "200 OK" } else { "401 Unauthorized" };
-                    let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
-                    if stream.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut stream = stream;
+        loop {
+            // The request line, then headers up to the blank line; only the token matters.
+            let (mut ok, mut read) = (false, 0);
+            let mut text = String::new();
+            while read == 0 || text != "\r\n" {
+                text.clear();
+                if reader.read_line(&mut text).unwrap_or(0) == 0 {
+                    return;
                 }
-            });
+                read += 1;
+                ok |= text.eq_ignore_ascii_case("authorization: bearer good\r\n");
+            }
+            let status = if ok { "200 OK" } else { "401 Unauthorized" };
+            let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+            if stream.write_all(answer.as_bytes()).is_err() {
+                return;
+            }
         }
     });
-    addr
 }
 
 /// Waits until `id` has `n` access-log lines; them, in order.

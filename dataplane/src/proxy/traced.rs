@@ -43,18 +43,10 @@ pub(super) fn start<B>(
     };
     let service = state.router.backend_ids().get(route.backend.0 as usize);
     let info = RequestInfo {
-        headers: req.headers(),
-        method: req.method(),
-        path: req.uri().path(),
-        query: req.uri().query(),
-        scheme: if arrival.https { "https" } else { "http" },
-        host: arrival.host,
-        port: arrival.port,
-        client: arrival.client,
-        version: req.version(),
         route: path,
         ingress: route.origin.as_ref().map(|o| (o.namespace.as_str(), o.name.as_str())),
         service: service.map(|s| (s.service.as_str(), s.port.to_string())),
+        ..request_info(req, arrival)
     };
     let trace = route.policy.as_deref().and_then(|p| p.trace.as_ref());
     let span = pipeline.start(trace, &info)?;
@@ -80,7 +72,12 @@ pub(super) fn start_unrouted<B>(
     req: &Request<B>,
     arrival: &Arrival<'_>,
 ) -> Option<ActiveSpan> {
-    let info = RequestInfo {
+    pipeline.start(None, &request_info(req, arrival))
+}
+
+/// What the request and its arrival tell a span, without a route.
+fn request_info<'a, B>(req: &'a Request<B>, arrival: &Arrival<'a>) -> RequestInfo<'a> {
+    RequestInfo {
         headers: req.headers(),
         method: req.method(),
         path: req.uri().path(),
@@ -93,6 +90,5 @@ pub(super) fn start_unrouted<B>(
         route: None,
         ingress: None,
         service: None,
-    };
-    pipeline.start(None, &info)
+    }
 }
