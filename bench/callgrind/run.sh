@@ -5,6 +5,14 @@
 #
 #   bench/callgrind/run.sh WEIR_BIN [WEIR_BIN...]
 #   SCENARIOS=h1,h2-tls REQUESTS=20000 bench/callgrind/run.sh old/weir new/weir
+#   bench/callgrind/run.sh "$B" "$B --metrics=false"          # one build, two configurations
+#   bench/callgrind/run.sh "$B" "$B +settings=otel.yaml"      # with a settings ConfigMap
+#
+# Each argument is a binary, optionally followed (in the same word, space-separated) by extra
+# `weir serve` flags, and by `+settings=FILE`: a `default/weir-settings` ConfigMap (YAML) put
+# beside the benchmark's manifests for that run. `$OTLP_PORT` in FILE is replaced by the port of
+# a sink collector (the tests' OTLP receiver, /var/cache/weir/otlp-receiver) started for the run.
+# The access log is off unless the flags name `--access-log`.
 #
 # For each binary: an upstream nginx (the bench's fixed small body) on 127.0.0.1, weir under
 # `valgrind --tool=callgrind` with `--threads 1` in front of it, then per scenario 2,000 requests
@@ -109,15 +117,46 @@ load() { # scenario count
   esac
 }
 
+collector_pid=
+stop_collector() {
+  if [ -n "$collector_pid" ]; then kill "$collector_pid" 2>/dev/null || true; wait "$collector_pid" 2>/dev/null || true; fi
+  collector_pid=
+}
+trap 'stop_collector; cleanup' EXIT
+
 printf '%-40s %-8s %12s\n' binary scenario "Ir/request"
-for bin in "$@"; do
+for spec in "$@"; do
+  read -ra words <<<"$spec"
+  bin=${words[0]}
+  extra=()
+  settings=
+  for word in "${words[@]:1}"; do
+    case $word in
+      +settings=*) settings=${word#+settings=} ;;
+      *) extra+=("$word") ;;
+    esac
+  done
+  label="$(basename "$bin")${extra[*]:+ ${extra[*]}}${settings:+ $(basename "$settings")}"
+  rm -f "$work/manifests/settings.yaml"
+  if [ -n "$settings" ]; then
+    receiver=/var/cache/weir/otlp-receiver/bin/python
+    [ -x "$receiver" ] || { echo "+settings needs the OTLP receiver (scripts/test.sh install)" >&2; exit 2; }
+    "$receiver" "$(dirname "$0")/../../controller/tests/otlp/receiver.py" >"$work/collector.out" &
+    collector_pid=$!
+    for _ in $(seq 100); do grep -q '^listening port=' "$work/collector.out" 2>/dev/null && break; sleep 0.1; done
+    otlp_port=$(sed -n 's/^listening port=//p' "$work/collector.out" | head -1)
+    [ -n "$otlp_port" ] || { echo "the OTLP receiver did not start" >&2; exit 1; }
+    sed "s/\$OTLP_PORT/$otlp_port/g" "$settings" >"$work/manifests/settings.yaml"
+  fi
   # nginx logs nothing here; builds with --access-log log every request unless told not to.
   quiet=()
-  "$bin" serve --help 2>/dev/null | grep -q -- --access-log && quiet=(--access-log off)
+  if [[ " ${extra[*]} " != *" --access-log "* ]] && "$bin" serve --help 2>/dev/null | grep -q -- --access-log; then
+    quiet=(--access-log off)
+  fi
   valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out.%p" --compress-strings=no \
     --compress-pos=no "$bin" --log-level warn serve --manifests "$work/manifests" \
     --listen-http "127.0.0.1:$http" --listen-https "127.0.0.1:$https" --listen-admin "127.0.0.1:$admin" \
-    --threads 1 --default-certificate bench/bench-tls "${quiet[@]}" >"$work/weir.log" 2>&1 &
+    --threads 1 --default-certificate bench/bench-tls "${quiet[@]}" "${extra[@]}" >"$work/weir.log" 2>&1 &
   weir_pid=$!
   for _ in $(seq 200); do curl -fs -o /dev/null "http://127.0.0.1:$http/" && break; sleep 0.3; done
   curl -fs -o /dev/null "http://127.0.0.1:$http/" || { echo "weir did not serve; its log:" >&2; cat "$work/weir.log" >&2; exit 1; }
@@ -131,14 +170,19 @@ for bin in "$@"; do
     ok=$(sed -n 's/.* \([0-9]*\) succeeded.*/\1/p' <<<"$out")
     [ "$ok" = "$requests" ] || { echo "$scenario: $ok of $requests requests succeeded" >&2; exit 1; }
     ir=$(sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$dump" | head -1)
-    printf '%-40s %-8s %12d\n' "$(basename "$bin")" "$scenario" $((ir / requests))
+    printf '%-40s %-8s %12d\n' "$label" "$scenario" $((ir / requests))
     if [ -n "${PROFILE_DIR:-}" ]; then
-      mkdir -p "$PROFILE_DIR" && mv "$dump" "$PROFILE_DIR/$(basename "$bin").$scenario.callgrind"
+      mkdir -p "$PROFILE_DIR" && mv "$dump" "$PROFILE_DIR/$(printf %s "$label" | tr -c 'A-Za-z0-9._=-' _).$scenario.callgrind"
     else
       rm -f "$dump"
     fi
   done
   kill "$weir_pid"; wait "$weir_pid" 2>/dev/null || true
   weir_pid=
+  if [ -n "$settings" ]; then
+    spans=$(grep -c '^{' "$work/collector.out" || true)
+    echo "  ($label: the collector received $spans spans)"
+  fi
+  stop_collector
   rm -f "$work"/callgrind.out.*
 done

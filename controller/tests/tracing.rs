@@ -478,3 +478,84 @@ fn a_dead_or_slow_collector_costs_requests_nothing_and_drops_are_counted() {
     // The stalled export holds 2 spans and the queue 4: at most a few of the 50 find room.
     assert!(metric(admin, full) >= before + 40, "{} dropped of 50", metric(admin, full) - before);
 }
+
+/// Requests no route takes get a server span too, as nginx's module traces every request of a
+/// server with tracing on: weir's 404 and a 400 from path normalization, each continuing the
+/// client's trusted context, with the request's attributes and no route, Ingress or Service.
+#[test]
+fn requests_no_route_takes_get_a_span() {
+    let Some(receiver) = Receiver::start(&[]) else { return };
+    let backend = backend();
+    let dir = tempfile::tempdir().unwrap();
+    let port = receiver.port.to_string();
+    manifests(dir.path(), backend, &settings(&port, &[("otel-sampler", "AlwaysOn")]));
+    let (_weir, http, _admin) = support_proc::serve_http_admin(dir.path());
+    wait_until("the routes", || get(http, "app.test", "/", &[]).status == 200);
+
+    // No rule for the host: weir's 404.
+    let lost = "22222222222222222222222222222222";
+    let got =
+        get(http, "nowhere.test", "/lost?q=1", &[("traceparent", &format!("00-{lost}-{CLIENT_SPAN}-01"))]);
+    assert_eq!(got.status, 404);
+    let span = receiver.span_of(lost);
+    assert_eq!((span["parent_span_id"].as_str(), span["kind"].as_u64()), (Some(CLIENT_SPAN), Some(2)));
+    assert_eq!(span["name"], "GET", "no route to name it after");
+    assert_eq!(span["status_code"], 0, "a 4xx is the client's, not an error of the server");
+    let a = &span["attributes"];
+    for (key, value) in [
+        ("http.response.status_code", Value::from(404)),
+        ("http.request.method", "GET".into()),
+        ("url.path", "/lost".into()),
+        ("url.query", "q=1".into()),
+        ("server.address", "nowhere.test".into()),
+        ("server.port", http.port().into()),
+        ("user_agent.original", "tracing-test".into()),
+    ] {
+        assert_eq!(a[key], value, "{key} in {a}");
+    }
+    for absent in ["http.route", "k8s.ingress.name", "k8s.service.name", "k8s.namespace.name"] {
+        assert!(a[absent].is_null(), "{absent} in {a}");
+    }
+
+    // A path above the root: 400 before any route is looked up.
+    let bad = "33333333333333333333333333333333";
+    let got =
+        get(http, "app.test", "/a/../../etc", &[("traceparent", &format!("00-{bad}-{CLIENT_SPAN}-01"))]);
+    assert_eq!(got.status, 400);
+    let span = receiver.span_of(bad);
+    assert_eq!(span["attributes"]["http.response.status_code"], 400);
+    assert_eq!(span["attributes"]["url.path"], "/a/../../etc", "the path as sent");
+    assert_eq!(span["attributes"]["server.address"], "app.test");
+    assert!(span["attributes"]["http.route"].is_null());
+
+    // Tracing off in the ConfigMap: a 404 makes no span (an annotation cannot turn it on: no
+    // Ingress took the request).
+    let mut off = settings(&port, &[("otel-sampler", "AlwaysOn")]);
+    off[0] = ("enable-opentelemetry", "false");
+    write_settings(dir.path(), &off);
+    let untraced = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
+    wait_until("tracing off", || {
+        get(http, "app.test", "/", &[("traceparent", &untraced)]).traceparent == untraced
+    });
+    let quiet = "44444444444444444444444444444444";
+    assert_eq!(
+        get(http, "nowhere.test", "/", &[("traceparent", &format!("00-{quiet}-{CLIENT_SPAN}-01"))]).status,
+        404
+    );
+    // A marker traced through an Ingress that turns tracing on by annotation comes later: once it
+    // is in, the 404's span would be too.
+    let marker = "55555555555555555555555555555555";
+    let on = ingress("traced", "on.test", &[("enable-opentelemetry", "true")]);
+    std::fs::write(dir.path().join("on.yaml"), on).unwrap();
+    wait_until("the traced Ingress", || {
+        get(http, "on.test", "/", &[("traceparent", &format!("00-{marker}-{CLIENT_SPAN}-01"))]).status == 200
+    });
+    assert_eq!(
+        get(http, "nowhere.test", "/", &[("traceparent", &format!("00-{quiet}-{CLIENT_SPAN}-01"))]).status,
+        404
+    );
+    let marker2 = "66666666666666666666666666666666";
+    get(http, "on.test", "/", &[("traceparent", &format!("00-{marker2}-{CLIENT_SPAN}-01"))]);
+    receiver.span_of(marker2);
+    assert!(receiver.spans().iter().all(|s| s["trace_id"] != quiet), "no span for a 404 with tracing off");
+}

@@ -201,6 +201,9 @@ pub enum Var {
     BytesReceived,
     /// `$session_time`: seconds the connection or flow lasted, with milliseconds (L4).
     SessionTime,
+    /// `$upstream_connect_time`: seconds to connect to the upstream (TCP and TLS), per
+    /// endpoint tried; `0.000` on a reused connection, `-` where no connection was made.
+    UpstreamConnectTime,
     /// `$cookie_NAME`: a request cookie.
     Cookie(String),
     /// `$arg_NAME`: a query parameter.
@@ -235,6 +238,7 @@ const NAMES: &[(&str, Var, u8)] = &[
     ("upstream_status", Var::UpstreamStatus, LOG),
     ("upstream_response_time", Var::UpstreamResponseTime, LOG),
     ("upstream_header_time", Var::UpstreamResponseTime, LOG),
+    ("upstream_connect_time", Var::UpstreamConnectTime, LOG),
     ("req_id", Var::RequestId, LOG),
     ("request_id", Var::RequestId, LOG),
     ("namespace", Var::Namespace, LOG),

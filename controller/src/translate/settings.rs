@@ -181,7 +181,7 @@ pub const CATALOGUE: &[(&str, Support)] = {
         ("stream-access-log-path", Supported),
         ("access-log-params", Refused(logging::ACCESS_LOG_PARAMS)),
         ("enable-access-log-for-default-backend", Supported),
-        ("enable-auth-access-log", Unsupported),
+        ("enable-auth-access-log", Supported),
         ("skip-access-log-urls", Supported),
         ("error-log-path", Supported),
         ("error-log-level", Supported),

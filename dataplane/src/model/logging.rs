@@ -39,6 +39,9 @@ pub struct LogSettings {
     /// `None`: where the HTTP access log goes by the flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_path: Option<String>,
+    /// auth-url subrequests get a line of their own (`enable-auth-access-log`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub auth: bool,
 }
 
 /// One field of the L4 access log's JSON line.

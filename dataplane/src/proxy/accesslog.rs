@@ -39,6 +39,8 @@ pub struct Format {
     skip: Vec<String>,
     /// Requests no route took are logged too (`enable-access-log-for-default-backend`).
     default_backend: bool,
+    /// auth-url subrequests get a line of their own (`enable-auth-access-log`).
+    auth_subrequests: bool,
 }
 
 /// What a log line needs from the request, taken before it is forwarded.
@@ -67,6 +69,11 @@ pub struct Upstream {
     pub backend: Option<BackendId>,
     /// The route's Ingress.
     pub origin: Option<ObjectRef>,
+    /// Time to connect to the endpoint that answered (TCP and TLS); zero on a reused connection.
+    pub connect: Duration,
+    /// `$upstream_connect_time` of the endpoints tried before it (`-` where no connection was
+    /// made), comma-separated; empty when it was the first.
+    pub earlier_connect: String,
 }
 
 /// The TLS parameters of an HTTPS connection, for `$ssl_protocol` and `$ssl_cipher`.
@@ -121,6 +128,8 @@ pub enum Ending {
     ClientGone,
     /// The upstream's body failed part way.
     UpstreamError,
+    /// The line of an auth-url subrequest (`enable-auth-access-log`), not of the request itself.
+    AuthSubrequest,
 }
 
 impl Ending {
@@ -130,6 +139,7 @@ impl Ending {
             Ending::Complete => "complete",
             Ending::ClientGone => "client_gone",
             Ending::UpstreamError => "upstream_error",
+            Ending::AuthSubrequest => "auth_subrequest",
         }
     }
 }
@@ -224,6 +234,7 @@ impl Format {
             remote_user,
             skip: Vec::new(),
             default_backend: false,
+            auth_subrequests: false,
         }
     }
 
@@ -248,6 +259,17 @@ impl Format {
     pub fn with_default_backend(mut self, on: bool) -> Format {
         self.default_backend = on;
         self
+    }
+
+    /// Logs auth-url subrequests, a line each (`enable-auth-access-log`).
+    pub fn with_auth_subrequests(mut self, on: bool) -> Format {
+        self.auth_subrequests = on;
+        self
+    }
+
+    /// Whether auth-url subrequests are logged.
+    pub fn logs_auth_subrequests(&self) -> bool {
+        self.auth_subrequests
     }
 
     /// Takes what the line needs from the request; `client` is the client address. `None` when
@@ -386,6 +408,11 @@ impl Format {
             },
             Var::UpstreamResponseTime => match upstream {
                 Some(u) => write!(to, "{:.3}", u.elapsed.as_secs_f64()),
+                None => return false,
+            },
+            Var::UpstreamConnectTime => match upstream {
+                Some(u) if u.earlier_connect.is_empty() => write!(to, "{:.3}", u.connect.as_secs_f64()),
+                Some(u) => write!(to, "{}, {:.3}", u.earlier_connect, u.connect.as_secs_f64()),
                 None => return false,
             },
             Var::RequestId => return put(to, text(Some(&out.request_id))),
@@ -703,6 +730,7 @@ mod tests {
             field("end", "$request_end", false),
             field("tls", "$ssl_protocol/$ssl_cipher", false),
             field("ct", "$sent_http_content_type", false),
+            field("connect", "$upstream_connect_time", true),
         ]));
         let req = http::Request::get("http://a.test/x?y=1")
             .header("user-agent", "t\"1")
@@ -719,6 +747,8 @@ mod tests {
             elapsed: Duration::from_millis(3),
             backend: Some("ns/web:80".parse().unwrap()),
             origin: Some(ObjectRef::new("ns", "ing")),
+            connect: Duration::from_micros(2400),
+            earlier_connect: "-".into(),
         };
         let out = |upstream: Option<Upstream>, ssl| Outcome {
             peer: "127.0.0.1:5000".parse().unwrap(),
@@ -752,6 +782,7 @@ mod tests {
         assert_eq!((v["ok"].as_str(), v["end"].as_str()), (Some("OK"), Some("complete")));
         assert_eq!(v["tls"], "TLSv1.3/TLS_AES_128_GCM_SHA256");
         assert_eq!(v["ct"], "text/plain");
+        assert_eq!(v["connect"], "-, 0.002", "per endpoint tried, as $upstream_addr");
         // Answered locally over plain HTTP, and the client went away: upstream fields are empty,
         // bare ones null.
         let captured = format.capture(&req, "203.0.113.7".parse().unwrap()).unwrap();
@@ -759,6 +790,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&entry.line(&end(Ending::ClientGone))).unwrap();
         assert_eq!(v["upstream"], "");
         assert!(v["upstream_status"].is_null());
+        assert!(v["connect"].is_null());
         assert_eq!((v["ok"].as_str(), v["end"].as_str()), (Some(""), Some("client_gone")));
         assert_eq!(v["tls"], "/");
     }

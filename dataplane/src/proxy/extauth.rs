@@ -33,6 +33,20 @@ pub(super) enum Decision {
     Deny(StatusCode, Vec<(HeaderName, HeaderValue)>),
 }
 
+/// What the subrequest did, for its access-log line (`enable-auth-access-log`).
+#[derive(Debug)]
+pub(super) struct Asked {
+    /// The subrequest's status: the service's answer (or the cached one), 502 when it could not
+    /// be asked, 504 when it did not answer in time.
+    pub(super) status: StatusCode,
+    /// The service as the URL names it (`host:port`), when it was asked.
+    pub(super) service: Option<String>,
+    /// The time to connect to it (zero on a reused connection).
+    pub(super) connect: Duration,
+    /// How long the decision took.
+    pub(super) elapsed: Duration,
+}
+
 /// Statuses nginx's `add_header` (without `always`) applies to: the service's `Set-Cookie`
 /// reaches the client with these unless `auth-always-set-cookie`.
 const COOKIE_STATUSES: [u16; 10] = [200, 201, 204, 206, 301, 302, 303, 304, 307, 308];
@@ -58,7 +72,8 @@ async fn drain(body: super::upstream::client::ResponseBody, until: tokio::time::
 }
 
 /// Asks the service (or the route's cache) and returns its decision, with the service's
-/// `Set-Cookie` values (for the client's response, see [`cookies_apply`]).
+/// `Set-Cookie` values (for the client's response, see [`cookies_apply`]). `asked`, when given,
+/// learns what the subrequest did (for the access log).
 pub(super) async fn decide(
     clients: &Clients,
     timeout: Duration,
@@ -66,17 +81,33 @@ pub(super) async fn decide(
     cache: Option<&crate::state::authcache::AuthCache>,
     o: &RequestView<'_>,
     request_id: &HeaderValue,
+    asked: Option<&mut Option<Asked>>,
 ) -> (Decision, Vec<HeaderValue>) {
+    let started = asked.is_some().then(std::time::Instant::now);
+    let report = |status: StatusCode, service: Option<(String, Duration)>| {
+        if let (Some(asked), Some(started)) = (asked, started) {
+            let (service, connect) = service.map_or((None, Duration::ZERO), |(s, c)| (Some(s), c));
+            *asked = Some(Asked { status, service, connect, elapsed: started.elapsed() });
+        }
+    };
     let key = cache.and_then(|c| c.key(o));
     if let (Some(cache), Some(key)) = (cache, &key)
         && let Some(answer) = cache.get(key, std::time::Instant::now())
     {
+        report(answer.status, None);
         return (interpret(auth, o, answer.status, &answer.headers), Vec::new());
     }
-    let (status, headers) = match ask(clients, timeout, auth, o, request_id).await {
+    let (status, headers, connect) = match ask(clients, timeout, auth, o, request_id).await {
         Ok(answer) => answer,
-        Err(why) => return (error(&auth.spec, why), Vec::new()),
+        Err(why) => {
+            let timed_out = why.starts_with(NO_ANSWER);
+            report(if timed_out { StatusCode::GATEWAY_TIMEOUT } else { StatusCode::BAD_GATEWAY }, None);
+            return (error(&auth.spec, why), Vec::new());
+        }
     };
+    if started.is_some() {
+        report(status, Some((service(auth, o), connect)));
+    }
     let decision = interpret(auth, o, status, &headers);
     let cookies = headers.get_all(SET_COOKIE).iter().cloned().collect();
     if let (Some(cache), Some(key)) = (cache, key)
@@ -106,14 +137,25 @@ fn error(auth: &ExternalAuth, why: String) -> Decision {
     Decision::Deny(StatusCode::INTERNAL_SERVER_ERROR, Vec::new())
 }
 
-/// Sends the subrequest; the service's status and headers.
+/// How [`ask`]'s error for a service that did not answer in time begins.
+const NO_ANSWER: &str = "no answer within";
+
+/// The service the URL names, `host:port` (for `$upstream_addr`).
+fn service(auth: &CompiledExternalAuth, o: &RequestView<'_>) -> String {
+    let url = expand(&auth.url, o);
+    let Ok(uri) = url.parse::<Uri>() else { return url };
+    let port = uri.port_u16().unwrap_or(if uri.scheme() == Some(&Scheme::HTTPS) { 443 } else { 80 });
+    format!("{}:{port}", uri.host().unwrap_or_default())
+}
+
+/// Sends the subrequest; the service's status and headers, and the time to connect to it.
 async fn ask(
     clients: &Clients,
     timeout: Duration,
     auth: &CompiledExternalAuth,
     o: &RequestView<'_>,
     request_id: &HeaderValue,
-) -> Result<(StatusCode, HeaderMap), String> {
+) -> Result<(StatusCode, HeaderMap, Duration), String> {
     let url = expand(&auth.url, o);
     let uri: Uri = url.parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?;
     let https = uri.scheme() == Some(&Scheme::HTTPS);
@@ -137,11 +179,12 @@ async fn ask(
     let response = match tokio::time::timeout_at(until, clients.send_url_with(request, tls)).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => return Err(e.to_string()),
-        Err(_) => return Err(format!("no answer within {timeout:?}")),
+        Err(_) => return Err(format!("{NO_ANSWER} {timeout:?}")),
     };
+    let connect = super::accesslog_upstream::connect_time(&response);
     let (head, body) = response.into_parts();
     drain(body, until).await;
-    Ok((head.status, head.headers))
+    Ok((head.status, head.headers, connect))
 }
 
 /// What the service's answer means for the request.

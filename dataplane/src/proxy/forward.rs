@@ -40,6 +40,8 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
 use super::accesslog;
+use super::accesslog_auth;
+use super::accesslog_upstream;
 use super::compress::{self, Encoded};
 use super::deadline::{Deadline, Deadlines};
 use super::error::{BoxError, ProxyBody, ProxyError, grpc_local_response, is_grpc, local_response};
@@ -166,14 +168,16 @@ impl ConnCtx {
         meter: &Meter,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         // `large-client-header-buffers`, `http2-max-field-size`: lines longer than one buffer.
-        super::client_limits::check(&state.config.client_limits, &req)?;
+        // A request that fails before a route takes it still gets its span (`unrouted`).
+        super::client_limits::check(&state.config.client_limits, &req)
+            .map_err(|e| self.unrouted(state, &req, meter, e))?;
         // `block-user-agents`, `block-referers`: before anything else, in every server.
         if let Some(lists) = &state.config.blocklists
             && lists.blocks(req.headers())
         {
-            return Err(ProxyError::Forbidden);
+            return Err(self.unrouted(state, &req, meter, ProxyError::Forbidden));
         }
-        let host = match request_host(&req)? {
+        let host = match request_host(&req).map_err(|e| self.unrouted(state, &req, meter, e))? {
             Some(host) => host,
             // `Host` is optional in HTTP/1.0: such a request is for no name in particular, so
             // host-less rules (or the default backend) serve it, as nginx's `server_name _`
@@ -181,13 +185,15 @@ impl ConnCtx {
             None if req.version() <= Version::HTTP_10 && !req.headers().contains_key(HOST) => {
                 HeaderValue::from_static("_")
             }
-            None => return Err(ProxyError::NoHost),
+            None => return Err(self.unrouted(state, &req, meter, ProxyError::NoHost)),
         };
         // The host as text, once for every phase (`request_host` admits only visible ASCII).
-        let host_str = host.to_str().map_err(|_| ProxyError::NoHost)?;
+        let host_str = host.to_str().map_err(|_| self.unrouted(state, &req, meter, ProxyError::NoHost))?;
         // Routes and policies see the normalized path (decoded, dot segments resolved, slashes
         // merged); the upstream gets the target as sent. Owned only when it differs.
-        let normalized = match uri_path::normalize(req.uri().path(), state.config.paths)? {
+        let normalized = match uri_path::normalize(req.uri().path(), state.config.paths)
+            .map_err(|e| self.unrouted(state, &req, meter, e.into()))?
+        {
             Cow::Borrowed(_) => None,
             Cow::Owned(path) => Some(path),
         };
@@ -203,7 +209,7 @@ impl ConnCtx {
             };
             state.router.lookup_request(host_str, path, Some(&view))
         };
-        let route = route.ok_or(ProxyError::NoRoute)?;
+        let route = route.ok_or_else(|| self.unrouted(state, &req, meter, ProxyError::NoRoute))?;
         meter.route(&route.stats);
         if route.policy.as_deref().is_some_and(|p| p.access_log_off) {
             meter.quiet();
@@ -505,7 +511,29 @@ impl ConnCtx {
         let clients = &self.proxy.inner.clients;
         let cache = policy.auth_cache.as_deref();
         let timeout = ctx.state.config.upstream_timeout;
-        let decision = extauth::decide(clients, timeout, ext, cache, &original, ctx.request_id);
+        let request = &*req;
+        let decision = async move {
+            // `enable-auth-access-log`: the subrequest's own line.
+            let log_auth = accesslog_auth::format(ctx.state);
+            let mut asked = None;
+            let report = log_auth.is_some().then_some(&mut asked);
+            let decided =
+                extauth::decide(clients, timeout, ext, cache, &original, ctx.request_id, report).await;
+            if let (Some(format), Some(asked)) = (log_auth, asked) {
+                let of = accesslog_auth::For {
+                    req: request,
+                    client: ctx.client.ip,
+                    request_id: ctx.request_id,
+                    origin: ctx.route.origin.as_ref(),
+                    peer: self.peer,
+                    ssl: self.ssl,
+                    https: self.https,
+                    listener_port: &self.listener_port,
+                };
+                accesslog_auth::write(ctx.state, format, of, asked);
+            }
+            decided
+        };
         match Box::pin(decision).await {
             (extauth::Decision::Allow(copy), cookies) => {
                 for (name, value) in copy {
@@ -719,6 +747,9 @@ impl ConnCtx {
         let plan = RetryPlan::of(ctx, balancer, &parts.method, outgoing.is_upgrade);
         let (mut body, replay) =
             upstream_body(body, &plan, ctx.body_limit(), ctx.state.config.client_body_timeout).await?;
+        if let Some(counter) = ctx.meter.body_counter() {
+            body.count_into(counter.clone());
+        }
         let head = replay.as_ref().map(|_| Head::of(&parts));
         if let Some(mirrored) = outgoing.mirrored.filter(|_| !outgoing.is_upgrade) {
             let wait = plan.opts.connect_timeout + plan.head_timeout;
@@ -727,8 +758,9 @@ impl ConnCtx {
         // A connect error hands the request back, unsent, for the next endpoint.
         let mut attempt = Request::from_parts(parts, body);
         let (mut tried, mut tries) = ([usize::MAX; MAX_TRIES], 0);
-        // `$upstream_addr`: every endpoint tried before the one that answers, nginx's way.
-        let mut earlier = String::new();
+        // `$upstream_addr` and `$upstream_connect_time`: every endpoint tried before the one
+        // that answers, nginx's way.
+        let mut earlier = accesslog_upstream::Tried::default();
         // Whether another endpoint may take the request after `on` happened.
         let more = |tries: usize, sent: bool| {
             tries < plan.max_tries
@@ -781,10 +813,10 @@ impl ConnCtx {
                         && more(tries, true)
                         && let Some((head, bytes)) = head.as_ref().zip(replay.as_ref())
                     {
-                        drop(resp);
                         ctx.count(peer, UpstreamEvent::Retry);
                         tracing::debug!(upstream = %endpoint.key(), status = status.as_u16(), "retrying on the next endpoint");
-                        note_tried(&mut earlier, config, endpoint);
+                        earlier.note(config, endpoint, Some(accesslog_upstream::connect_time(&resp)));
+                        drop(resp);
                         attempt = head.request(bytes.clone());
                         continue;
                     }
@@ -810,7 +842,7 @@ impl ConnCtx {
                     // Nothing was sent: the request goes to the next endpoint, if there is one.
                     if again(on, tries, false) {
                         ctx.count(peer, UpstreamEvent::Retry);
-                        note_tried(&mut earlier, config, endpoint);
+                        earlier.note(config, endpoint, None);
                         attempt = *request;
                         continue;
                     }
@@ -834,7 +866,7 @@ impl ConnCtx {
                 Some((head, bytes)) if again(on, tries, true) => {
                     ctx.count(peer, UpstreamEvent::Retry);
                     tracing::debug!(upstream = %endpoint.key(), error = %failure, "retrying on the next endpoint");
-                    note_tried(&mut earlier, config, endpoint);
+                    earlier.note(config, endpoint, None);
                     attempt = head.request(bytes.clone());
                 }
                 _ => return Err(failure),
@@ -881,6 +913,7 @@ impl ConnCtx {
         if let Some(started) = started {
             ctx.meter.upstream(started.elapsed());
         }
+        let connect = accesslog_upstream::connect_time(&resp);
         tracing::debug!(
             peer = %self.peer,
             version = ctx.state.version,
@@ -905,17 +938,15 @@ impl ConnCtx {
             }
         }
         if ctx.state.config.access_log.is_some() {
-            let addr = if earlier.is_empty() {
-                endpoint.key().to_string()
-            } else {
-                format!("{earlier}, {}", endpoint.key())
-            };
+            let (addr, earlier_connect) = earlier.finish(endpoint);
             resp.extensions_mut().insert(accesslog::Upstream {
                 addr,
                 status: status.as_u16(),
                 elapsed: started.map(|t| t.elapsed()).unwrap_or_default(),
                 backend: ctx.state.router.backend_ids().get(peer.backend.0 as usize).cloned(),
                 origin: ctx.route.origin.clone(),
+                connect,
+                earlier_connect,
             });
         }
         if let Some((cors, origin)) = admitted.cors {
@@ -1155,6 +1186,31 @@ impl ConnCtx {
         let compress =
             config.compression.as_ref().and_then(|c| c.accepted(req.method(), req.version(), req.headers()));
         Seen { http1: req.version() <= Version::HTTP_11, log, compress }
+    }
+
+    /// OpenTelemetry: the span of a request no route takes (weir's 404, a 400 or 403 before
+    /// routing), when the ConfigMap's `enable-opentelemetry` is on, as nginx's module traces
+    /// every request of a server with tracing on. Returns `error`.
+    fn unrouted(
+        &self,
+        state: &Compiled,
+        req: &Request<Incoming>,
+        meter: &Meter,
+        error: ProxyError,
+    ) -> ProxyError {
+        if let Some(pipeline) = &state.tracing {
+            let host = req.uri().host().or_else(|| req.headers().get(HOST).and_then(|h| h.to_str().ok()));
+            let arrival = super::traced::Arrival {
+                host: host.unwrap_or_default(),
+                client: self.client(&state.config, req.headers()).ip,
+                https: self.https,
+                port: self.listener_port.to_str().ok().and_then(|p| p.parse().ok()).unwrap_or(0),
+            };
+            if let Some(span) = super::traced::start_unrouted(pipeline, req, &arrival) {
+                meter.span(span);
+            }
+        }
+        error
     }
 
     /// Settings applied to the answer: compression, `keep-alive-requests`; returns what the
@@ -1411,8 +1467,8 @@ struct Answered<'a> {
     /// Endpoints tried, this one included.
     tries: usize,
     endpoint: &'a EndpointState,
-    /// `$upstream_addr`'s earlier endpoints.
-    earlier: String,
+    /// `$upstream_addr`'s and `$upstream_connect_time`'s earlier endpoints.
+    earlier: accesslog_upstream::Tried,
     started: Option<Instant>,
     downstream_upgrade: Option<hyper::upgrade::OnUpgrade>,
     h2_websocket: bool,
@@ -1556,15 +1612,6 @@ async fn read_whole(body: Incoming, timeout: std::time::Duration) -> Result<Byte
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(error)) => Err(ProxyError::ClientBody(Box::new(error))),
         Err(_) => Err(ProxyError::ClientBodyTimeout),
-    }
-}
-
-/// Adds `endpoint` to the tried endpoints of `$upstream_addr` (only with an access log).
-fn note_tried(earlier: &mut String, config: &ProxyConfig, endpoint: &EndpointState) {
-    use std::fmt::Write;
-    if config.access_log.is_some() {
-        let sep = if earlier.is_empty() { "" } else { ", " };
-        let _ = write!(earlier, "{sep}{}", endpoint.key());
     }
 }
 

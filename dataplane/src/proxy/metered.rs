@@ -6,7 +6,9 @@
 //!
 //! Nothing here allocates or locks: the meter is plain atomics owned by one request (written
 //! with relaxed stores, never shared), the body carries the request's table (moved in, not
-//! cloned), and [`crate::metrics::RouteStats::record`] writes the calling thread's shard.
+//! cloned), and [`crate::metrics::RouteStats::record`] writes the calling thread's shard. The one
+//! exception is a request body of undeclared length (chunked): its bytes are counted, as they are
+//! read, in a counter the meter shares with the body sent upstream.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -42,12 +44,16 @@ pub(super) struct Meter {
     head: bool,
     /// The request's OpenTelemetry span, when traced (boxed: most requests have none).
     span: OnceLock<Box<ActiveSpan>>,
+    /// Body bytes read from the client, for a body of undeclared length (chunked): counted by
+    /// the body sent upstream, added to `request_bytes` at the end. Requests with no body or a
+    /// declared length have none.
+    body_read: Option<Arc<AtomicU64>>,
 }
 
 impl Meter {
     /// The request's method and size (its head as sent, and the declared body); nothing is
     /// measured unless `enabled` (metrics) or `logged` (the access log).
-    pub(super) fn of<B>(req: &Request<B>, enabled: bool, logged: bool) -> Meter {
+    pub(super) fn of<B: Body>(req: &Request<B>, enabled: bool, logged: bool) -> Meter {
         let head = req.method() == http::Method::HEAD;
         if !enabled && !logged {
             return Meter {
@@ -59,6 +65,7 @@ impl Meter {
                 quiet: Default::default(),
                 head,
                 span: OnceLock::new(),
+                body_read: None,
             };
         }
         let head_bytes = req.method().as_str().len()
@@ -66,12 +73,11 @@ impl Meter {
             + header_bytes(req.headers())
             // The request line's two spaces, `HTTP/1.1` and its CRLF.
             + 12;
-        let body = req
-            .headers()
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
+        let declared = req.headers().get(http::header::CONTENT_LENGTH);
+        let body = declared.and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        // A body without a declared length (chunked, or h2 without `content-length`) is
+        // counted as it is read.
+        let body_read = (declared.is_none() && !req.body().is_end_stream()).then(Arc::default);
         Meter {
             route: AtomicU32::new(NONE),
             canary: AtomicU32::new(NONE),
@@ -81,7 +87,14 @@ impl Meter {
             quiet: Default::default(),
             head,
             span: OnceLock::new(),
+            body_read,
         }
+    }
+
+    /// Where the body sent upstream counts the bytes it reads from the client, when the request
+    /// declares no length.
+    pub(super) fn body_counter(&self) -> Option<&Arc<AtomicU64>> {
+        self.body_read.as_ref()
     }
 
     /// The route does not log its requests (`enable-access-log: "false"`).
@@ -159,6 +172,7 @@ impl Meter {
             head_bytes: head as u64,
             bodiless,
             log,
+            body_read: self.body_read,
         };
         resp.map(|inner| Metered { inner, pending: Some(pending), span })
     }
@@ -181,11 +195,16 @@ struct Pending {
     /// The response has no body to send (HEAD, 1xx, 204, 304).
     bodiless: bool,
     log: Option<Box<Entry>>,
+    /// [`Meter::body_counter`].
+    body_read: Option<Arc<AtomicU64>>,
 }
 
 impl Pending {
     fn record(mut self, how: Ending) {
         self.record.duration = self.start.elapsed();
+        if let Some(read) = &self.body_read {
+            self.record.request_bytes += read.load(Ordering::Relaxed);
+        }
         if self.metrics
             && let Some(stats) = self.state.metrics.route(self.route)
         {

@@ -41,6 +41,8 @@ use crate::tls::mtls::ClientAuthIndex;
 use crate::tls::{CertCache, CertIndex};
 
 pub mod accesslog;
+mod accesslog_auth;
+mod accesslog_upstream;
 pub mod blocklist;
 mod client_limits;
 pub mod compress;

@@ -156,7 +156,12 @@ fn access_log(output: &mut Output, settings: &Settings) -> Option<Arc<Format>> {
         Some(fields) => Format::new(fields),
         None => Format::new(&Format::default_fields()),
     };
-    Some(Arc::new(format.skipping(&logging.skip_urls).with_default_backend(logging.default_backend)))
+    Some(Arc::new(
+        format
+            .skipping(&logging.skip_urls)
+            .with_default_backend(logging.default_backend)
+            .with_auth_subrequests(logging.auth),
+    ))
 }
 
 impl Proxy {

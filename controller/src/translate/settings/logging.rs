@@ -38,6 +38,7 @@ impl Ctx<'_, '_> {
             stream_off: off(self.raw("disable-access-log")) || off(self.raw("disable-stream-access-log")),
             stream_format: self.stream_format(),
             stream_path: self.value("stream-access-log-path", log_path, "--access-log"),
+            auth: self.value("enable-auth-access-log", values::boolean, "false").unwrap_or(false),
         }
     }
 

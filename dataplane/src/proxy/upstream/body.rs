@@ -3,7 +3,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
@@ -41,6 +41,9 @@ pub(crate) struct UpstreamBody {
     /// `mirror-*`: on a request's body, the copy its frames go to; on a copy's body (no
     /// `body`), where its frames come from. Boxed: rare, and every request carries this type.
     mirror: Option<Box<Side>>,
+    /// Where the data bytes read from the client are added (`$request_length` of a body of
+    /// undeclared length).
+    counted: Option<Arc<AtomicU64>>,
 }
 
 impl UpstreamBody {
@@ -65,7 +68,13 @@ impl UpstreamBody {
             stall: Stall::default(),
             buffered: None,
             mirror: None,
+            counted: None,
         }
+    }
+
+    /// Adds the data bytes read from the client to `counter` as they pass.
+    pub(crate) fn count_into(&mut self, counter: Arc<AtomicU64>) {
+        self.counted = Some(counter);
     }
 
     /// A body read whole beforehand.
@@ -159,6 +168,9 @@ impl Body for UpstreamBody {
                 return Poll::Ready(None);
             }
         };
+        if let (Some(counter), Some(data)) = (&this.counted, frame.data_ref()) {
+            counter.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
         if let (Some(limit), Some(data)) = (this.limit, frame.data_ref()) {
             this.seen = this.seen.saturating_add(data.len() as u64);
             if this.seen > limit {

@@ -80,6 +80,12 @@ impl std::fmt::Display for SendError {
     }
 }
 
+/// How long making the connection a response came on took (TCP, and TLS when spoken), for
+/// `$upstream_connect_time`: set on the responses of fresh connections only, so a response
+/// without it came on a reused one (nginx logs `0.000` for those).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConnectTime(pub(crate) Duration);
+
 /// Connecting failed (nothing was sent).
 struct ConnectFailed {
     timed_out: bool,
@@ -250,12 +256,15 @@ impl Clients {
         let now = Instant::now();
         loop {
             let (mut conn, fresh) = match pool.get().checkout(opts.max_lifetime, now) {
-                Some(conn) => (conn, false),
+                Some(conn) => (conn, None),
                 // Boxed: connecting (TLS above all) is a large future, and rare.
-                None => match Box::pin(self.connect_http1(key, tls.clone(), opts.connect_timeout)).await {
-                    Ok(conn) => (conn, true),
-                    Err(e) => return Err(e.with(req)),
-                },
+                None => {
+                    let begun = Instant::now();
+                    match Box::pin(self.connect_http1(key, tls.clone(), opts.connect_timeout)).await {
+                        Ok(conn) => (conn, Some(ConnectTime(begun.elapsed()))),
+                        Err(e) => return Err(e.with(req)),
+                    }
+                }
             };
             conn.meta.send_timeout_ms.store(opts.send_timeout.as_millis() as u64, Relaxed);
             conn.meta.requests.fetch_add(1, Relaxed);
@@ -264,11 +273,15 @@ impl Clients {
                     // A connection at the end of its requests or lifetime never returns.
                     let home = (opts.max_idle > 0 && conn.meta.reusable(&opts, now))
                         .then(|| Home { pool, max: opts.max_idle });
-                    return Ok(sent.into_response(conn, home).map(ResponseBody::H1));
+                    let mut resp = sent.into_response(conn, home).map(ResponseBody::H1);
+                    if let Some(took) = fresh {
+                        resp.extensions_mut().insert(took);
+                    }
+                    return Ok(resp);
                 }
                 // The upstream closed the pooled connection since it was put back; the request
                 // did not go out: the next connection takes it.
-                Err(h1::Failed::Unsent(unsent, _)) if !fresh => req = *unsent,
+                Err(h1::Failed::Unsent(unsent, _)) if fresh.is_none() => req = *unsent,
                 Err(h1::Failed::Unsent(unsent, error)) => return Err(ConnectFailed::new(error).with(*unsent)),
                 Err(h1::Failed::Sent(error)) => return Err(SendError::Request(error)),
             }
@@ -479,26 +492,35 @@ impl H2Pool {
         // request back when it was not sent, and it goes once more on a fresh connection.
         loop {
             let (mut sender, fresh) = match self.cached(&key) {
-                Some(s) => (s, false),
+                Some(s) => (s, None),
                 // Boxed: connecting is a large future, and rare.
-                None => match Box::pin(self.connect(endpoint, &key, tls.clone(), connect_timeout)).await {
-                    Ok(s) => (s, true),
-                    Err(e) => return Err(e.with(req)),
-                },
+                None => {
+                    let begun = Instant::now();
+                    match Box::pin(self.connect(endpoint, &key, tls.clone(), connect_timeout)).await {
+                        Ok(s) => (s, Some(ConnectTime(begun.elapsed()))),
+                        Err(e) => return Err(e.with(req)),
+                    }
+                }
             };
             if let Err(error) = sender.ready().await {
                 self.evict(&key);
-                if fresh {
+                if fresh.is_some() {
                     return Err(ConnectFailed::new(error).with(req));
                 }
                 continue;
             }
             match sender.try_send_request(req).await {
-                Ok(resp) => return Ok(resp.map(ResponseBody::H2)),
+                Ok(resp) => {
+                    let mut resp = resp.map(ResponseBody::H2);
+                    if let Some(took) = fresh {
+                        resp.extensions_mut().insert(took);
+                    }
+                    return Ok(resp);
+                }
                 Err(mut err) => match err.take_message() {
                     Some(unsent) => {
                         self.evict(&key);
-                        if fresh {
+                        if fresh.is_some() {
                             return Err(ConnectFailed::new(err.into_error()).with(unsent));
                         }
                         req = unsent;
