@@ -266,6 +266,28 @@ fn userspace_mode_end_to_end() {
     })
     .unwrap_or_else(|e| panic!("change never applied: {e}\nlog:\n{}", read(&log)));
 
+    // A jump deleted behind weir's back is restored by the periodic resync, once: there is one
+    // jump before (no duplicate that would keep traffic redirected) and one after.
+    let jumps = || {
+        let saved = node.exec("iptables-save", &["-t", "nat"])?;
+        Ok::<_, String>(
+            saved
+                .lines()
+                .filter(|l| l.starts_with("-A PREROUTING ") && l.ends_with(" -j WEIR-USERSPACE"))
+                .count(),
+        )
+    };
+    assert_eq!(jumps(), Ok(1), "{}", node.exec("iptables-save", &["-t", "nat"]).unwrap_or_default());
+    let jump = ["-m", "comment", "--comment", "weir userspace portals", "-j", "WEIR-USERSPACE"];
+    node.exec("iptables", &[&["-w", "5", "-t", "nat", "-D", "PREROUTING"][..], &jump].concat()).unwrap();
+    eventually(20, || {
+        let restored = read(&log).contains("userspace mode's redirects were missing; restored");
+        let t = bed.client("10.96.0.10:80", 3, "tcp")?;
+        let n = jumps()?;
+        if restored && n == 1 && answered(&t) == 3 { Ok(()) } else { Err(format!("{n} jumps, {t:?}")) }
+    })
+    .unwrap_or_else(|e| panic!("jump never restored: {e}\nlog:\n{}", read(&log)));
+
     let (status, body) = support_netns::http_get(node, ADMIN, "/healthz").unwrap();
     assert_eq!(status, 200, "{body}");
     // The proxy's metrics: connections per Service port, and the connects that failed.
