@@ -123,6 +123,35 @@ fn get(addr: SocketAddr, host: &str) -> Option<(u16, String)> {
     Some((status, text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()))
 }
 
+/// Starts `cmd` (no input, output discarded) with its stderr collected, line by line, into
+/// the returned log.
+fn spawn_logging(cmd: &mut Command) -> (std::process::Child, std::sync::Arc<std::sync::Mutex<String>>) {
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let mut log = sink.lock().unwrap();
+            log.push_str(&line);
+            log.push('\n');
+        }
+    });
+    (child, log)
+}
+
+/// GETs `/` from `addr` until it answers 200 or `secs` have passed; the last answer.
+fn get_until_ok(addr: SocketAddr, host: &str, secs: u64) -> Option<(u16, String)> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let got = get(addr, host);
+        if got.as_ref().is_some_and(|(s, _)| *s == 200) || Instant::now() > deadline {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Unmounts its path when dropped (before the temporary directory holding it is removed).
 struct Unmount(PathBuf);
 
@@ -308,30 +337,9 @@ fn image_builds_unpacks_and_serves() {
         "127.0.0.1:443",
         "--listen-admin",
         "127.0.0.1:10254",
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let stderr = serve.stderr.take().unwrap();
-    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let mut log = sink.lock().unwrap();
-            log.push_str(&line);
-            log.push('\n');
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let answer = loop {
-        let got = get(http, "smoke.example");
-        if got.as_ref().is_some_and(|(s, _)| *s == 200) || Instant::now() > deadline {
-            break got;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    ]);
+    let (mut serve, log) = spawn_logging(&mut serve);
+    let answer = get_until_ok(http, "smoke.example", 20);
     let _ = serve.kill();
     let _ = serve.wait();
     let _ = echo.kill();
@@ -397,31 +405,9 @@ fn node_serves_from_the_image(weir: &str, chroot_bin: &str, rootfs: &Path) {
         "node-a",
         "--listen-admin",
         "127.0.0.1:10256",
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let stderr = node.stderr.take().unwrap();
-    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let mut log = sink.lock().unwrap();
-            log.push_str(&line);
-            log.push('\n');
-        }
-    });
-    let cluster_ip = SocketAddr::from(([10, 96, 0, 10], 80));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let answer = loop {
-        let got = get(cluster_ip, "web");
-        if got.as_ref().is_some_and(|(s, _)| *s == 200) || Instant::now() > deadline {
-            break got;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    ]);
+    let (mut node, log) = spawn_logging(&mut node);
+    let answer = get_until_ok(SocketAddr::from(([10, 96, 0, 10], 80)), "web", 30);
     let _ = node.kill();
     let _ = node.wait();
     let _ = pod.kill();
