@@ -115,7 +115,9 @@ def proxy_argv(name, port, backend):
         return [WEIR, "serve", "--manifests", d, "--threads", "1", "--listen-http", "127.0.0.1:0",
                 "--listen-https", "127.0.0.1:0", "--listen-admin", "127.0.0.1:0",
                 "--tcp-services-configmap", "default/tcp", "--l4-listen-address", "127.0.0.1",
-                "--log-level", "warn", f"--l4-splice={splice}"]
+                "--log-level", "warn", f"--l4-splice={splice}",
+                # The peers are configured without logs: weir's L4 access log off too.
+                "--access-log", "off"]
     if name == "haproxy":
         cfg = os.path.join(WORK, "haproxy.cfg")
         with open(cfg, "w") as f:

@@ -325,7 +325,9 @@ fn userspace_mode_end_to_end() {
     };
     assert!(metric("weir_l4_connections_total", "default/flaky:80") >= 40.0, "{text}");
     assert!(metric("weir_l4_connect_errors_total", "default/flaky:80") >= 10.0, "{text}");
-    assert!(metric("weir_l4_connections_total", "default/web:dns") >= 30.0, "{text}");
+    // 30 exchanges, each from a new socket; two that got the same source port from the kernel
+    // within the flow's idle time are one flow, so fewer than 30 flows is possible.
+    assert!(metric("weir_l4_connections_total", "default/web:dns") >= 15.0, "{text}");
     assert!(text.contains("\nweir_node_syncs_total "), "{text}");
     assert!(text.ends_with("# EOF\n"), "{text}");
     if std::env::var_os("WEIR_SHOW_LOG").is_some() {

@@ -156,7 +156,6 @@ async fn serve(
     relay: Relay,
     conn: &Conn,
 ) -> Result<(), Error> {
-    let local = client.local_addr()?;
     let _ = client.set_nodelay(true);
     let source = if service.spec.proxy_protocol_in {
         match tokio::time::timeout(HEADER_TIMEOUT, proxy_protocol::read_header(&mut client)).await {
@@ -173,11 +172,15 @@ async fn serve(
         return Ok(());
     }
     let mut upstream = connect(service, stats, source.ip()).await?;
-    if let Ok(addr) = upstream.peer_addr() {
+    // Only the access log names the endpoint (a system call and a string saved otherwise).
+    if service.log.is_some()
+        && let Ok(addr) = upstream.peer_addr()
+    {
         let _ = conn.upstream.set(addr.to_string());
     }
     let _ = upstream.set_nodelay(true);
     if service.spec.proxy_protocol_out {
+        let local = client.local_addr()?;
         upstream.write_all(&header::encode(source, local, service.stream.v2)).await?;
     }
     relay_both(client, upstream, service.stream.idle, relay, stats, conn).await?;
