@@ -108,12 +108,16 @@ data:
 
 
 def proxy_argv(name, port, backend):
-    if name == "weir":
+    if name in ("weir", "weir-copy"):
         d = weir_files(port, backend)
+        # weir-copy: the same weir relaying through its copy buffer instead of splice(2).
+        splice = "false" if name == "weir-copy" else "true"
         return [WEIR, "serve", "--manifests", d, "--threads", "1", "--listen-http", "127.0.0.1:0",
                 "--listen-https", "127.0.0.1:0", "--listen-admin", "127.0.0.1:0",
                 "--tcp-services-configmap", "default/tcp", "--l4-listen-address", "127.0.0.1",
-                "--log-level", "warn"]
+                "--log-level", "warn", f"--l4-splice={splice}",
+                # The peers are configured without logs: weir's L4 access log off too.
+                "--access-log", "off"]
     if name == "haproxy":
         cfg = os.path.join(WORK, "haproxy.cfg")
         with open(cfg, "w") as f:

@@ -9,8 +9,9 @@
 #   bench/l4/run.sh                          # 3 rounds, 1 GiB, 10k connections
 #   ROUNDS=5 SIZE_MB=2048 CONNS=20000 bench/l4/run.sh
 #
-# Environment: WEIR_BIN (default: build it with cargo), ROUNDS, SIZE_MB, CONNS, PROXIES,
-# PROXY_CPU (default 1), LOAD_CPU (default 0), WORKDIR.
+# Environment: WEIR_BIN (default: build it with cargo), ROUNDS, SIZE_MB, CONNS, PROXIES
+# (default weir,haproxy,nginx; `weir-copy` is weir with --l4-splice=false), PROXY_CPU (default 1),
+# LOAD_CPU (default 0), WORKDIR.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

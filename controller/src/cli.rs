@@ -213,6 +213,10 @@ pub struct ServeArgs {
     /// (weir_access_log_dropped_total).
     #[arg(long, default_value_t = weir_dataplane::proxy::accesslog::QUEUE as u64, value_name = "LINES", value_parser = clap::value_parser!(u64).range(1..1 << 24))]
     pub access_log_queue: u64,
+    /// Relay TCP service connections with splice(2), zero-copy (Linux); `false`: through a copy
+    /// buffer (HAProxy's `nosplice`).
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub l4_splice: bool,
 }
 
 /// `--access-log`.
@@ -332,6 +336,7 @@ impl ServeArgs {
             l4: weir_dataplane::l4::L4Config {
                 listen: self.l4_listen_address,
                 udp_max_flows: self.udp_max_flows as usize,
+                zero_copy: self.l4_splice,
                 ..Default::default()
             },
             // In a cluster only a named ConfigMap is read.

@@ -77,4 +77,7 @@ const COUNTERS: &[(&str, &str, Read)] = &[
     ("l4_datagrams_dropped", "UDP datagrams dropped (a full upstream socket buffer), by L4 service", |s| {
         s.dropped
     }),
+    ("l4_spliced_connections", "TCP connections relayed with splice(2) (zero-copy), by L4 service", |s| {
+        s.spliced
+    }),
 ];

@@ -5,7 +5,9 @@
 //! chroot, as the image's user (65532), listening on ports 80 and 443 as the chart's hostNetwork
 //! DaemonSet does (the binary carries the file capability CAP_NET_BIND_SERVICE), from a
 //! read-only root (the chart's `readOnlyRootFilesystem`). It runs in private network and mount
-//! namespaces (`unshare --net --mount`), so those ports and that mount are its own.
+//! namespaces (`unshare --net --mount`), so those ports and that mount are its own. Then the
+//! node module in the chart's default mode (nftables, over netlink: the image has no `nft`)
+//! runs from the same root and programs a ClusterIP that a connection then reaches.
 //!
 //! Needs root (chroot, unshare), umoci, skopeo and getcap (`scripts/test.sh install`). Without
 //! them it is skipped with a printed reason, or fails when `WEIR_REQUIRE_ALL=1`.
@@ -34,7 +36,7 @@ fn missing() -> Option<String> {
     if !root {
         return Some("not root (the smoke test runs weir in a chroot)".into());
     }
-    for tool in ["umoci", "skopeo", "chroot", "ldd", "getcap", "unshare", "ip"] {
+    for tool in ["umoci", "skopeo", "chroot", "ldd", "getcap", "unshare", "ip", "nft"] {
         let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output();
         if !found.is_ok_and(|o| o.status.success()) {
             return Some(format!("{tool} not found: run scripts/test.sh install"));
@@ -119,6 +121,35 @@ fn get(addr: SocketAddr, host: &str) -> Option<(u16, String)> {
     s.read_to_string(&mut text).ok()?;
     let status = text.split_whitespace().nth(1)?.parse().ok()?;
     Some((status, text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()))
+}
+
+/// Starts `cmd` (no input, output discarded) with its stderr collected, line by line, into
+/// the returned log.
+fn spawn_logging(cmd: &mut Command) -> (std::process::Child, std::sync::Arc<std::sync::Mutex<String>>) {
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let mut log = sink.lock().unwrap();
+            log.push_str(&line);
+            log.push('\n');
+        }
+    });
+    (child, log)
+}
+
+/// GETs `/` from `addr` until it answers 200 or `secs` have passed; the last answer.
+fn get_until_ok(addr: SocketAddr, host: &str, secs: u64) -> Option<(u16, String)> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let got = get(addr, host);
+        if got.as_ref().is_some_and(|(s, _)| *s == 200) || Instant::now() > deadline {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Unmounts its path when dropped (before the temporary directory holding it is removed).
@@ -284,6 +315,9 @@ fn image_builds_unpacks_and_serves() {
         std::thread::sleep(Duration::from_millis(20));
     }
     manifests(&rootfs.join("srv/manifests"), backend_addr);
+    node_manifests(&rootfs.join("srv/node"), NODE_POD);
+    // The mount point of /proc, which a container runtime provides.
+    std::fs::create_dir(rootfs.join("proc")).unwrap();
     // A read-only root file system, as the chart's securityContext makes it (this mount
     // namespace is the test's own).
     let root = rootfs.to_str().unwrap();
@@ -303,30 +337,9 @@ fn image_builds_unpacks_and_serves() {
         "127.0.0.1:443",
         "--listen-admin",
         "127.0.0.1:10254",
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let stderr = serve.stderr.take().unwrap();
-    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let mut log = sink.lock().unwrap();
-            log.push_str(&line);
-            log.push('\n');
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let answer = loop {
-        let got = get(http, "smoke.example");
-        if got.as_ref().is_some_and(|(s, _)| *s == 200) || Instant::now() > deadline {
-            break got;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    ]);
+    let (mut serve, log) = spawn_logging(&mut serve);
+    let answer = get_until_ok(http, "smoke.example", 20);
     let _ = serve.kill();
     let _ = serve.wait();
     let _ = echo.kill();
@@ -336,4 +349,81 @@ fn image_builds_unpacks_and_serves() {
     assert_eq!(status, 200, "{body}\n{}", log.lock().unwrap());
     let body: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["name"], "outside");
+
+    node_serves_from_the_image(weir, &chroot_bin, &rootfs);
+}
+
+/// The pod of the node module's check: an address of this network namespace's loopback.
+const NODE_POD: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 244, 0, 5)), 8080);
+
+/// A Service `web` with ClusterIP 10.96.0.10:80 on `pod`.
+fn node_manifests(dir: &Path, pod: SocketAddr) {
+    std::fs::create_dir_all(dir).unwrap();
+    let text = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: smoke}}\n\
+         spec:\n  clusterIP: 10.96.0.10\n  ports: [{{name: http, port: 80, targetPort: {port}}}]\n---\n\
+         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {{name: web-1, namespace: smoke, labels: {{kubernetes.io/service-name: web}}}}\n\
+         addressType: IPv4\nports: [{{name: http, port: {port}}}]\n\
+         endpoints: [{{addresses: [\"{ip}\"], nodeName: node-a, conditions: {{ready: true}}}}]\n",
+        port = pod.port(),
+        ip = pod.ip()
+    );
+    std::fs::write(dir.join("svc.yaml"), text).unwrap();
+}
+
+/// The node module in the chart's default mode (`--mode nftables`) from the image's files alone
+/// (no `nft`, no iptables tools: its rules go over nf_tables netlink), as root as the chart's
+/// DaemonSet runs it: a connection to the Service's ClusterIP reaches the pod, and
+/// `weir node --cleanup` from the image removes the table again.
+fn node_serves_from_the_image(weir: &str, chroot_bin: &str, rootfs: &Path) {
+    run(Command::new("mount").arg("-t").arg("proc").arg("proc").arg(rootfs.join("proc")));
+    let _proc = Unmount(rootfs.join("proc"));
+    run(Command::new("ip").args(["addr", "add", "10.244.0.5/32", "dev", "lo"]));
+    // Service addresses are routed (as on a node, by its default route) until the rules DNAT them.
+    run(Command::new("ip").args(["route", "add", "10.96.0.0/16", "dev", "lo"]));
+    let mut pod = Command::new(weir)
+        .args(["echo", "--name", "pod", "--listen", &NODE_POD.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let image_weir = |args: &[&str]| {
+        let mut cmd = Command::new(chroot_bin);
+        cmd.arg(rootfs).arg("/usr/local/bin/weir").args(args).env_clear().env("PATH", "/usr/local/bin");
+        cmd
+    };
+    let mut node = image_weir(&[
+        "node",
+        "--mode",
+        "nftables",
+        "--manifests",
+        "/srv/node",
+        "--node-name",
+        "node-a",
+        "--listen-admin",
+        "127.0.0.1:10256",
+    ]);
+    let (mut node, log) = spawn_logging(&mut node);
+    let answer = get_until_ok(SocketAddr::from(([10, 96, 0, 10], 80)), "web", 30);
+    let _ = node.kill();
+    let _ = node.wait();
+    let _ = pod.kill();
+    let _ = pod.wait();
+    let log = log.lock().unwrap().clone();
+    let (status, body) = answer.unwrap_or_else(|| panic!("the ClusterIP never answered:\n{log}"));
+    assert_eq!(status, 200, "{body}\n{log}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["name"], "pod", "{log}");
+    assert!(log.contains("node rules synced"), "{log}");
+
+    // The table is there (the test's own nft looks), and --cleanup from the image removes it.
+    let tables = run(Command::new("nft").args(["list", "tables"]));
+    assert!(tables.contains("table ip weir"), "{tables}");
+    let cleanup = image_weir(&["node", "--cleanup"]).output().unwrap();
+    assert!(cleanup.status.success(), "{}", String::from_utf8_lossy(&cleanup.stderr));
+    let tables = run(Command::new("nft").args(["list", "tables"]));
+    assert!(!tables.contains("table ip weir"), "{tables}");
 }

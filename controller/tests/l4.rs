@@ -291,6 +291,9 @@ fn tcp_echo_carries_64_mib_intact_and_passes_half_close_both_ways() {
     let down = weir.metric(&format!("weir_l4_sent_bytes_total{labels}")).unwrap();
     assert_eq!(up, SIZE as f64);
     assert_eq!(down, (SIZE + format!("END {SIZE} a\n").len()) as f64);
+    // The connection took the zero-copy path (splice(2)).
+    let spliced = weir.metric(&format!("weir_l4_spliced_connections_total{labels}"));
+    assert_eq!(spliced, Some(1.0), "{}", weir.metrics());
 }
 
 /// The first `:PROXY`: clients announce themselves (curl `--haproxy-protocol`, and a raw client

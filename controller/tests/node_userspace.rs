@@ -21,7 +21,25 @@ use support_netns::{
 /// run.
 #[test]
 fn netns_helper() {
+    // This file's own role: an IPv6 responder (the shared ones listen on IPv4).
+    if let Ok(role) = std::env::var(support_netns::ROLE_ENV)
+        && let Some(args) = role.strip_prefix("responder6 ")
+    {
+        responder6(args);
+        return;
+    }
     support_netns::helper_main();
+}
+
+/// Answers each TCP connection to `ADDR` ([v6]:port) with `NAME`: `responder6 NAME ADDR`.
+fn responder6(args: &str) {
+    use std::io::Write as _;
+    let (name, addr) = args.split_once(' ').unwrap();
+    let listener = std::net::TcpListener::bind(addr).unwrap();
+    let reply = format!("{name}\n");
+    for mut s in listener.incoming().flatten() {
+        let _ = s.write_all(reply.as_bytes());
+    }
 }
 
 /// The admin listener inside the node namespace (its own loopback: no clash with the host).
@@ -36,9 +54,14 @@ fn service(name: &str, ip: &str, extra: &str, ports: &str) -> String {
 
 /// An EndpointSlice of `service` named `suffix`: `addresses` (ready) on `ports`.
 fn slice(service: &str, suffix: &str, addresses: &[String], ports: &str) -> String {
+    slice_of("IPv4", service, suffix, addresses, ports)
+}
+
+/// The same of `family` (`IPv4`, `IPv6`).
+fn slice_of(family: &str, service: &str, suffix: &str, addresses: &[String], ports: &str) -> String {
     let mut s = format!(
         "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {service}-{suffix}\n  \
-         namespace: default\n  labels: {{kubernetes.io/service-name: {service}}}\naddressType: IPv4\n\
+         namespace: default\n  labels: {{kubernetes.io/service-name: {service}}}\naddressType: {family}\n\
          ports:\n{ports}endpoints:\n"
     );
     for a in addresses {
@@ -266,6 +289,28 @@ fn userspace_mode_end_to_end() {
     })
     .unwrap_or_else(|e| panic!("change never applied: {e}\nlog:\n{}", read(&log)));
 
+    // A jump deleted behind weir's back is restored by the periodic resync, once: there is one
+    // jump before (no duplicate that would keep traffic redirected) and one after.
+    let jumps = || {
+        let saved = node.exec("iptables-save", &["-t", "nat"])?;
+        Ok::<_, String>(
+            saved
+                .lines()
+                .filter(|l| l.starts_with("-A PREROUTING ") && l.ends_with(" -j WEIR-USERSPACE"))
+                .count(),
+        )
+    };
+    assert_eq!(jumps(), Ok(1), "{}", node.exec("iptables-save", &["-t", "nat"]).unwrap_or_default());
+    let jump = ["-m", "comment", "--comment", "weir userspace portals", "-j", "WEIR-USERSPACE"];
+    node.exec("iptables", &[&["-w", "5", "-t", "nat", "-D", "PREROUTING"][..], &jump].concat()).unwrap();
+    eventually(20, || {
+        let restored = read(&log).contains("userspace mode's redirects were missing; restored");
+        let t = bed.client("10.96.0.10:80", 3, "tcp")?;
+        let n = jumps()?;
+        if restored && n == 1 && answered(&t) == 3 { Ok(()) } else { Err(format!("{n} jumps, {t:?}")) }
+    })
+    .unwrap_or_else(|e| panic!("jump never restored: {e}\nlog:\n{}", read(&log)));
+
     let (status, body) = support_netns::http_get(node, ADMIN, "/healthz").unwrap();
     assert_eq!(status, 200, "{body}");
     // The proxy's metrics: connections per Service port, and the connects that failed.
@@ -280,7 +325,9 @@ fn userspace_mode_end_to_end() {
     };
     assert!(metric("weir_l4_connections_total", "default/flaky:80") >= 40.0, "{text}");
     assert!(metric("weir_l4_connect_errors_total", "default/flaky:80") >= 10.0, "{text}");
-    assert!(metric("weir_l4_connections_total", "default/web:dns") >= 30.0, "{text}");
+    // 30 exchanges, each from a new socket; two that got the same source port from the kernel
+    // within the flow's idle time are one flow, so fewer than 30 flows is possible.
+    assert!(metric("weir_l4_connections_total", "default/web:dns") >= 15.0, "{text}");
     assert!(text.contains("\nweir_node_syncs_total "), "{text}");
     assert!(text.ends_with("# EOF\n"), "{text}");
     if std::env::var_os("WEIR_SHOW_LOG").is_some() {
@@ -369,4 +416,94 @@ fn switching_modes_leaves_no_stale_rules() {
     }
     n.cleanup();
     assert_eq!(before, state(&bed), "cleanup left differences");
+}
+
+// === IPv6 ===
+
+/// The node's IPv6 address on the client link, the client's, and pod `i`'s (ULA addresses,
+/// inside the lab's namespaces only).
+const NODE_IP6: &str = "fd00:192::1";
+const CLIENT_IP6: &str = "fd00:192::2";
+fn pod_ip6(i: usize) -> String {
+    format!("fd00:10:244:1::{}", 11 + i)
+}
+
+/// Gives the lab IPv6 beside its IPv4: the bridge, the pods and the client link (`nodad`: the
+/// addresses are usable at once), the pods' and the client's routes through the node.
+fn wire_ipv6(bed: &Testbed) -> Result<(), String> {
+    let node = &bed.node;
+    node.exec("sysctl", &["-qw", "net.ipv6.conf.all.forwarding=1"])?;
+    node.ip(&["-6", "addr", "add", "fd00:10:244:1::1/64", "dev", "br0", "nodad"])?;
+    node.ip(&["-6", "addr", "add", &format!("{NODE_IP6}/64"), "dev", "vc", "nodad"])?;
+    bed.client.ip(&["-6", "addr", "add", &format!("{CLIENT_IP6}/64"), "dev", "eth0", "nodad"])?;
+    bed.client.ip(&["-6", "route", "add", "default", "via", NODE_IP6])?;
+    for (i, pod) in bed.pods.iter().enumerate() {
+        pod.ip(&["-6", "addr", "add", &format!("{}/64", pod_ip6(i)), "dev", "eth0", "nodad"])?;
+        pod.ip(&["-6", "route", "add", "default", "via", "fd00:10:244:1::1"])?;
+    }
+    Ok(())
+}
+
+/// A Service of family IPv6 (ClusterIP `fd00:96::10`) on the three pods' IPv6 addresses, in
+/// userspace mode: while pod1 refuses on IPv6 (no responder there yet), retry sends every
+/// connection to pod2 or pod3 and no client sees a failure; once pod1 answers, the ClusterIP
+/// reaches every pod.
+#[test]
+fn userspace_mode_ipv6() {
+    if let Err(reason) = need_tools(&["ip6tables-restore"]) {
+        skip(&reason);
+        return;
+    }
+    let Some(bed) = lab() else { return };
+    wire_ipv6(&bed).unwrap_or_else(|e| panic!("IPv6 lab setup failed: {e}"));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("manifests")).unwrap();
+    let addr = |i: usize| format!("[{}]:{POD_PORT}", pod_ip6(i));
+    let start = |i: usize| {
+        let log = dir.path().join(format!("responder6-{i}.log"));
+        let role = format!("responder6 {} {}", pod_name(i), addr(i));
+        let responder = support_netns::spawn_logged(&bed.pods[i].name, &role, &log).unwrap();
+        eventually(15, || {
+            let t = bed.client_in(&bed.node, &addr(i), 1, "tcp")?;
+            if count(&t, &pod_name(i)) == 1 { Ok(()) } else { Err(format!("{t:?}")) }
+        })
+        .unwrap_or_else(|e| panic!("IPv6 responder {} never answered: {e}\n{}", pod_name(i), read(&log)));
+        responder
+    };
+    let _responders = [start(1), start(2)];
+
+    let pods: Vec<String> = (0..3).map(pod_ip6).collect();
+    let manifests =
+        service(
+            "web6",
+            "fd00:96::10",
+            "  ipFamilies: [IPv6]\n",
+            &format!("  - {{name: http, port: 80, targetPort: {POD_PORT}}}\n"),
+        ) + &slice_of("IPv6", "web6", "1", &pods, &format!("- {{name: http, port: {POD_PORT}}}\n"));
+    std::fs::write(dir.path().join("manifests/svc.yaml"), manifests).unwrap();
+    let n = Node { bed: &bed, dir: dir.path() };
+    let (_weir_node, log) = n.start("--mode userspace --userspace-nat iptables", "userspace6.log");
+    let cluster_ip = "[fd00:96::10]:80";
+    eventually(20, || {
+        let t = bed.client(cluster_ip, 5, "tcp")?;
+        if answered(&t) == 5 { Ok(()) } else { Err(format!("{t:?}")) }
+    })
+    .unwrap_or_else(|e| panic!("the IPv6 ClusterIP never served: {e}\nlog:\n{}", read(&log)));
+    let saved = bed.node.exec("ip6tables-save", &["-t", "nat"]).unwrap();
+    assert!(saved.lines().any(|l| l.contains("-d fd00:96::10/128") && l.contains("REDIRECT")), "{saved}");
+
+    // pod1 refuses: every connection is still answered, by pod2 and pod3.
+    let t = bed.client(cluster_ip, 40, "tcp").unwrap();
+    assert_eq!(count(&t, "pod2") + count(&t, "pod3"), 40, "a client saw a failure: {t:?}");
+    assert!(count(&t, "pod2") > 0 && count(&t, "pod3") > 0, "{t:?}");
+
+    // pod1 answers too: the ClusterIP reaches every pod (round robin; pod1's failures are
+    // behind it once it answers).
+    let _pod1 = start(0);
+    eventually(20, || {
+        let t = bed.client(cluster_ip, 30, "tcp")?;
+        let all = (0..3).all(|i| count(&t, &pod_name(i)) > 0);
+        if all && answered(&t) == 30 { Ok(()) } else { Err(format!("{t:?}")) }
+    })
+    .unwrap_or_else(|e| panic!("the IPv6 ClusterIP does not reach every pod: {e}\nlog:\n{}", read(&log)));
 }

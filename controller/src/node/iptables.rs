@@ -594,6 +594,58 @@ pub fn restore_text(old: Option<&Tables>, new: &Tables, stale: &Tables) -> Optio
 // === applying ===
 
 /// A jump from a built-in chain into one of weir's.
+/// `iptables -C`'s exit status when the rule is not in the chain. Others mean the check itself
+/// failed: 4 (resource problem: the xtables lock still held after `-w`, a netlink error under
+/// load), 2 (bad arguments, a missing target chain).
+const CHECK_MISSING: i32 = 1;
+
+/// Checks made of a rule before giving up (the first and the retries), and the pause after a
+/// failed check (doubling).
+const CHECK_TRIES: u32 = 4;
+const CHECK_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Makes sure the rule `args` is in `table`'s `chain` (inserted first when missing) with
+/// `iptables` (or `ip6tables`); returns whether it was missing. Only `-C`'s exit status 1 means
+/// missing: a check that failed for another reason is retried a few times, then returned as an
+/// error (the next resync checks again) and nothing is inserted, since inserting on it would
+/// add a second copy of a rule that is there.
+pub(crate) fn ensure_rule(
+    runner: &Runner,
+    iptables: &str,
+    table: &str,
+    chain: &str,
+    args: &[&str],
+) -> exec::Result<bool> {
+    let mut check = vec!["-w", "5", "-t", table, "-C", chain];
+    check.extend(args);
+    let mut pause = CHECK_PAUSE;
+    for attempt in 1..=CHECK_TRIES {
+        let (status, out) = runner.status(iptables, &check, None)?;
+        match status.code() {
+            Some(0) => return Ok(false),
+            Some(CHECK_MISSING) => {
+                let mut insert = vec!["-w", "5", "-t", table, "-I", chain];
+                insert.extend(args);
+                runner.run(iptables, &insert, None)?;
+                return Ok(true);
+            }
+            _ if attempt < CHECK_TRIES => {
+                tracing::debug!(%status, stderr = out.stderr.trim(), table, chain, attempt, "{iptables} -C failed; checking again");
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            _ => {
+                return Err(exec::Error::Failed {
+                    program: format!("{iptables} {}", check.join(" ")),
+                    status,
+                    stderr: out.stderr.trim().to_string(),
+                });
+            }
+        }
+    }
+    Ok(false)
+}
+
 struct Jump {
     table: &'static str,
     chain: &'static str,
@@ -816,15 +868,7 @@ impl Iptables {
         let iptables = self.program("iptables");
         let mut added = 0;
         for jump in JUMPS {
-            let mut check = vec!["-w", "5", "-t", jump.table, "-C", jump.chain];
-            check.extend(jump.args);
-            let (status, _) = self.runner.status(&iptables, &check, None)?;
-            if !status.success() {
-                let mut insert = vec!["-w", "5", "-t", jump.table, "-I", jump.chain];
-                insert.extend(jump.args);
-                self.runner.run(&iptables, &insert, None)?;
-                added += 1;
-            }
+            added += usize::from(ensure_rule(&self.runner, &iptables, jump.table, jump.chain, jump.args)?);
         }
         Ok(added)
     }
@@ -893,6 +937,44 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::node::plan::test_ruleset as ruleset;
+
+    /// `ensure_rule` against a stand-in `iptables` (a shell script run as the runner's prefix)
+    /// whose `-C` exits with the given statuses in turn: what it runs, and what it returns.
+    fn ensure_with(codes: &[i32]) -> (exec::Result<bool>, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, todo) = (dir.path().join("calls"), dir.path().join("codes"));
+        let codes: String = codes.iter().map(|c| format!("{c}\n")).collect();
+        std::fs::write(&todo, codes).unwrap();
+        let script = format!(
+            "echo \"$*\" >> {log}; case \"$*\" in *' -C '*) c=$(head -n 1 {todo}); sed -i 1d {todo}; \
+             exit ${{c:-0}};; esac",
+            log = log.display(),
+            todo = todo.display()
+        );
+        let runner = Runner::with_prefix(vec!["sh".into(), "-c".into(), script, "iptables".into()]);
+        let args = ["-m", "comment", "--comment", "weir service portals", "-j", SERVICES];
+        let result = ensure_rule(&runner, "iptables", "nat", "PREROUTING", &args);
+        let calls = std::fs::read_to_string(&log).unwrap_or_default();
+        (result, calls.lines().map(|l| l.split(' ').nth(5).unwrap_or("").to_string()).collect())
+    }
+
+    /// Only `-C`'s exit status 1 inserts the rule; a check failing otherwise (4: the xtables
+    /// lock) is retried and, when it keeps failing, an error: never a second copy of the rule.
+    #[test]
+    fn a_rule_is_inserted_only_when_the_check_says_missing() {
+        let (result, calls) = ensure_with(&[0]);
+        assert_eq!((result.unwrap(), calls), (false, vec!["-C".to_string()]));
+        let (result, calls) = ensure_with(&[1]);
+        assert_eq!((result.unwrap(), calls), (true, vec!["-C".to_string(), "-I".to_string()]));
+        let (result, calls) = ensure_with(&[4, 4, 0]);
+        assert_eq!((result.unwrap(), calls), (false, vec!["-C".to_string(); 3]));
+        let (result, calls) = ensure_with(&[4, 1]);
+        assert_eq!((result.unwrap(), calls), (true, vec!["-C".into(), "-C".into(), "-I".into()]));
+        let (result, calls) = ensure_with(&[4, 4, 2, 4]);
+        let error = result.unwrap_err().to_string();
+        assert!(error.contains("-C PREROUTING"), "{error}");
+        assert_eq!(calls, vec!["-C".to_string(); 4], "nothing inserted");
+    }
 
     const WEB: &str = r#"
 apiVersion: v1

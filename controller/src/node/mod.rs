@@ -232,17 +232,8 @@ fn tools(mode: Mode) -> Vec<Tool> {
         ],
         // Either NAT tool does (userspace::NatTool::resolve says which).
         Mode::Userspace => Vec::new(),
-        Mode::Nftables => {
-            vec![
-                Tool {
-                    program: "nft",
-                    package: "nftables",
-                    required: true,
-                    without: "no rule can be written",
-                },
-                conntrack,
-            ]
-        }
+        // Its rules go over nf_tables netlink: no `nft` (weir's image has none).
+        Mode::Nftables => vec![conntrack],
     }
 }
 
@@ -362,7 +353,8 @@ pub struct NftablesBackend {
 }
 
 impl NftablesBackend {
-    /// A backend running `nft` through `runner`.
+    /// A backend writing over nf_tables netlink in `runner`'s namespace (`nft` through other
+    /// runners).
     pub fn new(runner: Runner, config: nftables::Config) -> Self {
         let v4 = nftables::Nftables::new(
             runner.clone(),
@@ -396,7 +388,7 @@ impl sync::Backend for NftablesBackend {
 
     fn repair(&mut self) -> anyhow::Result<bool> {
         let mut missing = self.v4.table_missing()?;
-        if let Some(v6) = &self.v6 {
+        if let Some(v6) = &mut self.v6 {
             missing |= v6.table_missing()?;
         }
         if missing {
@@ -501,12 +493,16 @@ pub fn cleanup(runner: &Runner) -> anyhow::Result<()> {
         }
         Err(e) => return Err(e).context("ipvs cleanup"),
     }
-    for family in ["ip", "ip6", "inet"] {
-        // Exit status 1 when the table does not exist; only a missing `nft` matters less.
-        match runner.status("nft", &["delete", "table", family, "weir"], None) {
-            Ok(_) => {}
-            Err(e) => tracing::info!(error = %e, "nft unavailable; nothing to clean up"),
+    // Over nf_tables netlink: no `nft` needed (weir's image has none).
+    for family in [IpFamily::IPv4, IpFamily::IPv6] {
+        let config = nftables::Config { family: Some(family), ..Default::default() };
+        if let Err(e) = nftables::Nftables::new(runner.clone(), config).cleanup() {
+            tracing::info!(error = %e, ?family, "nf_tables unavailable; nothing to clean up");
         }
+    }
+    // Exit status 1 when the table does not exist; only a missing `nft` matters less.
+    if let Err(e) = runner.status("nft", &["delete", "table", "inet", "weir"], None) {
+        tracing::info!(error = %e, "nft unavailable; no inet table to clean up");
     }
     Ok(())
 }
@@ -633,10 +629,10 @@ mod tests {
                 && check.warnings[0].contains("iptables mode")
         );
 
-        // No nft (the file there is not executable): nftables mode does not start.
+        // No nft (the file there is not executable): nftables mode runs all the same (netlink).
         let (_dir, path) = fake_path(&["conntrack"]);
-        let error = check_tools(Mode::Nftables, &path).unwrap_err();
-        assert!(error.starts_with("nft is not installed (Debian package nftables)"), "{error}");
+        let check = check_tools(Mode::Nftables, &path).unwrap();
+        assert_eq!((check.mode, check.warnings.len()), (Mode::Nftables, 0), "{check:?}");
         let error = check_tools(Mode::Iptables, &path).unwrap_err();
         assert!(error.starts_with("iptables-restore is not installed (Debian package iptables)"), "{error}");
         // No ip6tables-restore: IPv4 still works.

@@ -1457,20 +1457,46 @@ impl Nftables {
 
     /// Checks that the table still exists (someone may have flushed the ruleset); returns
     /// whether it was missing, after which a full sync is needed.
-    pub fn table_missing(&self) -> Result<bool> {
-        let f = words(self.family()).family;
-        let (status, _) = self.runner.status("nft", &["list", "table", f, TABLE], None)?;
+    pub fn table_missing(&mut self) -> Result<bool> {
+        let w = words(self.family());
+        if let Some(socket) = self.socket()? {
+            let exists = socket.table_exists(w.nf, TABLE);
+            if exists.is_err() {
+                self.writer = Writer::Netlink(None);
+            }
+            return Ok(!exists?);
+        }
+        let (status, _) = self.runner.status("nft", &["list", "table", w.family, TABLE], None)?;
         Ok(!status.success())
+    }
+
+    /// The nf_tables socket (opened now if need be); `None` when transactions go through `nft`.
+    fn socket(&mut self) -> Result<Option<&mut nftnl::Socket>> {
+        let netns = self.runner.netns_name().map(str::to_string);
+        match &mut self.writer {
+            Writer::Nft => Ok(None),
+            Writer::Netlink(Some(socket)) => Ok(Some(socket)),
+            Writer::Netlink(socket) => Ok(Some(socket.insert(nftnl::Socket::open(netns.as_deref())?))),
+        }
     }
 
     /// Deletes the table (and with it everything weir node created in this family).
     pub fn cleanup(&mut self) -> Result<()> {
-        let f = words(self.family()).family;
-        self.runner.run(
-            "nft",
-            &["-f", "-"],
-            Some(&format!("add table {f} {TABLE}\ndelete table {f} {TABLE}\n")),
-        )?;
+        let w = words(self.family());
+        if let Some(socket) = self.socket()? {
+            let deleted = socket.delete_table(w.nf, TABLE);
+            if deleted.is_err() {
+                self.writer = Writer::Netlink(None);
+            }
+            deleted?;
+        } else {
+            let f = w.family;
+            self.runner.run(
+                "nft",
+                &["-f", "-"],
+                Some(&format!("add table {f} {TABLE}\ndelete table {f} {TABLE}\n")),
+            )?;
+        }
         self.applied = None;
         self.applied_ruleset = None;
         Ok(())

@@ -38,6 +38,7 @@ const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 const NFNL_MSG_BATCH_END: u16 = 0x11;
 
 const MSG_NEWTABLE: u16 = 0;
+const MSG_GETTABLE: u16 = 1;
 const MSG_DELTABLE: u16 = 2;
 const MSG_NEWCHAIN: u16 = 3;
 const MSG_DELCHAIN: u16 = 5;
@@ -484,19 +485,6 @@ impl Batch {
     /// end; the last message asks for an acknowledgement.
     pub fn encode(&self, first_seq: u32) -> Vec<u8> {
         let mut out = Vec::new();
-        let header = |out: &mut Vec<u8>, kind: u16, flags: u16, seq: u32, family: u8, res_id: u16| {
-            out.extend_from_slice(&[0; 4]);
-            out.extend_from_slice(&kind.to_ne_bytes());
-            out.extend_from_slice(&(flags | netlink::F_REQUEST).to_ne_bytes());
-            out.extend_from_slice(&seq.to_ne_bytes());
-            out.extend_from_slice(&0u32.to_ne_bytes());
-            out.extend_from_slice(&[family, 0]);
-            out.extend_from_slice(&res_id.to_be_bytes());
-        };
-        let finish = |out: &mut Vec<u8>, start: usize| {
-            let len = u32::try_from(out.len() - start).unwrap_or(u32::MAX);
-            out[start..start + 4].copy_from_slice(&len.to_ne_bytes());
-        };
         let start = out.len();
         header(&mut out, NFNL_MSG_BATCH_BEGIN, 0, first_seq, 0, NFNL_SUBSYS_NFTABLES);
         finish(&mut out, start);
@@ -519,6 +507,23 @@ impl Batch {
     }
 }
 
+/// Appends an `nlmsghdr` (its length left 0 for [`finish`]) and an `nfgenmsg`.
+fn header(out: &mut Vec<u8>, kind: u16, flags: u16, seq: u32, family: u8, res_id: u16) {
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&kind.to_ne_bytes());
+    out.extend_from_slice(&(flags | netlink::F_REQUEST).to_ne_bytes());
+    out.extend_from_slice(&seq.to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes());
+    out.extend_from_slice(&[family, 0]);
+    out.extend_from_slice(&res_id.to_be_bytes());
+}
+
+/// Writes the length of the message that starts at `start`.
+fn finish(out: &mut [u8], start: usize) {
+    let len = u32::try_from(out.len() - start).unwrap_or(u32::MAX);
+    out[start..start + 4].copy_from_slice(&len.to_ne_bytes());
+}
+
 // === the socket ===
 
 /// A `NETLINK_NETFILTER` socket in one network namespace.
@@ -531,6 +536,41 @@ impl Socket {
     /// Opens a socket in the namespace `netns` (under `/run/netns`), or in this process's.
     pub fn open(netns: Option<&str>) -> Result<Self> {
         Ok(Socket { socket: netlink::Socket::open_protocol(netlink::NETLINK_NETFILTER, netns)? })
+    }
+
+    /// Whether the table `table` of `family` exists (`NFT_MSG_GETTABLE`: the table, or ENOENT).
+    pub fn table_exists(&mut self, family: Family, table: &str) -> Result<bool> {
+        const ENOENT: i32 = 2;
+        let seq = self.socket.next_seq();
+        let mut out = Vec::new();
+        let kind = NFNL_SUBSYS_NFTABLES << 8 | MSG_GETTABLE;
+        header(&mut out, kind, netlink::F_ACK, seq, family.nfproto(), 0);
+        netlink::put_attr(&mut out, &Attr::new(1, Value::Str(table.into())));
+        finish(&mut out, 0);
+        self.socket.send_raw(&out)?;
+        let mut found = false;
+        loop {
+            for frame in self.socket.recv_frames(&|_, _| netlink::Kind::Bytes)? {
+                match frame {
+                    netlink::Frame::Message(m) if m.seq == seq => found = true,
+                    netlink::Frame::Error { seq: s, errno: 0 } if s == seq => return Ok(found),
+                    netlink::Frame::Error { seq: s, errno: ENOENT } if s == seq => return Ok(false),
+                    netlink::Frame::Error { seq: s, errno } if s == seq => {
+                        return Err(Error::Refused { what: format!("list table {table}"), errno });
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Deletes the table `table` of `family` with everything in it; nothing when it does not
+    /// exist (`add table` first, in the same transaction, as `nft` users write it).
+    pub fn delete_table(&mut self, family: Family, table: &str) -> Result<()> {
+        let mut batch = Batch::new(family, table);
+        batch.add_table(None);
+        batch.delete_table();
+        self.commit(&batch)
     }
 
     /// Sends `batch` as one transaction and waits for the kernel's answer: the first refused

@@ -500,15 +500,7 @@ fn ensure_jumps(runner: &Runner, family: IpFamily) -> Result<usize> {
     let iptables = iptables_program("iptables", family);
     let mut added = 0;
     for (table, chain, args) in &JUMPS {
-        let mut check = vec!["-w", "5", "-t", table, "-C", chain];
-        check.extend(args);
-        let (status, _) = runner.status(&iptables, &check, None)?;
-        if !status.success() {
-            let mut insert = vec!["-w", "5", "-t", table, "-I", chain];
-            insert.extend(args);
-            runner.run(&iptables, &insert, None)?;
-            added += 1;
-        }
+        added += usize::from(super::iptables::ensure_rule(runner, &iptables, table, chain, args)?);
     }
     Ok(added)
 }

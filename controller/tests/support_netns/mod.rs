@@ -25,7 +25,7 @@ pub const CLIENT_IP: &str = "192.0.2.2";
 /// The port responders listen on (TCP and UDP).
 pub const POD_PORT: u16 = 8080;
 
-const ROLE_ENV: &str = "WEIR_NETNS_ROLE";
+pub const ROLE_ENV: &str = "WEIR_NETNS_ROLE";
 
 /// Whether the environment asks every test to run (never skip).
 pub fn require_all() -> bool {

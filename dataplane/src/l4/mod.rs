@@ -10,8 +10,9 @@
 //!
 //! - `tcp`: a connection admitted under the proxy's connection limits, its PROXY header read
 //!   (first `:PROXY`), an endpoint connected with retries, the PROXY header sent (second
-//!   `:PROXY`), then bytes copied both ways through bounded buffers, half-close passed on, cut
-//!   after the idle timeout.
+//!   `:PROXY`), then bytes relayed both ways, half-close passed on, cut after the idle timeout.
+//! - `splice`: the zero-copy relay (splice(2) through a pipe per direction, pipes pooled per
+//!   thread); where it cannot be used the relay copies through bounded buffers.
 //! - `udp`: one flow per client address and port, each with its own connected upstream socket;
 //!   replies go back to their client; a flow ends when idle or after its replies; the flow table
 //!   is bounded (the oldest flow is evicted and counted); datagrams that find a full socket
@@ -25,6 +26,8 @@ mod affinity;
 mod header;
 mod log;
 mod service;
+#[cfg(target_os = "linux")]
+mod splice;
 pub mod stats;
 mod tcp;
 mod udp;
@@ -232,7 +235,10 @@ impl L4Proxy {
                         live.clone(),
                         stats.clone(),
                         self.inner.conns.clone(),
-                        self.inner.config.buffer,
+                        tcp::Relay {
+                            buffer: self.inner.config.buffer,
+                            zero_copy: self.inner.config.zero_copy,
+                        },
                         stop.clone(),
                     );
                     self.inner.runtime.spawn(task);

@@ -23,6 +23,9 @@ pub struct L4Config {
     pub buffer: usize,
     /// Time allowed to connect to an endpoint when the table sets no `proxy-connect-timeout`.
     pub connect_timeout: Duration,
+    /// Relay TCP connections with splice(2) (zero-copy, Linux) where pipes are to be had;
+    /// `false`: always through the copy buffer.
+    pub zero_copy: bool,
 }
 
 impl Default for L4Config {
@@ -32,6 +35,7 @@ impl Default for L4Config {
             udp_max_flows: 16_384,
             buffer: 64 * 1024,
             connect_timeout: Duration::from_secs(5),
+            zero_copy: true,
         }
     }
 }

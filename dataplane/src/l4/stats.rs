@@ -19,6 +19,8 @@ pub struct Stats {
     pub(crate) evicted: AtomicU64,
     /// UDP datagrams dropped (a full socket buffer towards the upstream).
     pub(crate) dropped: AtomicU64,
+    /// TCP connections relayed with splice(2) (zero-copy) rather than through a copy buffer.
+    pub(crate) spliced: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -38,6 +40,8 @@ pub struct StatsSnapshot {
     pub evicted: u64,
     /// UDP datagrams dropped.
     pub dropped: u64,
+    /// TCP connections relayed with splice(2).
+    pub spliced: u64,
 }
 
 impl Stats {
@@ -51,6 +55,7 @@ impl Stats {
             connect_errors: self.connect_errors.load(Relaxed),
             evicted: self.evicted.load(Relaxed),
             dropped: self.dropped.load(Relaxed),
+            spliced: self.spliced.load(Relaxed),
         }
     }
 

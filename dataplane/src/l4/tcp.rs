@@ -1,6 +1,6 @@
 //! TCP services: accept, admit, read the client's PROXY header, connect an endpoint (retrying
-//! others), send the PROXY header, then copy both ways until both sides are done or the
-//! connection has been idle for `proxy-stream-timeout`.
+//! others), send the PROXY header, then relay both ways (splice(2) where it can, else a bounded
+//! copy) until both sides are done or the connection has been idle for `proxy-stream-timeout`.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -58,7 +58,7 @@ pub(crate) async fn accept_loop(
     live: Arc<ArcSwap<Service>>,
     stats: Arc<Stats>,
     conns: Arc<ConnLimits>,
-    buffer: usize,
+    relay: Relay,
     mut stop: watch::Receiver<bool>,
 ) {
     let local = listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
@@ -97,7 +97,7 @@ pub(crate) async fn accept_loop(
             let port = local.port();
             let (time, started) = (std::time::SystemTime::now(), Instant::now());
             let conn = Conn::default();
-            let result = serve(stream, peer, &service, admission, &conns, &stats, buffer, &conn).await;
+            let result = serve(stream, peer, &service, admission, &conns, &stats, relay, &conn).await;
             if let Err(error) = &result {
                 tracing::debug!(%peer, port, backend = %service.spec.backend, %error, "L4 connection ended");
             }
@@ -153,10 +153,9 @@ async fn serve(
     mut admission: ConnGuard,
     conns: &ConnLimits,
     stats: &Stats,
-    buffer: usize,
+    relay: Relay,
     conn: &Conn,
 ) -> Result<(), Error> {
-    let local = client.local_addr()?;
     let _ = client.set_nodelay(true);
     let source = if service.spec.proxy_protocol_in {
         match tokio::time::timeout(HEADER_TIMEOUT, proxy_protocol::read_header(&mut client)).await {
@@ -173,14 +172,18 @@ async fn serve(
         return Ok(());
     }
     let mut upstream = connect(service, stats, source.ip()).await?;
-    if let Ok(addr) = upstream.peer_addr() {
+    // Only the access log names the endpoint (a system call and a string saved otherwise).
+    if service.log.is_some()
+        && let Ok(addr) = upstream.peer_addr()
+    {
         let _ = conn.upstream.set(addr.to_string());
     }
     let _ = upstream.set_nodelay(true);
     if service.spec.proxy_protocol_out {
+        let local = client.local_addr()?;
         upstream.write_all(&header::encode(source, local, service.stream.v2)).await?;
     }
-    splice(client, upstream, service.stream.idle, buffer, stats, conn).await?;
+    relay_both(client, upstream, service.stream.idle, relay, stats, conn).await?;
     Ok(())
 }
 
@@ -233,9 +236,54 @@ async fn connect_to(key: &EndpointKey) -> io::Result<TcpStream> {
     }
 }
 
-/// Copies both ways until both directions reached end of stream (each end passed on as a
-/// half-close), a side failed, or nothing moved for `idle`.
-async fn splice(
+/// How a TCP connection's bytes are relayed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Relay {
+    /// The copy buffer per direction, and the pipe capacity asked for when splicing.
+    pub(crate) buffer: usize,
+    /// splice(2) where it can be used.
+    pub(crate) zero_copy: bool,
+}
+
+/// Relays both ways until both directions reached end of stream (each end passed on as a
+/// half-close), a side failed, or nothing moved for `idle`: with splice(2) when `relay` allows
+/// it and pipes are to be had, else through a bounded copy buffer per direction.
+async fn relay_both(
+    client: TcpStream,
+    upstream: TcpStream,
+    idle: Duration,
+    relay: Relay,
+    stats: &Stats,
+    conn: &Conn,
+) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    if relay.zero_copy {
+        match super::splice::Pipes::take(relay.buffer) {
+            Ok(mut pipes) => {
+                stats.spliced.fetch_add(1, Relaxed);
+                let base = Instant::now();
+                let activity = AtomicU64::new(0);
+                let meter = |bytes| super::splice::Meter { activity: &activity, base, bytes };
+                let up = meter([&stats.bytes_up, &conn.received]);
+                let down = meter([&stats.bytes_down, &conn.sent]);
+                let relayed = super::splice::relay(&client, &upstream, &mut pipes, up, down);
+                return tokio::select! {
+                    done = relayed => done,
+                    () = idle_for(idle, &activity, base) => Err(idle_error(idle)),
+                };
+            }
+            Err(error) => tracing::debug!(%error, "L4 connection copied: no pipe for splice"),
+        }
+    }
+    copy(client, upstream, idle, relay.buffer, stats, conn).await
+}
+
+fn idle_error(idle: Duration) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, format!("idle for {idle:?} (proxy-stream-timeout)"))
+}
+
+/// Copies both ways through one buffer of `buffer` bytes per direction.
+async fn copy(
     client: TcpStream,
     upstream: TcpStream,
     idle: Duration,
@@ -259,10 +307,7 @@ async fn splice(
         pump(&mut upstream_read, &mut client_write, buffer, &activity, base, [&stats.bytes_down, &conn.sent]);
     tokio::select! {
         done = async { tokio::try_join!(up, down) } => done.map(|_| ()),
-        () = idle_for(idle, &activity, base) => Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("idle for {idle:?} (proxy-stream-timeout)"),
-        )),
+        () = idle_for(idle, &activity, base) => Err(idle_error(idle)),
     }
 }
 
@@ -295,7 +340,7 @@ where
     }
 }
 
-fn millis(base: Instant) -> u64 {
+pub(crate) fn millis(base: Instant) -> u64 {
     u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 

@@ -1,0 +1,249 @@
+//! Zero-copy relay of a TCP service connection with splice(2): each direction moves bytes from
+//! its source socket into a pipe and from the pipe into its destination socket, so the kernel
+//! hands socket pages over instead of copying them through a userspace buffer (as HAProxy's
+//! `splice-auto`).
+//!
+//! - Driven by tokio's readiness (`TcpStream::readable`/`writable`, `try_io`): a direction waits
+//!   for its source to be readable, fills its empty pipe with one splice, then drains the pipe
+//!   into its destination as it becomes writable. Only an empty pipe is filled, so an `EAGAIN`
+//!   from the source always means "nothing to read" (never "pipe full") and clearing the read
+//!   readiness on it is right.
+//! - End of stream from a source is passed on as a half-close (`shutdown(SHUT_WR)`) of the
+//!   destination, as the copy path does.
+//! - Pipes come from a small per-thread pool and go back to it when the connection ends with
+//!   them empty; a pipe still holding bytes (a side failed mid-transfer) is closed. The pipes
+//!   alive at once are capped by a share of the open-file limit, so splice never takes the
+//!   descriptors that connections need; past the cap, or when the kernel refuses a pipe, the
+//!   connection is relayed by the bounded copy instead ([`Pipes::take`] fails and the caller
+//!   falls back).
+//!
+//! SIGPIPE: a splice into a socket whose peer is gone may raise it; the Rust runtime ignores
+//! SIGPIPE from before `main`, so the call fails with `EPIPE` as a write does.
+
+use std::cell::RefCell;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::Instant;
+
+use rustix::pipe::{PipeFlags, SpliceFlags};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+/// Pipes kept for reuse per runtime thread.
+const POOL_PER_THREAD: usize = 16;
+
+/// The share of the open-file limit pipes may hold: one pipe in `FD_SHARE` descriptors (two
+/// pipes, four descriptors, per spliced connection).
+const FD_SHARE: u64 = 8;
+
+/// Pipes alive (in use or pooled) in the process.
+static ALIVE: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static POOL: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
+}
+
+/// One pipe: the two descriptors and the bytes it holds now.
+#[derive(Debug)]
+pub(crate) struct Pipe {
+    read: OwnedFd,
+    write: OwnedFd,
+    /// Its capacity in bytes (what one splice in may move).
+    size: usize,
+    /// Bytes spliced in and not yet out.
+    held: usize,
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        ALIVE.fetch_sub(1, Relaxed);
+    }
+}
+
+/// The pipes of one connection (one per direction), given back to the pool when dropped empty.
+#[derive(Debug)]
+pub(crate) struct Pipes {
+    up: Option<Pipe>,
+    down: Option<Pipe>,
+}
+
+impl Pipes {
+    /// Two pipes of `size` bytes (a capacity the kernel may round up; `F_SETPIPE_SZ` only when
+    /// it differs from the default), from this thread's pool or new. Fails when the pipe cap is
+    /// reached or the kernel refuses (no descriptors, no pipe memory): copy instead.
+    pub(crate) fn take(size: usize) -> io::Result<Pipes> {
+        let up = take_one(size)?;
+        let down = take_one(size)?;
+        Ok(Pipes { up: Some(up), down: Some(down) })
+    }
+}
+
+impl Drop for Pipes {
+    fn drop(&mut self) {
+        for pipe in [self.up.take(), self.down.take()].into_iter().flatten() {
+            if pipe.held > 0 {
+                continue; // bytes of a failed transfer: closing the pipe discards them
+            }
+            POOL.with(|pool| {
+                if let Ok(mut pool) = pool.try_borrow_mut()
+                    && pool.len() < POOL_PER_THREAD
+                {
+                    pool.push(pipe);
+                }
+            });
+        }
+    }
+}
+
+/// The most pipes alive at once: a share of the soft open-file limit (read once; weir raises
+/// it at start, before any connection).
+fn cap() -> usize {
+    static CAP: OnceLock<usize> = OnceLock::new();
+    *CAP.get_or_init(|| {
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        let nofile = limit.current.unwrap_or(1 << 20);
+        usize::try_from(nofile / FD_SHARE).unwrap_or(usize::MAX)
+    })
+}
+
+fn take_one(size: usize) -> io::Result<Pipe> {
+    let pooled = POOL.with(|pool| {
+        let mut pool = pool.try_borrow_mut().ok()?;
+        let at = pool.iter().rposition(|p| p.size >= size)?;
+        Some(pool.swap_remove(at))
+    });
+    if let Some(pipe) = pooled {
+        return Ok(pipe);
+    }
+    if ALIVE.fetch_add(1, Relaxed) >= cap() {
+        ALIVE.fetch_sub(1, Relaxed);
+        return Err(io::Error::other("pipe cap reached (a share of the open-file limit)"));
+    }
+    let (read, write) = match rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK) {
+        Ok(pair) => pair,
+        Err(error) => {
+            ALIVE.fetch_sub(1, Relaxed);
+            return Err(error.into());
+        }
+    };
+    // From here `Pipe`'s drop counts it out.
+    let mut pipe = Pipe { read, write, size: 0, held: 0 };
+    let default = rustix::pipe::fcntl_getpipe_size(&pipe.write)?;
+    pipe.size = if size > default {
+        // Past `/proc/sys/fs/pipe-max-size` (or the per-user pipe memory) the kernel refuses:
+        // keep the default capacity.
+        rustix::pipe::fcntl_setpipe_size(&pipe.write, size).unwrap_or(default)
+    } else {
+        default
+    };
+    Ok(pipe)
+}
+
+/// Where one direction counts its bytes and marks activity.
+pub(crate) struct Meter<'a> {
+    /// The last transfer of either direction, in ms after `base` (the idle timeout's clock).
+    pub(crate) activity: &'a AtomicU64,
+    pub(crate) base: Instant,
+    /// The service's counter and the connection's.
+    pub(crate) bytes: [&'a AtomicU64; 2],
+}
+
+/// Relays both directions of `client` ⇄ `upstream` through `pipes` until both reached end of
+/// stream (each passed on as a half-close) or a side failed. The caller bounds it with the idle
+/// timeout.
+pub(crate) async fn relay(
+    client: &TcpStream,
+    upstream: &TcpStream,
+    pipes: &mut Pipes,
+    up: Meter<'_>,
+    down: Meter<'_>,
+) -> io::Result<()> {
+    let (Some(up_pipe), Some(down_pipe)) = (pipes.up.as_mut(), pipes.down.as_mut()) else {
+        return Err(io::Error::other("splice pipes already used"));
+    };
+    tokio::try_join!(pump(client, upstream, up_pipe, up), pump(upstream, client, down_pipe, down)).map(|_| ())
+}
+
+/// Moves `from` into `to` through `pipe` until `from` ends, then shuts `to`'s write side.
+async fn pump(from: &TcpStream, to: &TcpStream, pipe: &mut Pipe, meter: Meter<'_>) -> io::Result<()> {
+    let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+    loop {
+        // The pipe is empty here: an EAGAIN means the socket has nothing to read.
+        let n = loop {
+            from.readable().await?;
+            let spliced = from.try_io(Interest::READABLE, || {
+                Ok(rustix::pipe::splice(from, None, &pipe.write, None, pipe.size, flags)?)
+            });
+            match spliced {
+                Ok(n) => break n,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                Err(error) => return Err(error),
+            }
+        };
+        if n == 0 {
+            return rustix::net::shutdown(to, rustix::net::Shutdown::Write).map_err(io::Error::from);
+        }
+        pipe.held = n;
+        while pipe.held > 0 {
+            to.writable().await?;
+            let spliced = to.try_io(Interest::WRITABLE, || {
+                Ok(rustix::pipe::splice(&pipe.read, None, to, None, pipe.held, flags)?)
+            });
+            match spliced {
+                Ok(m) => {
+                    pipe.held -= m.min(pipe.held);
+                    for counter in meter.bytes {
+                        counter.fetch_add(m as u64, Relaxed);
+                    }
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                Err(error) => return Err(error),
+            }
+        }
+        meter.activity.store(super::tcp::millis(meter.base), Relaxed);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// Pipes given back empty are reused by the next connection on the thread; a pipe left
+    /// holding bytes is closed, not pooled.
+    #[test]
+    fn empty_pipes_are_reused_and_full_ones_closed() {
+        POOL.with(|p| p.borrow_mut().clear());
+        let pipes = Pipes::take(64 * 1024).unwrap();
+        let first = pipes.up.as_ref().map(|p| std::os::fd::AsRawFd::as_raw_fd(&p.read));
+        assert!(pipes.up.as_ref().unwrap().size >= 64 * 1024);
+        drop(pipes);
+        assert_eq!(POOL.with(|p| p.borrow().len()), 2);
+        let mut pipes = Pipes::take(64 * 1024).unwrap();
+        let again = [pipes.up.as_ref(), pipes.down.as_ref()]
+            .map(|p| p.map(|p| std::os::fd::AsRawFd::as_raw_fd(&p.read)));
+        assert!(again.contains(&first), "a pooled pipe is taken again");
+        assert_eq!(POOL.with(|p| p.borrow().len()), 0);
+        if let Some(p) = pipes.up.as_mut() {
+            p.held = 1;
+        }
+        drop(pipes);
+        assert_eq!(POOL.with(|p| p.borrow().len()), 1, "only the empty pipe went back");
+    }
+
+    /// A capacity above the default is asked of the kernel (it grants up to `pipe-max-size`).
+    #[test]
+    fn a_larger_pipe_is_asked_for() {
+        POOL.with(|p| p.borrow_mut().clear());
+        let pipes = Pipes::take(256 * 1024).unwrap();
+        let size = pipes.up.as_ref().unwrap().size;
+        assert_eq!(size, rustix::pipe::fcntl_getpipe_size(&pipes.up.as_ref().unwrap().write).unwrap());
+        let max: usize =
+            std::fs::read_to_string("/proc/sys/fs/pipe-max-size").unwrap().trim().parse().unwrap();
+        if max >= 256 * 1024 {
+            assert_eq!(size, 256 * 1024);
+        }
+    }
+}
