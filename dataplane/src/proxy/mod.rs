@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use hyper_util::server::conn::auto;
 
 use self::upstream::Balancer;
@@ -48,6 +48,7 @@ mod deadline;
 pub mod error;
 mod extauth;
 mod forward;
+mod h2_stall;
 mod headers;
 pub mod limits;
 mod metered;
@@ -246,13 +247,14 @@ impl Default for ProxyConfig {
 const MAX_H2_HEADER_LIST: u32 = 64 * 1024;
 
 /// How client connections speak HTTP/1.1 and HTTP/2.
-type HttpBuilder = auto::Builder<TokioExecutor>;
+type HttpBuilder = auto::Builder<h2_stall::StreamExec>;
 
 /// The connection settings of `config`: the head read timeout, which also bounds how long an
 /// idle HTTP/1 connection waits for its next request (`keep-alive` sets it), keep-alive itself,
 /// and WebSockets over HTTP/2.
 fn http_builder(config: &ProxyConfig) -> HttpBuilder {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // HTTP/2 streams that get no flow-control window are reset after the send timeout.
+    let mut builder = auto::Builder::new(h2_stall::StreamExec::new(config.client_send_timeout));
     let (idle, keep_alive) = match config.keepalive {
         Some(idle) if idle.is_zero() => (config.header_read_timeout, false),
         Some(idle) => (idle, true),
