@@ -210,6 +210,15 @@ pub struct ServeArgs {
     /// (weir_access_log_dropped_total).
     #[arg(long, default_value_t = weir_dataplane::proxy::accesslog::QUEUE as u64, value_name = "LINES", value_parser = clap::value_parser!(u64).range(1..1 << 24))]
     pub access_log_queue: u64,
+    /// The HTTP/1 server of client connections: hyper (its buffers kept for a connection's
+    /// life) or weir (hyper per busy period: nothing held while a connection is idle).
+    #[arg(long, default_value = "hyper", env = "WEIR_HTTP1_SERVER", value_name = "hyper|weir", value_parser = parse_http1_server)]
+    pub http1_server: weir_dataplane::proxy::Http1Server,
+}
+
+/// `--http1-server`.
+fn parse_http1_server(s: &str) -> Result<weir_dataplane::proxy::Http1Server, String> {
+    s.parse()
 }
 
 /// `--access-log`.
@@ -369,6 +378,7 @@ impl ServeArgs {
                 },
                 access_log_output: self.access_log.clone(),
                 access_log_queue: self.access_log_queue as usize,
+                http1_server: self.http1_server,
                 ..ProxyConfig::default()
             },
             metrics: crate::metrics::MetricsOptions {

@@ -48,8 +48,10 @@ mod deadline;
 pub mod error;
 mod extauth;
 mod forward;
+mod h1_idle;
 mod h2_stall;
 mod headers;
+mod http1_server;
 pub mod limits;
 mod metered;
 pub(crate) mod mirror;
@@ -62,6 +64,7 @@ mod upgrade;
 mod upstream;
 
 pub use error::{ErrorSource, ProxyError};
+pub use http1_server::Http1Server;
 
 /// Entry points for the fuzz targets (`fuzz/`) into parsers the proxy keeps private. Not an
 /// API: it exists so the fuzzers call the parsers themselves, not copies.
@@ -190,6 +193,9 @@ pub struct ProxyConfig {
     pub access_log_queue: usize,
     /// Request head sizes, HTTP/2 limits, the PROXY header timeout (`proxy/client_limits.rs`).
     pub client_limits: crate::model::ClientLimits,
+    /// Which HTTP/1 server drives client connections (`--http1-server`): hyper's, or weir's,
+    /// which holds no buffer while a connection is idle; set when the proxy is made.
+    pub http1_server: Http1Server,
 }
 
 impl Default for ProxyConfig {
@@ -239,6 +245,7 @@ impl Default for ProxyConfig {
             metrics: crate::metrics::MetricsConfig::default(),
             access_log_queue: accesslog::QUEUE,
             client_limits: crate::model::ClientLimits::default(),
+            http1_server: Http1Server::Hyper,
         }
     }
 }
