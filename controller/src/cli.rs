@@ -217,6 +217,15 @@ pub struct ServeArgs {
     /// buffer (HAProxy's `nosplice`).
     #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
     pub l4_splice: bool,
+    /// The HTTP/1 server of client connections: hyper (its buffers kept for a connection's
+    /// life) or weir (hyper per busy period: nothing held while a connection is idle).
+    #[arg(long, default_value = "hyper", env = "WEIR_HTTP1_SERVER", value_name = "hyper|weir", value_parser = parse_http1_server)]
+    pub http1_server: weir_dataplane::proxy::Http1Server,
+}
+
+/// `--http1-server`.
+fn parse_http1_server(s: &str) -> Result<weir_dataplane::proxy::Http1Server, String> {
+    s.parse()
 }
 
 /// `--access-log`.
@@ -377,6 +386,7 @@ impl ServeArgs {
                 },
                 access_log_output: self.access_log.clone(),
                 access_log_queue: self.access_log_queue as usize,
+                http1_server: self.http1_server,
                 ..ProxyConfig::default()
             },
             metrics: crate::metrics::MetricsOptions {

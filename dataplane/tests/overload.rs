@@ -1,7 +1,8 @@
 //! Overload limits, observed as a client sees them over real loopback sockets: connection limits
 //! (in all and per client, also behind the PROXY protocol), the listen backlog, the send timeout
 //! of a client that stops reading, `client-body-timeout`, `client-header-timeout`, and the
-//! HTTP/2 floods (rapid reset, CONTINUATION, PING, SETTINGS) that must stay bounded.
+//! HTTP/2 floods (rapid reset, CONTINUATION, PING, SETTINGS) that must stay bounded, and HTTP/2
+//! streams whose client grants no flow-control window.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -453,4 +454,154 @@ async fn h2_ping_flood_without_reading_is_bounded_and_cut() {
 #[tokio::test]
 async fn h2_settings_flood_without_reading_is_bounded_and_cut() {
     unanswered(SETTINGS, &[], 4_000_000).await;
+}
+
+// === HTTP/2 flow control: a stream the client grants no window ===
+
+/// An h2c client connection (the `h2` crate) with `window` as its streams' initial window and a
+/// 16 MiB connection window; the returned sender changes `SETTINGS_INITIAL_WINDOW_SIZE` later.
+async fn h2_client(
+    addr: SocketAddr,
+    window: u32,
+) -> (h2::client::SendRequest<bytes::Bytes>, tokio::sync::mpsc::UnboundedSender<u32>) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (send, mut conn) = h2::client::Builder::new()
+        .initial_window_size(window)
+        .initial_connection_window_size(16 << 20)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .unwrap();
+    let (settings, mut changes) = tokio::sync::mpsc::unbounded_channel::<u32>();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = &mut conn => return,
+                Some(window) = changes.recv() => conn.set_initial_window_size(window).unwrap(),
+            }
+        }
+    });
+    (send, settings)
+}
+
+fn h2_get(host: &str, path: &str) -> http::Request<()> {
+    http::Request::builder().uri(format!("http://{host}{path}")).body(()).unwrap()
+}
+
+/// Sends `req` on `client`; the response head (within a generous deadline).
+async fn h2_send(
+    client: &mut h2::client::SendRequest<bytes::Bytes>,
+    req: http::Request<()>,
+) -> http::Response<h2::RecvStream> {
+    let mut ready = client.clone().ready().await.unwrap();
+    let (resp, _) = ready.send_request(req, true).unwrap();
+    *client = ready;
+    tokio::time::timeout(Duration::from_secs(30), resp).await.expect("a response head").unwrap()
+}
+
+/// Reads `body` to its end, granting window as it goes; the bytes.
+async fn h2_read_all(mut body: h2::RecvStream) -> Vec<u8> {
+    let mut all = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(data) = body.data().await {
+            let data = data.unwrap();
+            let _ = body.flow_control().release_capacity(data.len());
+            all.extend_from_slice(&data);
+        }
+    })
+    .await
+    .expect("the whole body");
+    all
+}
+
+/// Reads `body` without granting window until the stream ends; the bytes taken and the
+/// stream's error (its reset).
+async fn h2_read_until_reset(mut body: h2::RecvStream) -> (usize, Option<h2::Error>) {
+    let mut taken = 0;
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(data) = body.data().await {
+            match data {
+                Ok(data) => taken += data.len(),
+                Err(e) => return (taken, Some(e)),
+            }
+        }
+        (taken, None)
+    })
+    .await
+    .expect("the stalled stream was reset after the send timeout")
+}
+
+/// A proxy with `client_send_timeout`: `a.test` streams 1 GiB from a firehose upstream (one
+/// connection), `b.test` goes to an echo backend named `small`.
+async fn stall_proxy(
+    send_timeout: Duration,
+) -> (TestProxy, Arc<AtomicU64>, tokio::sync::watch::Receiver<bool>, Echo) {
+    let (upstream, written, closed) = firehose(1 << 30).await;
+    let small = echo("small").await;
+    let config = ProxyConfig { client_send_timeout: send_timeout, ..test_config() };
+    let t = table()
+        .host("a.test")
+        .prefix("/", &backend("fire", &[upstream]))
+        .host("b.test")
+        .prefix("/", &to(&small))
+        .build();
+    (proxy_with(config, t).await, written, closed, small)
+}
+
+#[tokio::test]
+async fn h2_stream_with_a_zero_window_is_reset_after_the_send_timeout_and_its_upstream_released() {
+    let (p, written, mut closed, _small) = stall_proxy(Duration::from_secs(1)).await;
+    // SETTINGS_INITIAL_WINDOW_SIZE 0: the response head comes (HEADERS take no window), no data.
+    let (mut client, window) = h2_client(p.addr, 0).await;
+    let resp = h2_send(&mut client, h2_get("a.test", "/big")).await;
+    assert_eq!(resp.status(), 200);
+    let (taken, reset) = h2_read_until_reset(resp.into_body()).await;
+    assert_eq!(taken, 0, "no window, no data");
+    let reset = reset.expect("the stream ended with an error, not a clean end");
+    assert_eq!(reset.reason(), Some(h2::Reason::CANCEL), "{reset}");
+
+    // The upstream exchange is released: the upstream sees its connection closed, early.
+    tokio::time::timeout(Duration::from_secs(30), closed.wait_for(|c| *c))
+        .await
+        .expect("the proxy closed the upstream connection of the reset stream")
+        .unwrap();
+    let sent = written.load(Ordering::Relaxed);
+    assert!(sent < 64 << 20, "the upstream wrote {sent} bytes for a stream that took none");
+
+    // The connection itself is still served: with a window, the next stream gets its answer.
+    window.send(65_535).unwrap();
+    let resp = h2_send(&mut client, h2_get("b.test", "/next")).await;
+    assert_eq!(resp.status(), 200);
+    let body = String::from_utf8(h2_read_all(resp.into_body()).await).unwrap();
+    assert!(body.contains("\"small\""), "{body}");
+    // And other clients are.
+    assert_eq!(p.get("b.test", "/").await.status, 200);
+}
+
+#[tokio::test]
+async fn h2_stream_whose_window_is_never_updated_is_reset_while_the_others_are_served() {
+    let (p, _written, mut closed, _small) = stall_proxy(Duration::from_secs(2)).await;
+    // The default 64 KiB stream window, never given back: the stream stalls once it is full.
+    let (mut client, _window) = h2_client(p.addr, 65_535).await;
+    let stalled = h2_send(&mut client, h2_get("a.test", "/big")).await;
+    assert_eq!(stalled.status(), 200);
+    let stalled = tokio::spawn(h2_read_until_reset(stalled.into_body()));
+
+    // Another stream on the same connection is served meanwhile (or after: no timing here).
+    let resp = h2_send(&mut client, h2_get("b.test", "/other")).await;
+    assert_eq!(resp.status(), 200);
+    let body = String::from_utf8(h2_read_all(resp.into_body()).await).unwrap();
+    assert!(body.contains("\"small\""), "{body}");
+
+    let (taken, reset) = stalled.await.unwrap();
+    assert!(taken <= 65_535, "{taken} bytes taken past the window");
+    let reset = reset.expect("the stalled stream was reset");
+    assert_eq!(reset.reason(), Some(h2::Reason::CANCEL), "{reset}");
+    tokio::time::timeout(Duration::from_secs(30), closed.wait_for(|c| *c))
+        .await
+        .expect("the proxy closed the upstream connection of the reset stream")
+        .unwrap();
+    // The connection still serves new streams after the reset.
+    let resp = h2_send(&mut client, h2_get("b.test", "/after")).await;
+    assert_eq!(resp.status(), 200);
+    h2_read_all(resp.into_body()).await;
 }

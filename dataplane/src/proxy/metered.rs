@@ -139,6 +139,7 @@ impl Meter {
         start: Instant,
         log: Option<Box<Entry>>,
     ) -> Response<Metered<B>> {
+        super::h2_stall::responded();
         let span = self.span.into_inner().map(|span| (span, resp.status().as_u16()));
         let route = self.route.load(Ordering::Relaxed);
         let log = log.filter(|entry| {
@@ -267,6 +268,7 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = &mut *self;
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        super::h2_stall::body_polled(&polled);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let (Some(data), Some(pending)) = (frame.data_ref(), this.pending.as_mut()) {

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use hyper_util::server::conn::auto;
 
 use self::upstream::Balancer;
@@ -50,7 +50,10 @@ mod deadline;
 pub mod error;
 mod extauth;
 mod forward;
+mod h1_idle;
+mod h2_stall;
 mod headers;
+mod http1_server;
 pub mod limits;
 mod metered;
 pub(crate) mod mirror;
@@ -63,6 +66,7 @@ mod upgrade;
 mod upstream;
 
 pub use error::{ErrorSource, ProxyError};
+pub use http1_server::Http1Server;
 
 /// Entry points for the fuzz targets (`fuzz/`) into parsers the proxy keeps private. Not an
 /// API: it exists so the fuzzers call the parsers themselves, not copies.
@@ -191,6 +195,9 @@ pub struct ProxyConfig {
     pub access_log_queue: usize,
     /// Request head sizes, HTTP/2 limits, the PROXY header timeout (`proxy/client_limits.rs`).
     pub client_limits: crate::model::ClientLimits,
+    /// Which HTTP/1 server drives client connections (`--http1-server`): hyper's, or weir's,
+    /// which holds no buffer while a connection is idle; set when the proxy is made.
+    pub http1_server: Http1Server,
 }
 
 impl Default for ProxyConfig {
@@ -240,6 +247,7 @@ impl Default for ProxyConfig {
             metrics: crate::metrics::MetricsConfig::default(),
             access_log_queue: accesslog::QUEUE,
             client_limits: crate::model::ClientLimits::default(),
+            http1_server: Http1Server::Hyper,
         }
     }
 }
@@ -248,13 +256,14 @@ impl Default for ProxyConfig {
 const MAX_H2_HEADER_LIST: u32 = 64 * 1024;
 
 /// How client connections speak HTTP/1.1 and HTTP/2.
-type HttpBuilder = auto::Builder<TokioExecutor>;
+type HttpBuilder = auto::Builder<h2_stall::StreamExec>;
 
 /// The connection settings of `config`: the head read timeout, which also bounds how long an
 /// idle HTTP/1 connection waits for its next request (`keep-alive` sets it), keep-alive itself,
 /// and WebSockets over HTTP/2.
 fn http_builder(config: &ProxyConfig) -> HttpBuilder {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // HTTP/2 streams that get no flow-control window are reset after the send timeout.
+    let mut builder = auto::Builder::new(h2_stall::StreamExec::new(config.client_send_timeout));
     let (idle, keep_alive) = match config.keepalive {
         Some(idle) if idle.is_zero() => (config.header_read_timeout, false),
         Some(idle) => (idle, true),

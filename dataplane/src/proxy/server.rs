@@ -55,6 +55,8 @@ struct Conn {
     failures: Arc<RateLimit>,
     /// This connection's place under the connection limits, held until it closes.
     admission: ConnGuard,
+    /// Turns true when the listener drains (read by the `--http1-server weir` driver).
+    drain: tokio::sync::watch::Receiver<bool>,
 }
 
 // === impl Conn ===
@@ -131,7 +133,7 @@ impl Conn {
         let ctx = self.ctx(client, false, None);
         let send_timeout = self.proxy.inner.state.load().config.client_send_timeout;
         let stream = SendTimeout::new(stream, send_timeout);
-        serve_http(self.builder, stream, ctx, self.watcher, false).await;
+        serve_http(self.builder, stream, ctx, self.watcher, false, self.drain).await;
     }
 
     async fn serve_tls(mut self, mut stream: TcpStream, tls: Arc<TlsListener>, permit: OwnedSemaphorePermit) {
@@ -147,7 +149,7 @@ impl Conn {
                 let ssl = super::accesslog::Ssl::of(stream.get_ref().1);
                 let ctx = self.ctx_ssl(client, true, cert.map(|c| *c), ssl);
                 let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                serve_http(self.builder, stream, ctx, self.watcher, h2).await;
+                serve_http(self.builder, stream, ctx, self.watcher, h2, self.drain).await;
             }
             // The passthrough connection keeps its place until it closes.
             Ok(Ok((client, Accepted::Passthrough(pass)))) => {
@@ -216,6 +218,7 @@ impl Proxy {
         self.start_pool_sweeper();
         let listener_port = HeaderValue::from(local.port());
         let graceful = GracefulShutdown::new();
+        let (drain, draining) = tokio::sync::watch::channel(false);
         let kind = if tls.is_some() { "https" } else { "http" };
         let failures = Arc::new(RateLimit::new(10));
         let proxy_protocol = self.inner.config.proxy_protocol;
@@ -273,6 +276,7 @@ impl Proxy {
                 watcher: graceful.watcher(),
                 failures: failures.clone(),
                 admission,
+                drain: draining.clone(),
             };
             let Some(tls) = &tls else {
                 tokio::spawn(conn.serve_plain(stream));
@@ -286,6 +290,7 @@ impl Proxy {
         }
 
         drop(listener);
+        drain.send_replace(true);
         let open = graceful.count();
         tracing::info!(%local, open, "draining");
         let drain = self.inner.state.load().config.drain_timeout;
@@ -320,8 +325,14 @@ fn refusal_reason(refusal: Refusal) -> &'static str {
 /// On HTTP/1 the box would add a copy instead (hyper keeps the future in its dispatcher's slot),
 /// so there the connection gets its own timer for its request-head deadlines (see `deadline`:
 /// hyper drops and asks for a new one at every request).
-async fn serve_http<S>(builder: Arc<HttpBuilder>, stream: S, ctx: Arc<ConnCtx>, watcher: Watcher, h2: bool)
-where
+async fn serve_http<S>(
+    builder: Arc<HttpBuilder>,
+    stream: S,
+    ctx: Arc<ConnCtx>,
+    watcher: Watcher,
+    h2: bool,
+    drain: tokio::sync::watch::Receiver<bool>,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let peer = ctx.peer;
@@ -331,13 +342,18 @@ where
         (true, true) => crate::metrics::Listener::HttpsH2,
     };
     let _open = ctx.proxy.metrics().open_conn(listener);
+    // The connection futures are boxed: the task's own size is that of its largest state, and
+    // `--http1-server weir` keeps only a small one while a connection is idle.
+    if !h2 && ctx.proxy.inner.config.http1_server == super::Http1Server::Weir {
+        return super::h1_idle::serve(builder, stream, ctx, watcher, drain).await;
+    }
     let io = TokioIo::new(stream);
     let served = if h2 {
         let service = hyper::service::service_fn(move |req| {
             let handled = Box::pin(ctx.clone().handle(req));
             async move { Ok::<_, Infallible>(handled.await) }
         });
-        watcher.watch(builder.serve_connection_with_upgrades(io, service).into_owned()).await
+        Box::pin(watcher.watch(builder.serve_connection_with_upgrades(io, service).into_owned())).await
     } else {
         let service = hyper::service::service_fn(move |req| {
             let ctx = ctx.clone();
@@ -345,7 +361,7 @@ where
         });
         let mut builder = (*builder).clone();
         builder.http1().timer(ConnTimer::default());
-        watcher.watch(builder.serve_connection_with_upgrades(io, service).into_owned()).await
+        Box::pin(watcher.watch(builder.serve_connection_with_upgrades(io, service).into_owned())).await
     };
     if let Err(error) = served {
         tracing::debug!(%peer, %error, "connection error");

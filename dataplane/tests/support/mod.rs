@@ -175,7 +175,17 @@ pub fn test_config() -> ProxyConfig {
         connect_timeout: Duration::from_secs(2),
         upstream_timeout: Duration::from_secs(10),
         drain_timeout: Duration::from_secs(5),
+        http1_server: http1_server(),
         ..ProxyConfig::default()
+    }
+}
+
+/// The HTTP/1 server the tests run: `WEIR_HTTP1_SERVER=weir` runs the suite on weir's own
+/// (`--http1-server weir`), as the `weir` command reads the same variable.
+pub fn http1_server() -> weir_dataplane::proxy::Http1Server {
+    match std::env::var("WEIR_HTTP1_SERVER") {
+        Ok(name) => name.parse().unwrap(),
+        Err(_) => Default::default(),
     }
 }
 
