@@ -405,6 +405,7 @@ fn reference_to(kind: ObjectKind, object: &ObjectRef) -> ObjectReference {
         ObjectKind::Secret => ("v1", "Secret"),
         ObjectKind::ConfigMap => ("v1", "ConfigMap"),
         ObjectKind::HttpRoute => ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+        ObjectKind::GrpcRoute => ("gateway.networking.k8s.io/v1", "GRPCRoute"),
     };
     ObjectReference {
         api_version: Some(api_version.to_owned()),

@@ -5,7 +5,7 @@
 //! - Gateway: `Accepted`, `Programmed`, `status.addresses` (the published addresses) and per
 //!   listener `attachedRoutes`, `supportedKinds` and its conditions (`Accepted`, `Programmed`,
 //!   `ResolvedRefs`, `Conflicted`);
-//! - HTTPRoute: one `parents` entry per parent of ours (`controllerName` weir's), with
+//! - HTTPRoute and GRPCRoute: one `parents` entry per parent of ours (`controllerName` weir's), with
 //!   `Accepted` and `ResolvedRefs`; entries of other controllers are kept.
 //!
 //! Every condition carries the object's `metadata.generation` as `observedGeneration`, and keeps
@@ -19,7 +19,9 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use weir_dataplane::model::ObjectRef;
 
-use crate::gateway::{Gateway, GatewayClass, GatewayClassStatus, GatewayStatus, HttpRoute, RouteStatus};
+use crate::gateway::{
+    Gateway, GatewayClass, GatewayClassStatus, GatewayStatus, GrpcRoute, HttpRoute, RouteStatus,
+};
 use crate::source::kube::Stores;
 use crate::translate::gateway::conditions::{Cond, reasons, types};
 use crate::translate::gateway::{GatewayOutcome, RouteKind};
@@ -119,11 +121,24 @@ pub fn route_status(
     current: &Value,
     now: &str,
 ) -> Option<Value> {
-    let parents = outcome.attachments.routes.get(&(RouteKind::Http, key.clone()))?;
+    kind_route_status(outcome, RouteKind::Http, key, generation, current, now)
+}
+
+/// [`route_status`] for a route of `kind` (HTTPRoute or GRPCRoute).
+pub fn kind_route_status(
+    outcome: &GatewayOutcome,
+    kind: RouteKind,
+    key: &ObjectRef,
+    generation: Option<i64>,
+    current: &Value,
+    now: &str,
+) -> Option<Value> {
+    let parents = outcome.attachments.routes.get(&(kind, key.clone()))?;
+    let rules = if kind == RouteKind::Grpc { &outcome.grpc_routes } else { &outcome.routes };
     let ours = outcome.controller_name.as_str();
     let old_parents = current["parents"].as_array().cloned().unwrap_or_default();
     let mut out: Vec<Value> = old_parents.iter().filter(|p| p["controllerName"] != ours).cloned().collect();
-    let invalid = outcome.routes.invalid_rules.get(key);
+    let invalid = rules.invalid_rules.get(key);
     for p in parents {
         let parent_ref = serde_json::to_value(&p.parent_ref).unwrap_or(Value::Null);
         let old = old_parents
@@ -140,7 +155,7 @@ pub fn route_status(
             }
             _ => p.accepted.clone(),
         }];
-        conds.push(outcome.routes.resolved_refs.get(key).cloned().unwrap_or_else(|| {
+        conds.push(rules.resolved_refs.get(key).cloned().unwrap_or_else(|| {
             Cond::yes(types::RESOLVED_REFS, reasons::RESOLVED_REFS, "every backend reference resolved")
         }));
         out.push(json!({
@@ -210,6 +225,18 @@ pub async fn reconcile(
             }
         }
     }
+    for store in &stores.grpc_routes {
+        for route in store.state() {
+            let key = key_of(&route.metadata);
+            let current = status_json(route.status.as_ref());
+            if let Some(desired) =
+                kind_route_status(outcome, RouteKind::Grpc, &key, route.metadata.generation, &current, &now)
+                && desired_differs::<RouteStatus>(&desired, &current)
+            {
+                patches.push(("GRPCRoute", Some(key.namespace), key.name, desired));
+            }
+        }
+    }
     for (kind, namespace, name, status) in patches {
         let patch = Patch::Merge(json!({ "status": status }));
         let params = PatchParams::default();
@@ -218,6 +245,10 @@ pub async fn reconcile(
                 Api::<GatewayClass>::all(client.clone()).patch_status(&name, &params, &patch).await.map(drop)
             }
             ("Gateway", Some(ns)) => Api::<Gateway>::namespaced(client.clone(), ns)
+                .patch_status(&name, &params, &patch)
+                .await
+                .map(drop),
+            ("GRPCRoute", Some(ns)) => Api::<GrpcRoute>::namespaced(client.clone(), ns)
                 .patch_status(&name, &params, &patch)
                 .await
                 .map(drop),

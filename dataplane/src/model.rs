@@ -1548,6 +1548,10 @@ pub struct RequestConditions {
     /// Query parameters (names case-sensitive, first occurrence).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub query: Vec<ValueMatch>,
+    /// The whole (normalized) path, for matches a path type cannot say (Gateway API
+    /// `GRPCMethodMatch`: a method of any service, regular expressions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<StringMatch>,
 }
 
 /// A named value and how it must match.

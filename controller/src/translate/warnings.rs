@@ -27,6 +27,8 @@ pub enum ObjectKind {
     ConfigMap,
     /// A `gateway.networking.k8s.io/v1` HTTPRoute.
     HttpRoute,
+    /// A `gateway.networking.k8s.io/v1` GRPCRoute.
+    GrpcRoute,
 }
 
 impl fmt::Display for ObjectKind {

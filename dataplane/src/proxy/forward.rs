@@ -199,6 +199,7 @@ impl ConnCtx {
                 method: req.method(),
                 headers: req.headers(),
                 query: req.uri().query(),
+                path,
             };
             state.router.lookup_request(host_str, path, Some(&view))
         };

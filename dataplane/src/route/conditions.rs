@@ -7,7 +7,8 @@
 //!   joined with `, ` (RFC 9110 5.3); `Exact` equal, `RegularExpression` matching the whole value;
 //! - query parameters: the name case-sensitive, the first occurrence only ("only the first
 //!   entry with that name MUST be considered"), the value percent-decoded (`+` is a space);
-//!   `Exact` equal, `RegularExpression` matching the whole value.
+//!   `Exact` equal, `RegularExpression` matching the whole value;
+//! - path: the whole normalized path the router matched on (GRPCRoute method matches).
 //!
 //! A condition on a header or parameter the request lacks does not hold.
 
@@ -24,6 +25,8 @@ pub struct RequestView<'a> {
     pub headers: &'a HeaderMap,
     /// Its query (after `?`, without it), if any.
     pub query: Option<&'a str>,
+    /// Its normalized path (as the router sees it).
+    pub path: &'a str,
 }
 
 /// Why conditions do not compile.
@@ -52,6 +55,7 @@ pub struct CompiledConditions {
     method: Option<Method>,
     headers: Vec<(HeaderName, Matcher)>,
     query: Vec<(String, Matcher)>,
+    path: Option<Matcher>,
 }
 
 #[derive(Clone, Debug)]
@@ -100,12 +104,16 @@ impl CompiledConditions {
             .iter()
             .map(|ValueMatch { name, value }| Ok((name.clone(), Matcher::compile(value)?)))
             .collect::<Result<_, ConditionError>>()?;
-        Ok(CompiledConditions { method, headers, query })
+        let path = c.path.as_ref().map(Matcher::compile).transpose()?;
+        Ok(CompiledConditions { method, headers, query, path })
     }
 
     /// Whether the request meets every condition.
     pub fn matches(&self, req: &RequestView<'_>) -> bool {
         if self.method.as_ref().is_some_and(|m| m != req.method) {
+            return false;
+        }
+        if self.path.as_ref().is_some_and(|p| !p.matches(req.path)) {
             return false;
         }
         for (name, matcher) in &self.headers {
@@ -186,6 +194,7 @@ mod tests {
             method: method.map(str::to_string),
             headers: headers.iter().map(vm).collect(),
             query: query.iter().map(vm).collect(),
+            path: None,
         })
         .unwrap()
     }
@@ -203,7 +212,7 @@ mod tests {
     }
 
     fn check(c: &CompiledConditions, r: &(Method, HeaderMap, Option<&str>)) -> bool {
-        c.matches(&RequestView { method: &r.0, headers: &r.1, query: r.2 })
+        c.matches(&RequestView { method: &r.0, headers: &r.1, query: r.2, path: "/" })
     }
 
     fn exact(s: &str) -> StringMatch {
@@ -265,14 +274,32 @@ mod tests {
             method: None,
             headers: vec![],
             query: vec![ValueMatch { name: "a".into(), value: StringMatch::Regex("(".into()) }],
+            path: None,
         };
         assert!(matches!(CompiledConditions::compile(&bad), Err(ConditionError::Regex { .. })));
         let bad = RequestConditions {
             method: None,
             headers: vec![ValueMatch { name: "bad name".into(), value: exact("x") }],
             query: vec![],
+            path: None,
         };
         assert!(matches!(CompiledConditions::compile(&bad), Err(ConditionError::HeaderName(_))));
         assert_eq!(decode("%41%zz%4"), Some("A%zz%4".into()));
+    }
+
+    /// A path condition matches the whole path (`GRPCMethodMatch`: `/service/method`).
+    #[test]
+    fn path_condition_matches_the_whole_path() {
+        let c = CompiledConditions::compile(&RequestConditions {
+            path: Some(StringMatch::Regex("/[^/]+/Echo".into())),
+            ..RequestConditions::default()
+        })
+        .unwrap();
+        let (method, headers) = (Method::POST, HeaderMap::new());
+        let at = |path| c.matches(&RequestView { method: &method, headers: &headers, query: None, path });
+        assert!(at("/t.Test/Echo"));
+        assert!(at("/other.Svc/Echo"));
+        assert!(!at("/t.Test/EchoMore"), "whole path");
+        assert!(!at("/t.Test/Fail"));
     }
 }

@@ -10,6 +10,7 @@
 pub mod attach;
 pub mod conditions;
 pub mod filters;
+pub mod grpc;
 pub mod hostname;
 pub mod listeners;
 pub mod refs;
@@ -94,6 +95,8 @@ pub struct GatewayOutcome {
     pub routes: routes::RoutesOut,
     /// The controller name written into route parent statuses.
     pub controller_name: String,
+    /// What the GRPCRoutes' rules resolved to.
+    pub grpc_routes: routes::RoutesOut,
 }
 
 /// Resolves classes, Gateways and listeners, and attaches every route.
@@ -132,6 +135,7 @@ pub fn attach_all(snapshot: &Snapshot, config: &GatewayConfig) -> GatewayAttachm
         };
         add_route(&mut out, RouteKind::Tls, parts, snapshot);
     }
+    grpc::resolve_kind_conflicts(&mut out, snapshot);
     out
 }
 

@@ -57,10 +57,10 @@ pub struct RoutesOut {
 /// Precedence between HTTPRoutes: the oldest (`creationTimestamp`; none counts as the newest),
 /// then `{namespace}/{name}`. Smaller wins.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Age {
-    undated: bool,
-    created: Option<Timestamp>,
-    object: ObjectRef,
+pub(super) struct Age {
+    pub(super) undated: bool,
+    pub(super) created: Option<Timestamp>,
+    pub(super) object: ObjectRef,
 }
 
 /// One route built from a match, with its precedence among routes sharing its path.
@@ -109,6 +109,7 @@ pub(crate) fn apply(
             object: key.clone(),
         };
         let mut ctx = RouteCtx {
+            kind: RouteKind::Http,
             key,
             grants: &grants,
             snapshot,
@@ -172,7 +173,7 @@ pub(crate) fn apply(
 
 /// The host names a route serves over all its accepted parents; `None` when it attached
 /// nowhere.
-fn hosts_of(parents: &[ParentOut]) -> Option<BTreeSet<HostMatch>> {
+pub(super) fn hosts_of(parents: &[ParentOut]) -> Option<BTreeSet<HostMatch>> {
     let mut hosts = BTreeSet::new();
     let mut attached = false;
     for a in parents.iter().filter(|p| p.accepted.status).flat_map(|p| &p.attached) {
@@ -196,26 +197,36 @@ fn matches_of(rule: &HttpRouteRule) -> Vec<HttpRouteMatch> {
     if rule.matches.is_empty() { vec![HttpRouteMatch::default()] } else { rule.matches.clone() }
 }
 
-/// The state of one HTTPRoute's translation.
-struct RouteCtx<'a, 'w> {
-    key: &'a ObjectRef,
-    grants: &'a Grants<'a>,
-    snapshot: &'a Snapshot,
-    resolver: &'a Resolver<'a>,
-    backends: &'w mut BTreeMap<BackendId, Backend>,
-    warnings: &'w mut Warnings,
+/// The state of one HTTPRoute's (or GRPCRoute's) translation.
+pub(super) struct RouteCtx<'a, 'w> {
+    /// The route's kind (`HTTPRoute` or `GRPCRoute`).
+    pub(super) kind: RouteKind,
+    pub(super) key: &'a ObjectRef,
+    pub(super) grants: &'a Grants<'a>,
+    pub(super) snapshot: &'a Snapshot,
+    pub(super) resolver: &'a Resolver<'a>,
+    pub(super) backends: &'w mut BTreeMap<BackendId, Backend>,
+    pub(super) warnings: &'w mut Warnings,
     /// The first `ResolvedRefs` failure.
-    refs: Option<Cond>,
+    pub(super) refs: Option<Cond>,
     /// Rules (or matches) that cannot be served as written.
-    invalid: Vec<String>,
+    pub(super) invalid: Vec<String>,
 }
 
 impl RouteCtx<'_, '_> {
+    /// The kind warnings are filed under.
+    pub(super) fn object_kind(&self) -> ObjectKind {
+        match self.kind {
+            RouteKind::Grpc => ObjectKind::GrpcRoute,
+            _ => ObjectKind::HttpRoute,
+        }
+    }
+
     /// Notes a reference that did not resolve: a warning, and `ResolvedRefs` false (the first
     /// reason wins).
     fn unresolved(&mut self, field: String, reason: &'static str, message: String) {
         self.warnings.error_on(
-            ObjectKind::HttpRoute,
+            self.object_kind(),
             self.key,
             Reason::BackendNotResolved,
             format!("{field}: {message}; its share of the requests answers 500"),
@@ -226,7 +237,7 @@ impl RouteCtx<'_, '_> {
     }
 
     /// The backends of rule `ri`: a weighted split.
-    fn action(&mut self, ri: usize, rule: &HttpRouteRule) -> RouteAction {
+    pub(super) fn action(&mut self, ri: usize, rule: &HttpRouteRule) -> RouteAction {
         let mut shares = Vec::with_capacity(rule.backend_refs.len());
         for (bi, r) in rule.backend_refs.iter().enumerate() {
             let field = format!("spec.rules[{ri}].backendRefs[{bi}]");
@@ -251,9 +262,10 @@ impl RouteCtx<'_, '_> {
         // `BackendRef`: "a ReferenceGrant is required in the referent namespace to allow that
         // namespace's owner to accept the reference".
         if namespace != self.key.namespace
-            && !self
-                .grants
-                .allows((crate::gateway::GROUP, "HTTPRoute", &self.key.namespace), ("", "Service", &service))
+            && !self.grants.allows(
+                (crate::gateway::GROUP, self.kind.name(), &self.key.namespace),
+                ("", "Service", &service),
+            )
         {
             let why =
                 format!("Service {service} is in another namespace and no ReferenceGrant there allows it");
@@ -286,7 +298,7 @@ impl RouteCtx<'_, '_> {
                     return None;
                 }
                 Some(e) => self.warnings.error_on(
-                    ObjectKind::HttpRoute,
+                    self.object_kind(),
                     self.key,
                     e.reason(),
                     format!("{field}: {e}; requests routed to it answer 503"),
@@ -300,7 +312,7 @@ impl RouteCtx<'_, '_> {
 
     /// The URL a `RequestMirror` copies requests to: the first ready endpoint of the Service
     /// port (`None`: none is ready); `Err` when the reference is refused.
-    fn mirror_target(&mut self, field: &str, r: &BackendRef) -> Result<Option<String>, String> {
+    pub(super) fn mirror_target(&mut self, field: &str, r: &BackendRef) -> Result<Option<String>, String> {
         let id = self.service_port(r).map_err(|(_, why)| format!("backendRef: {why}"))?;
         let (backend, error) = self.resolver.resolve(&id);
         if let Some(e) = error {
