@@ -88,12 +88,14 @@ pub fn gateway_status(
             let kinds: Vec<Value> = l
                 .kinds
                 .iter()
-                .map(|k| json!({"group": k.group.as_deref().unwrap_or(crate::gateway::GROUP), "kind": k.kind}))
+                .map(
+                    |k| json!({"group": k.group.as_deref().unwrap_or(crate::gateway::GROUP), "kind": k.kind}),
+                )
                 .collect();
             json!({
                 "name": l.name,
                 "supportedKinds": kinds,
-                "attachedRoutes": outcome.attachments.attached_routes.get(&(key.clone(), i)).copied().unwrap_or(0),
+                "attachedRoutes": attached_routes(outcome, key, i),
                 "conditions": conditions(&l.conditions, gw.generation, &old, now),
             })
         })
@@ -110,6 +112,27 @@ pub fn gateway_status(
         "conditions": conditions(&gw.conditions, gw.generation, &current["conditions"], now),
         "listeners": listeners,
     }))
+}
+
+/// `ListenerStatus.attachedRoutes`: "Routes with any other value for the Accepted condition
+/// MUST NOT be included in this count": routes attached to listener `i` of `gateway` whose rules
+/// make them not `Accepted` (an unsupported filter or match) are left out.
+fn attached_routes(outcome: &GatewayOutcome, gateway: &ObjectRef, i: usize) -> i32 {
+    let attached = outcome.attachments.attached_routes.get(&(gateway.clone(), i)).copied().unwrap_or(0);
+    let refused = outcome
+        .attachments
+        .routes
+        .iter()
+        .filter(|((kind, key), _)| match kind {
+            RouteKind::Http => outcome.routes.invalid_rules.contains_key(key),
+            RouteKind::Grpc => outcome.grpc_routes.invalid_rules.contains_key(key),
+            RouteKind::Tls => false,
+        })
+        .filter(|(_, parents)| {
+            parents.iter().any(|p| p.attached.iter().any(|a| a.gateway == *gateway && a.listener == i))
+        })
+        .count();
+    attached - i32::try_from(refused).unwrap_or(0)
 }
 
 /// The desired `status` of an HTTPRoute with parents of ours: our entries replaced, others
