@@ -391,3 +391,152 @@ async fn grpcroute_missing_backend_is_an_error_for_the_client() {
     assert_ne!(err.code(), Code::Ok);
     assert_ne!(err.code(), Code::Unimplemented, "routed, not a 404: {err:?}");
 }
+
+// === appProtocol ===
+
+/// An HTTP/2-only backend (as an h2c server is: no HTTP/1.1 at all) answering `NAME VERSION`.
+async fn h2_only_backend(name: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let service =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| async move {
+                        let body = format!("{name} {:?}", req.version());
+                        Ok::<_, Infallible>(http::Response::new(http_body_util::Full::new(
+                            bytes::Bytes::from(body),
+                        )))
+                    });
+                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new()).http2_only();
+                let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    });
+    addr
+}
+
+/// A WebSocket-style backend: answers an `Upgrade: websocket` request `101` (only if the
+/// request carries `Upgrade`), then echoes the bytes that follow.
+async fn upgrade_echo_backend() -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                if !head.contains("upgrade: websocket") {
+                    let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await;
+                    return;
+                }
+                let _ = stream
+                    .write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+                    .await;
+                let mut buf = [0u8; 1024];
+                loop {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            if stream.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// `GET /` for `host` over HTTP/1.1: status and body.
+async fn http1_get(weir: SocketAddr, host: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(weir).await.unwrap();
+    s.write_all(format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(15), s.read_to_end(&mut buf)).await;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+/// `HTTPBackendRef`: "implementations SHOULD honor the appProtocol field if it is set for the
+/// target Service Port" (KEP-3726 `kubernetes.io/h2c`: HTTP/2 prior knowledge; `kubernetes.io/ws`:
+/// WebSocket over HTTP/1.1). An HTTP/1.1 client reaches an HTTP/2-only backend through an
+/// HTTPRoute when the port says `kubernetes.io/h2c`, and not when it says nothing; a WebSocket
+/// upgrade reaches a `kubernetes.io/ws` backend and data flows both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_backend_app_protocol_h2c_and_ws() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let h2 = h2_only_backend("h2").await;
+    let ws = upgrade_echo_backend().await;
+    let route = |name: &str, backend: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: default}}\n\
+             spec:\n  parentRefs: [{{name: edge}}]\n  hostnames: [{name}.test]\n  rules:\n  - backendRefs: [{{name: {backend}, port: 80}}]\n---\n"
+        )
+    };
+    let yaml = [
+        GATEWAY.to_string(),
+        service("h2c", h2, Some("kubernetes.io/h2c")),
+        service("plain", h2, None),
+        service("ws", ws, Some("kubernetes.io/ws")),
+        route("h2c", "h2c"),
+        route("plain", "plain"),
+        route("ws", "ws"),
+    ]
+    .concat();
+    write(dir.path(), "all.yaml", &yaml);
+    let (_weir, addr) = weir(dir.path());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = http1_get(addr, "h2c.test").await;
+        if status == 200 {
+            assert_eq!(body, "h2 HTTP/2.0", "spoken to over HTTP/2");
+            break;
+        }
+        assert!(Instant::now() < deadline, "h2c.test never answered 200: {status} {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, _) = http1_get(addr, "plain.test").await;
+    assert_eq!(status, 502, "without appProtocol weir speaks HTTP/1.1, which the backend refuses");
+
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        b"GET /chat HTTP/1.1\r\nHost: ws.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            s.read(&mut byte).await.unwrap(),
+            1,
+            "closed before the 101: {}",
+            String::from_utf8_lossy(&head)
+        );
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    s.write_all(b"ping through weir").await.unwrap();
+    let mut echoed = [0u8; 17];
+    tokio::time::timeout(Duration::from_secs(15), s.read_exact(&mut echoed)).await.unwrap().unwrap();
+    assert_eq!(&echoed, b"ping through weir");
+}

@@ -289,7 +289,7 @@ pub(crate) fn apply(
     }
     merge(table, built, warnings);
     for (id, mut backend) in backends {
-        if backend.protocol == UpstreamProtocol::default() {
+        if matches!(super::app_protocol::of(snapshot, &id), Ok(None)) {
             // "Implementations MAY infer the protocol from the Route type referring to the
             // backend Service" (`GRPCBackendRef`): gRPC is HTTP/2.
             backend.protocol = UpstreamProtocol::H2c;
@@ -298,7 +298,7 @@ pub(crate) fn apply(
             None => {
                 table.backends.insert(id, backend);
             }
-            Some(existing) if !existing.protocol.is_h2() => warnings.error_on(
+            Some(existing) if !existing.protocol.is_h2() && backend.protocol.is_h2() => warnings.error_on(
                 ObjectKind::GrpcRoute,
                 users.get(&id).unwrap_or(&ObjectRef::new(&id.namespace, &id.service)),
                 Reason::ConflictLost,

@@ -291,7 +291,15 @@ impl RouteCtx<'_, '_> {
             }
         };
         if !self.backends.contains_key(&id) {
-            let (resolved, error) = self.resolver.resolve(&id);
+            let (mut resolved, error) = self.resolver.resolve(&id);
+            match super::app_protocol::of(self.snapshot, &id) {
+                Ok(Some((protocol, tls))) => (resolved.protocol, resolved.tls) = (protocol, tls),
+                Ok(None) => {}
+                Err(why) => {
+                    self.unresolved(field.to_string(), reasons::UNSUPPORTED_PROTOCOL_REF, why);
+                    return None;
+                }
+            }
             match error {
                 Some(e @ (backend::Error::ServiceNotFound { .. } | backend::Error::PortNotFound { .. })) => {
                     self.unresolved(field.to_string(), reasons::BACKEND_NOT_FOUND, e.to_string());
