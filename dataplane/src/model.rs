@@ -699,6 +699,10 @@ pub struct Mirror {
     /// Whether the copy carries the request's body (streamed beside it, dropped if the mirror
     /// falls behind); ingress-nginx's default is on.
     pub request_body: bool,
+    /// The share of requests copied, in parts per million, each request drawn at random
+    /// (Gateway API `RequestMirror` `percent`/`fraction`); `None`: every request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_ppm: Option<u32>,
 }
 
 /// A condition under which a request goes to the next endpoint (`proxy-next-upstream`, with
