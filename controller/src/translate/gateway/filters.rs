@@ -9,7 +9,9 @@
 //! - `timeouts.request` / `timeouts.backendRequest` (GEP-2257 durations): the time the upstream
 //!   gets to answer (the shorter of the two; `0s`: a day, the longest weir waits).
 //!
-//! Any other type (`CORS`, `ExtensionRef`, `ExternalAuth`, an unknown one) or a filter weir
+//! - `CORS`: onto weir's CORS machinery (`cors.rs`).
+//!
+//! Any other type (`ExtensionRef`, `ExternalAuth`, an unknown one) or a filter weir
 //! cannot apply as written makes the rule answer 500 ("requests that would have been processed
 //! by that filter MUST receive a HTTP error response", `HTTPRouteFilter.type`) and the route
 //! not `Accepted` (`UnsupportedValue`); filters on a `backendRef` are not supported yet and do
@@ -156,6 +158,10 @@ fn apply(
                     notes.push(format!("{field}: the mirror's Service has no ready endpoint; not mirrored"))
                 }
             }
+        }
+        "CORS" => {
+            let c = f.cors.as_ref().ok_or_else(|| missing("cors"))?;
+            policy.cors = Some(Box::new(super::cors::cors(c)?));
         }
         other => return Err(format!("filter type {other:?} is not supported")),
     }

@@ -10,6 +10,7 @@
 pub mod app_protocol;
 pub mod attach;
 pub mod conditions;
+pub mod cors;
 pub mod filters;
 pub mod grpc;
 pub mod hostname;
