@@ -343,31 +343,58 @@ async fn grpcroute_header_modifiers() {
     assert_eq!(meta.get("x-resp").map(|v| v.to_str().unwrap()), Some("from-weir"));
 }
 
-/// `GRPCRouteFilter.requestMirror` ("responses from this backend MUST be ignored"): every call
-/// is answered by the backend and copied to the mirror.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grpcroute_request_mirror() {
+/// Makes `calls` calls through a GRPCRoute whose rule mirrors to a counting backend (with
+/// `percent`, if given); every call must be answered by the backend. Returns the copies that
+/// arrived once at least `at_least` did and none came for two seconds (or after 30 seconds).
+async fn mirrored_calls(percent: Option<u32>, calls: usize, at_least: usize) -> usize {
     let dir = tempfile::tempdir().unwrap();
     let (mirror_addr, mirrored) = counting_backend("mirror").await;
     backends(dir.path(), &["main"]).await;
+    let percent = percent.map(|p| format!(", percent: {p}")).unwrap_or_default();
     let route = grpc_route(
         "m",
         "2026-01-01T00:00:00Z",
-        "  rules:\n  - filters: [{type: RequestMirror, requestMirror: {backendRef: {name: mirror, port: 80}}}]\n    backendRefs: [{name: main, port: 80}]\n",
+        &format!(
+            "  rules:\n  - filters: [{{type: RequestMirror, requestMirror: {{backendRef: {{name: mirror, port: 80}}{percent}}}}}]\n    backendRefs: [{{name: main, port: 80}}]\n"
+        ),
     );
     write(dir.path(), "routes.yaml", &format!("{}{route}", service("mirror", mirror_addr, None)));
     let (_weir, addr) = weir(dir.path());
     let ch = channel(addr, "grpc.test").await;
     wait_for(&ch, "/t.Test/Echo", "main").await;
     let before = mirrored.load(Ordering::SeqCst);
-    for _ in 0..10 {
+    for _ in 0..calls {
         assert_eq!(who(&ch, "/t.Test/Echo", &[]).await, "main");
     }
+    // The copies run beside the calls.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while mirrored.load(Ordering::SeqCst) < before + 10 {
-        assert!(Instant::now() < deadline, "mirrored {} of 10", mirrored.load(Ordering::SeqCst) - before);
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut last = (mirrored.load(Ordering::SeqCst), Instant::now());
+    while (last.0 - before < at_least || last.1.elapsed() < Duration::from_secs(2))
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = mirrored.load(Ordering::SeqCst);
+        if now != last.0 {
+            last = (now, Instant::now());
+        }
     }
+    last.0 - before
+}
+
+/// `GRPCRouteFilter.requestMirror` ("responses from this backend MUST be ignored"): every call
+/// is answered by the backend and copied to the mirror.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcroute_request_mirror() {
+    assert_eq!(mirrored_calls(None, 10, 10).await, 10);
+}
+
+/// `HTTPRequestMirrorFilter.percent`: "the percentage of requests that should be mirrored to
+/// BackendRef": 25 percent of 400 calls are copied (loose bounds: each call is drawn at random),
+/// and every call is still answered by the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcroute_request_mirror_percent() {
+    let copies = mirrored_calls(Some(25), 400, 50).await;
+    assert!((50..=160).contains(&copies), "25% of 400 expected, {copies} copied");
 }
 
 /// `GRPCBackendRef`: "If a Route is not able to send traffic to the backend ... the backend is
@@ -539,39 +566,4 @@ async fn httproute_backend_app_protocol_h2c_and_ws() {
     let mut echoed = [0u8; 17];
     tokio::time::timeout(Duration::from_secs(15), s.read_exact(&mut echoed)).await.unwrap().unwrap();
     assert_eq!(&echoed, b"ping through weir");
-}
-
-/// `HTTPRequestMirrorFilter.percent`: "the percentage of requests that should be mirrored to
-/// BackendRef": 25 percent of 400 calls are copied (loose bounds: each call is drawn at random),
-/// and every call is still answered by the backend.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grpcroute_request_mirror_percent() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mirror_addr, mirrored) = counting_backend("mirror").await;
-    backends(dir.path(), &["main"]).await;
-    let route = grpc_route(
-        "m",
-        "2026-01-01T00:00:00Z",
-        "  rules:\n  - filters: [{type: RequestMirror, requestMirror: {backendRef: {name: mirror, port: 80}, percent: 25}}]\n    backendRefs: [{name: main, port: 80}]\n",
-    );
-    write(dir.path(), "routes.yaml", &format!("{}{route}", service("mirror", mirror_addr, None)));
-    let (_weir, addr) = weir(dir.path());
-    let ch = channel(addr, "grpc.test").await;
-    wait_for(&ch, "/t.Test/Echo", "main").await;
-    let before = mirrored.load(Ordering::SeqCst);
-    for _ in 0..400 {
-        assert_eq!(who(&ch, "/t.Test/Echo", &[]).await, "main");
-    }
-    // The copies run beside the calls: wait until no more arrive for two seconds.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut last = (mirrored.load(Ordering::SeqCst), Instant::now());
-    while last.1.elapsed() < Duration::from_secs(2) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let now = mirrored.load(Ordering::SeqCst);
-        if now != last.0 {
-            last = (now, Instant::now());
-        }
-    }
-    let copies = last.0 - before;
-    assert!((50..=160).contains(&copies), "25% of 400 expected, {copies} copied");
 }
