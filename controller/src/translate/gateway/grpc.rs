@@ -178,17 +178,7 @@ pub(crate) fn apply(
             continue;
         }
         let Some(route) = snapshot.grpc_routes.get(key) else { continue };
-        for parent in parents.iter().filter(|p| !p.accepted.status) {
-            warnings.error_on(
-                ObjectKind::GrpcRoute,
-                key,
-                Reason::RouteNotAccepted,
-                format!(
-                    "spec.parentRefs[{}]: not accepted ({}): {}",
-                    parent.parent_ref.name, parent.accepted.reason, parent.accepted.message
-                ),
-            );
-        }
+        super::routes::warn_not_accepted(ObjectKind::GrpcRoute, key, parents, warnings);
         let Some(hosts) = hosts_of(parents) else { continue };
         let Some(age) = age_of(snapshot, RouteKind::Grpc, key) else { continue };
         let mut ctx = RouteCtx {
@@ -270,13 +260,7 @@ pub(crate) fn apply(
                 }
             }
         }
-        let refs = ctx.refs.take().unwrap_or_else(|| {
-            Cond::yes(types::RESOLVED_REFS, reasons::RESOLVED_REFS, "every backend reference resolved")
-        });
-        if !ctx.invalid.is_empty() {
-            out.invalid_rules.insert(key.clone(), std::mem::take(&mut ctx.invalid));
-        }
-        out.resolved_refs.insert(key.clone(), refs);
+        ctx.finish(&mut out);
     }
     // The first GRPCRoute using each backend, for warnings about it.
     let mut users: BTreeMap<BackendId, ObjectRef> = BTreeMap::new();

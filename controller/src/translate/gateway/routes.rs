@@ -91,17 +91,7 @@ pub(crate) fn apply(
             continue;
         }
         let Some(route) = snapshot.http_routes.get(key) else { continue };
-        for parent in parents.iter().filter(|p| !p.accepted.status) {
-            warnings.error_on(
-                ObjectKind::HttpRoute,
-                key,
-                Reason::RouteNotAccepted,
-                format!(
-                    "spec.parentRefs[{}]: not accepted ({}): {}",
-                    parent.parent_ref.name, parent.accepted.reason, parent.accepted.message
-                ),
-            );
-        }
+        warn_not_accepted(ObjectKind::HttpRoute, key, parents, warnings);
         let Some(hosts) = hosts_of(parents) else { continue };
         let age = Age {
             undated: route.metadata.creation_timestamp.is_none(),
@@ -156,19 +146,33 @@ pub(crate) fn apply(
                 }
             }
         }
-        let refs = ctx.refs.take().unwrap_or_else(|| {
-            Cond::yes(types::RESOLVED_REFS, reasons::RESOLVED_REFS, "every backend reference resolved")
-        });
-        if !ctx.invalid.is_empty() {
-            out.invalid_rules.insert(key.clone(), std::mem::take(&mut ctx.invalid));
-        }
-        out.resolved_refs.insert(key.clone(), refs);
+        ctx.finish(&mut out);
     }
     merge(table, built, warnings);
     for (id, backend) in backends {
         table.backends.entry(id).or_insert(backend);
     }
     out
+}
+
+/// Warns about each parent of ours that did not accept the route `key` of `kind`.
+pub(super) fn warn_not_accepted(
+    kind: ObjectKind,
+    key: &ObjectRef,
+    parents: &[ParentOut],
+    warnings: &mut Warnings,
+) {
+    for parent in parents.iter().filter(|p| !p.accepted.status) {
+        warnings.error_on(
+            kind,
+            key,
+            Reason::RouteNotAccepted,
+            format!(
+                "spec.parentRefs[{}]: not accepted ({}): {}",
+                parent.parent_ref.name, parent.accepted.reason, parent.accepted.message
+            ),
+        );
+    }
 }
 
 /// The host names a route serves over all its accepted parents; `None` when it attached
@@ -214,6 +218,17 @@ pub(super) struct RouteCtx<'a, 'w> {
 }
 
 impl RouteCtx<'_, '_> {
+    /// Puts the route's `ResolvedRefs` and unusable rules in `out`.
+    pub(super) fn finish(&mut self, out: &mut RoutesOut) {
+        let refs = self.refs.take().unwrap_or_else(|| {
+            Cond::yes(types::RESOLVED_REFS, reasons::RESOLVED_REFS, "every backend reference resolved")
+        });
+        if !self.invalid.is_empty() {
+            out.invalid_rules.insert(self.key.clone(), std::mem::take(&mut self.invalid));
+        }
+        out.resolved_refs.insert(self.key.clone(), refs);
+    }
+
     /// The kind warnings are filed under.
     pub(super) fn object_kind(&self) -> ObjectKind {
         match self.kind {
