@@ -27,14 +27,14 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
 use weir_dataplane::model::{
-    Backend, BackendId, HostMatch, ObjectRef, PathMatch, RequestConditions, Route, RouteTable, StringMatch,
+    Backend, BackendId, ObjectRef, PathMatch, RequestConditions, Route, RouteTable, StringMatch,
     UpstreamProtocol, ValueMatch, VirtualHost,
 };
 
 use super::conditions::{Cond, reasons, types};
 use super::hostname::Hostname;
 use super::refs::Grants;
-use super::routes::{Age, RouteCtx, RoutesOut, hosts_of};
+use super::routes::{Age, Built, RouteCtx, RoutesOut, by_host, hosts_of};
 use super::{GatewayAttachments, GatewayConfig, RouteKind};
 use crate::gateway::{GrpcMethodMatch, GrpcRouteMatch, GrpcRouteRule, HttpRouteRule};
 use crate::snapshot::Snapshot;
@@ -45,13 +45,9 @@ use crate::translate::warnings::{ObjectKind, Reason, Warnings};
 /// weir has none of).
 const FILTERS: [&str; 3] = ["RequestHeaderModifier", "ResponseHeaderModifier", "RequestMirror"];
 
-/// One route built from a match, with its precedence.
-struct Built {
-    host: HostMatch,
-    /// Service and method characters, header matches (more first), then age, rule, match.
-    order: (Reverse<(usize, usize, usize)>, Age, usize, usize),
-    route: Route,
-}
+/// A GRPCRoute match's precedence: service and method characters, header matches (more
+/// first), then age, rule, match.
+type Order = (Reverse<(usize, usize, usize)>, Age, usize, usize);
 
 // === HTTPRoute / GRPCRoute conflicts ===
 
@@ -171,7 +167,7 @@ pub(crate) fn apply(
 ) -> RoutesOut {
     let grants = Grants::new(snapshot);
     let mut out = RoutesOut::default();
-    let mut built: Vec<Built> = Vec::new();
+    let mut built: Vec<Built<Order>> = Vec::new();
     let mut backends: BTreeMap<BackendId, Backend> = BTreeMap::new();
     for ((kind, key), parents) in &attachments.routes {
         if *kind != RouteKind::Grpc {
@@ -412,22 +408,11 @@ fn valid_method(s: &str) -> bool {
 /// Puts the built routes into the table's virtual hosts. At one path, GRPCRoute matches with
 /// conditions go before the routes already there without conditions (an Ingress's); one without
 /// conditions at a path an Ingress has loses to it (`ConflictLost`).
-fn merge(table: &mut RouteTable, mut built: Vec<Built>, warnings: &mut Warnings) {
+fn merge(table: &mut RouteTable, built: Vec<Built<Order>>, warnings: &mut Warnings) {
     if built.is_empty() {
         return;
     }
-    built.sort_by(|a, b| {
-        (&a.host, crate::translate::routes::route_order(&a.route.path), &a.order).cmp(&(
-            &b.host,
-            crate::translate::routes::route_order(&b.route.path),
-            &b.order,
-        ))
-    });
-    let mut by_host: BTreeMap<HostMatch, Vec<Route>> = BTreeMap::new();
-    for b in built {
-        by_host.entry(b.host).or_default().push(b.route);
-    }
-    for (host, routes) in by_host {
+    for (host, routes) in by_host(built) {
         match table.hosts.iter_mut().find(|vh| vh.host == host) {
             None => table.hosts.push(VirtualHost { host, routes }),
             Some(vh) => {

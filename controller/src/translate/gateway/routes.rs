@@ -63,13 +63,32 @@ pub(super) struct Age {
     pub(super) object: ObjectRef,
 }
 
-/// One route built from a match, with its precedence among routes sharing its path.
-struct Built {
-    host: HostMatch,
-    /// Method match, then header and query parameter counts (more first), then age, rule and
-    /// match index.
-    order: (Reverse<(bool, usize, usize)>, Age, usize, usize),
-    route: Route,
+/// One route built from a match, with its precedence `O` among routes sharing its path.
+pub(super) struct Built<O> {
+    pub(super) host: HostMatch,
+    /// HTTPRoute: method match, then header and query parameter counts (more first), then age,
+    /// rule and match index.
+    pub(super) order: O,
+    pub(super) route: Route,
+}
+
+/// An HTTPRoute match's precedence among routes sharing its path.
+type HttpOrder = (Reverse<(bool, usize, usize)>, Age, usize, usize);
+
+/// The built routes by host, each host's in the router's path order, then precedence.
+pub(super) fn by_host<O: Ord>(mut built: Vec<Built<O>>) -> BTreeMap<HostMatch, Vec<Route>> {
+    built.sort_by(|a, b| {
+        (&a.host, crate::translate::routes::route_order(&a.route.path), &a.order).cmp(&(
+            &b.host,
+            crate::translate::routes::route_order(&b.route.path),
+            &b.order,
+        ))
+    });
+    let mut by_host: BTreeMap<HostMatch, Vec<Route>> = BTreeMap::new();
+    for b in built {
+        by_host.entry(b.host).or_default().push(b.route);
+    }
+    by_host
 }
 
 /// Adds the routes of every accepted HTTPRoute to `table`, resolving their backends with
@@ -84,7 +103,7 @@ pub(crate) fn apply(
 ) -> RoutesOut {
     let grants = Grants::new(snapshot);
     let mut out = RoutesOut::default();
-    let mut built: Vec<Built> = Vec::new();
+    let mut built: Vec<Built<HttpOrder>> = Vec::new();
     let mut backends: BTreeMap<BackendId, Backend> = BTreeMap::new();
     for ((kind, key), parents) in &attachments.routes {
         if *kind != RouteKind::Http {
@@ -425,21 +444,15 @@ fn match_parts(m: &HttpRouteMatch) -> Result<(PathMatch, Option<Box<RequestCondi
 
 /// Puts the built routes into the table's virtual hosts, beside the Ingresses' (see the module
 /// documentation for who wins a tie).
-fn merge(table: &mut weir_dataplane::model::RouteTable, mut built: Vec<Built>, warnings: &mut Warnings) {
+fn merge<O: Ord>(
+    table: &mut weir_dataplane::model::RouteTable,
+    built: Vec<Built<O>>,
+    warnings: &mut Warnings,
+) {
     if built.is_empty() {
         return;
     }
-    built.sort_by(|a, b| {
-        (&a.host, crate::translate::routes::route_order(&a.route.path), &a.order).cmp(&(
-            &b.host,
-            crate::translate::routes::route_order(&b.route.path),
-            &b.order,
-        ))
-    });
-    let mut by_host: BTreeMap<HostMatch, Vec<Route>> = BTreeMap::new();
-    for b in built {
-        by_host.entry(b.host).or_default().push(b.route);
-    }
+    let by_host = by_host(built);
     // An Ingress wildcard `*.suffix` answers one-label names before the HTTPRoute's
     // `**.suffix`: it gets the HTTPRoute's routes too.
     let ingress_wildcards: Vec<(HostMatch, Vec<Route>)> = by_host
