@@ -39,27 +39,34 @@ fn s(status: &str, reason: &str, generation: i64) -> (String, String, i64) {
     (status.to_string(), reason.to_string(), generation)
 }
 
+/// The CRDs, our GatewayClass `weir`, and a Service `web` in `ns` whose endpoint is an echo
+/// backend answering `a` (kept alive by the returned [`Echo`]).
+async fn class_and_web(api: &ApiServer, ns: &str) -> (kube::Client, Echo) {
+    let admin = api.client().await;
+    install_gateway_crds(&admin).await;
+    let echo = Echo::start(&["a"]).await;
+    apply::<Service>(&admin, ns, service("web")).await;
+    apply::<Endpoints>(&admin, ns, endpoints("web", &echo.ports)).await;
+    create(
+        &admin,
+        None,
+        "v1",
+        "GatewayClass",
+        "gatewayclasses",
+        json!({"metadata": {"name": "weir"}, "spec": {"controllerName": CONTROLLER}}),
+    )
+    .await
+    .unwrap();
+    (admin, echo)
+}
+
 #[test]
 fn gateway_api_status_written_by_the_leader() {
     isolated("gateway_api_status_written_by_the_leader", || async {
         let api = ApiServer::start().await;
-        let admin = api.client().await;
-        install_gateway_crds(&admin).await;
         let ns = "default";
-        let echo = Echo::start(&["a"]).await;
-        apply::<Service>(&admin, ns, service("web")).await;
-        apply::<Endpoints>(&admin, ns, endpoints("web", &echo.ports)).await;
+        let (admin, _echo) = class_and_web(&api, ns).await;
         let gw = |kind, plural, value| create(&admin, Some(ns), "v1", kind, plural, value);
-        create(
-            &admin,
-            None,
-            "v1",
-            "GatewayClass",
-            "gatewayclasses",
-            json!({"metadata": {"name": "weir"}, "spec": {"controllerName": CONTROLLER}}),
-        )
-        .await
-        .unwrap();
         gw(
             "Gateway",
             "gateways",
@@ -199,23 +206,9 @@ mod erased {
 fn grpcroute_status_written_by_the_leader() {
     isolated("grpcroute_status_written_by_the_leader", || async {
         let api = ApiServer::start().await;
-        let admin = api.client().await;
-        install_gateway_crds(&admin).await;
         let ns = "default";
-        let echo = Echo::start(&["a"]).await;
-        apply::<Service>(&admin, ns, service("web")).await;
-        apply::<Endpoints>(&admin, ns, endpoints("web", &echo.ports)).await;
+        let (admin, _echo) = class_and_web(&api, ns).await;
         let gw = |kind, plural, value| create(&admin, Some(ns), "v1", kind, plural, value);
-        create(
-            &admin,
-            None,
-            "v1",
-            "GatewayClass",
-            "gatewayclasses",
-            json!({"metadata": {"name": "weir"}, "spec": {"controllerName": CONTROLLER}}),
-        )
-        .await
-        .unwrap();
         gw(
             "Gateway",
             "gateways",
