@@ -407,6 +407,7 @@ fn reference_to(kind: ObjectKind, object: &ObjectRef) -> ObjectReference {
         ObjectKind::HttpRoute => ("gateway.networking.k8s.io/v1", "HTTPRoute"),
         ObjectKind::Gateway => ("gateway.networking.k8s.io/v1", "Gateway"),
         ObjectKind::TlsRoute => ("gateway.networking.k8s.io/v1", "TLSRoute"),
+        ObjectKind::GrpcRoute => ("gateway.networking.k8s.io/v1", "GRPCRoute"),
     };
     ObjectReference {
         api_version: Some(api_version.to_owned()),

@@ -5,7 +5,7 @@
 //! - Gateway: `Accepted`, `Programmed`, `status.addresses` (the published addresses) and per
 //!   listener `attachedRoutes`, `supportedKinds` and its conditions (`Accepted`, `Programmed`,
 //!   `ResolvedRefs`, `Conflicted`);
-//! - HTTPRoute: one `parents` entry per parent of ours (`controllerName` weir's), with
+//! - HTTPRoute and GRPCRoute: one `parents` entry per parent of ours (`controllerName` weir's), with
 //!   `Accepted` and `ResolvedRefs`; entries of other controllers are kept.
 //!
 //! Every condition carries the object's `metadata.generation` as `observedGeneration`, and keeps
@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use weir_dataplane::model::ObjectRef;
 
 use crate::gateway::{
-    Gateway, GatewayClass, GatewayClassStatus, GatewayStatus, HttpRoute, RouteStatus, TlsRoute,
+    Gateway, GatewayClass, GatewayClassStatus, GatewayStatus, GrpcRoute, HttpRoute, RouteStatus, TlsRoute,
 };
 use crate::source::kube::Stores;
 use crate::translate::gateway::conditions::{Cond, reasons, types};
@@ -88,12 +88,14 @@ pub fn gateway_status(
             let kinds: Vec<Value> = l
                 .kinds
                 .iter()
-                .map(|k| json!({"group": k.group.as_deref().unwrap_or(crate::gateway::GROUP), "kind": k.kind}))
+                .map(
+                    |k| json!({"group": k.group.as_deref().unwrap_or(crate::gateway::GROUP), "kind": k.kind}),
+                )
                 .collect();
             json!({
                 "name": l.name,
                 "supportedKinds": kinds,
-                "attachedRoutes": outcome.attachments.attached_routes.get(&(key.clone(), i)).copied().unwrap_or(0),
+                "attachedRoutes": attached_routes(outcome, key, i),
                 "conditions": conditions(&l.conditions, gw.generation, &old, now),
             })
         })
@@ -112,8 +114,29 @@ pub fn gateway_status(
     }))
 }
 
-/// The desired `status` of a route (HTTPRoute, TLSRoute) with parents of ours: our entries
-/// replaced, others kept.
+/// `ListenerStatus.attachedRoutes`: "Routes with any other value for the Accepted condition
+/// MUST NOT be included in this count": routes attached to listener `i` of `gateway` whose rules
+/// make them not `Accepted` (an unsupported filter or match) are left out.
+fn attached_routes(outcome: &GatewayOutcome, gateway: &ObjectRef, i: usize) -> i32 {
+    let attached = outcome.attachments.attached_routes.get(&(gateway.clone(), i)).copied().unwrap_or(0);
+    let refused = outcome
+        .attachments
+        .routes
+        .iter()
+        .filter(|((kind, key), _)| match kind {
+            RouteKind::Http => outcome.routes.invalid_rules.contains_key(key),
+            RouteKind::Grpc => outcome.grpc_routes.invalid_rules.contains_key(key),
+            RouteKind::Tls => false,
+        })
+        .filter(|(_, parents)| {
+            parents.iter().any(|p| p.attached.iter().any(|a| a.gateway == *gateway && a.listener == i))
+        })
+        .count();
+    attached - i32::try_from(refused).unwrap_or(0)
+}
+
+/// The desired `status` of a route (HTTPRoute, GRPCRoute, TLSRoute) with parents of ours: our
+/// entries replaced, others kept.
 pub fn route_status(
     outcome: &GatewayOutcome,
     (kind, key): (RouteKind, &ObjectRef),
@@ -121,15 +144,17 @@ pub fn route_status(
     current: &Value,
     now: &str,
 ) -> Option<Value> {
-    let resolved = match kind {
-        RouteKind::Tls => outcome.tls_routes.resolved_refs.get(key),
-        RouteKind::Http | RouteKind::Grpc => outcome.routes.resolved_refs.get(key),
+    let (resolved, invalid) = match kind {
+        RouteKind::Tls => (outcome.tls_routes.resolved_refs.get(key), None),
+        RouteKind::Http => (outcome.routes.resolved_refs.get(key), outcome.routes.invalid_rules.get(key)),
+        RouteKind::Grpc => {
+            (outcome.grpc_routes.resolved_refs.get(key), outcome.grpc_routes.invalid_rules.get(key))
+        }
     };
     let parents = outcome.attachments.routes.get(&(kind, key.clone()))?;
     let ours = outcome.controller_name.as_str();
     let old_parents = current["parents"].as_array().cloned().unwrap_or_default();
     let mut out: Vec<Value> = old_parents.iter().filter(|p| p["controllerName"] != ours).cloned().collect();
-    let invalid = outcome.routes.invalid_rules.get(key).filter(|_| kind == RouteKind::Http);
     for p in parents {
         let parent_ref = serde_json::to_value(&p.parent_ref).unwrap_or(Value::Null);
         let old = old_parents
@@ -215,7 +240,12 @@ pub async fn reconcile(
         .iter()
         .flat_map(|s| s.state())
         .map(|r| (RouteKind::Tls, r.metadata.clone(), r.status.clone()));
-    for (kind, metadata, status) in http.chain(tls) {
+    let grpc = stores
+        .grpc_routes
+        .iter()
+        .flat_map(|s| s.state())
+        .map(|r| (RouteKind::Grpc, r.metadata.clone(), r.status.clone()));
+    for (kind, metadata, status) in http.chain(tls).chain(grpc) {
         let key = key_of(&metadata);
         let current = status_json(status.as_ref());
         if let Some(desired) = route_status(outcome, (kind, &key), metadata.generation, &current, &now)
@@ -236,6 +266,10 @@ pub async fn reconcile(
                 .await
                 .map(drop),
             ("TLSRoute", Some(ns)) => Api::<TlsRoute>::namespaced(client.clone(), ns)
+                .patch_status(&name, &params, &patch)
+                .await
+                .map(drop),
+            ("GRPCRoute", Some(ns)) => Api::<GrpcRoute>::namespaced(client.clone(), ns)
                 .patch_status(&name, &params, &patch)
                 .await
                 .map(drop),

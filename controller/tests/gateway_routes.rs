@@ -367,6 +367,7 @@ fn httproute_filters_and_timeouts() {
         rule("/full", "[{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: /only}}}]"),
         rule("/mirror", "[{type: RequestMirror, requestMirror: {backendRef: {name: mirror, port: 80}}}]"),
         rule("/cors", "[{type: CORS, cors: {allowOrigins: [\"https://a.test\"]}}]"),
+        rule("/ext", "[{type: ExtensionRef, extensionRef: {group: example.com, kind: Plugin, name: p}}]"),
         "  - matches: [{path: {value: /slow}}]\n    timeouts: {backendRequest: 300ms}\n    backendRefs: [{name: app, port: 80}]\n".to_string(),
     ]
     .concat();
@@ -403,7 +404,18 @@ fn httproute_filters_and_timeouts() {
         mirrored.lock().unwrap().iter().any(|l| l.starts_with("GET /mirror/m1 "))
     });
 
-    assert_eq!(get(http, "f.test", "/cors").status, 500, "an unsupported filter's rule answers 500");
+    assert_eq!(get(http, "f.test", "/ext").status, 500, "an unsupported filter's rule answers 500");
+    // `HTTPCORSFilter`: a preflight from an allowed origin is answered; a request from it gets
+    // the CORS headers on the backend's answer; another origin gets none.
+    let origin = [("origin", "https://a.test"), ("access-control-request-method", "GET")];
+    let a = send(http, "OPTIONS", "f.test", "/cors", &origin);
+    assert_eq!(a.status, 204, "{}", a.body);
+    assert_eq!(a.headers.get("access-control-allow-origin").map(String::as_str), Some("https://a.test"));
+    let a = send(http, "GET", "f.test", "/cors", &[("origin", "https://a.test")]);
+    assert_eq!((a.status, a.backend()), (200, "app"));
+    assert_eq!(a.headers.get("access-control-allow-origin").map(String::as_str), Some("https://a.test"));
+    let a = send(http, "GET", "f.test", "/cors", &[("origin", "https://b.test")]);
+    assert_eq!((a.status, a.headers.get("access-control-allow-origin")), (200, None));
     assert_eq!(get(http, "f.test", "/headers").status, 200, "the other rules still serve");
 
     // The backend answers after 2 s; without the rule's timeout weir would wait 60 s.

@@ -704,6 +704,10 @@ pub struct Mirror {
     /// Whether the copy carries the request's body (streamed beside it, dropped if the mirror
     /// falls behind); ingress-nginx's default is on.
     pub request_body: bool,
+    /// The share of requests copied, in parts per million, each request drawn at random
+    /// (Gateway API `RequestMirror` `percent`/`fraction`); `None`: every request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_ppm: Option<u32>,
 }
 
 /// A condition under which a request goes to the next endpoint (`proxy-next-upstream`, with
@@ -1583,6 +1587,10 @@ pub struct RequestConditions {
     /// TLS (HTTPS listeners), `Some(false)` only over plain HTTP; `None`: either.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<bool>,
+    /// The whole (normalized) path, for matches a path type cannot say (Gateway API
+    /// `GRPCMethodMatch`: a method of any service, regular expressions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<StringMatch>,
 }
 
 /// A named value and how it must match.

@@ -74,7 +74,12 @@ async fn target(stall: bool) -> (SocketAddr, mpsc::UnboundedReceiver<Seen>) {
 
 fn mirror(target: String, host: Option<&str>, request_body: bool) -> RoutePolicy {
     RoutePolicy {
-        mirror: Some(Box::new(Mirror { target, host: host.map(str::to_string), request_body })),
+        mirror: Some(Box::new(Mirror {
+            target,
+            host: host.map(str::to_string),
+            request_body,
+            share_ppm: None,
+        })),
         ..RoutePolicy::default()
     }
 }

@@ -333,7 +333,7 @@ impl<'a> Build<'a> {
                 super::warnings::ObjectKind::ConfigMap,
                 configmap,
                 Reason::InvalidSetting,
-                "data[custom-http-errors]: ignored: no default backend serves the pages (--default-backend-service, or an Ingress's defaultBackend)".into(),
+                NO_DEFAULT_BACKEND_FOR_ERRORS.into(),
             );
         }
         let mut ssl_redirects = SslRedirects {
@@ -832,3 +832,6 @@ fn route_policy(
     }
     policy
 }
+
+/// The settings warning when `custom-http-errors` has no default backend to serve its pages.
+pub(super) const NO_DEFAULT_BACKEND_FOR_ERRORS: &str = "data[custom-http-errors]: ignored: no default backend serves the pages (--default-backend-service, or an Ingress's defaultBackend)";

@@ -635,6 +635,12 @@ impl Translator {
         // Ingresses of our class.
         translation.warnings.retain(|w| w.kind == ObjectKind::Ingress && !group.contains(&w.object));
         translation.warnings.extend(warnings);
+        // A part without the Ingress of the default backend cannot know the table has one.
+        if translation.table.default_backend.is_some() {
+            translation.warnings.retain(|w| {
+                w.kind != ObjectKind::ConfigMap || w.message != super::build::NO_DEFAULT_BACKEND_FOR_ERRORS
+            });
+        }
         translation.warnings.sort();
         let kept: Vec<ObjectRef> =
             std::mem::take(&mut translation.ingresses).into_iter().filter(|k| !group.contains(k)).collect();

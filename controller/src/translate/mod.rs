@@ -131,7 +131,7 @@ pub fn translate(snapshot: &Snapshot, config: &TranslateConfig) -> Translation {
 /// Whether the snapshot has HTTPRoutes that may route (and a Gateway they may attach to):
 /// then every change translates everything (`incremental`).
 fn has_gateway_routes(snapshot: &Snapshot) -> bool {
-    !snapshot.gateways.is_empty() && !snapshot.http_routes.is_empty()
+    !snapshot.gateways.is_empty() && (!snapshot.http_routes.is_empty() || !snapshot.grpc_routes.is_empty())
 }
 
 /// Adds the routes of the HTTPRoutes attached to our Gateways (`gateway::routes`) to
@@ -151,10 +151,19 @@ fn gateway_apply(
     gateway::tls::apply(&mut translation.table, &attachments, &mut warnings);
     translation.warnings.extend(warnings.finish());
     let mut routes = gateway::routes::RoutesOut::default();
+    let mut grpc_routes = gateway::routes::RoutesOut::default();
     if has_gateway_routes(snapshot) {
         let resolver = backend::Resolver::new(snapshot, slices);
         let mut warnings = Warnings::default();
         routes = gateway::routes::apply(
+            &mut translation.table,
+            &attachments,
+            snapshot,
+            &resolver,
+            &config.gateway,
+            &mut warnings,
+        );
+        grpc_routes = gateway::grpc::apply(
             &mut translation.table,
             &attachments,
             snapshot,
@@ -186,6 +195,7 @@ fn gateway_apply(
         routes,
         controller_name: config.gateway.controller_name.clone(),
         tls_routes,
+        grpc_routes,
     }));
 }
 

@@ -31,6 +31,8 @@ pub enum ObjectKind {
     Gateway,
     /// A `gateway.networking.k8s.io` TLSRoute.
     TlsRoute,
+    /// A `gateway.networking.k8s.io/v1` GRPCRoute.
+    GrpcRoute,
 }
 
 impl fmt::Display for ObjectKind {

@@ -206,6 +206,7 @@ impl ConnCtx {
                 headers: req.headers(),
                 query: req.uri().query(),
                 tls: self.https,
+                path,
             };
             state.router.lookup_request(host_str, path, Some(&view))
         };

@@ -60,6 +60,10 @@ pub(super) fn start(
     body: &mut UpstreamBody,
     timeout: Duration,
 ) {
+    // Gateway API `RequestMirror` `percent`/`fraction`: only that share of requests is copied.
+    if !mirror.chosen() {
+        return;
+    }
     let Some(slot) = Slot::take() else {
         tracing::debug!(target = %mirror.target, "request not mirrored: {MAX_IN_FLIGHT} copies under way");
         return;

@@ -7,7 +7,8 @@
 //!   joined with `, ` (RFC 9110 5.3); `Exact` equal, `RegularExpression` matching the whole value;
 //! - query parameters: the name case-sensitive, the first occurrence only ("only the first
 //!   entry with that name MUST be considered"), the value percent-decoded (`+` is a space);
-//!   `Exact` equal, `RegularExpression` matching the whole value.
+//!   `Exact` equal, `RegularExpression` matching the whole value;
+//! - path: the whole normalized path the router matched on (GRPCRoute method matches).
 //!
 //! A condition on a header or parameter the request lacks does not hold.
 
@@ -26,6 +27,8 @@ pub struct RequestView<'a> {
     pub query: Option<&'a str>,
     /// Whether it came over TLS (the HTTPS socket).
     pub tls: bool,
+    /// Its normalized path (as the router sees it).
+    pub path: &'a str,
 }
 
 /// Why conditions do not compile.
@@ -55,6 +58,7 @@ pub struct CompiledConditions {
     headers: Vec<(HeaderName, Matcher)>,
     query: Vec<(String, Matcher)>,
     tls: Option<bool>,
+    path: Option<Matcher>,
 }
 
 #[derive(Clone, Debug)]
@@ -103,7 +107,8 @@ impl CompiledConditions {
             .iter()
             .map(|ValueMatch { name, value }| Ok((name.clone(), Matcher::compile(value)?)))
             .collect::<Result<_, ConditionError>>()?;
-        Ok(CompiledConditions { method, headers, query, tls: c.tls })
+        let path = c.path.as_ref().map(Matcher::compile).transpose()?;
+        Ok(CompiledConditions { method, headers, query, tls: c.tls, path })
     }
 
     /// Whether the request meets every condition.
@@ -112,6 +117,9 @@ impl CompiledConditions {
             return false;
         }
         if self.method.as_ref().is_some_and(|m| m != req.method) {
+            return false;
+        }
+        if self.path.as_ref().is_some_and(|p| !p.matches(req.path)) {
             return false;
         }
         for (name, matcher) in &self.headers {
@@ -193,6 +201,7 @@ mod tests {
             headers: headers.iter().map(vm).collect(),
             query: query.iter().map(vm).collect(),
             tls: None,
+            path: None,
         })
         .unwrap()
     }
@@ -210,7 +219,7 @@ mod tests {
     }
 
     fn check(c: &CompiledConditions, r: &(Method, HeaderMap, Option<&str>)) -> bool {
-        c.matches(&RequestView { method: &r.0, headers: &r.1, query: r.2, tls: false })
+        c.matches(&RequestView { method: &r.0, headers: &r.1, query: r.2, tls: false, path: "/" })
     }
 
     fn exact(s: &str) -> StringMatch {
@@ -271,7 +280,7 @@ mod tests {
     #[test]
     fn tls_condition_checks_the_socket() {
         let (m, h) = (Method::GET, HeaderMap::new());
-        let plain = RequestView { method: &m, headers: &h, query: None, tls: false };
+        let plain = RequestView { method: &m, headers: &h, query: None, tls: false, path: "/" };
         let tls = RequestView { tls: true, ..plain };
         for (wanted, over_plain, over_tls) in
             [(Some(true), false, true), (Some(false), true, false), (None, true, true)]
@@ -292,6 +301,7 @@ mod tests {
             headers: vec![],
             query: vec![ValueMatch { name: "a".into(), value: StringMatch::Regex("(".into()) }],
             tls: None,
+            path: None,
         };
         assert!(matches!(CompiledConditions::compile(&bad), Err(ConditionError::Regex { .. })));
         let bad = RequestConditions {
@@ -299,8 +309,27 @@ mod tests {
             headers: vec![ValueMatch { name: "bad name".into(), value: exact("x") }],
             query: vec![],
             tls: None,
+            path: None,
         };
         assert!(matches!(CompiledConditions::compile(&bad), Err(ConditionError::HeaderName(_))));
         assert_eq!(decode("%41%zz%4"), Some("A%zz%4".into()));
+    }
+
+    /// A path condition matches the whole path (`GRPCMethodMatch`: `/service/method`).
+    #[test]
+    fn path_condition_matches_the_whole_path() {
+        let c = CompiledConditions::compile(&RequestConditions {
+            path: Some(StringMatch::Regex("/[^/]+/Echo".into())),
+            ..RequestConditions::default()
+        })
+        .unwrap();
+        let (method, headers) = (Method::POST, HeaderMap::new());
+        let at = |path| {
+            c.matches(&RequestView { method: &method, headers: &headers, query: None, tls: false, path })
+        };
+        assert!(at("/t.Test/Echo"));
+        assert!(at("/other.Svc/Echo"));
+        assert!(!at("/t.Test/EchoMore"), "whole path");
+        assert!(!at("/t.Test/Fail"));
     }
 }

@@ -32,6 +32,8 @@ pub struct CompiledMirror {
     pub(crate) request_body: bool,
     /// For `https://` targets: verification against the system's roots, HTTP/1.1.
     pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
+    /// Parts per million of the requests copied; `None`: all.
+    pub(crate) share_ppm: Option<u32>,
 }
 
 impl std::fmt::Debug for CompiledMirror {
@@ -70,7 +72,13 @@ impl CompiledMirror {
             host,
             request_body: mirror.request_body,
             tls,
+            share_ppm: mirror.share_ppm,
         })
+    }
+
+    /// Whether this request is copied: always without a share, else drawn at random.
+    pub(crate) fn chosen(&self) -> bool {
+        self.share_ppm.is_none_or(|share| rand::random_range(0..1_000_000u32) < share)
     }
 }
 

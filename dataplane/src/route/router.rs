@@ -749,7 +749,7 @@ mod tests {
     fn hit_with<'a>(r: &'a Router, host: &str, path: &str, method: &str) -> Option<&'a str> {
         let method = http::Method::from_bytes(method.as_bytes()).unwrap();
         let headers = http::HeaderMap::new();
-        let view = RequestView { method: &method, headers: &headers, query: None, tls: false };
+        let view = RequestView { method: &method, headers: &headers, query: None, tls: false, path };
         r.lookup_request(host, path, Some(&view))
             .map(|route| r.backend_ids()[route.backend.0 as usize].service.as_str())
     }

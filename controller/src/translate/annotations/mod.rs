@@ -605,6 +605,7 @@ impl Ctx<'_, '_> {
             target,
             host: self.value("mirror-host", values::host_and_port),
             request_body: self.value("mirror-request-body", values::on_off).unwrap_or(true),
+            share_ppm: None,
         })
     }
 

@@ -580,7 +580,8 @@ fn mirror_accepted_and_rejected() {
         Some(Box::new(Mirror {
             target: "https://test.env.com$request_uri".into(),
             host: None,
-            request_body: true
+            request_body: true,
+            share_ppm: None,
         }))
     );
     assert!(w.is_empty(), "{w:?}");
@@ -596,6 +597,7 @@ fn mirror_accepted_and_rejected() {
             target: "http://copy.ns.svc:8080/shadow$uri".into(),
             host: Some("shadow.example.com".into()),
             request_body: false,
+            share_ppm: None,
         }))
     );
     assert!(w.is_empty(), "{w:?}");
@@ -621,7 +623,8 @@ fn mirror_accepted_and_rejected() {
         Some(Box::new(Mirror {
             target: "http://copy.svc$request_uri".into(),
             host: None,
-            request_body: true
+            request_body: true,
+            share_ppm: None,
         }))
     );
     assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation); 2]);

@@ -83,4 +83,6 @@ pub mod reasons {
     pub const BACKEND_NOT_FOUND: &str = "BackendNotFound";
     /// `InvalidKind` (route `ResolvedRefs`).
     pub const INVALID_KIND: &str = "InvalidKind";
+    /// `UnsupportedProtocol` (route `ResolvedRefs`: a backend's `appProtocol`).
+    pub const UNSUPPORTED_PROTOCOL_REF: &str = "UnsupportedProtocol";
 }

@@ -4,12 +4,14 @@
 //! - `RequestRedirect`: scheme, hostname, port, path (`ReplaceFullPath`, `ReplacePrefixMatch`),
 //!   status code (302 by default);
 //! - `URLRewrite`: hostname (the `Host` sent upstream) and path;
-//! - `RequestMirror`: a copy of each request to the Service's first ready endpoint (`percent`
-//!   and `fraction` are not supported yet: every request is copied, and a warning says so);
+//! - `RequestMirror`: a copy of each request to the Service's first ready endpoint; with
+//!   `percent` or `fraction`, of that share of the requests, each drawn at random;
 //! - `timeouts.request` / `timeouts.backendRequest` (GEP-2257 durations): the time the upstream
 //!   gets to answer (the shorter of the two; `0s`: a day, the longest weir waits).
 //!
-//! Any other type (`CORS`, `ExtensionRef`, `ExternalAuth`, an unknown one) or a filter weir
+//! - `CORS`: onto weir's CORS machinery (`cors.rs`).
+//!
+//! Any other type (`ExtensionRef`, `ExternalAuth`, an unknown one) or a filter weir
 //! cannot apply as written makes the rule answer 500 ("requests that would have been processed
 //! by that filter MUST receive a HTTP error response", `HTTPRouteFilter.type`) and the route
 //! not `Accepted` (`UnsupportedValue`); filters on a `backendRef` are not supported yet and do
@@ -146,25 +148,47 @@ fn apply(
             if policy.mirror.is_some() {
                 return Err("more than one RequestMirror is not supported yet".into());
             }
-            let whole = m.percent.is_none_or(|p| p >= 100)
-                && m.fraction.as_ref().is_none_or(|f| f.numerator >= f.denominator.unwrap_or(100));
-            if !whole {
-                notes.push(format!(
-                    "{field}: percent and fraction are not supported yet: every request is mirrored"
-                ));
-            }
+            let share_ppm = mirror_share(m)?;
             match mirror(field, &m.backend_ref)? {
                 Some(target) => {
-                    policy.mirror = Some(Box::new(Mirror { target, host: None, request_body: true }))
+                    policy.mirror =
+                        Some(Box::new(Mirror { target, host: None, request_body: true, share_ppm }))
                 }
                 None => {
                     notes.push(format!("{field}: the mirror's Service has no ready endpoint; not mirrored"))
                 }
             }
         }
+        "CORS" => {
+            let c = f.cors.as_ref().ok_or_else(|| missing("cors"))?;
+            policy.cors = Some(Box::new(super::cors::cors(c)?));
+        }
         other => return Err(format!("filter type {other:?} is not supported")),
     }
     Ok(())
+}
+
+/// `HTTPRequestMirrorFilter.percent` ("Percent represents the percentage of requests that
+/// should be mirrored to BackendRef. Its minimum value is 0 (indicating 0% of requests) and its
+/// maximum value is 100") or `fraction` (numerator over denominator, 100 by default; "Only one
+/// of percent or fraction may be specified"), in parts per million; `None`: every request.
+fn mirror_share(m: &crate::gateway::HttpRequestMirrorFilter) -> Result<Option<u32>, String> {
+    let (numerator, denominator) = match (m.percent, &m.fraction) {
+        (Some(_), Some(_)) => return Err("only one of percent or fraction may be specified".into()),
+        (None, None) => return Ok(None),
+        (Some(p), None) => (p, 100),
+        (None, Some(f)) => (f.numerator, f.denominator.unwrap_or(100)),
+    };
+    if denominator <= 0 || numerator < 0 || numerator > denominator {
+        return Err(format!(
+            "the share {numerator}/{denominator} is not between 0 and 1 (a positive denominator, a numerator from 0 to it)"
+        ));
+    }
+    if numerator == denominator {
+        return Ok(None);
+    }
+    let ppm = i64::from(numerator) * 1_000_000 / i64::from(denominator);
+    Ok(Some(u32::try_from(ppm).unwrap_or(1_000_000)))
 }
 
 fn port_u16(p: i32) -> u16 {
@@ -260,6 +284,31 @@ pub fn duration_ms(s: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn share(percent: Option<i32>, fraction: Option<(i32, Option<i32>)>) -> Result<Option<u32>, String> {
+        mirror_share(&crate::gateway::HttpRequestMirrorFilter {
+            percent,
+            fraction: fraction
+                .map(|(numerator, denominator)| crate::gateway::Fraction { numerator, denominator }),
+            ..Default::default()
+        })
+    }
+
+    /// `HTTPRequestMirrorFilter.percent` / `fraction` in parts per million.
+    #[test]
+    fn request_mirror_percent_and_fraction() {
+        assert_eq!(share(None, None), Ok(None));
+        assert_eq!(share(Some(100), None), Ok(None));
+        assert_eq!(share(Some(25), None), Ok(Some(250_000)));
+        assert_eq!(share(Some(0), None), Ok(Some(0)));
+        assert_eq!(share(None, Some((1, None))), Ok(Some(10_000)), "denominator 100 by default");
+        assert_eq!(share(None, Some((1, Some(3)))), Ok(Some(333_333)));
+        assert_eq!(share(None, Some((5, Some(5)))), Ok(None));
+        assert!(share(Some(101), None).is_err());
+        assert!(share(Some(-1), None).is_err());
+        assert!(share(None, Some((1, Some(0)))).is_err());
+        assert!(share(Some(10), Some((1, Some(2)))).is_err(), "only one of them");
+    }
 
     /// GEP-2257 (`Duration` in `shared_types.go`): `^([0-9]{1,5}(h|m|s|ms)){1,4}$`.
     #[test]

@@ -7,10 +7,13 @@
 //! to them (`attach`). The result ([`GatewayAttachments`]) is what route building and the
 //! status writer read.
 
+pub mod app_protocol;
 pub mod attach;
 pub mod conditions;
 pub mod conflicts;
+pub mod cors;
 pub mod filters;
+pub mod grpc;
 pub mod hostname;
 pub mod isolation;
 pub mod listeners;
@@ -100,6 +103,8 @@ pub struct GatewayOutcome {
     pub controller_name: String,
     /// What the TLSRoutes' backends resolved to.
     pub tls_routes: tlsroutes::TlsRoutesOut,
+    /// What the GRPCRoutes' rules resolved to.
+    pub grpc_routes: routes::RoutesOut,
 }
 
 /// Resolves classes, Gateways and listeners, and attaches every route.
@@ -139,6 +144,7 @@ pub fn attach_all(snapshot: &Snapshot, config: &GatewayConfig) -> GatewayAttachm
         };
         add_route(&mut out, RouteKind::Tls, parts, snapshot);
     }
+    grpc::resolve_kind_conflicts(&mut out, snapshot);
     out
 }
 

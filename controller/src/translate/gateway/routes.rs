@@ -59,10 +59,10 @@ pub struct RoutesOut {
 /// Precedence between HTTPRoutes: the oldest (`creationTimestamp`; none counts as the newest),
 /// then `{namespace}/{name}`. Smaller wins.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Age {
-    undated: bool,
-    created: Option<Timestamp>,
-    object: ObjectRef,
+pub(super) struct Age {
+    pub(super) undated: bool,
+    pub(super) created: Option<Timestamp>,
+    pub(super) object: ObjectRef,
 }
 
 /// See [`Built::order`].
@@ -80,6 +80,32 @@ struct Built {
     name: Option<Hostname>,
     /// The sockets it is served on, each with the hostname of the listener it attached to.
     sockets: BTreeMap<Socket, Option<Hostname>>,
+}
+
+/// One GRPCRoute route built from a match, with its precedence `O` among routes sharing its
+/// path (HTTPRoutes use [`Built`], which also carries what listener isolation needs).
+pub(super) struct Plain<O> {
+    pub(super) host: HostMatch,
+    /// Its precedence (GRPCRoute: method and header match counts, then age, rule and match
+    /// index).
+    pub(super) order: O,
+    pub(super) route: Route,
+}
+
+/// The built routes by host, each host's in the router's path order, then precedence.
+pub(super) fn by_host<O: Ord>(mut built: Vec<Plain<O>>) -> BTreeMap<HostMatch, Vec<Route>> {
+    built.sort_by(|a, b| {
+        (&a.host, crate::translate::routes::route_order(&a.route.path), &a.order).cmp(&(
+            &b.host,
+            crate::translate::routes::route_order(&b.route.path),
+            &b.order,
+        ))
+    });
+    let mut by_host: BTreeMap<HostMatch, Vec<Route>> = BTreeMap::new();
+    for b in built {
+        by_host.entry(b.host).or_default().push(b.route);
+    }
+    by_host
 }
 
 /// Adds the routes of every accepted HTTPRoute to `table`, resolving their backends with
@@ -102,17 +128,7 @@ pub(crate) fn apply(
             continue;
         }
         let Some(route) = snapshot.http_routes.get(key) else { continue };
-        for parent in parents.iter().filter(|p| !p.accepted.status) {
-            warnings.error_on(
-                ObjectKind::HttpRoute,
-                key,
-                Reason::RouteNotAccepted,
-                format!(
-                    "spec.parentRefs[{}]: not accepted ({}): {}",
-                    parent.parent_ref.name, parent.accepted.reason, parent.accepted.message
-                ),
-            );
-        }
+        warn_not_accepted(ObjectKind::HttpRoute, key, parents, warnings);
         let Some(hosts) = hosts_of(parents, &attachments.gateways, &isolation) else { continue };
         let age = Age {
             undated: route.metadata.creation_timestamp.is_none(),
@@ -120,6 +136,7 @@ pub(crate) fn apply(
             object: key.clone(),
         };
         let mut ctx = RouteCtx {
+            kind: RouteKind::Http,
             key,
             grants: &grants,
             snapshot,
@@ -168,15 +185,10 @@ pub(crate) fn apply(
                 }
             }
         }
-        let refs = ctx.refs.take().unwrap_or_else(|| {
-            Cond::yes(types::RESOLVED_REFS, reasons::RESOLVED_REFS, "every backend reference resolved")
-        });
-        if !ctx.invalid.is_empty() {
-            out.invalid_rules.insert(key.clone(), std::mem::take(&mut ctx.invalid));
-        }
-        out.resolved_refs.insert(key.clone(), refs);
+        ctx.finish(&mut out);
     }
     let shields = inherit(&mut built, &isolation);
+    let built = built.into_iter().map(|b| Plain { host: b.host, order: b.order, route: b.route }).collect();
     merge(table, built, warnings);
     for host in shields {
         if !table.hosts.iter().any(|vh| vh.host == host) {
@@ -190,12 +202,32 @@ pub(crate) fn apply(
     out
 }
 
+/// Warns about each parent of ours that did not accept the route `key` of `kind`.
+pub(super) fn warn_not_accepted(
+    kind: ObjectKind,
+    key: &ObjectRef,
+    parents: &[ParentOut],
+    warnings: &mut Warnings,
+) {
+    for parent in parents.iter().filter(|p| !p.accepted.status) {
+        warnings.error_on(
+            kind,
+            key,
+            Reason::RouteNotAccepted,
+            format!(
+                "spec.parentRefs[{}]: not accepted ({}): {}",
+                parent.parent_ref.name, parent.accepted.reason, parent.accepted.message
+            ),
+        );
+    }
+}
+
 /// The host names (`None`: any) a route serves over all its accepted parents, each with the
 /// sockets it serves it on and the hostname of the listener there; names a more specific
 /// listener of the socket takes are left out (`isolation`). `None` when it attached nowhere.
-type Hosts = BTreeMap<Option<Hostname>, BTreeMap<Socket, Option<Hostname>>>;
+pub(super) type Hosts = BTreeMap<Option<Hostname>, BTreeMap<Socket, Option<Hostname>>>;
 
-fn hosts_of(
+pub(super) fn hosts_of(
     parents: &[ParentOut],
     gateways: &BTreeMap<ObjectRef, GatewayOut>,
     isolation: &Isolation,
@@ -233,7 +265,7 @@ fn hosts_of(
 }
 
 /// A match's conditions with the sockets it is served on.
-fn with_sockets(
+pub(super) fn with_sockets(
     conditions: Option<Box<RequestConditions>>,
     sockets: &BTreeMap<Socket, Option<Hostname>>,
 ) -> Option<Box<RequestConditions>> {
@@ -325,26 +357,47 @@ fn matches_of(rule: &HttpRouteRule) -> Vec<HttpRouteMatch> {
     if rule.matches.is_empty() { vec![HttpRouteMatch::default()] } else { rule.matches.clone() }
 }
 
-/// The state of one HTTPRoute's translation.
-struct RouteCtx<'a, 'w> {
-    key: &'a ObjectRef,
-    grants: &'a Grants<'a>,
-    snapshot: &'a Snapshot,
-    resolver: &'a Resolver<'a>,
-    backends: &'w mut BTreeMap<BackendId, Backend>,
-    warnings: &'w mut Warnings,
+/// The state of one HTTPRoute's (or GRPCRoute's) translation.
+pub(super) struct RouteCtx<'a, 'w> {
+    /// The route's kind (`HTTPRoute` or `GRPCRoute`).
+    pub(super) kind: RouteKind,
+    pub(super) key: &'a ObjectRef,
+    pub(super) grants: &'a Grants<'a>,
+    pub(super) snapshot: &'a Snapshot,
+    pub(super) resolver: &'a Resolver<'a>,
+    pub(super) backends: &'w mut BTreeMap<BackendId, Backend>,
+    pub(super) warnings: &'w mut Warnings,
     /// The first `ResolvedRefs` failure.
-    refs: Option<Cond>,
+    pub(super) refs: Option<Cond>,
     /// Rules (or matches) that cannot be served as written.
-    invalid: Vec<String>,
+    pub(super) invalid: Vec<String>,
 }
 
 impl RouteCtx<'_, '_> {
+    /// Puts the route's `ResolvedRefs` and unusable rules in `out`.
+    pub(super) fn finish(&mut self, out: &mut RoutesOut) {
+        let refs = self.refs.take().unwrap_or_else(|| {
+            Cond::yes(types::RESOLVED_REFS, reasons::RESOLVED_REFS, "every backend reference resolved")
+        });
+        if !self.invalid.is_empty() {
+            out.invalid_rules.insert(self.key.clone(), std::mem::take(&mut self.invalid));
+        }
+        out.resolved_refs.insert(self.key.clone(), refs);
+    }
+
+    /// The kind warnings are filed under.
+    pub(super) fn object_kind(&self) -> ObjectKind {
+        match self.kind {
+            RouteKind::Grpc => ObjectKind::GrpcRoute,
+            _ => ObjectKind::HttpRoute,
+        }
+    }
+
     /// Notes a reference that did not resolve: a warning, and `ResolvedRefs` false (the first
     /// reason wins).
     fn unresolved(&mut self, field: String, reason: &'static str, message: String) {
         self.warnings.error_on(
-            ObjectKind::HttpRoute,
+            self.object_kind(),
             self.key,
             Reason::BackendNotResolved,
             format!("{field}: {message}; its share of the requests answers 500"),
@@ -355,7 +408,7 @@ impl RouteCtx<'_, '_> {
     }
 
     /// The backends of rule `ri`: a weighted split.
-    fn action(&mut self, ri: usize, rule: &HttpRouteRule) -> RouteAction {
+    pub(super) fn action(&mut self, ri: usize, rule: &HttpRouteRule) -> RouteAction {
         let mut shares = Vec::with_capacity(rule.backend_refs.len());
         for (bi, r) in rule.backend_refs.iter().enumerate() {
             let field = format!("spec.rules[{ri}].backendRefs[{bi}]");
@@ -368,7 +421,7 @@ impl RouteCtx<'_, '_> {
 
     /// The Service port a `backendRef` names ([`service_port`]).
     fn service_port(&self, r: &BackendRef) -> Result<BackendId, (&'static str, String)> {
-        service_port(self.key, "HTTPRoute", self.grants, self.snapshot, r)
+        service_port(self.key, self.kind.name(), self.grants, self.snapshot, r)
     }
 
     /// Resolves one `backendRef` into the table's backends; `None` (with `ResolvedRefs` false)
@@ -382,14 +435,22 @@ impl RouteCtx<'_, '_> {
             }
         };
         if !self.backends.contains_key(&id) {
-            let (resolved, error) = self.resolver.resolve(&id);
+            let (mut resolved, error) = self.resolver.resolve(&id);
+            match super::app_protocol::of(self.snapshot, &id) {
+                Ok(Some((protocol, tls))) => (resolved.protocol, resolved.tls) = (protocol, tls),
+                Ok(None) => {}
+                Err(why) => {
+                    self.unresolved(field.to_string(), reasons::UNSUPPORTED_PROTOCOL_REF, why);
+                    return None;
+                }
+            }
             match error {
                 Some(e @ (backend::Error::ServiceNotFound { .. } | backend::Error::PortNotFound { .. })) => {
                     self.unresolved(field.to_string(), reasons::BACKEND_NOT_FOUND, e.to_string());
                     return None;
                 }
                 Some(e) => self.warnings.error_on(
-                    ObjectKind::HttpRoute,
+                    self.object_kind(),
                     self.key,
                     e.reason(),
                     format!("{field}: {e}; requests routed to it answer 503"),
@@ -403,7 +464,7 @@ impl RouteCtx<'_, '_> {
 
     /// The URL a `RequestMirror` copies requests to: the first ready endpoint of the Service
     /// port (`None`: none is ready); `Err` when the reference is refused.
-    fn mirror_target(&mut self, field: &str, r: &BackendRef) -> Result<Option<String>, String> {
+    pub(super) fn mirror_target(&mut self, field: &str, r: &BackendRef) -> Result<Option<String>, String> {
         let id = self.service_port(r).map_err(|(_, why)| format!("backendRef: {why}"))?;
         let (backend, error) = self.resolver.resolve(&id);
         if let Some(e) = error {
@@ -528,21 +589,15 @@ fn match_parts(m: &HttpRouteMatch) -> Result<(PathMatch, Option<Box<RequestCondi
 
 /// Puts the built routes into the table's virtual hosts, beside the Ingresses' (see the module
 /// documentation for who wins a tie).
-fn merge(table: &mut weir_dataplane::model::RouteTable, mut built: Vec<Built>, warnings: &mut Warnings) {
+fn merge<O: Ord>(
+    table: &mut weir_dataplane::model::RouteTable,
+    built: Vec<Plain<O>>,
+    warnings: &mut Warnings,
+) {
     if built.is_empty() {
         return;
     }
-    built.sort_by(|a, b| {
-        (&a.host, crate::translate::routes::route_order(&a.route.path), &a.order).cmp(&(
-            &b.host,
-            crate::translate::routes::route_order(&b.route.path),
-            &b.order,
-        ))
-    });
-    let mut by_host: BTreeMap<HostMatch, Vec<Route>> = BTreeMap::new();
-    for b in built {
-        by_host.entry(b.host).or_default().push(b.route);
-    }
+    let by_host = by_host(built);
     // An Ingress wildcard `*.suffix` answers one-label names before the HTTPRoute's
     // `**.suffix`: it gets the HTTPRoute's routes too.
     let ingress_wildcards: Vec<(HostMatch, Vec<Route>)> = by_host
