@@ -49,14 +49,35 @@ pub(crate) const SSL_PREFER_SERVER_CIPHERS: &str = "nginx.ingress.kubernetes.io/
 /// server-level `ssl_ciphers`: a string selecting none of weir's suites is an error and the
 /// table's suites stay offered.
 pub(crate) fn host_tls(ingress: &Ingress, object: &ObjectRef, warnings: &mut Warnings) -> Option<HostTls> {
-    let ciphers = get(ingress, SSL_CIPHERS).and_then(|value| match weir_dataplane::tls::ciphers::parse(value) {
+    let fallback = "the suites of the ConfigMap's ssl-ciphers stay offered";
+    let ciphers = cipher_suites(ingress, object, SSL_CIPHERS, fallback, warnings);
+    let prefer = get(ingress, SSL_PREFER_SERVER_CIPHERS)
+        .map(|_| flag(ingress, object, SSL_PREFER_SERVER_CIPHERS, false, warnings));
+    if ciphers.is_none() && prefer.is_none() {
+        return None;
+    }
+    Some(HostTls { host: HostMatch::Any, ciphers, prefer_server_ciphers: prefer })
+}
+
+/// The TLS 1.2 suites an OpenSSL cipher-string annotation `key` chooses, in its order; names
+/// weir does not offer are reported and left out. A string choosing none of weir's is an error
+/// (`fallback` says what applies instead) and `None`.
+fn cipher_suites(
+    ingress: &Ingress,
+    object: &ObjectRef,
+    key: &str,
+    fallback: &str,
+    warnings: &mut Warnings,
+) -> Option<Vec<String>> {
+    let value = get(ingress, key)?;
+    match weir_dataplane::tls::ciphers::parse(value) {
         Ok(selection) => {
             if !selection.unmatched.is_empty() {
                 warnings.warn(
                     object,
                     Reason::InvalidAnnotation,
                     format!(
-                        "metadata.annotations[{SSL_CIPHERS}]: {} selects no cipher suite weir offers; left out",
+                        "metadata.annotations[{key}]: {} selects no cipher suite weir offers; left out",
                         selection.unmatched.join(":")
                     ),
                 );
@@ -67,17 +88,11 @@ pub(crate) fn host_tls(ingress: &Ingress, object: &ObjectRef, warnings: &mut War
             warnings.error(
                 object,
                 Reason::InvalidAnnotation,
-                format!("metadata.annotations[{SSL_CIPHERS}]: invalid value {value:?}: {why}; the suites of the ConfigMap's ssl-ciphers stay offered"),
+                format!("metadata.annotations[{key}]: invalid value {value:?}: {why}; {fallback}"),
             );
             None
         }
-    });
-    let prefer = get(ingress, SSL_PREFER_SERVER_CIPHERS)
-        .map(|_| flag(ingress, object, SSL_PREFER_SERVER_CIPHERS, false, warnings));
-    if ciphers.is_none() && prefer.is_none() {
-        return None;
     }
-    Some(HostTls { host: HostMatch::Any, ciphers, prefer_server_ciphers: prefer })
 }
 
 /// `namespace/name` of a Secret whose `ca.crt` verifies client certificates (mTLS).
@@ -235,25 +250,13 @@ pub(crate) fn upstream_tls(
             format!("metadata.annotations[{key}]: invalid value {value:?}: {why}; {fallback}"),
         );
     };
-    let ciphers = get(ingress, PROXY_SSL_CIPHERS).and_then(|value| match weir_dataplane::tls::ciphers::parse(value) {
-        Ok(selection) => {
-            if !selection.unmatched.is_empty() {
-                warnings.warn(
-                    object,
-                    Reason::InvalidAnnotation,
-                    format!(
-                        "metadata.annotations[{PROXY_SSL_CIPHERS}]: {} selects no cipher suite weir offers; left out",
-                        selection.unmatched.join(":")
-                    ),
-                );
-            }
-            Some(selection.tls12)
-        }
-        Err(why) => {
-            invalid(warnings, PROXY_SSL_CIPHERS, value, &why, "every cipher suite weir has stays offered");
-            None
-        }
-    });
+    let ciphers = cipher_suites(
+        ingress,
+        object,
+        PROXY_SSL_CIPHERS,
+        "every cipher suite weir has stays offered",
+        warnings,
+    );
     let versions = get(ingress, PROXY_SSL_PROTOCOLS).and_then(|value| match super::values::tls_versions(value) {
         Ok((versions, old)) => {
             if !old.is_empty() {
