@@ -85,9 +85,11 @@ fn missing_manifest_dir_is_a_clear_error() {
 fn node_without_its_kernel_tools_says_what_to_install() {
     let dir = tempfile::tempdir().unwrap();
     let manifests = dir.path().to_str().unwrap();
+    // nftables mode needs no program (it speaks netlink): only the modes that run
+    // iptables-restore can miss theirs. ipvs without ipset falls back to iptables mode first.
     for (mode, needs) in [
-        ("nftables", "nft is not installed (Debian package nftables)"),
         ("iptables", "iptables-restore is not installed (Debian package iptables)"),
+        ("ipvs", "iptables-restore is not installed (Debian package iptables)"),
     ] {
         let out = Command::new(WEIR)
             .args(["node", "--mode", mode, "--manifests", manifests, "--listen-admin", "127.0.0.1:0"])
