@@ -152,40 +152,35 @@ fn gateway_apply(
     translation.warnings.extend(warnings.finish());
     let mut routes = gateway::routes::RoutesOut::default();
     let mut grpc_routes = gateway::routes::RoutesOut::default();
-    if has_gateway_routes(snapshot) {
-        let resolver = backend::Resolver::new(snapshot, slices);
-        let mut warnings = Warnings::default();
-        routes = gateway::routes::apply(
-            &mut translation.table,
-            &attachments,
-            snapshot,
-            &resolver,
-            &config.gateway,
-            &mut warnings,
-        );
-        grpc_routes = gateway::grpc::apply(
-            &mut translation.table,
-            &attachments,
-            snapshot,
-            &resolver,
-            &config.gateway,
-            &mut warnings,
-        );
-        translation.warnings.extend(warnings.finish());
-        translation.warnings.sort();
-        translation.warnings.dedup();
-    }
     let mut tls_routes = gateway::tlsroutes::TlsRoutesOut::default();
-    if !snapshot.tls_routes.is_empty() && !attachments.gateways.is_empty() {
+    let http = has_gateway_routes(snapshot);
+    let tls = !snapshot.tls_routes.is_empty() && !attachments.gateways.is_empty();
+    if http || tls {
+        // One resolver and one set of findings for every route kind.
         let resolver = backend::Resolver::new(snapshot, slices);
         let mut warnings = Warnings::default();
-        tls_routes = gateway::tlsroutes::apply(
-            &mut translation.table,
-            &attachments,
-            snapshot,
-            &resolver,
-            &mut warnings,
-        );
+        let table = &mut translation.table;
+        if http {
+            routes = gateway::routes::apply(
+                table,
+                &attachments,
+                snapshot,
+                &resolver,
+                &config.gateway,
+                &mut warnings,
+            );
+            grpc_routes = gateway::grpc::apply(
+                table,
+                &attachments,
+                snapshot,
+                &resolver,
+                &config.gateway,
+                &mut warnings,
+            );
+        }
+        if tls {
+            tls_routes = gateway::tlsroutes::apply(table, &attachments, snapshot, &resolver, &mut warnings);
+        }
         translation.warnings.extend(warnings.finish());
         translation.warnings.sort();
         translation.warnings.dedup();
