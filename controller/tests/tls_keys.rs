@@ -591,3 +591,66 @@ fn per_host_ciphers_and_server_preference() {
         (negotiated(https, &ca, HOST, AES128).as_deref() == Some(AES128)).then_some(())
     });
 }
+
+// === hosts asking for client certificates ===
+
+/// A host with `auth-tls-secret` runs its handshakes with a config of its own: it takes the
+/// listener's `ssl-buffer-size`, and its session cache outlives a new routing table (here the
+/// endpoints move to another backend), so returning clients still resume.
+#[test]
+fn client_certificate_hosts_keep_the_record_size_and_their_sessions_across_tables() {
+    use base64::Engine as _;
+    if !have_openssl() {
+        return;
+    }
+    let (_echo, backend) = echo();
+    let (_echo2, addrs) = spawn(&["echo", "--listen", "127.0.0.1:0", "--name", "app2"], &["listen"]);
+    let backend2 = addrs[0];
+    let certs = tempfile::tempdir().unwrap();
+    let pki = Pki::new(certs.path(), None);
+    let ca = pki.ca();
+    let dir = tempfile::tempdir().unwrap();
+    let client_ca = base64::engine::general_purpose::STANDARD.encode(pki.read("ca.pem"));
+    std::fs::write(
+        dir.path().join("client-ca.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: client-ca, namespace: default}}\ndata:\n  ca.crt: {client_ca}\n"
+        ),
+    )
+    .unwrap();
+    let mtls = "{nginx.ingress.kubernetes.io/auth-tls-secret: default/client-ca}";
+    let settings = "  ssl-buffer-size: 1k\n";
+    manifests_annotated(dir.path(), &pki, backend, settings, mtls);
+    let (_weir, https) = weir_serve(dir.path());
+    // The test's leaf (CA-signed, no extended key usage) is the client's certificate too.
+    let leaf = certs.path().join("leaf.pem");
+    let key = certs.path().join("leaf.key");
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let with_cert = |more: &[&str]| {
+        let mut args = vec!["-tls1_3".to_string(), "-cert".into(), path(&leaf), "-key".into(), path(&key)];
+        args.extend(more.iter().map(|s| s.to_string()));
+        args
+    };
+    let run = |more: &[&str], pad: usize| {
+        let args = with_cert(more);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        s_client_padded(20, https, &ca, &args, pad)
+    };
+    let text = run(&["-msg"], 6000);
+    let sizes = records(&text);
+    assert!(sizes.len() >= 6 && sizes.iter().all(|n| *n <= 1024 + 17), "records of 1k: {sizes:?}");
+
+    let first = certs.path().join("first.sess");
+    let second = certs.path().join("second.sess");
+    let text = run(&["-sess_out", &path(&first)], 0);
+    assert!(!reused(&text), "a first connection is a full handshake: {text}");
+    let text = run(&["-sess_in", &path(&first), "-sess_out", &path(&second)], 0);
+    assert!(reused(&text), "resumed from the host's session cache: {text}");
+
+    // A new table: the endpoints move to the second backend.
+    manifests_annotated(dir.path(), &pki, backend2, settings, mtls);
+    wait_for("the second backend", 20, || run(&[], 0).contains("\"app2\"").then_some(()));
+    let text = run(&["-sess_in", &path(&second)], 0);
+    assert!(reused(&text), "the session outlived the table: {text}");
+    assert!(text.contains("\"app2\""), "{text}");
+}

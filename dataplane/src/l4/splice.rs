@@ -202,7 +202,7 @@ async fn pump(from: &TcpStream, to: &TcpStream, pipe: &mut Pipe, meter: Meter<'_
                 Err(error) => return Err(error),
             }
         }
-        meter.activity.store(super::tcp::millis(meter.base), Relaxed);
+        meter.activity.store(super::stats::millis(meter.base), Relaxed);
     }
 }
 

@@ -76,3 +76,9 @@ impl Drop for OpenGuard {
         self.0.open.fetch_sub(1, Relaxed);
     }
 }
+
+/// Milliseconds since `base`: an activity time stamp that fits an atomic (TCP connections and
+/// UDP flows compare it against their idle timeout).
+pub(crate) fn millis(base: std::time::Instant) -> u64 {
+    u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX)
+}

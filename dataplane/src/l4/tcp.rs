@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use super::header;
 use super::log::Session;
 use super::service::{Service, stopped};
-use super::stats::Stats;
+use super::stats::{Stats, millis};
 use crate::proxy::limits::{AcceptBackoff, ConnGuard, ConnLimits};
 use crate::proxy::proxy_protocol;
 use crate::state::balance::EndpointKey;
@@ -338,10 +338,6 @@ where
         }
         activity.store(millis(base), Relaxed);
     }
-}
-
-pub(crate) fn millis(base: Instant) -> u64 {
-    u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Resolves once nothing was copied for `idle` (`activity`: the last copy, in ms after `base`).

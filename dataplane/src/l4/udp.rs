@@ -22,7 +22,7 @@ use tokio::task::AbortHandle;
 
 use super::log::{Session, StreamLog};
 use super::service::{Service, stopped};
-use super::stats::{OpenGuard, Stats};
+use super::stats::{OpenGuard, Stats, millis};
 use crate::state::balance::EndpointKey;
 
 /// The largest UDP payload.
@@ -325,8 +325,4 @@ impl Replies {
             }
         }
     }
-}
-
-fn millis(base: Instant) -> u64 {
-    u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX)
 }

@@ -346,7 +346,20 @@ struct Publisher {
     /// The TLS config of the last `ssl-protocols` and `ssl-ciphers`, kept (with its session
     /// cache) while they stay.
     tls: Option<(TlsChoice, Arc<rustls::ServerConfig>)>,
+    /// The client certificate policies of the last table, kept (with their configs' session
+    /// caches) while what they are built from stays.
+    client_auth: Option<(ClientAuthChoice, Arc<ClientAuthIndex>)>,
 }
+
+/// What a [`ClientAuthIndex`] is built from: the policies, the hosts' own TLS options, and the
+/// listener's protocols, suites, groups and record size.
+type ClientAuthChoice = (
+    Vec<crate::model::ClientAuth>,
+    Vec<crate::model::HostTls>,
+    Option<Vec<crate::model::TlsVersion>>,
+    Option<Vec<String>>,
+    crate::tls::options::Choice,
+);
 
 /// Everything a request needs, built together and swapped together.
 struct Compiled {
@@ -359,7 +372,7 @@ struct Compiled {
     /// SNI → passthrough backend (an index into `balancers`).
     passthrough: PassIndex,
     /// Host → client certificate policy.
-    client_auth: ClientAuthIndex,
+    client_auth: Arc<ClientAuthIndex>,
     /// Server configs of hosts with their own cipher suites or preference.
     host_tls: crate::tls::hosts::HostTlsIndex,
     /// The proxy's configuration with the table's settings applied.
@@ -490,7 +503,7 @@ impl Proxy {
             balancers: Vec::new(),
             certs: CertIndex::default(),
             passthrough: PassIndex::default(),
-            client_auth: ClientAuthIndex::default(),
+            client_auth: Arc::default(),
             host_tls: crate::tls::hosts::HostTlsIndex::default(),
             http: Arc::new(http_builder(&config)),
             config: config.clone(),
@@ -580,11 +593,7 @@ impl Proxy {
         let certs = CertIndex::compile(table, &mut publisher.certs);
         self.inner.stapler.track(certs.keys(), table.settings.tls_keys.ocsp == Some(true));
         let passthrough = PassIndex::compile(table, &router);
-        let client_auth = if table.client_auth.is_empty() {
-            ClientAuthIndex::default()
-        } else {
-            ClientAuthIndex::compile(table, &self.resolver())
-        };
+        let client_auth = self.client_auth(table, &mut publisher);
         let host_tls = if table.host_tls.is_empty() {
             crate::tls::hosts::HostTlsIndex::default()
         } else {

@@ -197,6 +197,36 @@ impl Proxy {
         }
     }
 
+    /// The client certificate policies of `table`, reused while they, the hosts' own TLS
+    /// options and the listener's TLS settings stay the same: the host configs' session caches
+    /// live on across tables that change only routes or endpoints.
+    pub(super) fn client_auth(
+        &self,
+        table: &crate::model::RouteTable,
+        publisher: &mut Publisher,
+    ) -> Arc<tls::mtls::ClientAuthIndex> {
+        if table.client_auth.is_empty() {
+            publisher.client_auth = None;
+            return Arc::default();
+        }
+        let settings = &table.settings;
+        let wanted = (
+            table.client_auth.clone(),
+            table.host_tls.clone(),
+            settings.tls_versions.clone(),
+            settings.tls_ciphers.clone(),
+            tls::options::choice(&settings.tls_keys),
+        );
+        if let Some((current, index)) = &publisher.client_auth
+            && *current == wanted
+        {
+            return index.clone();
+        }
+        let index = Arc::new(tls::mtls::ClientAuthIndex::compile(table, &self.resolver()));
+        publisher.client_auth = Some((wanted, index.clone()));
+        index
+    }
+
     /// A server config without client authentication over the live certificates, offering the
     /// versions and suites of `settings`: the listener's own (default settings) and the one of
     /// `ssl-protocols`/`ssl-ciphers`. All of them share the proxy's session cache, which is

@@ -81,7 +81,7 @@ impl ClientAuthIndex {
                 Some(_) => tls::server_provider(&tls::hosts::settings_for(&table.settings, options)),
                 None => provider.clone(),
             };
-            let compiled = match compile(auth, resolver, &versions, &provider, options) {
+            let compiled = match compile(auth, resolver, &versions, &provider, options, &table.settings) {
                 Ok(c) => Arc::new(c),
                 Err(error) => {
                     tracing::warn!(host = %auth.host, %error, "client certificate CA unusable; the host refuses every request");
@@ -130,6 +130,7 @@ fn compile(
     versions: &[&'static rustls::SupportedProtocolVersion],
     provider: &Arc<rustls::crypto::CryptoProvider>,
     options: Option<&crate::model::HostTls>,
+    settings: &crate::model::Settings,
 ) -> Result<HostAuth, tls::Error> {
     let mut roots = rustls::RootCertStore::empty();
     let certs = CertificateDer::pem_slice_iter(auth.ca_pem.as_bytes())
@@ -153,6 +154,10 @@ fn compile(
         .with_cert_resolver(resolver.clone());
     config.alpn_protocols = tls::ALPN.iter().map(|p| p.to_vec()).collect();
     tls::hosts::prefer(&mut config, options);
+    // `ssl-buffer-size` as on every other host. The session cache stays the config's own
+    // (rustls's default, 256 sessions) and tickets off: a session made on another config,
+    // perhaps without a client certificate, must never resume here.
+    tls::options::apply(&mut config, &settings.tls_keys);
     let match_cn = match &auth.match_cn {
         Some(re) => Some(
             regex::Regex::new(re)
@@ -393,5 +398,33 @@ mod tests {
         assert_eq!(issuer, subject, "self-signed");
         assert_eq!(pem(cert.der()), cert.pem().replace("\r\n", "\n"));
         assert_eq!(crate::http_util::percent_encode("a b\n+/="), "a%20b%0A%2B%2F%3D");
+    }
+
+    /// A host asking for client certificates keeps the listener's `ssl-buffer-size` and its own
+    /// session cache, with tickets off.
+    #[test]
+    fn client_auth_configs_take_the_record_size_and_no_shared_sessions() {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let ca =
+            rcgen::CertificateParams::new(vec!["ca.test".to_string()]).unwrap().self_signed(&key).unwrap();
+        let mut table = RouteTable::default();
+        table.settings.tls_keys.record_size = Some(4096);
+        table.client_auth.push(ClientAuth {
+            host: HostMatch::Exact("x.test".into()),
+            ca_pem: ca.pem(),
+            verify: ClientVerify::On,
+            depth: 1,
+            pass_certificate: false,
+            match_cn: None,
+            error_page: None,
+        });
+        let resolver: Arc<dyn ResolvesServerCert> =
+            Arc::new(rustls::server::ResolvesServerCertUsingSni::new());
+        let index = ClientAuthIndex::compile(&table, &resolver);
+        let auth = index.lookup("x.test").unwrap();
+        assert!(!auth.broken);
+        assert_eq!(auth.config.max_fragment_size, Some(4096 + 5));
+        assert!(!auth.config.ticketer.enabled());
     }
 }
