@@ -8,6 +8,12 @@
 #   bench/scale/run.sh
 #   INGRESSES=1000 SERVICES=2000 ENDPOINTS=10000 CHANGES=20 CHURN=100 bench/scale/run.sh
 #
+# MODE=gateway runs the Gateway API variant instead (bench/scale/gateway.py): 5,000 HTTPRoutes
+# created through a real kube-apiserver (scripts/kube-apiserver.sh build, cached), as root, in a
+# private network namespace; ROUTES, SERVICES, NAMESPACES, BACKENDS, CHANGES, CREATORS, SAMPLE.
+#
+#   MODE=gateway bench/scale/run.sh
+#
 # Environment: WEIR_BIN (default: build with cargo), INGRESSES, SERVICES, ENDPOINTS, CHANGES
 # (default 100), FULL (default 10), CHURN (default 1000), CHURN_INTERVAL_MS (default 50), WORKDIR.
 set -euo pipefail
@@ -27,4 +33,12 @@ if [ -z "${WORKDIR:-}" ]; then
   trap 'rm -rf "$WORKDIR"' EXIT
 fi
 export WORKDIR
+if [ "${MODE:-ingress}" = gateway ]; then
+  [ "$(id -u)" = 0 ] || { echo "MODE=gateway needs root (a private network namespace)" >&2; exit 2; }
+  "$root/scripts/kube-apiserver.sh" build >&2
+  # The API server refuses endpoints on 127.0.0.0/8: in the namespace, lo carries 10.0.0.0/8.
+  unshare --net sh -c 'ip link set lo up && ip addr add 10.0.0.1/8 dev lo && exec python3 -u "$1"' \
+    sh "$here/gateway.py"
+  exit 0
+fi
 python3 -u "$here/scale.py"

@@ -447,17 +447,29 @@ impl Publisher {
         self.publish_snapshot(dir.current(), Some(&changes), problems, waited);
     }
 
-    fn publish_kube(&mut self, source: &KubeSource) -> Outcome {
+    fn publish_kube(&mut self, source: &KubeSource) -> Option<Outcome> {
         let snapshot = source.snapshot();
         let changes = self.kube_snapshot.as_ref().map(|old| snapshot.changes_since(old));
+        // Only our own status writes came back: nothing to translate (`snapshot::status_only`).
+        let changes = match (changes, &self.kube_snapshot) {
+            (Some(keys), Some(old)) if !keys.is_empty() => {
+                let keys = crate::snapshot::status_only::spec_changes(old, &snapshot, &keys);
+                if keys.is_empty() {
+                    self.kube_snapshot = Some(snapshot);
+                    return None;
+                }
+                Some(keys)
+            }
+            (changes, _) => changes,
+        };
         self.publish_snapshot(&snapshot, changes.as_deref(), BTreeSet::new(), Waited::default());
         self.kube_snapshot = Some(snapshot);
         let translation = self.translator.translation();
-        Outcome {
+        Some(Outcome {
             ingresses: translation.ingresses.iter().cloned().collect(),
             warnings: translation.warnings.iter().chain(&self.l4_warnings).cloned().collect(),
             gateway: translation.gateway.clone(),
-        }
+        })
     }
 
     /// Translates what changed (`changed` keys; `None`: everything) and publishes the table.
@@ -656,7 +668,7 @@ async fn kube_loop(
         _ = wait_for(stop) => return,
     };
     source.track_referenced_secrets(SECRET_LIST_WAIT).await;
-    let (outcome_tx, outcomes) = watch::channel(publisher.publish_kube(&source));
+    let (outcome_tx, outcomes) = watch::channel(publisher.publish_kube(&source).unwrap_or_default());
     let status =
         status::spawn(client, kube.status.clone(), source.stores.clone(), outcomes, shutdown.clone());
     let mut settings = None;
@@ -678,7 +690,9 @@ async fn kube_loop(
             _ = shutdown.wait_for(|s| *s) => break,
         }
         source.track_referenced_secrets(SECRET_LIST_WAIT).await;
-        outcome_tx.send_replace(publisher.publish_kube(&source));
+        if let Some(outcome) = publisher.publish_kube(&source) {
+            outcome_tx.send_replace(outcome);
+        }
     }
     drop(outcome_tx);
     if let Err(error) = status.await {

@@ -10,6 +10,7 @@
 
 pub mod object;
 pub mod slice;
+pub mod status_only;
 
 pub use object::Object;
 pub use slice::Slice;

@@ -416,6 +416,11 @@ impl Translator {
             {
                 keys
             }
+            // With Gateway API objects every change translates everything, but most change
+            // a route or two: the dataplane is told which hosts differ.
+            _ if self.config.as_ref() == Some(config) && !snapshot.gateways.is_empty() => {
+                return self.rebuild_diffed(snapshot, config);
+            }
             _ => return self.rebuild(snapshot, config),
         };
         self.prepare();
@@ -516,6 +521,20 @@ impl Translator {
         super::gateway_apply(&mut self.translation, snapshot, &self.slices, config);
         super::l4_apply(&mut self.translation, snapshot, &self.slices, config);
         Update { changes: None, translated: snapshot.ingresses.len() }
+    }
+
+    /// [`Translator::rebuild`], compared with the table before: the changes are what differs
+    /// (`TableChanges::between`), so that the dataplane compiles only those hosts, unless the
+    /// settings every host is compiled with changed. The old table stays until the new one is
+    /// built (the peak a plain rebuild avoids; it is taken only with Gateways).
+    fn rebuild_diffed(&mut self, snapshot: &Snapshot, config: &TranslateConfig) -> Update {
+        let old = std::mem::take(&mut self.translation.table);
+        let mut update = self.rebuild(snapshot, config);
+        let new = &self.translation.table;
+        if old.settings == new.settings {
+            update.changes = Some(TableChanges::between(&old, new));
+        }
+        update
     }
 
     /// Ingresses of our class that name one of `secrets` (Secrets or ConfigMaps) in a TLS entry

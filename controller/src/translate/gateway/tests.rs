@@ -274,3 +274,47 @@ fn tls_listener_passthrough_is_served() {
     assert_eq!(kinds, ["TLSRoute"]);
     assert_eq!(cond(&gw.listeners[1].conditions, types::ACCEPTED).reason, reasons::UNSUPPORTED_VALUE);
 }
+
+/// With Gateways every change translates everything (`incremental::rebuilds_all`); the update
+/// still reports only the hosts that differ, so the dataplane recompiles one route's host, not
+/// 5,000 (bench/scale `MODE=gateway`), and the table is the one a full translation gives.
+#[test]
+fn a_route_edit_with_gateways_reports_only_the_hosts_that_differ() {
+    use crate::snapshot::SnapshotKey;
+    use crate::translate::{TranslateConfig, Translator, translate};
+    use weir_dataplane::model::HostMatch;
+    use weir_dataplane::model::changes::TableChanges;
+
+    let parse = |yaml: String| -> Snapshot {
+        let text = format!("{CLASS}{}", gateway(HTTP));
+        crate::source::manifest::parse_manifests(&(text + &yaml)).unwrap().into_iter().collect()
+    };
+    let routes = |edited: &str| {
+        (0..20)
+            .map(|i| match i {
+                7 => route("apps", "r7", "{name: edge, namespace: infra}", edited),
+                _ => route(
+                    "apps",
+                    &format!("r{i}"),
+                    "{name: edge, namespace: infra}",
+                    &format!("r{i}.example"),
+                ),
+            })
+            .collect::<String>()
+    };
+    let config = TranslateConfig::default();
+    let mut translator = Translator::new();
+    let before = parse(routes("r7.example"));
+    assert!(translator.update(&before, None, &config).changes.is_none(), "the first update is full");
+    let old = translator.translation().table.clone();
+    assert_eq!(old.hosts.len(), 20);
+
+    let after = parse(routes("seven.example"));
+    let key = SnapshotKey::HttpRoute(ObjectRef::new("apps", "r7"));
+    let update = translator.update(&after, Some(std::slice::from_ref(&key)), &config);
+    assert_eq!(*translator.translation(), translate(&after, &config));
+    let changes = update.changes.expect("the changes of a route edit are known");
+    assert_eq!(changes, TableChanges::between(&old, &translator.translation().table));
+    let hosts: Vec<HostMatch> = changes.hosts.into_iter().collect();
+    assert_eq!(hosts, [HostMatch::Exact("r7.example".into()), HostMatch::Exact("seven.example".into())]);
+}
