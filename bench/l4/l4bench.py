@@ -9,6 +9,8 @@ import threading
 import time
 
 WEIR = os.environ["WEIR_BIN"]
+# `weir-base` in PROXIES: another weir build (a baseline) run the same way, in the same rounds.
+WEIR_BASE = os.environ.get("WEIR_BASE_BIN", "")
 WORK = os.environ["WORKDIR"]
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 SIZE = int(os.environ.get("SIZE_MB", "1024")) << 20
@@ -108,11 +110,16 @@ data:
 
 
 def proxy_argv(name, port, backend):
-    if name in ("weir", "weir-copy"):
+    if name in ("weir", "weir-copy", "weir-base"):
         d = weir_files(port, backend)
         # weir-copy: the same weir relaying through its copy buffer instead of splice(2).
         splice = "false" if name == "weir-copy" else "true"
-        return [WEIR, "serve", "--manifests", d, "--threads", "1", "--listen-http", "127.0.0.1:0",
+        binary = WEIR
+        if name == "weir-base":
+            if not WEIR_BASE:
+                raise SystemExit("weir-base needs WEIR_BASE_BIN")
+            binary = WEIR_BASE
+        return [binary, "serve", "--manifests", d, "--threads", "1", "--listen-http", "127.0.0.1:0",
                 "--listen-https", "127.0.0.1:0", "--listen-admin", "127.0.0.1:0",
                 "--tcp-services-configmap", "default/tcp", "--l4-listen-address", "127.0.0.1",
                 "--log-level", "warn", f"--l4-splice={splice}",

@@ -10,7 +10,8 @@
 #   ROUNDS=5 SIZE_MB=2048 CONNS=20000 bench/l4/run.sh
 #
 # Environment: WEIR_BIN (default: build it with cargo), ROUNDS, SIZE_MB, CONNS, PROXIES
-# (default weir,haproxy,nginx; `weir-copy` is weir with --l4-splice=false), PROXY_CPU (default 1),
+# (default weir,haproxy,nginx; `weir-copy` is weir with --l4-splice=false; `weir-base` is the
+# build WEIR_BASE_BIN names, a baseline, in the same rounds), PROXY_CPU (default 1),
 # LOAD_CPU (default 0), WORKDIR.
 set -euo pipefail
 

@@ -213,7 +213,13 @@ fn userspace_mode_end_to_end() {
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("manifests")).unwrap();
-    let write = |m: String| std::fs::write(dir.path().join("manifests/svc.yaml"), m).unwrap();
+    // Written beside the directory, then renamed in: weir node never reads a half-written
+    // file (an empty read is a valid manifest without Services: every proxy port would close,
+    // and come back renumbered with fresh counters).
+    let write = |m: String| {
+        std::fs::write(dir.path().join("svc.yaml.new"), m).unwrap();
+        std::fs::rename(dir.path().join("svc.yaml.new"), dir.path().join("manifests/svc.yaml")).unwrap();
+    };
     write(manifests(&[0, 1, 2], false));
     let n = Node { bed: &bed, dir: dir.path() };
     let (weir_node, log) = n.start("--mode userspace", "userspace.log");
@@ -405,8 +411,16 @@ fn switching_modes_leaves_no_stale_rules() {
         n.wait_serving(&log);
         let t = bed.client("10.96.0.10:80", 30, "tcp").unwrap();
         assert_eq!(answered(&t), 30, "{mode}: {t:?}");
+        // A client that keeps its source port has one conntrack entry through every mode: it is
+        // answered once this mode has flushed what the last mode's rules NATed (userspace mode's
+        // redirect to a proxy port that died with its process).
+        eventually(15, || {
+            let t = bed.client("10.96.0.10:53", 1, "udp-fixed")?;
+            if answered(&t) == 1 { Ok(()) } else { Err(format!("{t:?}\n{}", udp_conntrack(&bed))) }
+        })
+        .unwrap_or_else(|e| panic!("{mode}: a UDP client keeping its source port is not answered: {e}"));
         let t = bed.client("10.96.0.10:53", 10, "udp").unwrap();
-        assert_eq!(answered(&t), 10, "{mode}: {t:?}");
+        assert_eq!(answered(&t), 10, "{mode}: {t:?}\n{}", udp_conntrack(&bed));
         if mode.contains("userspace") {
             // web:dns's proxy port, straight: dropped (no answer).
             let t = bed.client(&format!("{NODE_IP}:20000"), 1, "udp").unwrap();
@@ -416,6 +430,11 @@ fn switching_modes_leaves_no_stale_rules() {
     }
     n.cleanup();
     assert_eq!(before, state(&bed), "cleanup left differences");
+}
+
+/// The node's UDP conntrack entries, for failure messages.
+fn udp_conntrack(bed: &Testbed) -> String {
+    bed.node.exec("conntrack", &["-L", "-p", "udp"]).unwrap_or_else(|e| e)
 }
 
 // === IPv6 ===

@@ -66,6 +66,32 @@ pub fn stale_udp(family: IpFamily, old: &Ruleset, ruleset: &Ruleset) -> Vec<Vec<
     flushes
 }
 
+/// The `conntrack -D` arguments (after `-p udp`) a mode runs at its first sync: every UDP entry
+/// of `ruleset`'s Service IPs and ports (ClusterIPs, externalIPs, LoadBalancer IPs) and every
+/// DNATed one of its node ports. Entries made before this process wrote its rules were NATed by
+/// another mode's (or another process's) rules: userspace mode's redirects to proxy ports that
+/// died with it, endpoints chosen by rules that are gone. A client that reuses its source port
+/// would keep reaching them until the entry expires (kube-proxy flushes its UDP Service IPs at
+/// start likewise). The next datagram of each flow is NATed by the rules now in place.
+pub fn at_start(family: IpFamily, ruleset: &Ruleset) -> Vec<Vec<String>> {
+    let mut flushes = BTreeSet::new();
+    for sp in ruleset.services.iter().filter(|sp| sp.key.family == family && sp.key.protocol == Protocol::Udp)
+    {
+        for vip in sp.virtual_ips() {
+            flushes.insert(vec![
+                "--orig-dst".to_string(),
+                vip.to_string(),
+                "--orig-port-dst".into(),
+                sp.port.to_string(),
+            ]);
+        }
+        if let Some(np) = sp.node_port {
+            flushes.insert(vec!["--orig-port-dst".to_string(), np.to_string(), "--dst-nat".into()]);
+        }
+    }
+    flushes.into_iter().collect()
+}
+
 /// Runs the deletions; failures are logged (a stale entry is a nuisance, not an outage).
 /// Returns how many deletions were run.
 pub fn flush(runner: &Runner, family: IpFamily, flushes: &[Vec<String>]) -> usize {
@@ -82,8 +108,52 @@ pub fn flush(runner: &Runner, family: IpFamily, flushes: &[Vec<String>]) -> usiz
                 tracing::warn!(args = ?full, stderr = %out.stderr.trim(), "conntrack flush failed");
             }
             Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "cannot flush stale UDP conntrack entries"),
+            Err(error) => {
+                tracing::warn!(%error, "cannot flush stale UDP conntrack entries");
+                // Not installed (said at start-up): the other deletions would fail alike.
+                if matches!(error, super::exec::Error::Spawn { .. }) {
+                    break;
+                }
+            }
         }
     }
     flushes.len()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn port(protocol: &str, port: u16, extra: &str) -> String {
+        format!(
+            r#"{{"service": "default/web", "port_name": "p{port}", "protocol": "{protocol}", "family": "IPv4",
+                "port": {port}, "cluster_ips": ["10.96.0.10"], "internal_policy": "Cluster",
+                "external_policy": "Cluster", "cluster_endpoints": [] {extra}}}"#
+        )
+    }
+
+    /// At start: every UDP Service IP and port (endpoints or not), the node port's DNATed
+    /// entries; nothing of TCP or of the other family; each deletion once.
+    #[test]
+    fn the_first_sync_flushes_every_udp_service_port() {
+        let ports = [
+            port("UDP", 53, r#", "node_port": 30053, "external_ips": ["198.51.100.7"]"#),
+            port("UDP", 5353, ""),
+            port("TCP", 80, r#", "node_port": 30080"#),
+        ];
+        let json = format!(r#"{{"services": [{}]}}"#, ports.join(","));
+        let ruleset: Ruleset = serde_json::from_str(&json).unwrap();
+        let flushes: Vec<String> = at_start(IpFamily::IPv4, &ruleset).iter().map(|a| a.join(" ")).collect();
+        assert_eq!(
+            flushes,
+            [
+                "--orig-dst 10.96.0.10 --orig-port-dst 53",
+                "--orig-dst 10.96.0.10 --orig-port-dst 5353",
+                "--orig-dst 198.51.100.7 --orig-port-dst 53",
+                "--orig-port-dst 30053 --dst-nat",
+            ]
+        );
+        assert!(at_start(IpFamily::IPv6, &ruleset).is_empty());
+    }
 }

@@ -895,14 +895,15 @@ impl Iptables {
         Ok(t)
     }
 
-    /// Deletes stale UDP conntrack entries (see [`conntrack`]).
+    /// Deletes stale UDP conntrack entries (see [`conntrack`]): at the first sync, those of every
+    /// UDP Service port ([`conntrack::at_start`]).
     fn flush_conntrack(&self, ruleset: &Ruleset) -> usize {
-        let Some(old) = &self.applied_ruleset else { return 0 };
-        conntrack::flush(
-            &self.runner,
-            self.config.family(),
-            &conntrack::stale_udp(self.config.family(), old, ruleset),
-        )
+        let family = self.config.family();
+        let flushes = match &self.applied_ruleset {
+            Some(old) => conntrack::stale_udp(family, old, ruleset),
+            None => conntrack::at_start(family, ruleset),
+        };
+        conntrack::flush(&self.runner, family, &flushes)
     }
 
     /// Removes every weir chain and every jump into them (both tables), leaving all else.

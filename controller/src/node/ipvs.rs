@@ -892,11 +892,13 @@ impl Ipvs {
         let ipt = self.iptables.apply(tables(ruleset, &self.config), full)?;
         stats.written_items += ipt.rules_written;
         stats.written = stats.written_items > 0 || ipt.written;
-        if let Some(old_ruleset) = &self.applied_ruleset {
-            for family in [IpFamily::IPv4, IpFamily::IPv6] {
-                let flushes = conntrack::stale_udp(family, old_ruleset, ruleset);
-                conntrack::flush(&self.runner, family, &flushes);
-            }
+        // At the first sync, every UDP Service port's entries (another mode's NAT).
+        for family in [IpFamily::IPv4, IpFamily::IPv6] {
+            let flushes = match &self.applied_ruleset {
+                Some(old_ruleset) => conntrack::stale_udp(family, old_ruleset, ruleset),
+                None => conntrack::at_start(family, ruleset),
+            };
+            conntrack::flush(&self.runner, family, &flushes);
         }
         self.applied = Some(new);
         self.applied_ruleset = Some(ruleset.clone());

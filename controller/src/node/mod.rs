@@ -231,7 +231,10 @@ fn tools(mode: Mode) -> Vec<Tool> {
             conntrack,
         ],
         // Either NAT tool does (userspace::NatTool::resolve says which).
-        Mode::Userspace => Vec::new(),
+        Mode::Userspace => vec![Tool {
+            without: "UDP conntrack entries NATed before userspace mode started (by another mode's rules) are not flushed, so UDP clients that reuse their source port keep reaching them until their entries expire",
+            ..conntrack
+        }],
         // Its rules go over nf_tables netlink: no `nft` (weir's image has none).
         Mode::Nftables => vec![conntrack],
     }
@@ -618,6 +621,10 @@ mod tests {
             assert!(check.warnings[0].starts_with("conntrack is not installed (Debian package conntrack)"));
             assert!(check.warnings[0].contains("stale UDP conntrack entries are not flushed"));
         }
+
+        let check = check_tools(Mode::Userspace, &path).unwrap();
+        assert_eq!(check.warnings.len(), 1, "{check:?}");
+        assert!(check.warnings[0].contains("UDP conntrack entries NATed before userspace mode started"));
 
         // No ipset: ipvs mode falls back to iptables.
         let (_dir, path) = fake_path(&["iptables-restore", "ip6tables-restore", "conntrack"]);

@@ -1389,10 +1389,12 @@ impl Nftables {
             // next sync recreates the table.
             self.apply(&tx)?;
         }
-        if let Some(old) = &self.applied_ruleset {
-            let flushes = conntrack::stale_udp(family, old, ruleset);
-            stats.conntrack_flushes = conntrack::flush(&self.runner, family, &flushes);
-        }
+        // At the first sync, every UDP Service port's entries (another mode's NAT).
+        let flushes = match &self.applied_ruleset {
+            Some(old) => conntrack::stale_udp(family, old, ruleset),
+            None => conntrack::at_start(family, ruleset),
+        };
+        stats.conntrack_flushes = conntrack::flush(&self.runner, family, &flushes);
         let mut slots = slots;
         slots.release(&released);
         self.applied = Some(Applied { ruleset: ruleset.clone(), hairpin, slots, rules_total });

@@ -508,11 +508,22 @@ fn ensure_jumps(runner: &Runner, family: IpFamily) -> Result<usize> {
 /// Removes userspace mode's redirects: the jumps into [`CHAIN`] and the chain (both families),
 /// and the nftables tables [`NFT_TABLE`]. Touches nothing where they do not exist (it creates
 /// no table on the way).
+///
+/// Then the UDP conntrack entries its redirects made go too: they would keep sending a client
+/// that reuses its source port to a proxy port that died with the last process (the mode that
+/// starts next flushes its Service ports as well, [`super::conntrack::at_start`]; this covers
+/// `--cleanup`, after which no mode of weir runs).
 pub fn cleanup(runner: &Runner) -> Result<()> {
+    let mut udp = BTreeMap::<IpFamily, BTreeSet<(u16, u16)>>::new();
     for family in [IpFamily::IPv4, IpFamily::IPv6] {
         let present = chains_present(runner, family)?.unwrap_or_default();
         if present.is_empty() {
             continue;
+        }
+        if present.iter().any(|(table, _)| *table == "nat")
+            && let Ok(out) = runner.run(&iptables_program("iptables-save", family), &["-t", "nat"], None)
+        {
+            udp.entry(family).or_default().extend(udp_redirects(&out.stdout));
         }
         let iptables = iptables_program("iptables", family);
         for (table, chain, args) in JUMPS.iter().filter(|(_, _, args)| present.iter().any(|p| p.1 == args[5]))
@@ -533,12 +544,49 @@ pub fn cleanup(runner: &Runner) -> Result<()> {
         runner.run(&iptables_program("iptables-restore", family), &["-w", "5", "--noflush"], Some(&text))?;
     }
     for family in [IpFamily::IPv4, IpFamily::IPv6] {
+        let fam = nft_family(family);
+        if let Ok((status, out)) = runner.status("nft", &["list", "table", fam, NFT_TABLE], None)
+            && status.success()
+        {
+            udp.entry(family).or_default().extend(udp_redirects(&out.stdout));
+        }
         // Exit status 1 when the table does not exist; a missing `nft` is nothing to clean.
-        if let Err(e) = runner.status("nft", &["delete", "table", nft_family(family), NFT_TABLE], None) {
+        if let Err(e) = runner.status("nft", &["delete", "table", fam, NFT_TABLE], None) {
             tracing::debug!(error = %e, "nft unavailable; no userspace table to remove");
         }
     }
+    for (family, pairs) in udp {
+        let flushes: Vec<Vec<String>> = pairs
+            .into_iter()
+            .map(|(port, to)| {
+                let [port, to] = [port, to].map(|p| p.to_string());
+                vec!["--orig-port-dst".into(), port, "--reply-port-src".into(), to, "--dst-nat".into()]
+            })
+            .collect();
+        super::conntrack::flush(runner, family, &flushes);
+    }
     Ok(())
+}
+
+/// The UDP redirects in `text` (`iptables-save -t nat` or `nft list table` of userspace mode's
+/// rules) as (destination port, proxy port) pairs: the entries to flush once they are gone.
+fn udp_redirects(text: &str) -> BTreeSet<(u16, u16)> {
+    let after = |line: &str, word: &str| -> Option<u16> {
+        let mut words = line.split_whitespace().skip_while(|w| *w != word).skip(1);
+        words.next()?.trim_start_matches(':').parse().ok()
+    };
+    text.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            if line.starts_with(&format!("-A {CHAIN} ")) && line.contains(" -p udp ") {
+                Some((after(line, "--dport")?, after(line, "--to-ports")?))
+            } else if line.contains("udp dport ") && line.contains(" redirect to :") {
+                Some((after(line, "dport")?, after(line, "to")?))
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 /// Options of userspace mode (from the command line).
@@ -562,6 +610,9 @@ pub struct UserspaceBackend {
     unserved: Vec<String>,
     /// `ip6tables-restore` is missing (logged once).
     no_ipv6: bool,
+    /// The UDP conntrack entries of the Service ports were flushed after the first redirects
+    /// ([`super::conntrack::at_start`]).
+    start_flushed: bool,
 }
 
 impl std::fmt::Debug for UserspaceBackend {
@@ -583,6 +634,7 @@ impl UserspaceBackend {
             applied: BTreeMap::new(),
             unserved: Vec::new(),
             no_ipv6: false,
+            start_flushed: false,
         }
     }
 
@@ -682,7 +734,18 @@ impl sync::Backend for UserspaceBackend {
             // Unknown state in the kernel: the retry rewrites everything.
             self.applied.clear();
         }
-        Ok(report?)
+        let report = report?;
+        // Once the redirects are in place: entries another mode's rules (or the last process's
+        // proxy ports) NATed go, so each flow's next datagram is redirected to this proxy. The
+        // proxy's own flows follow endpoint changes after that: no flush at later syncs.
+        if !self.start_flushed {
+            for family in [IpFamily::IPv4, IpFamily::IPv6] {
+                let flushes = super::conntrack::at_start(family, ruleset);
+                super::conntrack::flush(&self.runner, family, &flushes);
+            }
+            self.start_flushed = true;
+        }
+        Ok(report)
     }
 
     fn repair(&mut self) -> anyhow::Result<bool> {
@@ -828,6 +891,15 @@ endpoints:
         );
         assert!(nft.contains("\t\tip daddr 10.96.0.10 udp dport 53 redirect to :20000 comment"), "{nft}");
         assert!(nft.contains("\t\tudp dport 20001 ct status & dnat != dnat drop comment"), "{nft}");
+
+        // What --cleanup flushes: the UDP redirects, read back from either tool's listing
+        // (iptables-save puts the match options in its own order).
+        let udp = BTreeSet::from([(53, 20000), (53, 20001)]);
+        assert_eq!(udp_redirects(&nft), udp);
+        let saved: String = rules.iter().map(|r| format!("-A {CHAIN} {r}\n")).collect();
+        assert_eq!(udp_redirects(&saved), udp);
+        let reordered = "-A WEIR-USERSPACE -d 10.96.0.10/32 -p udp -m comment --comment \"default/web:dns cluster IP\" -m udp --dport 53 -j REDIRECT --to-ports 20000\n";
+        assert_eq!(udp_redirects(reordered), BTreeSet::from([(53, 20000)]));
     }
 
     #[test]

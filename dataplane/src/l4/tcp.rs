@@ -62,6 +62,7 @@ pub(crate) async fn accept_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let local = listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let inherit = nodelay_inherited(&listener);
     let mut backoff = AcceptBackoff::default();
     loop {
         let (stream, peer) = tokio::select! {
@@ -97,6 +98,9 @@ pub(crate) async fn accept_loop(
             let port = local.port();
             let (time, started) = (std::time::SystemTime::now(), Instant::now());
             let conn = Conn::default();
+            if !inherit {
+                let _ = stream.set_nodelay(true);
+            }
             let result = serve(stream, peer, &service, admission, &conns, &stats, relay, &conn).await;
             if let Err(error) = &result {
                 tracing::debug!(%peer, port, backend = %service.spec.backend, %error, "L4 connection ended");
@@ -156,7 +160,6 @@ async fn serve(
     relay: Relay,
     conn: &Conn,
 ) -> Result<(), Error> {
-    let _ = client.set_nodelay(true);
     let source = if service.spec.proxy_protocol_in {
         match tokio::time::timeout(HEADER_TIMEOUT, proxy_protocol::read_header(&mut client)).await {
             Ok(header) => header?.unwrap_or(peer),
@@ -178,7 +181,6 @@ async fn serve(
     {
         let _ = conn.upstream.set(addr.to_string());
     }
-    let _ = upstream.set_nodelay(true);
     if service.spec.proxy_protocol_out {
         let local = client.local_addr()?;
         upstream.write_all(&header::encode(source, local, service.stream.v2)).await?;
@@ -229,11 +231,45 @@ async fn connect(service: &Service, stats: &Stats, client: IpAddr) -> Result<Tcp
     Err(Error::Connect { endpoint, tries: tried.len(), error })
 }
 
+/// A connection to `key`, with `TCP_NODELAY` (both sides of a relay pass small writes on at
+/// once, as nginx's `tcp_nodelay` and HAProxy do).
 async fn connect_to(key: &EndpointKey) -> io::Result<TcpStream> {
     match key {
-        EndpointKey::Addr(addr) => TcpStream::connect(*addr).await,
-        EndpointKey::Dns { host, port } => TcpStream::connect((&**host, *port)).await,
+        EndpointKey::Addr(addr) => connect_addr(*addr).await,
+        EndpointKey::Dns { host, port } => {
+            let stream = TcpStream::connect((&**host, *port)).await?;
+            let _ = stream.set_nodelay(true);
+            Ok(stream)
+        }
     }
+}
+
+/// Connects `addr` in three system calls before the wait: `socket` (non-blocking from the
+/// start), `TCP_NODELAY`, `connect`. Success is read from the readiness event itself: a failed
+/// connect is reported with `EPOLLERR`/`EPOLLHUP`, and only then is `SO_ERROR` asked for the
+/// reason (tokio's `connect` asks it every time).
+async fn connect_addr(addr: SocketAddr) -> io::Result<TcpStream> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let family = if addr.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
+    let flags = SocketFlags::NONBLOCK | SocketFlags::CLOEXEC;
+    let socket = rustix::net::socket_with(family, SocketType::STREAM, flags, None)?;
+    let _ = rustix::net::sockopt::set_tcp_nodelay(&socket, true);
+    match rustix::net::connect(&socket, &addr) {
+        Ok(()) | Err(rustix::io::Errno::INPROGRESS) => {}
+        Err(error) => return Err(error.into()),
+    }
+    let stream = TcpStream::from_std(std::net::TcpStream::from(socket))?;
+    let ready = stream.ready(tokio::io::Interest::WRITABLE).await?;
+    if ready.is_error() || ready.is_write_closed() {
+        return Err(stream.take_error()?.unwrap_or_else(|| io::ErrorKind::ConnectionRefused.into()));
+    }
+    Ok(stream)
+}
+
+/// Sets `TCP_NODELAY` on `listener`, which the connections it accepts inherit on Linux (one
+/// system call per listener instead of one per connection). `false`: set it per connection.
+fn nodelay_inherited(listener: &TcpListener) -> bool {
+    cfg!(target_os = "linux") && rustix::net::sockopt::set_tcp_nodelay(listener, true).is_ok()
 }
 
 /// How a TCP connection's bytes are relayed.
@@ -348,5 +384,41 @@ async fn idle_for(idle: Duration, activity: &AtomicU64, base: Instant) {
             return;
         }
         tokio::time::sleep(idle - since).await;
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// The listener's `TCP_NODELAY` reaches the connections it accepts (so no connection sets
+    /// it), and an upstream connection has it too.
+    #[tokio::test]
+    async fn both_sides_have_nodelay() {
+        let listener = crate::proxy::limits::bind("127.0.0.1:0".parse().unwrap(), None).unwrap();
+        let addr = listener.local_addr().unwrap();
+        assert!(nodelay_inherited(&listener) || !cfg!(target_os = "linux"));
+        let upstream = connect_addr(addr).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        assert!(accepted.nodelay().unwrap(), "accepted without TCP_NODELAY");
+        assert!(upstream.nodelay().unwrap(), "upstream without TCP_NODELAY");
+        // The connection works both ways.
+        let (mut a, mut u) = (accepted, upstream);
+        u.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        a.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"ping");
+    }
+
+    /// A port nobody listens on: the connect fails as refused (so the caller tries the next
+    /// endpoint), read from the readiness event.
+    #[tokio::test]
+    async fn a_refused_connect_is_an_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let error = connect_addr(addr).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::ConnectionRefused, "{error}");
     }
 }
