@@ -113,105 +113,71 @@ pub(super) async fn serve<S>(
         }
         if first {
             first = false;
-            // Boxed, as the busy period below: the idle task's future keeps only the wait for
-            // the next request.
-            let sniffed =
-                Box::pin(tokio::time::timeout(head_timeout, sniff_h2(&mut io, ahead.clone()))).await;
-            let (h2, read) = match sniffed {
+            let (h2, read) = match tokio::time::timeout(head_timeout, sniff_h2(&mut io, ahead.clone())).await
+            {
                 Ok(Ok(sniffed)) => sniffed,
                 Ok(Err(error)) => return tracing::debug!(%peer, %error, "connection error"),
                 Err(_) => return,
             };
             ahead = read;
             if h2 {
-                return Box::pin(serve_h2c(builder, Rewound::new(ahead, io, Arc::default()), ctx, watcher))
-                    .await;
+                return serve_h2c(builder, Rewound::new(ahead, io, Arc::default()), ctx, watcher).await;
             }
         }
-        let settings = Busy { idle_timeout, keep_alive, max_head };
-        match Box::pin(busy(io, std::mem::take(&mut ahead), &ctx, &mut drain, settings)).await {
-            Some((inner, unread)) => {
-                io = inner;
-                ahead = unread;
-            }
-            None => return,
+
+        let activity = Arc::new(Activity::default());
+        let mut http1 = hyper::server::conn::http1::Builder::new();
+        http1
+            .timer(IdleTimer { inner: ConnTimer::default(), activity: activity.clone() })
+            .header_read_timeout(idle_timeout)
+            .keep_alive(keep_alive);
+        if let Some(max) = max_head {
+            http1.max_buf_size(max);
         }
-    }
-}
-
-/// The table's settings a busy period runs with.
-struct Busy {
-    idle_timeout: Duration,
-    keep_alive: bool,
-    max_head: Option<usize>,
-}
-
-/// One busy period: hyper serves `io` (after the bytes `ahead`) until the connection ends
-/// (`None`) or goes idle: then the socket and the bytes hyper read ahead come back, and
-/// everything else is freed.
-async fn busy<S>(
-    io: S,
-    ahead: Bytes,
-    ctx: &Arc<ConnCtx>,
-    drain: &mut tokio::sync::watch::Receiver<bool>,
-    settings: Busy,
-) -> Option<(S, Bytes)>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let peer = ctx.peer;
-    let activity = Arc::new(Activity::default());
-    let mut http1 = hyper::server::conn::http1::Builder::new();
-    http1
-        .timer(IdleTimer { inner: ConnTimer::default(), activity: activity.clone() })
-        .header_read_timeout(settings.idle_timeout)
-        .keep_alive(settings.keep_alive);
-    if let Some(max) = settings.max_head {
-        http1.max_buf_size(max);
-    }
-    let service = {
-        let ctx = ctx.clone();
-        let activity = activity.clone();
-        hyper::service::service_fn(move |req| {
+        let service = {
             let ctx = ctx.clone();
-            let guard = InFlight::new(activity.clone());
-            async move { Ok::<_, Infallible>(ctx.handle(req).await.map(|inner| Tracked { inner, _guard: guard })) }
+            let activity = activity.clone();
+            hyper::service::service_fn(move |req| {
+                let ctx = ctx.clone();
+                let guard = InFlight::new(activity.clone());
+                async move {
+                    Ok::<_, Infallible>(ctx.handle(req).await.map(|inner| Tracked { inner, _guard: guard }))
+                }
+            })
+        };
+        let io_ahead = Rewound::new(std::mem::take(&mut ahead), io, activity.clone());
+        // Boxed: the task keeps only a pointer while idle.
+        let mut conn = Box::new(http1.serve_connection(TokioIo::new(io_ahead), service).with_upgrades());
+        let mut shutting_down = false;
+        let mut drained = std::pin::pin!(drain.wait_for(|d| *d));
+        let ended = std::future::poll_fn(|cx| {
+            if !shutting_down && drained.as_mut().poll(cx).is_ready() {
+                shutting_down = true;
+                Pin::new(&mut *conn).graceful_shutdown();
+            }
+            match Pin::new(&mut *conn).poll(cx) {
+                Poll::Ready(result) => Poll::Ready(Some(result)),
+                Poll::Pending if !shutting_down && activity.idle() => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            }
         })
-    };
-    let io_ahead = Rewound::new(ahead, io, activity.clone());
-    let mut conn = http1.serve_connection(TokioIo::new(io_ahead), service).with_upgrades();
-    let mut shutting_down = false;
-    let mut drained = std::pin::pin!(drain.wait_for(|d| *d));
-    let ended = std::future::poll_fn(|cx| {
-        if !shutting_down && drained.as_mut().poll(cx).is_ready() {
-            shutting_down = true;
-            Pin::new(&mut conn).graceful_shutdown();
+        .await;
+        match ended {
+            Some(Ok(())) => return,
+            Some(Err(error)) => return tracing::debug!(%peer, %error, "connection error"),
+            None => {}
         }
-        match Pin::new(&mut conn).poll(cx) {
-            Poll::Ready(result) => Poll::Ready(Some(result)),
-            Poll::Pending if !shutting_down && activity.idle() => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
-    })
-    .await;
-    match ended {
-        Some(Ok(())) => return None,
-        Some(Err(error)) => {
-            tracing::debug!(%peer, %error, "connection error");
-            return None;
-        }
-        None => {}
+        // Idle: take the socket back (with what hyper read ahead) and free the rest.
+        let Some(parts) = conn.into_parts() else { return };
+        let Rewound { ahead: unread, io: inner, .. } = parts.io.into_inner();
+        io = inner;
+        // Copied, not kept: a slice of hyper's read buffer (even an empty one) would keep the
+        // whole buffer alive.
+        ahead = match (unread.is_empty(), parts.read_buf.is_empty()) {
+            (true, true) => Bytes::new(),
+            _ => [&unread[..], &parts.read_buf[..]].concat().into(),
+        };
     }
-    // Idle: take the socket back (with what hyper read ahead) and free the rest.
-    let parts = conn.into_parts()?;
-    let Rewound { ahead: unread, io, .. } = parts.io.into_inner();
-    // Copied, not kept: a slice of hyper's read buffer (even an empty one) would keep the
-    // whole buffer alive.
-    let ahead = match (unread.is_empty(), parts.read_buf.is_empty()) {
-        (true, true) => Bytes::new(),
-        _ => [&unread[..], &parts.read_buf[..]].concat().into(),
-    };
-    Some((io, ahead))
 }
 
 /// The idle wait (keep-alive timeout) and whether keep-alive is on, as `http_builder` sets them.
