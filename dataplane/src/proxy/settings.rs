@@ -210,19 +210,28 @@ impl Proxy {
             return Arc::default();
         }
         let settings = &table.settings;
+        let options = tls::options::choice(&settings.tls_keys);
+        // Compared in place: the policies (CA certificates) are cloned only when they changed.
+        if let Some(((auth, hosts, versions, ciphers, choice), index)) = &publisher.client_auth
+            && (auth, hosts, versions, ciphers, choice)
+                == (
+                    &table.client_auth,
+                    &table.host_tls,
+                    &settings.tls_versions,
+                    &settings.tls_ciphers,
+                    &options,
+                )
+        {
+            return index.clone();
+        }
+        let index = Arc::new(tls::mtls::ClientAuthIndex::compile(table, &self.resolver()));
         let wanted = (
             table.client_auth.clone(),
             table.host_tls.clone(),
             settings.tls_versions.clone(),
             settings.tls_ciphers.clone(),
-            tls::options::choice(&settings.tls_keys),
+            options,
         );
-        if let Some((current, index)) = &publisher.client_auth
-            && *current == wanted
-        {
-            return index.clone();
-        }
-        let index = Arc::new(tls::mtls::ClientAuthIndex::compile(table, &self.resolver()));
         publisher.client_auth = Some((wanted, index.clone()));
         index
     }

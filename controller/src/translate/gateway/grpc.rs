@@ -139,12 +139,12 @@ pub fn resolve_kind_conflicts(out: &mut GatewayAttachments, snapshot: &Snapshot)
 
 /// The precedence of an HTTPRoute or GRPCRoute among routes: oldest, then namespace/name.
 fn age_of(snapshot: &Snapshot, kind: RouteKind, key: &ObjectRef) -> Option<Age> {
-    let created = match kind {
-        RouteKind::Http => snapshot.http_routes.get(key)?.metadata.creation_timestamp.as_ref(),
-        RouteKind::Grpc => snapshot.grpc_routes.get(key)?.metadata.creation_timestamp.as_ref(),
+    let meta = match kind {
+        RouteKind::Http => &snapshot.http_routes.get(key)?.metadata,
+        RouteKind::Grpc => &snapshot.grpc_routes.get(key)?.metadata,
         RouteKind::Tls => return None,
     };
-    Some(Age { undated: created.is_none(), created: created.map(|t| t.0), object: key.clone() })
+    Some(Age::of(key, meta))
 }
 
 /// Whether two routes' host names on one listener share a name (`None`: any).
@@ -179,17 +179,8 @@ pub(crate) fn apply(
         super::routes::warn_not_accepted(ObjectKind::GrpcRoute, key, parents, warnings);
         let Some(hosts) = hosts_of(parents, &attachments.gateways, &isolation) else { continue };
         let Some(age) = age_of(snapshot, RouteKind::Grpc, key) else { continue };
-        let mut ctx = RouteCtx {
-            kind: RouteKind::Grpc,
-            key,
-            grants: &grants,
-            snapshot,
-            resolver,
-            backends: &mut backends,
-            warnings,
-            refs: None,
-            invalid: Vec::new(),
-        };
+        let mut ctx =
+            RouteCtx::new(RouteKind::Grpc, key, &grants, snapshot, resolver, &mut backends, warnings);
         for (ri, rule) in route.spec.rules.iter().enumerate() {
             let as_http = http_rule(rule);
             let action = ctx.action(ri, &as_http);

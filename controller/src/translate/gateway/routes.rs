@@ -65,6 +65,17 @@ pub(super) struct Age {
     pub(super) object: ObjectRef,
 }
 
+impl Age {
+    /// The age of the route `key` with metadata `meta`.
+    pub(super) fn of(
+        key: &ObjectRef,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> Age {
+        let created = meta.creation_timestamp.as_ref().map(|t| t.0);
+        Age { undated: created.is_none(), created, object: key.clone() }
+    }
+}
+
 /// See [`Built::order`].
 type Order = (Option<Reverse<usize>>, Reverse<(bool, usize, usize)>, Age, usize, usize);
 
@@ -130,22 +141,9 @@ pub(crate) fn apply(
         let Some(route) = snapshot.http_routes.get(key) else { continue };
         warn_not_accepted(ObjectKind::HttpRoute, key, parents, warnings);
         let Some(hosts) = hosts_of(parents, &attachments.gateways, &isolation) else { continue };
-        let age = Age {
-            undated: route.metadata.creation_timestamp.is_none(),
-            created: route.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            object: key.clone(),
-        };
-        let mut ctx = RouteCtx {
-            kind: RouteKind::Http,
-            key,
-            grants: &grants,
-            snapshot,
-            resolver,
-            backends: &mut backends,
-            warnings,
-            refs: None,
-            invalid: Vec::new(),
-        };
+        let age = Age::of(key, &route.metadata);
+        let mut ctx =
+            RouteCtx::new(RouteKind::Http, key, &grants, snapshot, resolver, &mut backends, warnings);
         for (ri, rule) in route.spec.rules.iter().enumerate() {
             let action = ctx.action(ri, rule);
             let rule_policy =
@@ -373,7 +371,30 @@ pub(super) struct RouteCtx<'a, 'w> {
     pub(super) invalid: Vec<String>,
 }
 
-impl RouteCtx<'_, '_> {
+impl<'a, 'w> RouteCtx<'a, 'w> {
+    /// The context of the route `key` of `kind`, nothing found yet.
+    pub(super) fn new(
+        kind: RouteKind,
+        key: &'a ObjectRef,
+        grants: &'a Grants<'a>,
+        snapshot: &'a Snapshot,
+        resolver: &'a Resolver<'a>,
+        backends: &'w mut BTreeMap<BackendId, Backend>,
+        warnings: &'w mut Warnings,
+    ) -> Self {
+        RouteCtx {
+            kind,
+            key,
+            grants,
+            snapshot,
+            resolver,
+            backends,
+            warnings,
+            refs: None,
+            invalid: Vec::new(),
+        }
+    }
+
     /// Puts the route's `ResolvedRefs` and unusable rules in `out`.
     pub(super) fn finish(&mut self, out: &mut RoutesOut) {
         let refs = self.refs.take().unwrap_or_else(|| {
