@@ -77,6 +77,14 @@ async fn class_and_web(api: &ApiServer, ns: &str) -> (kube::Client, Echo) {
     (admin, echo)
 }
 
+/// The Gateway `edge` in `ns`: one HTTP listener `http` on port 80 of our class `weir`.
+async fn edge_gateway(admin: &kube::Client, ns: &str) {
+    let gateway = json!({"metadata": {"name": "edge"}, "spec": {"gatewayClassName": "weir", "listeners": [
+        {"name": "http", "port": 80, "protocol": "HTTP"},
+    ]}});
+    create(admin, Some(ns), "v1", "Gateway", "gateways", gateway).await.unwrap();
+}
+
 #[test]
 fn gateway_api_status_written_by_the_leader() {
     isolated("gateway_api_status_written_by_the_leader", || async {
@@ -333,15 +341,7 @@ fn grpcroute_status_written_by_the_leader() {
         let ns = "default";
         let (admin, _echo) = class_and_web(&api, ns).await;
         let gw = |kind, plural, value| create(&admin, Some(ns), "v1", kind, plural, value);
-        gw(
-            "Gateway",
-            "gateways",
-            json!({"metadata": {"name": "edge"}, "spec": {"gatewayClassName": "weir", "listeners": [
-                {"name": "http", "port": 80, "protocol": "HTTP"},
-            ]}}),
-        )
-        .await
-        .unwrap();
+        edge_gateway(&admin, ns).await;
         let rule = |backend: &str, filters: Value| json!({"backendRefs": [{"name": backend, "port": 80}], "filters": filters});
         let route = |name: &str, host: &str, rule: Value| {
             json!({"metadata": {"name": name}, "spec": {
@@ -425,15 +425,7 @@ fn each_route_status_is_written_once() {
         let (api, admin, _echo) = cluster_with_class().await;
         let ns = "default";
         let gw = |kind, plural, value| create(&admin, Some(ns), "v1", kind, plural, value);
-        gw(
-            "Gateway",
-            "gateways",
-            json!({"metadata": {"name": "edge"}, "spec": {"gatewayClassName": "weir", "listeners": [
-                {"name": "http", "port": 80, "protocol": "HTTP"},
-            ]}}),
-        )
-        .await
-        .unwrap();
+        edge_gateway(&admin, ns).await;
         let weir = Weir::start(&api.kubeconfig, &["--publish-status-address", "192.0.2.10"]);
         weir.wait_ready(Duration::from_secs(30)).await;
         let gateways: Api<Gateway> = Api::namespaced(admin.clone(), ns);
