@@ -91,6 +91,7 @@ scenarios! {
     gateway_generation => "gateway-generation",
     gateway_listeners => "gateway-listeners",
     gateway_extended => "gateway-extended",
+    gateway_hostname_precedence => "gateway-hostname-precedence",
 }
 
 /// The runner itself: deliberately wrong expectations are each reported, with what answered.

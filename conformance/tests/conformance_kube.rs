@@ -70,4 +70,5 @@ scenarios! {
     kube_gateway_generation => "gateway-generation",
     kube_gateway_listeners => "gateway-listeners",
     kube_gateway_extended => "gateway-extended",
+    kube_gateway_hostname_precedence => "gateway-hostname-precedence",
 }

@@ -166,6 +166,7 @@ async fn run(
         publish_store,
         written: BTreeMap::new(),
         emitted: BTreeSet::new(),
+        gateway_written: crate::status_gateway::Written::default(),
     };
     let mut is_leader = *leader.borrow_and_update();
     options.leader.store(is_leader, std::sync::atomic::Ordering::Relaxed);
@@ -191,6 +192,7 @@ async fn run(
                 if is_leader {
                     tracing::info!(identity = %options.identity, lease = %options.lease, "this replica is the leader");
                     writer.written.clear();
+                    writer.gateway_written.clear();
                 } else {
                     tracing::info!(identity = %options.identity, "this replica lost the leadership");
                 }
@@ -250,6 +252,8 @@ struct Writer {
     written: BTreeMap<ObjectRef, (Vec<IngressLoadBalancerIngress>, Option<String>)>,
     /// Warnings already published as Events.
     emitted: BTreeSet<Warning>,
+    /// What the Gateway API status writer decided per object (`status_gateway::Written`).
+    gateway_written: crate::status_gateway::Written,
 }
 
 impl Writer {
@@ -262,7 +266,14 @@ impl Writer {
         if let Some(gateway) = &outcome.gateway {
             let published =
                 addresses.as_deref().map(crate::status_gateway::address_values).unwrap_or_default();
-            crate::status_gateway::reconcile(&self.ingresses, stores, gateway, &published).await;
+            crate::status_gateway::reconcile(
+                &self.ingresses,
+                stores,
+                gateway,
+                &published,
+                &mut self.gateway_written,
+            )
+            .await;
         }
         self.publish_events(&ingresses, outcome).await;
     }

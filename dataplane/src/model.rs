@@ -497,6 +497,23 @@ pub struct VirtualHost {
     /// Routes of this host. Order is not significant: the router applies Ingress precedence
     /// (Exact before Prefix, longer prefix first). Translation emits them sorted for stable output.
     pub routes: Vec<Route>,
+    /// Gateway API only: the routes of less specific host names that also cover this one, tried
+    /// tier by tier when none of `routes` matches the request (`HTTPRouteSpec.hostnames`:
+    /// precedence goes to the rules of the route with the longest matching hostname; a request
+    /// its rules do not match goes to the next). Empty for Ingress hosts, which never fall
+    /// through.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallback: Vec<Fallback>,
+}
+
+/// Routes a virtual host takes from a less specific host name ([`VirtualHost::fallback`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fallback {
+    /// The host name they belong to (what `weir dump` shows; they answer for this virtual host).
+    pub from: HostMatch,
+    /// Its routes, as [`VirtualHost::routes`].
+    pub routes: Vec<Route>,
 }
 
 /// How a route matches the request path.
@@ -1741,7 +1758,14 @@ mod tests {
                 origin: ObjectRef::new("default", "web"),
                 conditions: None,
             }],
+            fallback: Vec::new(),
         });
+        // A Gateway API host with routes of a less specific name to fall back to.
+        let mut deep = table.hosts[0].clone();
+        deep.host = HostMatch::Exact("a.example.com".into());
+        deep.fallback =
+            vec![Fallback { from: HostMatch::Suffix("example.com".into()), routes: deep.routes.clone() }];
+        table.hosts.push(deep);
         table.backends.insert(
             id,
             Backend {

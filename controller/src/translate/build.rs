@@ -394,7 +394,7 @@ impl<'a> Build<'a> {
                 continue;
             }
             routes.sort_by(|a, b| routes::route_order(&a.path).cmp(&routes::route_order(&b.path)));
-            self.table.hosts.push(VirtualHost { host: host.clone(), routes });
+            self.table.hosts.push(VirtualHost { host: host.clone(), routes, fallback: Vec::new() });
         }
         if let Some(claim) = &self.plan.default_backend {
             self.backends.resolve(claim, &mut self.warnings);

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use crate::http_util::normalize_host;
 use crate::model::changes::TableChanges;
-use crate::model::{BackendId, HostMatch, ObjectRef, PathMatch, RouteAction, RouteTable, VirtualHost};
+use crate::model::{BackendId, HostMatch, ObjectRef, PathMatch, Route, RouteAction, RouteTable, VirtualHost};
 use crate::route::canary::CompiledCanary;
 use crate::route::conditions::{CompiledConditions, RequestView};
 use crate::route::policy::{CompiledPolicy, PolicyError};
@@ -123,6 +123,9 @@ struct Vhost {
     routes: Vec<CompiledRoute>,
     /// The next route with the same path, for routes with conditions (rare: Gateway API).
     alt: crate::fast::HashMap<usize, usize>,
+    /// [`VirtualHost::fallback`]: tried in order when no route of this one matches (Gateway
+    /// API only).
+    fallback: Vec<Vhost>,
 }
 
 /// A compiled [`RouteTable`]: answers `(host, path) → route`.
@@ -281,12 +284,21 @@ impl Router {
     }
 
     fn compile_vhost(&self, vh: &VirtualHost, limiters: &LimiterCache) -> Result<Vhost> {
+        let mut compiled = self.compile_routes(&vh.host, &vh.routes, limiters)?;
+        for tier in &vh.fallback {
+            compiled.fallback.push(self.compile_routes(&vh.host, &tier.routes, limiters)?);
+        }
+        Ok(compiled)
+    }
+
+    /// The routes of one virtual host (or of one of its fallback tiers), answering for `host`.
+    fn compile_routes(&self, host: &HostMatch, routes: &[Route], limiters: &LimiterCache) -> Result<Vhost> {
         let mut compiled = Vhost::default();
         let mut regexes: Vec<(usize, regex::Regex, usize)> = Vec::new();
         // The labels of a split none of whose shares resolved.
         let unresolved = placeholder();
-        for route in &vh.routes {
-            let referrer = || format!("host {} path {:?}", vh.host, route.path);
+        for route in routes {
+            let referrer = || format!("host {} path {:?}", host, route.path);
             let (id, backend, split) = match &route.action {
                 RouteAction::Forward(id) => (id, self.resolve(id, &referrer)?, None),
                 RouteAction::Split(shares) => {
@@ -312,7 +324,7 @@ impl Router {
             let conditions = match &route.conditions {
                 Some(c) => Some(Box::new(CompiledConditions::compile(c).map_err(|e| {
                     CompileError::InvalidPolicy {
-                        host: vh.host.clone(),
+                        host: host.clone(),
                         path: route.path.clone(),
                         source: PolicyError::Conditions(e),
                     }
@@ -322,43 +334,40 @@ impl Router {
             let regex = match &route.path {
                 PathMatch::Regex(pattern) => {
                     Some(compile_path_regex(pattern).map_err(|e| CompileError::InvalidRegex {
-                        host: vh.host.clone(),
+                        host: host.clone(),
                         pattern: pattern.clone(),
                         source: Box::new(e),
                     })?)
                 }
                 _ => None,
             };
-            let invalid = |source| CompileError::InvalidPolicy {
-                host: vh.host.clone(),
-                path: route.path.clone(),
-                source,
-            };
+            let invalid =
+                |source| CompileError::InvalidPolicy { host: host.clone(), path: route.path.clone(), source };
             let mut policy = CompiledPolicy::compile(&route.policy, regex.as_ref(), &route.origin, limiters)
                 .map_err(invalid)?;
             if let (Some(policy), Some(auth)) = (policy.as_mut(), &route.policy.external_auth) {
-                policy.auth_cache = limiters.auth_caches().get(&route.origin, &vh.host, &route.path, auth);
+                policy.auth_cache = limiters.auth_caches().get(&route.origin, host, &route.path, auth);
             }
             if let (Some(policy), Some(errors)) = (policy.as_mut(), &route.policy.custom_errors) {
                 let idx = self.resolve(&errors.backend, &|| {
-                    format!("the custom error backend of host {} path {:?}", vh.host, route.path)
+                    format!("the custom error backend of host {} path {:?}", host, route.path)
                 })?;
                 policy.custom_errors = Some((errors.codes.clone(), idx));
             }
             if let (Some(policy), Some(canary)) = (policy.as_mut(), &route.policy.canary) {
                 let idx = self.resolve(&canary.backend, &|| {
-                    format!("the canary of host {} path {:?}", vh.host, route.path)
+                    format!("the canary of host {} path {:?}", host, route.path)
                 })?;
                 policy.canary =
                     Some(CompiledCanary::compile(canary, idx).map_err(|e| invalid(PolicyError::Canary(e)))?);
             }
             let labels =
-                crate::metrics::RouteLabels::of(Some(&route.origin), id, Some(&vh.host), Some(&route.path));
+                crate::metrics::RouteLabels::of(Some(&route.origin), id, Some(host), Some(&route.path));
             let stats = limiters.metrics().route(labels, route.policy.canary.as_ref().map(|c| &c.backend));
             let idx = compiled.routes.len();
             compiled.routes.push(CompiledRoute {
                 backend,
-                host: Some(vh.host.clone()),
+                host: Some(host.clone()),
                 path: Some(route.path.clone()),
                 origin: Some(route.origin.clone()),
                 policy: policy.map(Arc::new),
@@ -458,6 +467,12 @@ impl Router {
 
 impl Vhost {
     fn lookup(&self, path: &str, req: Option<&RequestView<'_>>) -> Option<&CompiledRoute> {
+        self.lookup_own(path, req)
+            .or_else(|| self.fallback.iter().find_map(|tier| tier.lookup_own(path, req)))
+    }
+
+    /// The route of this tier (not its fallbacks) for the request.
+    fn lookup_own(&self, path: &str, req: Option<&RequestView<'_>>) -> Option<&CompiledRoute> {
         let idx = self
             .exact
             .get(path)
@@ -550,7 +565,7 @@ mod tests {
             };
             match self.0.hosts.iter_mut().find(|v| v.host == host) {
                 Some(v) => v.routes.push(route),
-                None => self.0.hosts.push(VirtualHost { host, routes: vec![route] }),
+                None => self.0.hosts.push(VirtualHost { host, routes: vec![route], fallback: Vec::new() }),
             }
             self.backend(backend)
         }
@@ -790,6 +805,7 @@ mod tests {
                     origin: ObjectRef::new("ns", name),
                     conditions: None,
                 }],
+                fallback: Vec::new(),
             });
             r = T(r).backend(name).0;
         }
@@ -801,6 +817,54 @@ mod tests {
         assert_eq!(hit(&r, "z.a.b.example.com", "/"), Some("deeper"));
         assert_eq!(hit(&r, "b.example.com", "/"), Some("deep"));
         assert_eq!(hit(&r, "example.com", "/"), None);
+    }
+
+    /// `HTTPRouteSpec.hostnames`: "precedence must be given to rules from the HTTPRoute with
+    /// the largest number of: Characters in a matching non-wildcard hostname. Characters in a
+    /// matching hostname." A virtual host's own routes are tried first, whatever the paths of
+    /// its fallback tiers; a request none of them matches (path or conditions) goes to the
+    /// tiers in order; the default backend only after every tier.
+    #[test]
+    fn fallback_tiers_are_tried_after_the_hosts_own_routes_in_order() {
+        let mut t = T::new().route("foo.example.com", prefix("/app"), "own");
+        t = with_method(t, "foo.example.com", prefix("/api"), "own-post", "POST");
+        let mut t = t.backend("wild").backend("any").backend("default").default_backend("default").0;
+        let route = |path: PathMatch, name: &str| Route {
+            path,
+            action: RouteAction::Forward(id(name)),
+            policy: RoutePolicy::default(),
+            origin: ObjectRef::new("ns", name),
+            conditions: None,
+        };
+        let own = t.hosts.iter_mut().find(|v| v.host == HostMatch::Exact("foo.example.com".into())).unwrap();
+        own.fallback = vec![
+            crate::model::Fallback {
+                from: HostMatch::Suffix("example.com".into()),
+                routes: vec![route(prefix("/app/admin"), "wild"), route(exact("/wild"), "wild")],
+            },
+            crate::model::Fallback {
+                from: HostMatch::Any,
+                routes: vec![route(prefix("/app/admin/deeper"), "any"), route(prefix("/any"), "any")],
+            },
+        ];
+        let r = Router::compile(&t).unwrap();
+        // Own routes first, even against a longer prefix in a tier.
+        assert_eq!(hit_with(&r, "foo.example.com", "/app/admin/deeper/x", "GET"), Some("own"));
+        assert_eq!(hit_with(&r, "foo.example.com", "/api", "POST"), Some("own-post"));
+        // Nothing of its own matches: the first tier that does.
+        assert_eq!(hit_with(&r, "foo.example.com", "/wild", "GET"), Some("wild"));
+        assert_eq!(hit_with(&r, "foo.example.com", "/api", "GET"), Some("default"));
+        assert_eq!(hit_with(&r, "foo.example.com", "/any/x", "GET"), Some("any"));
+        // After every tier, the default backend.
+        assert_eq!(hit_with(&r, "foo.example.com", "/nothing", "GET"), Some("default"));
+        // Updating the host recompiles its tiers too.
+        let mut t2 = t.clone();
+        let own = t2.hosts.iter_mut().find(|v| v.host == HostMatch::Exact("foo.example.com".into())).unwrap();
+        own.fallback.remove(0);
+        let changes = TableChanges::between(&t, &t2);
+        let updated = r.update(&t2, &changes, &LimiterCache::default()).unwrap();
+        assert_eq!(hit_with(&updated, "foo.example.com", "/wild", "GET"), Some("default"));
+        assert_eq!(hit_with(&updated, "foo.example.com", "/any", "GET"), Some("any"));
     }
 
     #[test]
@@ -818,6 +882,7 @@ mod tests {
                 origin: ObjectRef::new("ns", "r"),
                 conditions: None,
             }],
+            fallback: Vec::new(),
         });
         let r = Router::compile(&t).unwrap();
         let route = r.lookup("a.test", "/").unwrap();

@@ -99,7 +99,11 @@ impl TableBuilder {
     pub fn host(mut self, host: &str) -> Self {
         let host = HostMatch::parse(host).unwrap();
         if !self.table.hosts.iter().any(|v| v.host == host) {
-            self.table.hosts.push(VirtualHost { host: host.clone(), routes: Vec::new() });
+            self.table.hosts.push(VirtualHost {
+                host: host.clone(),
+                routes: Vec::new(),
+                fallback: Vec::new(),
+            });
         }
         self.host = Some(host);
         self
@@ -141,7 +145,11 @@ impl TableBuilder {
     fn route(mut self, path: PathMatch, be: &Be) -> Self {
         let host = self.host.clone().unwrap_or(HostMatch::Any);
         if !self.table.hosts.iter().any(|v| v.host == host) {
-            self.table.hosts.push(VirtualHost { host: host.clone(), routes: Vec::new() });
+            self.table.hosts.push(VirtualHost {
+                host: host.clone(),
+                routes: Vec::new(),
+                fallback: Vec::new(),
+            });
         }
         let vh = self.table.hosts.iter_mut().find(|v| v.host == host).unwrap();
         vh.routes.push(Route {

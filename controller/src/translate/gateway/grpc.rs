@@ -408,7 +408,7 @@ fn merge(table: &mut RouteTable, built: Vec<Plain<Order>>, warnings: &mut Warnin
     }
     for (host, routes) in by_host(built) {
         match table.hosts.iter_mut().find(|vh| vh.host == host) {
-            None => table.hosts.push(VirtualHost { host, routes }),
+            None => table.hosts.push(VirtualHost { host, routes, fallback: Vec::new() }),
             Some(vh) => {
                 for r in routes.iter().filter(|r| r.conditions.is_none()) {
                     if let Some(other) = vh.routes.iter().find(|o| o.conditions.is_none() && o.path == r.path)

@@ -4,6 +4,13 @@
 //! - Host names: the route's `hostnames` intersected with each listener's
 //!   (`hostname::effective`); an exact name is an exact virtual host, a wildcard `*.suffix` a
 //!   [`HostMatch::Suffix`] one (any number of labels), none at all the any-host entry.
+//! - Precedence across host names (`HTTPRouteSpec.hostnames`: "Characters in a matching
+//!   non-wildcard hostname", then "Characters in a matching hostname", then the matches): the
+//!   router picks the most specific virtual host for a request; its own routes are tried first,
+//!   then the routes of each less specific name that covers it and whose listener the request
+//!   still belongs to (listener isolation), longest name first, as [`Fallback`] tiers. So a
+//!   request that `foo.example.com`'s rules do not match is served by `*.example.com`'s, and
+//!   `foo.example.com`'s `/` beats `*.example.com`'s `/longer`.
 //! - Matches (`HTTPRouteMatch`): `path` `Exact`, `PathPrefix` (element-wise, a trailing `/`
 //!   ignored) or `RegularExpression` (the whole path must match); method, headers and query
 //!   parameters become [`RequestConditions`]. No match: `PathPrefix /`.
@@ -29,8 +36,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::jiff::Timestamp;
 use weir_dataplane::model::{
-    Backend, BackendId, HostMatch, ObjectRef, PathMatch, RequestConditions, Route, RouteAction, ServicePort,
-    StringMatch, ValueMatch, VirtualHost, WeightedBackend,
+    Backend, BackendId, Fallback, HostMatch, ObjectRef, PathMatch, RequestConditions, Route, RouteAction,
+    ServicePort, StringMatch, ValueMatch, VirtualHost, WeightedBackend,
 };
 
 use super::attach::ParentOut;
@@ -82,15 +89,18 @@ type Order = (Option<Reverse<usize>>, Reverse<(bool, usize, usize)>, Age, usize,
 /// One route built from a match, with its precedence among routes sharing its path.
 struct Built {
     host: HostMatch,
-    /// Inherited from a less specific host name of the route (then after the host's own
-    /// routes, the longer name first: `HTTPRouteSpec.hostnames` precedence), method match,
-    /// then header and query parameter counts (more first), then age, rule and match index.
+    /// Inherited from a less specific host name (its length: the [`Fallback`] tier it goes
+    /// into), method match, then header and query parameter counts (more first), then age,
+    /// rule and match index.
     order: Order,
     route: Route,
     /// `host` as a Gateway API name (`None`: any host).
     name: Option<Hostname>,
     /// The sockets it is served on, each with the hostname of the listener it attached to.
     sockets: BTreeMap<Socket, Option<Hostname>>,
+    /// For a copy of a less specific host name's route (`inherit`): that name, whose
+    /// [`Fallback`] tier of `host` it goes into.
+    from: Option<HostMatch>,
 }
 
 /// One GRPCRoute route built from a match, with its precedence `O` among routes sharing its
@@ -179,6 +189,7 @@ pub(crate) fn apply(
                         },
                         name: name.clone(),
                         sockets: sockets.clone(),
+                        from: None,
                     });
                 }
             }
@@ -186,11 +197,13 @@ pub(crate) fn apply(
         ctx.finish(&mut out);
     }
     let shields = inherit(&mut built, &isolation);
-    let built = built.into_iter().map(|b| Plain { host: b.host, order: b.order, route: b.route }).collect();
-    merge(table, built, warnings);
+    let (inherited, own): (Vec<Built>, Vec<Built>) = built.into_iter().partition(|b| b.from.is_some());
+    let own = own.into_iter().map(|b| Plain { host: b.host, order: b.order, route: b.route }).collect();
+    merge(table, own, warnings);
+    fallbacks(table, inherited);
     for host in shields {
         if !table.hosts.iter().any(|vh| vh.host == host) {
-            table.hosts.push(VirtualHost { host, routes: Vec::new() });
+            table.hosts.push(VirtualHost { host, routes: Vec::new(), fallback: Vec::new() });
         }
     }
     table.hosts.sort_by(|a, b| a.host.cmp(&b.host));
@@ -283,8 +296,10 @@ pub(super) fn with_sockets(
 /// their listener; returns the listener host names that need a virtual host of their own
 /// (even without routes) so that their requests do not reach a less specific one.
 fn inherit(built: &mut Vec<Built>, isolation: &Isolation) -> BTreeSet<HostMatch> {
-    let wide: Vec<usize> =
+    let mut wide: Vec<usize> =
         (0..built.len()).filter(|&i| !matches!(built[i].name, Some(Hostname::Exact(_)))).collect();
+    // The longest name first: of two copies at one path, the more specific name's is kept.
+    wide.sort_by_key(|&i| Reverse(built[i].name.as_ref().map_or(0, Hostname::len)));
     if wide.is_empty() {
         return BTreeSet::new();
     }
@@ -342,11 +357,66 @@ fn inherit(built: &mut Vec<Built>, isolation: &Isolation) -> BTreeSet<HostMatch>
                 route,
                 name: Some(target.clone()),
                 sockets,
+                from: Some(isolation::host_match(b.name.as_ref())),
             });
         }
     }
     built.extend(copies);
     targets.iter().map(|t| isolation::host_match(Some(t))).collect()
+}
+
+/// Puts the copies `inherit` made into their virtual hosts' [`Fallback`] tiers, one tier per
+/// less specific name, the longest first (`HTTPRouteSpec.hostnames`: "precedence must be given
+/// to rules from the HTTPRoute with the largest number of: Characters in a matching
+/// non-wildcard hostname. Characters in a matching hostname."; then, within a tier, the
+/// `HTTPRouteRule.matches` order). A host's own routes (an exact name's, or a wildcard's) are
+/// all tried before any tier, whatever their paths. An Ingress wildcard `*.suffix` that took the
+/// HTTPRoute `**.suffix` routes (`merge`) takes its tiers too. Ingress hosts get none of their
+/// own: they are targets only when an HTTPRoute names them too.
+fn fallbacks(table: &mut weir_dataplane::model::RouteTable, inherited: Vec<Built>) {
+    if inherited.is_empty() {
+        return;
+    }
+    type Tier = (Reverse<usize>, HostMatch);
+    let mut by_target: BTreeMap<HostMatch, BTreeMap<Tier, Vec<Plain<Order>>>> = BTreeMap::new();
+    for b in inherited {
+        let Some(from) = b.from else { continue };
+        let len = b.order.0.map_or(0, |Reverse(len)| len);
+        by_target.entry(b.host.clone()).or_default().entry((Reverse(len), from)).or_default().push(Plain {
+            host: b.host,
+            order: b.order,
+            route: b.route,
+        });
+    }
+    for (target, tiers) in by_target {
+        let tiers: Vec<Fallback> = tiers
+            .into_iter()
+            .map(|((_, from), routes)| Fallback {
+                from,
+                routes: by_host(routes).into_values().flatten().collect(),
+            })
+            .collect();
+        match table.hosts.iter_mut().find(|vh| vh.host == target) {
+            Some(vh) => vh.fallback.extend(tiers),
+            None => table.hosts.push(VirtualHost { host: target, routes: Vec::new(), fallback: tiers }),
+        }
+    }
+    let joined: Vec<(HostMatch, Vec<Fallback>)> = table
+        .hosts
+        .iter()
+        .filter_map(|vh| match &vh.host {
+            HostMatch::Suffix(s) if !vh.fallback.is_empty() => {
+                Some((HostMatch::Wildcard(s.clone()), vh.fallback.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    for (wildcard, tiers) in joined {
+        if let Some(vh) = table.hosts.iter_mut().find(|vh| vh.host == wildcard) {
+            vh.fallback.extend(tiers);
+        }
+    }
+    table.hosts.sort_by(|a, b| a.host.cmp(&b.host));
 }
 
 /// `HTTPRouteRule.matches`, defaulted: "If no matches are specified, the default is a prefix
@@ -633,7 +703,7 @@ fn merge<O: Ord>(
         .collect();
     for (host, routes) in by_host.into_iter().chain(ingress_wildcards) {
         match table.hosts.iter_mut().find(|vh| vh.host == host) {
-            None => table.hosts.push(VirtualHost { host, routes }),
+            None => table.hosts.push(VirtualHost { host, routes, fallback: Vec::new() }),
             Some(vh) => {
                 let ingress_paths: BTreeMap<PathMatch, ObjectRef> = vh
                     .routes
