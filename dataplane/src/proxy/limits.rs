@@ -9,9 +9,10 @@
 //! the client's and the upstream's), so that weir refuses connections before `accept` fails with
 //! `EMFILE`. The limit counts descriptor pairs held, not only connections: an L4 connection
 //! relayed with splice(2) holds two pipes besides its two sockets (six descriptors) and counts
-//! three while it holds them ([`ConnGuard::hold_pipes`]; without room it copies instead). If it fails anyway (a limit set too high, descriptors held elsewhere), the accept
-//! loop backs off exponentially instead of spinning on a listener that stays readable, and
-//! existing connections keep being served.
+//! three while it holds them (`ConnGuard::hold_pipes`; without room it copies instead). If it
+//! fails anyway (a limit set too high, descriptors held elsewhere), the accept loop backs off
+//! exponentially instead of spinning on a listener that stays readable, and existing
+//! connections keep being served.
 
 use std::collections::HashMap;
 use std::io;
