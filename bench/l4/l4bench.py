@@ -52,14 +52,25 @@ def sink(conn):
             break
         total += n
     conn.sendall(total.to_bytes(8, "big"))
-    conn.close()
 
 
 def echo_one(conn):
     data = conn.recv(1)
     if data:
         conn.sendall(data)
-    conn.close()
+
+
+def served(handler, conn):
+    """Runs `handler` on `conn`, then closes it. A client (or proxy) that resets, times out or
+    vanishes only ends its own connection: the upstream keeps serving the next one."""
+    try:
+        # A client that connects and sends nothing holds the inline echo for 10 s at most.
+        conn.settimeout(10)
+        handler(conn)
+    except OSError:
+        pass
+    finally:
+        conn.close()
 
 
 def upstream(handler):
@@ -70,11 +81,17 @@ def upstream(handler):
 
     def serve():
         while True:
-            conn, _ = listener.accept()
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                # ECONNABORTED (reset while queued), EMFILE: this connection is lost, not the
+                # upstream.
+                time.sleep(0.01)
+                continue
             if handler is echo_one:
-                handler(conn)  # short: serve inline, no thread per connection
+                served(handler, conn)  # short: serve inline, no thread per connection
             else:
-                threading.Thread(target=handler, args=(conn,), daemon=True).start()
+                threading.Thread(target=served, args=(handler, conn), daemon=True).start()
 
     threading.Thread(target=serve, daemon=True).start()
     return listener.getsockname()[1]

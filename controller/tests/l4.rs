@@ -296,6 +296,48 @@ fn tcp_echo_carries_64_mib_intact_and_passes_half_close_both_ways() {
     assert_eq!(spliced, Some(1.0), "{}", weir.metrics());
 }
 
+/// A spliced connection holds six descriptors (its two sockets and two pipes) and counts three
+/// of `--max-connections`' pairs while it does; a connection whose pipes do not fit copies
+/// instead (it is not refused); past the limit a connection is reset; the open-connections gauge
+/// still counts connections.
+#[test]
+fn a_spliced_connection_counts_its_pipes_against_the_connection_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = tcp_echo("a", false);
+    let port = free_port();
+    write(dir.path(), "svc.yaml", &service("echo", 9000, "tcp", "TCP", &[backend]));
+    write(dir.path(), "tcp.yaml", &config_map("tcp", &[(port, "default/echo:9000")]));
+    let weir = Weir::start(dir.path(), &["--max-connections", "4"]);
+    let labels = format!("{{protocol=\"TCP\",port=\"{port}\",service=\"default/echo:9000\"}}");
+    let spliced = || weir.metric(&format!("weir_l4_spliced_connections_total{labels}"));
+
+    let mut first = connect(port);
+    ping(&mut first, "first");
+    assert_eq!(spliced(), Some(1.0), "1 + 2 pairs of 4: spliced; {}", weir.metrics());
+    let mut second = connect(port);
+    ping(&mut second, "second");
+    assert_eq!(spliced(), Some(1.0), "4 pairs of 4: admitted, copied; {}", weir.metrics());
+    assert_eq!(weir.metric("weir_connections_open "), Some(2.0), "{}", weir.metrics());
+
+    let mut third = connect(port);
+    let _ = third.write_all(b"third");
+    let mut buf = [0u8; 8];
+    assert!(!matches!(third.read(&mut buf), Ok(n) if n > 0), "the third connection is reset");
+    wait_until("the refusal counted", || {
+        weir.metric("weir_connections_refused_total{limit=\"total\"}") == Some(1.0)
+    });
+
+    // The spliced connection ends: its three pairs are free, the next connection splices.
+    first.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_line(&mut first), format!("END {} a", "first".len()));
+    drop(first);
+    wait_until("the first connection counted closed", || weir.metric("weir_connections_open ") == Some(1.0));
+    let mut fourth = connect(port);
+    ping(&mut fourth, "fourth");
+    assert_eq!(spliced(), Some(2.0), "1 + 1 + 2 pairs of 4: spliced; {}", weir.metrics());
+    ping(&mut second, "the copied one still relays");
+}
+
 /// The first `:PROXY`: clients announce themselves (curl `--haproxy-protocol`, and a raw client
 /// with a made-up address); the second: weir announces the client to the backend, which parses
 /// the header it receives.

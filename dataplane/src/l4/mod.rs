@@ -21,9 +21,12 @@
 //! - `service`: a port's live service and the table's stream settings.
 //! - `stats`: per-service counters, read by the controller's metrics.
 //! - `log`: the L4 access log, a line per connection or flow when it ends.
+//! - `heartbeat`: a timer kept pending while a TCP listener accepts, so that connections'
+//!   timers never wake tokio's I/O driver (an `eventfd` write per connection otherwise).
 
 mod affinity;
 mod header;
+mod heartbeat;
 mod log;
 mod service;
 #[cfg(target_os = "linux")]

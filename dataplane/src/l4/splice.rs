@@ -15,7 +15,9 @@
 //!   alive at once are capped by a share of the open-file limit, so splice never takes the
 //!   descriptors that connections need; past the cap, or when the kernel refuses a pipe, the
 //!   connection is relayed by the bounded copy instead ([`Pipes::take`] fails and the caller
-//!   falls back).
+//!   falls back). A connection's pipes also count against the connection limit while it holds
+//!   them (`ConnGuard::hold_pipes`, checked by the caller first); pooled pipes belong to no
+//!   connection and are bounded by the pool size per thread and this cap.
 //!
 //! SIGPIPE: a splice into a socket whose peer is gone may raise it; the Rust runtime ignores
 //! SIGPIPE from before `main`, so the call fails with `EPIPE` as a write does.

@@ -14,6 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use super::header;
+use super::heartbeat::Heartbeat;
 use super::log::Session;
 use super::service::{Service, stopped};
 use super::stats::{Stats, millis};
@@ -64,9 +65,11 @@ pub(crate) async fn accept_loop(
     let local = listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let inherit = nodelay_inherited(&listener);
     let mut backoff = AcceptBackoff::default();
+    let mut heartbeat = Heartbeat::default();
     loop {
         let (stream, peer) = tokio::select! {
             () = stopped(&mut stop) => return,
+            () = heartbeat.beat() => continue,
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(error) => {
@@ -82,6 +85,8 @@ pub(crate) async fn accept_loop(
             },
         };
         backoff.reset();
+        // Before the connection's task sets its timers.
+        heartbeat.accepted();
         // The connection limits first: a refused connection costs no task and no buffer.
         let admission = match conns.admit() {
             Ok(guard) => guard,
@@ -96,7 +101,8 @@ pub(crate) async fn accept_loop(
         tokio::spawn(async move {
             let _open = stats.open();
             let port = local.port();
-            let (time, started) = (std::time::SystemTime::now(), Instant::now());
+            // Only the access log needs the clocks.
+            let clocks = service.log.as_ref().map(|_| (std::time::SystemTime::now(), Instant::now()));
             let conn = Conn::default();
             if !inherit {
                 let _ = stream.set_nodelay(true);
@@ -105,7 +111,7 @@ pub(crate) async fn accept_loop(
             if let Err(error) = &result {
                 tracing::debug!(%peer, port, backend = %service.spec.backend, %error, "L4 connection ended");
             }
-            if let Some(log) = &service.log {
+            if let (Some(log), Some((time, started))) = (&service.log, clocks) {
                 log.write(&Session {
                     time,
                     duration: started.elapsed(),
@@ -185,7 +191,7 @@ async fn serve(
         let local = client.local_addr()?;
         upstream.write_all(&header::encode(source, local, service.stream.v2)).await?;
     }
-    relay_both(client, upstream, service.stream.idle, relay, stats, conn).await?;
+    relay_both(client, upstream, service.stream.idle, relay, stats, conn, &mut admission).await?;
     Ok(())
 }
 
@@ -283,7 +289,8 @@ pub(crate) struct Relay {
 
 /// Relays both ways until both directions reached end of stream (each end passed on as a
 /// half-close), a side failed, or nothing moved for `idle`: with splice(2) when `relay` allows
-/// it and pipes are to be had, else through a bounded copy buffer per direction.
+/// it and pipes are to be had (their descriptors counted in `admission` while they are held),
+/// else through a bounded copy buffer per direction.
 async fn relay_both(
     client: TcpStream,
     upstream: TcpStream,
@@ -291,9 +298,14 @@ async fn relay_both(
     relay: Relay,
     stats: &Stats,
     conn: &Conn,
+    admission: &mut ConnGuard,
 ) -> io::Result<()> {
     #[cfg(target_os = "linux")]
     if relay.zero_copy {
+        if !admission.hold_pipes() {
+            tracing::debug!("L4 connection copied: the connection limit has no room for its pipes");
+            return copy(client, upstream, idle, relay.buffer, stats, conn).await;
+        }
         match super::splice::Pipes::take(relay.buffer) {
             Ok(mut pipes) => {
                 stats.spliced.fetch_add(1, Relaxed);
@@ -308,7 +320,10 @@ async fn relay_both(
                     () = idle_for(idle, &activity, base) => Err(idle_error(idle)),
                 };
             }
-            Err(error) => tracing::debug!(%error, "L4 connection copied: no pipe for splice"),
+            Err(error) => {
+                admission.release_pipes();
+                tracing::debug!(%error, "L4 connection copied: no pipe for splice");
+            }
         }
     }
     copy(client, upstream, idle, relay.buffer, stats, conn).await

@@ -7,15 +7,18 @@
 //! logged at most a few lines a second. The descriptor budget comes first: by default the
 //! connection limit is derived from `RLIMIT_NOFILE` (two descriptors per proxied connection:
 //! the client's and the upstream's), so that weir refuses connections before `accept` fails with
-//! `EMFILE`. If it fails anyway (a limit set too high, descriptors held elsewhere), the accept
-//! loop backs off exponentially instead of spinning on a listener that stays readable, and
-//! existing connections keep being served.
+//! `EMFILE`. The limit counts descriptor pairs held, not only connections: an L4 connection
+//! relayed with splice(2) holds two pipes besides its two sockets (six descriptors) and counts
+//! three while it holds them (`ConnGuard::hold_pipes`; without room it copies instead). If it
+//! fails anyway (a limit set too high, descriptors held elsewhere), the accept loop backs off
+//! exponentially instead of spinning on a listener that stays readable, and existing
+//! connections keep being served.
 
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -63,7 +66,9 @@ pub fn connections_for_fd_limit(nofile: u64) -> usize {
 /// How many client connections the listeners admit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnLimitConfig {
-    /// Client connections open at once over every listener (plain, TLS, passthrough).
+    /// Client connections open at once over every listener (plain, TLS, passthrough), in pairs
+    /// of descriptors: a connection counts one, an L4 connection relayed with splice(2) three
+    /// (its two pipes are two more pairs).
     pub max: usize,
     /// Client connections open at once from one client address (after the PROXY protocol
     /// header, where one is expected); `0`: no per-client limit.
@@ -85,11 +90,21 @@ pub enum Refusal {
     PerClient,
 }
 
+/// Connections open, in the high 32 bits of [`ConnLimits::held`].
+const ONE_CONN: u64 = 1 << 32;
+/// Descriptor pairs held, in the low 32 bits of [`ConnLimits::held`].
+const PAIRS: u64 = (1 << 32) - 1;
+
 /// The admitted connections, counted; shared by every listener of a proxy.
 #[derive(Debug)]
 pub struct ConnLimits {
     config: ConnLimitConfig,
-    open: AtomicUsize,
+    /// `max`, as the descriptor pairs [`ConnLimits::held`] may reach (at most `PAIRS`).
+    max_pairs: u64,
+    /// Connections open (high 32 bits) and the descriptor pairs they hold (low 32 bits: one per
+    /// connection, two more per spliced L4 connection's pipes): one atomic, so admitting or
+    /// closing a connection is one read-modify-write.
+    held: AtomicU64,
     /// Open connections per client address, only with a per-client limit.
     clients: Mutex<HashMap<IpAddr, u32>>,
     refused_total: AtomicU64,
@@ -112,7 +127,8 @@ impl ConnLimits {
     pub fn new(config: ConnLimitConfig) -> Self {
         ConnLimits {
             config: ConnLimitConfig { max: config.max.max(1), ..config },
-            open: AtomicUsize::new(0),
+            max_pairs: u64::try_from(config.max.max(1)).unwrap_or(PAIRS).min(PAIRS),
+            held: AtomicU64::new(0),
             clients: Mutex::new(HashMap::new()),
             refused_total: AtomicU64::new(0),
             refused_per_client: AtomicU64::new(0),
@@ -127,7 +143,7 @@ impl ConnLimits {
     /// The counts now.
     pub fn stats(&self) -> ConnStats {
         ConnStats {
-            open: self.open.load(Ordering::Relaxed),
+            open: usize::try_from(self.held.load(Ordering::Relaxed) >> 32).unwrap_or(usize::MAX),
             refused_total: self.refused_total.load(Ordering::Relaxed),
             refused_per_client: self.refused_per_client.load(Ordering::Relaxed),
         }
@@ -135,14 +151,14 @@ impl ConnLimits {
 
     /// Admits one more connection under the total limit; `None` (counted) past it.
     pub(crate) fn admit(self: &Arc<Self>) -> Result<ConnGuard, Refusal> {
-        let admitted = self
-            .open
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| (n < self.config.max).then_some(n + 1));
+        let admitted = self.held.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+            (n & PAIRS < self.max_pairs).then_some(n + ONE_CONN + 1)
+        });
         if admitted.is_err() {
             self.refused_total.fetch_add(1, Ordering::Relaxed);
             return Err(Refusal::Total);
         }
-        Ok(ConnGuard { limits: self.clone(), client: None })
+        Ok(ConnGuard { limits: self.clone(), client: None, pipes: false })
     }
 
     /// Counts `guard`'s connection against `client`'s share; `Err` (counted) when the client
@@ -175,11 +191,38 @@ impl ConnLimits {
 pub(crate) struct ConnGuard {
     limits: Arc<ConnLimits>,
     client: Option<IpAddr>,
+    /// It also holds two pipes (two more descriptor pairs).
+    pipes: bool,
+}
+
+impl ConnGuard {
+    /// Counts the two pipes (four descriptors) a spliced relay is about to take, if the limit
+    /// has room for them; `false`: it has not, and the connection copies instead (it is never
+    /// refused for it). Counted until the guard is dropped.
+    pub(crate) fn hold_pipes(&mut self) -> bool {
+        if self.pipes {
+            return true;
+        }
+        let max = self.limits.max_pairs;
+        self.pipes = self
+            .limits
+            .held
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| ((n & PAIRS) + 2 <= max).then_some(n + 2))
+            .is_ok();
+        self.pipes
+    }
+
+    /// Gives back what [`ConnGuard::hold_pipes`] counted (the pipes were not taken after all).
+    pub(crate) fn release_pipes(&mut self) {
+        if std::mem::take(&mut self.pipes) {
+            self.limits.held.fetch_sub(2, Ordering::AcqRel);
+        }
+    }
 }
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
-        self.limits.open.fetch_sub(1, Ordering::AcqRel);
+        self.limits.held.fetch_sub(ONE_CONN + if self.pipes { 3 } else { 1 }, Ordering::AcqRel);
         if let Some(client) = self.client {
             let mut clients = self.limits.clients.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(open) = clients.get_mut(&client) {
@@ -363,6 +406,29 @@ mod tests {
         assert_eq!(limits.stats(), ConnStats { open: 2, refused_total: 1, refused_per_client: 1 });
         drop((second, again));
         assert!(limits.clients.lock().unwrap().is_empty(), "no entry left for a gone client");
+    }
+
+    /// A spliced connection's pipes are counted while it holds them (three pairs of
+    /// descriptors in all); pipes that do not fit are refused, never the connection that asked;
+    /// the open-connections count stays a count of connections.
+    #[test]
+    fn pipes_count_as_the_descriptors_they_hold() {
+        let limits = Arc::new(ConnLimits::new(ConnLimitConfig { max: 4, per_client: 0 }));
+        let mut spliced = limits.admit().unwrap();
+        assert!(spliced.hold_pipes(), "1 + 2 pairs of 4");
+        assert!(spliced.hold_pipes(), "asking again takes nothing more");
+        let mut copied = limits.admit().unwrap();
+        assert!(!copied.hold_pipes(), "4 + 2 pairs of 4: no room, the connection copies");
+        assert_eq!(limits.stats().open, 2, "two connections");
+        assert_eq!(limits.admit().err(), Some(Refusal::Total), "6 descriptors + 2 of 8 held");
+        drop(spliced);
+        assert!(copied.hold_pipes(), "the pipes given back make room");
+        assert_eq!(limits.stats().open, 1);
+        let third = limits.admit().unwrap();
+        assert_eq!(limits.admit().err(), Some(Refusal::Total));
+        drop((copied, third));
+        assert_eq!(limits.held.load(Ordering::Relaxed), 0, "everything given back");
+        let _fresh: Vec<_> = (0..4).map(|_| limits.admit().unwrap()).collect();
     }
 
     #[test]
