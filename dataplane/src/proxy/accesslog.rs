@@ -790,7 +790,7 @@ fn run(shared: &Shared, queue: &Queue) {
     let mut generation = u64::MAX;
     let mut out: Option<Box<dyn Write>> = None;
     let mut failing = false;
-    queue.run(&mut |batch: &[u8]| {
+    queue.run(&mut |batch: Option<&[u8]>| {
         let now = shared.generation.load(Ordering::Relaxed);
         if now != generation {
             generation = now;
@@ -800,6 +800,7 @@ fn run(shared: &Shared, queue: &Queue) {
             let output = shared.output.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
             out = open(&output);
         }
+        let Some(batch) = batch else { return Ok(()) };
         // No output: the batch is dropped (its opening was logged).
         let sink = out.as_mut().ok_or_else(|| std::io::Error::other("no output"))?;
         let written = write_batch(sink.as_mut(), batch);

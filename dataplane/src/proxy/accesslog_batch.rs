@@ -50,8 +50,10 @@ pub(crate) struct Queue {
     dropped: Arc<AtomicU64>,
 }
 
-/// The writer's answer to one batch: whether it was written.
-pub(crate) type Sink<'a> = dyn FnMut(&[u8]) -> std::io::Result<()> + 'a;
+/// Where batches go: `Some(batch)` is written (`Err`: it was not); `None` comes before a batch
+/// is taken off the queue, for the sink to get ready (open its output) while the lines still
+/// count in the queue.
+pub(crate) type Sink<'a> = dyn FnMut(Option<&[u8]>) -> std::io::Result<()> + 'a;
 
 impl Queue {
     /// An empty queue counting dropped lines in `dropped`.
@@ -101,6 +103,7 @@ impl Queue {
     /// empty.
     pub(crate) fn run(&self, sink: &mut Sink<'_>) {
         let mut spare = Vec::new();
+        let mut ready = false;
         let mut pending = self.lock();
         loop {
             if pending.bytes.is_empty() {
@@ -109,6 +112,14 @@ impl Queue {
                 }
                 pending.asleep = true;
                 pending = self.wake.wait(pending).unwrap_or_else(|poisoned| poisoned.into_inner());
+                continue;
+            }
+            if !ready {
+                // The output may block (a FIFO without a reader): the lines stay in the queue.
+                drop(pending);
+                let _ = sink(None);
+                ready = true;
+                pending = self.lock();
                 continue;
             }
             if !pending.closed && pending.bytes.len() < self.tuning.batch_bytes {
@@ -126,7 +137,8 @@ impl Queue {
             let mut batch = std::mem::replace(&mut pending.bytes, std::mem::take(&mut spare));
             let lines = std::mem::take(&mut pending.lines);
             drop(pending);
-            if sink(&batch).is_err() {
+            ready = false;
+            if sink(Some(&batch)).is_err() {
                 self.dropped.fetch_add(lines, Ordering::Relaxed);
             }
             batch.clear();
@@ -158,8 +170,10 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let q = queue.clone();
         let thread = std::thread::spawn(move || {
-            q.run(&mut |batch: &[u8]| {
-                tx.send(batch.to_vec()).unwrap();
+            q.run(&mut |batch: Option<&[u8]>| {
+                if let Some(batch) = batch {
+                    tx.send(batch.to_vec()).unwrap();
+                }
                 Ok(())
             });
         });
@@ -187,14 +201,19 @@ mod tests {
         for i in 0..8 {
             assert!(queue.push(format!("line {i}\n").as_bytes()));
         }
+        let expected: String = (0..8).map(|i| format!("line {i}\n")).collect();
+        // At least one batch's worth arrives while the writer would still be lingering.
         let mut written = Vec::new();
-        while written.len() < 56 {
+        while written.len() < 40 {
             written.extend(rx.recv_timeout(WAIT).unwrap());
         }
-        let expected: String = (0..8).map(|i| format!("line {i}\n")).collect();
-        assert_eq!(String::from_utf8(written).unwrap(), expected);
+        let text = String::from_utf8(written).unwrap();
+        assert!(expected.starts_with(&text) && text.ends_with('\n'), "{text:?}");
+        // Closing writes the rest.
         queue.close();
         thread.join().unwrap();
+        let rest: Vec<u8> = rx.try_iter().flatten().collect();
+        assert_eq!(text + std::str::from_utf8(&rest).unwrap(), expected);
     }
 
     #[test]
@@ -207,8 +226,8 @@ mod tests {
         // What was queued is written when the writer runs, then it stops (closed).
         queue.close();
         let mut written = Vec::new();
-        queue.run(&mut |batch: &[u8]| {
-            written.extend_from_slice(batch);
+        queue.run(&mut |batch: Option<&[u8]>| {
+            written.extend_from_slice(batch.unwrap_or_default());
             Ok(())
         });
         assert_eq!(written, b"0\n1\n2\n");
@@ -224,7 +243,10 @@ mod tests {
             assert!(queue.push(line));
         }
         queue.close();
-        queue.run(&mut |_: &[u8]| Err(std::io::Error::other("disk full")));
+        queue.run(&mut |batch: Option<&[u8]>| match batch {
+            Some(_) => Err(std::io::Error::other("disk full")),
+            None => Ok(()),
+        });
         assert_eq!(dropped.load(Ordering::Relaxed), 3);
     }
 
