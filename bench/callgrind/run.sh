@@ -21,11 +21,6 @@
 # dumps (callgrind_annotate reads them); by default they are deleted.
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 WEIR_BIN [WEIR_BIN...]" >&2; exit 2; }
-export PATH=$PATH:/usr/sbin
-for tool in valgrind:valgrind callgrind_control:valgrind nginx:nginx-light h2load:nghttp2-client \
-  openssl:openssl curl:curl; do
-  command -v "${tool%%:*}" >/dev/null || { echo "missing ${tool%%:*} (apt-get install -y ${tool#*:})" >&2; exit 2; }
-done
 scenarios=${SCENARIOS:-h1,h1-tls,h2-tls}
 requests=${REQUESTS:-10000}
 up=${UP_PORT:-18480} http=${HTTP_PORT:-18481} https=${HTTPS_PORT:-18482} admin=${ADMIN_PORT:-18483}
@@ -39,26 +34,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-mkdir -p "$work/up" "$work/manifests"
-cat >"$work/up/nginx.conf" <<EOF
-worker_processes 1;
-pid $work/up/nginx.pid;
-error_log $work/up/error.log warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  keepalive_requests 100000000;
-  keepalive_timeout 300s;
-  client_body_temp_path $work/up/body;
-  server {
-    listen 127.0.0.1:$up backlog=4096;
-    location / { default_type text/plain; return 200 "hello from the upstream, a small fixed body\n"; }
-  }
-}
-EOF
-openssl ecparam -name prime256v1 -genkey -noout -out "$work/key.pem" 2>/dev/null
-openssl req -x509 -new -key "$work/key.pem" -out "$work/cert.pem" -days 2 -subj /CN=bench.local \
-  -addext subjectAltName=DNS:bench.local 2>/dev/null
+# shellcheck source=bench/callgrind/lib.sh
+. "$(dirname "$0")/lib.sh"
+mkdir -p "$work/manifests"
+start_upstream
 cat >"$work/manifests/bench.yaml" <<EOF
 apiVersion: networking.k8s.io/v1
 kind: IngressClass
@@ -102,20 +81,6 @@ endpoints:
 - addresses: ["127.0.0.1"]
   conditions: {ready: true}
 EOF
-
-nginx -p "$work/up" -e "$work/up/error.log" -c "$work/up/nginx.conf" -g "daemon off;" &
-upstream_pid=$!
-for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$up/" && break; sleep 0.1; done
-kill -0 "$upstream_pid" 2>/dev/null || { echo "the upstream nginx did not start (port $up in use?)" >&2; exit 1; }
-
-load() { # scenario count
-  case $1 in
-    h1) h2load --h1 -c 32 -t 1 -n "$2" "http://127.0.0.1:$http/" ;;
-    h1-tls) h2load --h1 -c 32 -t 1 -n "$2" "https://127.0.0.1:$https/" ;;
-    h2-tls) h2load -c 8 -m 16 -t 1 -n "$2" "https://127.0.0.1:$https/" ;;
-    *) echo "unknown scenario $1" >&2; return 2 ;;
-  esac
-}
 
 collector_pid=
 stop_collector() {
@@ -161,21 +126,7 @@ for spec in "$@"; do
   for _ in $(seq 200); do curl -fs -o /dev/null "http://127.0.0.1:$http/" && break; sleep 0.3; done
   curl -fs -o /dev/null "http://127.0.0.1:$http/" || { echo "weir did not serve; its log:" >&2; cat "$work/weir.log" >&2; exit 1; }
   for scenario in ${scenarios//,/ }; do
-    load "$scenario" 2000 >/dev/null
-    callgrind_control -z "$weir_pid" >/dev/null 2>&1
-    out=$(load "$scenario" "$requests")
-    callgrind_control -d "$weir_pid" >/dev/null 2>&1
-    sleep 0.5
-    dump=$(ls -t "$work"/callgrind.out."$weir_pid".* | head -1)
-    ok=$(sed -n 's/.* \([0-9]*\) succeeded.*/\1/p' <<<"$out")
-    [ "$ok" = "$requests" ] || { echo "$scenario: $ok of $requests requests succeeded" >&2; exit 1; }
-    ir=$(sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$dump" | head -1)
-    printf '%-40s %-8s %12d\n' "$label" "$scenario" $((ir / requests))
-    if [ -n "${PROFILE_DIR:-}" ]; then
-      mkdir -p "$PROFILE_DIR" && mv "$dump" "$PROFILE_DIR/$(printf %s "$label" | tr -c 'A-Za-z0-9._=-' _).$scenario.callgrind"
-    else
-      rm -f "$dump"
-    fi
+    measure "$weir_pid" "$label" "$scenario" "$(printf %s "$label" | tr -c 'A-Za-z0-9._=-' _).$scenario.callgrind"
   done
   kill "$weir_pid"; wait "$weir_pid" 2>/dev/null || true
   weir_pid=

@@ -377,17 +377,18 @@ fn a_full_queue_drops_and_counts_lines() {
             .find_map(|l| l.strip_prefix("weir_access_log_dropped_total{log=\"http\"} "))
             .map(|n| n.trim().parse::<u64>().unwrap())
     };
-    wait_until("15 dropped lines", || dropped() == Some(15));
-    // The reader comes: the five kept lines arrive, in order.
+    // The writer waits for a reader before it takes lines off the queue: four are kept.
+    wait_until("16 dropped lines", || dropped() == Some(16));
+    // The reader comes: the four kept lines arrive, in order.
     let reader = std::fs::File::open(&fifo).unwrap();
     let mut lines = BufReader::new(reader).lines();
-    let ids: Vec<String> = (0..5)
+    let ids: Vec<String> = (0..4)
         .map(|_| {
             let v: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
             v["req_id"].as_str().unwrap().to_string()
         })
         .collect();
-    // Five lines, in the order of their requests. Which requests keep a place is timing: a line
+    // Four lines, in the order of their requests. Which requests keep a place is timing: a line
     // is queued when its response has ended (possibly just after the next request's), and the
     // writer takes lines off the queue as it tries the destination.
     assert_eq!(ids[0], "warm", "{ids:?}");

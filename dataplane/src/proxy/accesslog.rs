@@ -8,19 +8,22 @@
 //! head ([`Entry`]); the line is rendered when the response's last byte has gone out or the
 //! client went away (the response body's end hook, [`super::metered`], which the metrics share),
 //! so `$request_time` and `$bytes_sent` cover the whole response and `$request_end` says how it
-//! ended. Lines go through a bounded queue to one writer thread (stdout by default); when the
-//! writer falls behind, lines are dropped and counted rather than slowing requests down.
+//! ended. A line is rendered as bytes into a per-thread buffer (the template compiled once per
+//! table into segments, [`super::accesslog_render`]) and appended to a bounded queue that one
+//! writer thread empties a batch at a time ([`super::accesslog_batch`]; stdout by default); when
+//! the writer falls behind, lines are dropped and counted rather than slowing requests down.
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version};
 
+use super::accesslog_batch::{Queue, Tuning, write_batch};
+use super::accesslog_render as render;
 use crate::model::logformat::{Part, Template, Var};
 use crate::model::{BackendId, LogField, ObjectRef};
 
@@ -30,6 +33,8 @@ use crate::model::{BackendId, LogField, ObjectRef};
 #[derive(Debug)]
 pub struct Format {
     fields: Vec<LogField>,
+    /// The fields compiled for rendering.
+    compiled: Vec<Field>,
     /// Request headers some field logs, captured before the request is forwarded.
     request_headers: Vec<HeaderName>,
     /// Response headers some field logs, taken from the response head.
@@ -41,6 +46,29 @@ pub struct Format {
     default_backend: bool,
     /// auth-url subrequests get a line of their own (`enable-auth-access-log`).
     auth_subrequests: bool,
+}
+
+/// A field compiled for rendering.
+#[derive(Debug)]
+struct Field {
+    /// `"key":` (`,"key":` but for the first).
+    key: Vec<u8>,
+    /// A number when its value is one, else a string, `null` when a variable has no value.
+    bare: bool,
+    segments: Vec<Segment>,
+}
+
+/// A piece of a field's value.
+#[derive(Debug)]
+enum Segment {
+    /// Text as written.
+    Text(Box<str>),
+    /// A request header, by its index in [`Format::request_headers`].
+    RequestHeader(usize),
+    /// A response header, by its index in [`Format::response_headers`].
+    ResponseHeader(usize),
+    /// Any other variable.
+    Var(Var),
 }
 
 /// What a log line needs from the request, taken before it is forwarded.
@@ -184,6 +212,26 @@ impl Entry {
     pub fn line(&self, end: &End) -> String {
         self.format.line(self, end)
     }
+
+    /// Renders the line, in this thread's buffer, and queues it on `log`.
+    pub fn write(&self, end: &End, log: &Writer) {
+        thread_local! {
+            static LINE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let write = |line: &mut Vec<u8>| {
+            line.clear();
+            self.format.render_line(self, end, line);
+            log.write_bytes(line);
+            // A very long line's buffer is not kept.
+            if line.capacity() > 64 * 1024 {
+                *line = Vec::new();
+            }
+        };
+        let done = LINE.try_with(|line| line.try_borrow_mut().map(|mut line| write(&mut line)).is_ok());
+        if done != Ok(true) {
+            write(&mut Vec::new());
+        }
+    }
 }
 
 /// ingress-nginx's default `log-format-upstream` fields, as JSON keys named after their
@@ -227,8 +275,37 @@ impl Format {
                 _ => {}
             }
         }
+        let compiled = fields
+            .iter()
+            .enumerate()
+            .map(|(i, field)| {
+                let mut key = Vec::new();
+                if i > 0 {
+                    key.push(b',');
+                }
+                key.push(b'"');
+                render::push_escaped(&mut key, field.key.as_bytes());
+                key.extend_from_slice(b"\":");
+                let index = |headers: &[HeaderName], h: &HeaderName| headers.iter().position(|x| x == h);
+                let segments = field
+                    .value
+                    .parts()
+                    .iter()
+                    .map(|part| match part {
+                        Part::Text(t) => Segment::Text(t.as_str().into()),
+                        Part::Var(Var::RequestHeader(h)) => index(&request_headers, h)
+                            .map_or(Segment::Var(Var::RequestHeader(h.clone())), Segment::RequestHeader),
+                        Part::Var(Var::ResponseHeader(h)) => index(&response_headers, h)
+                            .map_or(Segment::Var(Var::ResponseHeader(h.clone())), Segment::ResponseHeader),
+                        Part::Var(v) => Segment::Var(v.clone()),
+                    })
+                    .collect();
+                Field { key, bare: field.bare, segments }
+            })
+            .collect();
         Format {
             fields: fields.to_vec(),
+            compiled,
             request_headers,
             response_headers,
             remote_user,
@@ -318,123 +395,152 @@ impl Format {
 
     /// The JSON line (with its newline) of a request that ended.
     fn line(&self, entry: &Entry, end: &End) -> String {
-        let mut line = String::with_capacity(64 + 48 * self.fields.len());
-        let mut value = String::new();
-        line.push('{');
-        for (i, field) in self.fields.iter().enumerate() {
-            if i > 0 {
-                line.push(',');
-            }
-            push_json_string(&mut line, &field.key);
-            line.push(':');
-            value.clear();
+        let mut line = Vec::with_capacity(64 + 48 * self.fields.len());
+        self.render_line(entry, end, &mut line);
+        // Every piece is UTF-8 text (strings, or bytes `str`s were checked to be).
+        String::from_utf8(line).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }
+
+    /// Appends the JSON line (with its newline) of a request that ended.
+    fn render_line(&self, entry: &Entry, end: &End, line: &mut Vec<u8>) {
+        line.push(b'{');
+        for field in &self.compiled {
+            line.extend_from_slice(&field.key);
             if field.bare {
-                let known = field.value.parts().iter().all(|p| match p {
-                    Part::Text(t) => {
-                        value.push_str(t);
-                        true
-                    }
-                    Part::Var(v) => self.render(v, entry, end, &mut value),
-                });
+                let start = line.len();
+                let known = field.segments.iter().all(|s| self.render(s, entry, end, line));
                 if !known {
-                    line.push_str("null");
-                } else if is_json_number(&value) {
-                    line.push_str(&value);
-                } else {
-                    push_json_string(&mut line, &value);
+                    line.truncate(start);
+                    line.extend_from_slice(b"null");
+                } else if !render::is_json_number(&line[start..]) {
+                    let value = line.split_off(start);
+                    line.push(b'"');
+                    render::push_escaped(line, &value);
+                    line.push(b'"');
                 }
                 continue;
             }
-            for part in field.value.parts() {
-                match part {
-                    Part::Text(t) => value.push_str(t),
-                    // An unknown value is empty, as nginx's `escape=json` logs it.
-                    Part::Var(v) => {
-                        self.render(v, entry, end, &mut value);
-                    }
-                }
+            line.push(b'"');
+            let start = line.len();
+            for segment in &field.segments {
+                // An unknown value is empty, as nginx's `escape=json` logs it.
+                self.render(segment, entry, end, line);
             }
-            push_json_string(&mut line, &value);
+            render::escape_tail(line, start);
+            line.push(b'"');
         }
-        line.push_str("}\n");
-        line
+        line.extend_from_slice(b"}\n");
     }
 
-    /// Appends the value of `var`; false when it has none for this request.
-    fn render(&self, var: &Var, out: &Entry, end: &End, to: &mut String) -> bool {
-        use std::fmt::Write as _;
+    /// Appends the raw value of `segment`; false when it has none for this request.
+    fn render(&self, segment: &Segment, out: &Entry, end: &End, to: &mut Vec<u8>) -> bool {
         let req = &out.captured;
         let upstream = out.upstream.as_ref();
         let origin = upstream.and_then(|u| u.origin.as_ref());
         let backend = upstream.and_then(|u| u.backend.as_ref());
-        fn text(v: Option<&HeaderValue>) -> Option<&str> {
-            v.and_then(|v| v.to_str().ok())
+        fn text(v: Option<&HeaderValue>) -> Option<&[u8]> {
+            // As `to_str`: visible ASCII only, else no value.
+            v.and_then(|v| v.to_str().ok()).map(str::as_bytes)
         }
-        let path_and_query = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
-        let written = match var {
-            Var::RemoteAddr => write!(to, "{}", req.client),
-            Var::Peer => write!(to, "{}", crate::model::canonical_ip(out.peer.ip())),
-            Var::RemoteUser => return put(to, req.remote_user.as_deref()),
-            Var::TimeIso8601 => return write_time(to, req.time, TimeStyle::Iso8601),
-            Var::TimeLocal => return write_time(to, req.time, TimeStyle::Local),
-            Var::Msec => return write_time(to, req.time, TimeStyle::Msec),
-            Var::Request => write!(to, "{} {path_and_query} {:?}", req.method, req.version),
-            Var::RequestMethod => return put(to, Some(req.method.as_str())),
-            Var::RequestUri => return put(to, Some(path_and_query)),
-            Var::Uri => return put(to, Some(req.uri.path())),
-            Var::Args => return put(to, Some(req.uri.query().unwrap_or(""))),
-            Var::ServerProtocol => write!(to, "{:?}", req.version),
-            Var::Scheme => return put(to, Some(if out.https { "https" } else { "http" })),
+        fn put(to: &mut Vec<u8>, value: Option<&[u8]>) -> bool {
+            match value {
+                Some(v) => {
+                    to.extend_from_slice(v);
+                    true
+                }
+                None => false,
+            }
+        }
+        let var = match segment {
+            Segment::Text(t) => {
+                to.extend_from_slice(t.as_bytes());
+                return true;
+            }
+            Segment::RequestHeader(at) => {
+                return put(to, text(req.headers.get(*at).and_then(Option::as_ref)));
+            }
+            Segment::ResponseHeader(at) => {
+                return put(to, text(out.response_headers.get(*at).and_then(Option::as_ref)));
+            }
+            Segment::Var(var) => var,
+        };
+        let path_and_query = || req.uri.path_and_query().map_or("/", |pq| pq.as_str()).as_bytes();
+        match var {
+            Var::RemoteAddr => render::push_ip(to, req.client),
+            Var::Peer => render::push_ip(to, crate::model::canonical_ip(out.peer.ip())),
+            Var::RemoteUser => return put(to, req.remote_user.as_deref().map(str::as_bytes)),
+            Var::TimeIso8601 => return render::push_time(to, req.time, TimeStyle::Iso8601),
+            Var::TimeLocal => return render::push_time(to, req.time, TimeStyle::Local),
+            Var::Msec => return render::push_time(to, req.time, TimeStyle::Msec),
+            Var::Request => {
+                to.extend_from_slice(req.method.as_str().as_bytes());
+                to.push(b' ');
+                to.extend_from_slice(path_and_query());
+                to.push(b' ');
+                push_version(to, req.version);
+            }
+            Var::RequestMethod => to.extend_from_slice(req.method.as_str().as_bytes()),
+            Var::RequestUri => to.extend_from_slice(path_and_query()),
+            Var::Uri => to.extend_from_slice(req.uri.path().as_bytes()),
+            Var::Args => to.extend_from_slice(req.uri.query().unwrap_or("").as_bytes()),
+            Var::ServerProtocol => push_version(to, req.version),
+            Var::Scheme => to.extend_from_slice(if out.https { b"https" } else { b"http" }),
             Var::Host => {
-                let host = text(req.host.as_ref()).map(crate::http_util::normalize_host);
-                return put(to, host.as_deref());
+                let host =
+                    req.host.as_ref().and_then(|v| v.to_str().ok()).map(crate::http_util::normalize_host);
+                return put(to, host.as_deref().map(str::as_bytes));
             }
             Var::ServerPort => return put(to, text(Some(&out.listener_port))),
-            Var::Status => write!(to, "{}", out.status.as_u16()),
-            Var::RequestTime => write!(to, "{:.3}", end.elapsed.as_secs_f64()),
-            Var::BytesSent => write!(to, "{}", end.head_bytes + end.body_bytes),
-            Var::BodyBytesSent => write!(to, "{}", end.body_bytes),
-            Var::RequestLength => write!(to, "{}", end.request_length),
-            Var::SslProtocol => return put(to, out.ssl.map(|s| s.protocol)),
-            Var::SslCipher => return put(to, out.ssl.map(|s| s.cipher)),
+            Var::Status => render::push_u64(to, u64::from(out.status.as_u16())),
+            Var::RequestTime => render::push_secs3(to, end.elapsed),
+            Var::BytesSent => render::push_u64(to, end.head_bytes + end.body_bytes),
+            Var::BodyBytesSent => render::push_u64(to, end.body_bytes),
+            Var::RequestLength => render::push_u64(to, end.request_length),
+            Var::SslProtocol => return put(to, out.ssl.map(|s| s.protocol.as_bytes())),
+            Var::SslCipher => return put(to, out.ssl.map(|s| s.cipher.as_bytes())),
             Var::RequestCompletion => {
-                return put(to, Some(if end.how == Ending::Complete { "OK" } else { "" }));
+                to.extend_from_slice(if end.how == Ending::Complete { b"OK" } else { b"" });
             }
-            Var::RequestEnd => return put(to, Some(end.how.as_str())),
-            Var::UpstreamAddr => return put(to, upstream.map(|u| u.addr.as_str())),
+            Var::RequestEnd => to.extend_from_slice(end.how.as_str().as_bytes()),
+            Var::UpstreamAddr => return put(to, upstream.map(|u| u.addr.as_bytes())),
             Var::UpstreamStatus => match upstream {
-                Some(u) => write!(to, "{}", u.status),
+                Some(u) => render::push_u64(to, u64::from(u.status)),
                 None => return false,
             },
             Var::UpstreamResponseTime => match upstream {
-                Some(u) => write!(to, "{:.3}", u.elapsed.as_secs_f64()),
+                Some(u) => render::push_secs3(to, u.elapsed),
                 None => return false,
             },
             Var::UpstreamConnectTime => match upstream {
-                Some(u) if u.earlier_connect.is_empty() => write!(to, "{:.3}", u.connect.as_secs_f64()),
-                Some(u) => write!(to, "{}, {:.3}", u.earlier_connect, u.connect.as_secs_f64()),
+                Some(u) => {
+                    if !u.earlier_connect.is_empty() {
+                        to.extend_from_slice(u.earlier_connect.as_bytes());
+                        to.extend_from_slice(b", ");
+                    }
+                    render::push_secs3(to, u.connect);
+                }
                 None => return false,
             },
             Var::RequestId => return put(to, text(Some(&out.request_id))),
-            Var::Namespace => return put(to, origin.map(|o| o.namespace.as_str())),
-            Var::IngressName => return put(to, origin.map(|o| o.name.as_str())),
-            Var::ServiceName => return put(to, backend.map(|b| b.service.as_str())),
+            Var::Namespace => return put(to, origin.map(|o| o.namespace.as_bytes())),
+            Var::IngressName => return put(to, origin.map(|o| o.name.as_bytes())),
+            Var::ServiceName => return put(to, backend.map(|b| b.service.as_bytes())),
             Var::ServicePort => match backend {
-                Some(b) => write!(to, "{}", b.port),
+                Some(b) => push_port(to, &b.port),
                 None => return false,
             },
             Var::ProxyUpstreamName => match backend {
-                Some(b) => write!(to, "{}-{}-{}", b.namespace, b.service, b.port),
+                Some(b) => {
+                    to.extend_from_slice(b.namespace.as_bytes());
+                    to.push(b'-');
+                    to.extend_from_slice(b.service.as_bytes());
+                    to.push(b'-');
+                    push_port(to, &b.port);
+                }
                 None => return false,
             },
-            Var::RequestHeader(name) => {
-                let at = self.request_headers.iter().position(|h| h == name);
-                return put(to, text(at.and_then(|i| req.headers.get(i)).and_then(Option::as_ref)));
-            }
-            Var::ResponseHeader(name) => {
-                let at = self.response_headers.iter().position(|h| h == name);
-                return put(to, text(at.and_then(|i| out.response_headers.get(i)).and_then(Option::as_ref)));
-            }
+            // Compiled into their own segments.
+            Var::RequestHeader(_) | Var::ResponseHeader(_) => return false,
             // Not in the access log's dialect: never parsed into a field.
             Var::EscapedRequestUri
             | Var::Cookie(_)
@@ -443,28 +549,40 @@ impl Format {
             | Var::Protocol
             | Var::BytesReceived
             | Var::SessionTime => return false,
-        };
-        written.is_ok()
+        }
+        true
     }
 }
 
-/// Appends `value`; false when there is none.
-fn put(to: &mut String, value: Option<&str>) -> bool {
-    match value {
-        Some(v) => {
-            to.push_str(v);
-            true
+/// Appends `version` as `{:?}` writes it.
+fn push_version(to: &mut Vec<u8>, version: Version) {
+    let text: &[u8] = match version {
+        Version::HTTP_09 => b"HTTP/0.9",
+        Version::HTTP_10 => b"HTTP/1.0",
+        Version::HTTP_11 => b"HTTP/1.1",
+        Version::HTTP_2 => b"HTTP/2.0",
+        Version::HTTP_3 => b"HTTP/3.0",
+        other => {
+            use std::io::Write as _;
+            // Writing to a `Vec` cannot fail.
+            let _ = write!(to, "{other:?}");
+            return;
         }
-        None => false,
+    };
+    to.extend_from_slice(text);
+}
+
+/// Appends a Service port as `{}` writes it.
+fn push_port(to: &mut Vec<u8>, port: &crate::model::ServicePort) {
+    match port {
+        crate::model::ServicePort::Number(n) => render::push_u64(to, u64::from(*n)),
+        crate::model::ServicePort::Name(name) => to.extend_from_slice(name.as_bytes()),
     }
 }
 
 /// Whether `s` is a JSON number (so a bare variable can be written without quotes).
 pub(crate) fn is_json_number(s: &str) -> bool {
-    let digits = s.strip_prefix('-').unwrap_or(s);
-    let (int, frac) = digits.split_once('.').map_or((digits, None), |(i, f)| (i, Some(f)));
-    let all_digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
-    all_digits(int) && (int == "0" || !int.starts_with('0')) && frac.is_none_or(all_digits)
+    render::is_json_number(s.as_bytes())
 }
 
 /// Appends `s` as a JSON string.
@@ -564,16 +682,28 @@ struct Shared {
 #[derive(Debug)]
 pub struct Writer {
     shared: Arc<Shared>,
-    queue: usize,
-    tx: OnceLock<Option<SyncSender<String>>>,
+    queue: Arc<Queue>,
+    /// Whether the writer thread runs.
+    started: OnceLock<bool>,
     dropped: Arc<AtomicU64>,
 }
 
 impl Writer {
     /// A writer to `output` queueing at most `queue` lines.
     pub fn new(output: &Output, queue: usize) -> Writer {
+        Writer::tuned(output, Tuning::new(queue))
+    }
+
+    /// A writer to `output` batching as `tuning` says.
+    pub(crate) fn tuned(output: &Output, tuning: Tuning) -> Writer {
         let shared = Arc::new(Shared { output: Mutex::new(output.clone()), generation: AtomicU64::new(0) });
-        Writer { shared, queue: queue.max(1), tx: OnceLock::new(), dropped: Arc::new(AtomicU64::new(0)) }
+        let dropped = Arc::new(AtomicU64::new(0));
+        Writer {
+            shared,
+            queue: Arc::new(Queue::new(tuning, dropped.clone())),
+            started: OnceLock::new(),
+            dropped,
+        }
     }
 
     /// Lines dropped so far: the queue was full, or the output could not be opened or written.
@@ -598,33 +728,38 @@ impl Writer {
 
     /// Queues one line; drops it (counted, logged now and then) when the writer is behind.
     pub fn write(&self, line: String) {
-        let tx = self.tx.get_or_init(|| self.start());
-        let Some(tx) = tx else {
+        self.write_bytes(line.as_bytes());
+    }
+
+    /// Queues one line (UTF-8, with its newline); drops it (counted, logged now and then) when
+    /// the writer is behind.
+    pub fn write_bytes(&self, line: &[u8]) {
+        if !*self.started.get_or_init(|| self.start()) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
-        };
-        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = tx.try_send(line) {
-            let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-            if dropped.is_power_of_two() {
-                tracing::warn!(dropped, "the access log writer is behind; lines were dropped");
+        }
+        self.queue.push(line);
+    }
+
+    fn start(&self) -> bool {
+        let shared = self.shared.clone();
+        let queue = self.queue.clone();
+        let spawned =
+            std::thread::Builder::new().name("weir-access-log".into()).spawn(move || run(&shared, &queue));
+        match spawned {
+            Ok(_) => true,
+            Err(error) => {
+                tracing::error!(%error, "cannot start the access log writer; no access log");
+                false
             }
         }
     }
+}
 
-    fn start(&self) -> Option<SyncSender<String>> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(self.queue);
-        let shared = self.shared.clone();
-        let dropped = self.dropped.clone();
-        let spawned = std::thread::Builder::new()
-            .name("weir-access-log".into())
-            .spawn(move || run(&shared, &rx, &dropped));
-        match spawned {
-            Ok(_) => Some(tx),
-            Err(error) => {
-                tracing::error!(%error, "cannot start the access log writer; no access log");
-                None
-            }
-        }
+impl Drop for Writer {
+    /// The writer thread writes what is queued, then ends.
+    fn drop(&mut self) {
+        self.queue.close();
     }
 }
 
@@ -650,12 +785,12 @@ fn open(output: &Output) -> Option<Box<dyn Write>> {
     }
 }
 
-/// The writer thread: writes what is queued, in batches, reopening the output when asked.
-fn run(shared: &Shared, rx: &Receiver<String>, dropped: &AtomicU64) {
+/// The writer thread: writes what is queued, a batch at a time, reopening the output when asked.
+fn run(shared: &Shared, queue: &Queue) {
     let mut generation = u64::MAX;
-    let mut out: Option<std::io::BufWriter<Box<dyn Write>>> = None;
+    let mut out: Option<Box<dyn Write>> = None;
     let mut failing = false;
-    while let Ok(line) = rx.recv() {
+    queue.run(&mut |batch: Option<&[u8]>| {
         let now = shared.generation.load(Ordering::Relaxed);
         if now != generation {
             generation = now;
@@ -663,33 +798,22 @@ fn run(shared: &Shared, rx: &Receiver<String>, dropped: &AtomicU64) {
                 let _ = old.flush();
             }
             let output = shared.output.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
-            out = open(&output).map(std::io::BufWriter::new);
+            out = open(&output);
         }
-        let mut batch = 1u64;
-        let Some(sink) = out.as_mut() else {
-            while rx.try_recv().is_ok() {
-                batch += 1;
+        let Some(batch) = batch else { return Ok(()) };
+        // No output: the batch is dropped (its opening was logged).
+        let sink = out.as_mut().ok_or_else(|| std::io::Error::other("no output"))?;
+        let written = write_batch(sink.as_mut(), batch);
+        match &written {
+            Err(error) if !failing => {
+                tracing::error!(%error, "writing the access log failed");
+                failing = true;
             }
-            dropped.fetch_add(batch, Ordering::Relaxed);
-            continue;
-        };
-        let mut result = sink.write_all(line.as_bytes());
-        while let Ok(more) = rx.try_recv() {
-            batch += 1;
-            result = result.and_then(|()| sink.write_all(more.as_bytes()));
-        }
-        result = result.and_then(|()| sink.flush());
-        match result {
-            Err(error) => {
-                dropped.fetch_add(batch, Ordering::Relaxed);
-                if !failing {
-                    tracing::error!(%error, "writing the access log failed");
-                    failing = true;
-                }
-            }
+            Err(_) => {}
             Ok(()) => failing = false,
         }
-    }
+        written
+    });
 }
 
 #[cfg(test)]
@@ -708,6 +832,20 @@ mod tests {
             body_bytes: 1000,
             request_length: 80,
             how,
+        }
+    }
+
+    /// An upstream of `ns/web:80` (Ingress `ns/ing`) tried second, after an endpoint it could not
+    /// connect to.
+    fn sample_upstream(addr: &str, status: u16) -> Upstream {
+        Upstream {
+            addr: addr.into(),
+            status,
+            elapsed: Duration::from_millis(3),
+            backend: Some("ns/web:80".parse().unwrap()),
+            origin: Some(ObjectRef::new("ns", "ing")),
+            connect: Duration::from_micros(2400),
+            earlier_connect: "-".into(),
         }
     }
 
@@ -741,15 +879,7 @@ mod tests {
         let id = HeaderValue::from_static("abc");
         let mut headers = HeaderMap::new();
         headers.insert("content-type", HeaderValue::from_static("text/plain"));
-        let upstream = Upstream {
-            addr: "10.0.0.1:8080".into(),
-            status: 200,
-            elapsed: Duration::from_millis(3),
-            backend: Some("ns/web:80".parse().unwrap()),
-            origin: Some(ObjectRef::new("ns", "ing")),
-            connect: Duration::from_micros(2400),
-            earlier_connect: "-".into(),
-        };
+        let upstream = sample_upstream("10.0.0.1:8080", 200);
         let out = |upstream: Option<Upstream>, ssl| Outcome {
             peer: "127.0.0.1:5000".parse().unwrap(),
             https: false,
@@ -793,6 +923,106 @@ mod tests {
         assert!(v["connect"].is_null());
         assert_eq!((v["ok"].as_str(), v["end"].as_str()), (Some(""), Some("client_gone")));
         assert_eq!(v["tls"], "/");
+    }
+
+    #[test]
+    fn every_variable_is_written_byte_for_byte_as_before() {
+        // The expected text is what the `fmt`-based renderer wrote (weir before e6fa9ad's
+        // successor): the byte renderer must not change one byte of it.
+        let format = Arc::new(Format::new(&[
+            field("t", "$time_local", false),
+            field("ms", "$msec", true),
+            field("k\"ey", "a $ b $request", false),
+            field("ua", "$http_user_agent", false),
+            field("ct", "$sent_http_content_type", false),
+            field("rt", "$request_time", true),
+            field("urt", "$upstream_response_time", true),
+            field("conn", "$upstream_connect_time", true),
+            field("pun", "$proxy_upstream_name", false),
+            field("sp", "$service_port", true),
+            field("port", "$server_port", true),
+            field("peer", "$realip_remote_addr", false),
+            field("client", "$remote_addr", false),
+            field("host", "$host", false),
+            field("proto", "$server_protocol $scheme", false),
+            field("bytes", "$bytes_sent/$body_bytes_sent", true),
+            field("len", "$request_length", true),
+            field("ustatus", "$upstream_status", true),
+            field("iso", "${time_iso8601}Z", false),
+            field("args", "$args|$uri|$request_uri|$request_method", false),
+            field("ssl", "$ssl_protocol $ssl_cipher", false),
+            field("done", "$request_completion$request_end", false),
+            field("ns", "$namespace/$ingress_name/$service_name", false),
+            field("rid", "$req_id", false),
+            field("user", "$remote_user", false),
+            field("upaddr", "$upstream_addr", false),
+            field("nl", "line\nbreak\u{1}$status", false),
+            field("st", "$status", true),
+        ]));
+        let req = http::Request::get("http://A.Test:8080/x?y=1&z=%22")
+            .version(Version::HTTP_2)
+            .header("user-agent", "q\"b\\s\tt")
+            .header("authorization", "Basic YWxpY2U6c2VjcmV0")
+            .body(())
+            .unwrap();
+        let port = HeaderValue::from_static("8443");
+        let id = HeaderValue::from_static("abc");
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", HeaderValue::from_static("text/plain"));
+        let upstream = sample_upstream("10.0.0.1:8080, 10.0.0.2:8080", 502);
+        let out = |upstream: Option<Upstream>, ssl| Outcome {
+            peer: "[::ffff:127.0.0.1]:5000".parse().unwrap(),
+            https: true,
+            ssl,
+            listener_port: &port,
+            request_id: &id,
+            status: StatusCode::OK,
+            response_headers: &headers,
+            upstream,
+        };
+        let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        let mut captured = format.capture(&req, "2001:db8::1".parse().unwrap()).unwrap();
+        captured.time = at;
+        let ssl = Ssl { protocol: "TLSv1.3", cipher: "TLS_AES_128_GCM_SHA256" };
+        let entry = format.entry(captured, out(Some(upstream), Some(ssl)));
+        let expected = concat!(
+            r#"{"t":"14/Nov/2023:22:13:20 +0000","ms":1700000000.123,"k\"ey":"a $ b GET /x?y=1&z=%22 HTTP/2.0","#,
+            r#""ua":"q\"b\\s\tt","ct":"text/plain","rt":1.500,"urt":0.003,"conn":"-, 0.002","#,
+            r#""pun":"ns-web-80","sp":80,"port":8443,"peer":"127.0.0.1","client":"2001:db8::1","host":"a.test","#,
+            r#""proto":"HTTP/2.0 https","bytes":"1100/1000","len":80,"ustatus":502,"#,
+            r#""iso":"2023-11-14T22:13:20+00:00Z","args":"y=1&z=%22|/x|/x?y=1&z=%22|GET","#,
+            r#""ssl":"TLSv1.3 TLS_AES_128_GCM_SHA256","done":"OKcomplete","ns":"ns/ing/web","rid":"abc","#,
+            r#""user":"alice","upaddr":"10.0.0.1:8080, 10.0.0.2:8080","nl":"line\nbreak\u0001200","st":200}"#,
+            "\n"
+        );
+        assert_eq!(entry.line(&end(Ending::Complete)), expected);
+        // No upstream, no TLS, the client gone: empty strings, bare fields null.
+        let mut captured = format.capture(&req, "192.0.2.1".parse().unwrap()).unwrap();
+        captured.time = at;
+        let entry = format.entry(captured, out(None, None));
+        let expected = concat!(
+            r#"{"t":"14/Nov/2023:22:13:20 +0000","ms":1700000000.123,"k\"ey":"a $ b GET /x?y=1&z=%22 HTTP/2.0","#,
+            r#""ua":"q\"b\\s\tt","ct":"text/plain","rt":1.500,"urt":null,"conn":null,"#,
+            r#""pun":"","sp":null,"port":8443,"peer":"127.0.0.1","client":"192.0.2.1","host":"a.test","#,
+            r#""proto":"HTTP/2.0 https","bytes":"1100/1000","len":80,"ustatus":null,"#,
+            r#""iso":"2023-11-14T22:13:20+00:00Z","args":"y=1&z=%22|/x|/x?y=1&z=%22|GET","#,
+            r#""ssl":" ","done":"client_gone","ns":"//","rid":"abc","#,
+            r#""user":"alice","upaddr":"","nl":"line\nbreak\u0001200","st":200}"#,
+            "\n"
+        );
+        assert_eq!(entry.line(&end(Ending::ClientGone)), expected);
+        // What goes to the writer is the same line.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        let writer = Writer::new(&Output::File(path.clone()), 8);
+        entry.write(&end(Ending::ClientGone), &writer);
+        for _ in 0..3000 {
+            if std::fs::read_to_string(&path).unwrap_or_default() == expected {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), expected);
     }
 
     #[test]

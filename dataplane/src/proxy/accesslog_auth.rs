@@ -70,5 +70,5 @@ pub(super) fn write<B>(state: &Compiled, format: &Arc<Format>, of: For<'_, B>, a
         request_length: 0,
         how: Ending::AuthSubrequest,
     };
-    state.log.write(entry.line(&end));
+    entry.write(&end, &state.log);
 }

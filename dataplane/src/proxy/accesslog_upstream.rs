@@ -4,6 +4,7 @@
 //! fresh connections: `0.000` for a reused (keep-alive) connection, as nginx logs it, and `-`
 //! where no connection was made.
 
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use http::Response;
@@ -11,6 +12,7 @@ use http::Response;
 use super::ProxyConfig;
 use super::upstream::EndpointState;
 use super::upstream::client::ConnectTime;
+use crate::state::balance::EndpointKey;
 
 /// The time to connect of the connection `resp` came on; zero when it was reused.
 pub(super) fn connect_time<B>(resp: &Response<B>) -> Duration {
@@ -50,9 +52,24 @@ impl Tried {
     /// `$upstream_addr` once `last` answered, and the connect times of the endpoints before it.
     pub(super) fn finish(self, last: &EndpointState) -> (String, String) {
         match self.0 {
-            None => (last.key().to_string(), String::new()),
+            None => (addr(last.key()), String::new()),
             Some(earlier) => (format!("{}, {}", earlier.addrs, last.key()), earlier.connect),
         }
+    }
+}
+
+/// `key` as `{}` writes it (an IPv4 address and port without `fmt`).
+fn addr(key: &EndpointKey) -> String {
+    match key {
+        EndpointKey::Addr(SocketAddr::V4(v4)) => {
+            let mut text = Vec::with_capacity(21);
+            super::accesslog_render::push_ip(&mut text, IpAddr::V4(*v4.ip()));
+            text.push(b':');
+            super::accesslog_render::push_u64(&mut text, u64::from(v4.port()));
+            // Digits, dots and a colon.
+            String::from_utf8(text).unwrap_or_else(|_| key.to_string())
+        }
+        other => other.to_string(),
     }
 }
 
@@ -83,6 +100,20 @@ mod tests {
         values.push_str(", ");
         push(&mut values, Some(connect_time(&resp)));
         assert_eq!(values, "-, 0.012");
+    }
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        let keys = [
+            EndpointKey::Addr("10.0.0.1:8080".parse().unwrap()),
+            EndpointKey::Addr("255.255.255.255:65535".parse().unwrap()),
+            EndpointKey::Addr("0.0.0.0:0".parse().unwrap()),
+            EndpointKey::Addr("[2001:db8::1]:443".parse().unwrap()),
+            EndpointKey::Dns { host: "svc.example".into(), port: 80 },
+        ];
+        for key in keys {
+            assert_eq!(addr(&key), key.to_string());
+        }
     }
 
     #[test]

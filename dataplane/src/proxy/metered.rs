@@ -219,7 +219,7 @@ impl Pending {
                 request_length: self.record.request_bytes,
                 how,
             };
-            self.state.log.write(entry.line(&end));
+            entry.write(&end, &self.state.log);
         }
     }
 }

@@ -42,6 +42,8 @@ use crate::tls::{CertCache, CertIndex};
 
 pub mod accesslog;
 mod accesslog_auth;
+mod accesslog_batch;
+mod accesslog_render;
 mod accesslog_upstream;
 pub mod blocklist;
 mod client_limits;
