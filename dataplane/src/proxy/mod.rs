@@ -252,7 +252,8 @@ impl Default for ProxyConfig {
             access_log_queue: accesslog::QUEUE,
             client_limits: crate::model::ClientLimits::default(),
             http1_server: Http1Server::Hyper,
-            http1_park_after: Some(park::GRACE),
+            // Busy keep-alive connections (a request a second or more) are not moved.
+            http1_park_after: Some(Duration::from_secs(1)),
         }
     }
 }

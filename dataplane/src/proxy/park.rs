@@ -49,9 +49,6 @@ use super::h1_idle::{self, Park, Served};
 use super::limits::{ConnGuard, SendTimeout};
 use crate::metrics::{Listener, OpenConn};
 
-/// The default grace before an idle connection is parked.
-pub(super) const GRACE: Duration = Duration::from_secs(1);
-
 /// Events read from the epoll set per `epoll_wait`.
 const EVENTS: usize = 256;
 
