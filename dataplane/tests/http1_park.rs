@@ -84,6 +84,14 @@ async fn closed_by_server(conn: &mut TcpStream) {
     assert!(matches!(read, Ok(0) | Err(_)), "bytes instead of a close: {read:?}");
 }
 
+/// A new connection with `path` answered on it, left open.
+async fn served(p: &TestProxy, path: &str) -> TcpStream {
+    let mut conn = TcpStream::connect(p.addr).await.unwrap();
+    conn.write_all(&get(path)).await.unwrap();
+    answered(&mut conn, &mut Vec::new(), path).await;
+    conn
+}
+
 fn open_plain(p: &TestProxy) -> u64 {
     p.proxy.metrics().collect().conns.open[0]
 }
@@ -173,12 +181,7 @@ async fn parked_connections_are_closed_at_once_on_drain() {
     let mut p = started(ProxyConfig { drain_timeout: Duration::from_secs(600), ..config() }).await;
     let mut conns = Vec::new();
     for i in 0..3 {
-        let mut conn = TcpStream::connect(p.addr).await.unwrap();
-        let mut buffered = Vec::new();
-        let path = format!("/{i}");
-        conn.write_all(&get(&path)).await.unwrap();
-        answered(&mut conn, &mut buffered, &path).await;
-        conns.push(conn);
+        conns.push(served(&p, &format!("/{i}")).await);
     }
     until("all three parked", || p.proxy.parked_connections() == 3).await;
     p.shutdown();
@@ -197,12 +200,7 @@ async fn parked_connections_count_under_max_connections() {
     let p = started(config).await;
     let mut parked = Vec::new();
     for i in 0..2 {
-        let mut conn = TcpStream::connect(p.addr).await.unwrap();
-        let mut buffered = Vec::new();
-        let path = format!("/{i}");
-        conn.write_all(&get(&path)).await.unwrap();
-        answered(&mut conn, &mut buffered, &path).await;
-        parked.push(conn);
+        parked.push(served(&p, &format!("/{i}")).await);
     }
     until("both parked", || p.proxy.parked_connections() == 2).await;
     assert_eq!(open_plain(&p), 2, "the gauge counts parked connections");
