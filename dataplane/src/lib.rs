@@ -16,7 +16,8 @@
 //!                     admits connections under the proxy's limits and reads PROXY headers
 //! 6  proxy            the request pipeline: server, forward, extauth, mirror (the copies),
 //!                     accesslog, error, settings, deadline, proxy_protocol, upgrade
-//!                     h1_idle (--http1-server weir), h2_stall (flow-control stalls)
+//!                     h1_idle (--http1-server weir), park (idle keep-alive connections
+//!                     held by no task), h2_stall (flow-control stalls)
 //! 5  proxy::upstream  clients, our HTTP/1.1 codec and its idle pool, the request body sent
 //!                     upstream (and the mirror tee), what they share about a connection
 //! 4  proxy::headers   the proxy's own ground: hop-by-hop headers, X-Request-ID, forwarded

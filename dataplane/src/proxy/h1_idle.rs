@@ -73,21 +73,44 @@ impl Activity {
     }
 }
 
+/// When an idle connection is handed back to be parked (`park`).
+pub(super) struct Park {
+    /// How long the connection must have been idle.
+    pub(super) grace: Duration,
+    /// Set on a connection resumed from parking: its keep-alive deadline (it is past its first
+    /// request: no sniff, no head timeout).
+    pub(super) resumed: Option<tokio::time::Instant>,
+}
+
+/// How [`serve`] ended.
+pub(super) enum Served<S> {
+    /// The connection is over (closed by either side, failed, or drained).
+    Closed,
+    /// Idle for [`Park::grace`], nothing read of a next request: the socket, and when the
+    /// keep-alive timeout closes it.
+    Idle { io: S, deadline: tokio::time::Instant },
+}
+
 /// Serves HTTP/1 (or, sniffed, h2c prior knowledge) on `io` until the client or the server
-/// ends it; `drain` turns true when the listener drains. `watcher` is held to be counted by the
-/// listener's drain.
+/// ends it, or (with `park`) until it has been idle for the grace; `drain` turns true when the
+/// listener drains. `watcher` is held to be counted by the listener's drain (a resumed
+/// connection has none: its parking holds one for it).
 pub(super) async fn serve<S>(
     builder: Arc<HttpBuilder>,
     mut io: S,
     ctx: Arc<ConnCtx>,
-    watcher: Watcher,
+    watcher: Option<Watcher>,
     mut drain: tokio::sync::watch::Receiver<bool>,
-) where
+    park: Option<Park>,
+) -> Served<S>
+where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let peer = ctx.peer;
     let mut ahead = Bytes::new();
-    let mut first = true;
+    let mut resumed = park.as_ref().and_then(|p| p.resumed);
+    let mut first = resumed.is_none();
+    let grace = park.map(|p| p.grace);
     loop {
         // The live table's settings, read once per busy period (not cloned: a guard, dropped).
         let (idle_timeout, keep_alive, head_timeout, max_head) = {
@@ -100,15 +123,22 @@ pub(super) async fn serve<S>(
             // Idle: no buffer, no hyper state; the next request's first byte, or the end.
             let mut byte = [0u8; 1];
             let wait = if first { head_timeout } else { idle_timeout };
+            let deadline = resumed.take().unwrap_or_else(|| tokio::time::Instant::now() + wait);
+            // Parked after the grace: not before the first request (its sniff), not past the
+            // deadline.
+            let grace = grace.filter(|_| !first);
             let read = tokio::select! {
                 read = io.read(&mut byte) => read,
-                () = tokio::time::sleep(wait) => return,
-                _ = drain.wait_for(|d| *d) => return,
+                () = tokio::time::sleep_until(deadline) => return Served::Closed,
+                () = tokio::time::sleep(grace.unwrap_or_default()), if grace.is_some() => {
+                    return Served::Idle { io, deadline };
+                }
+                _ = drain.wait_for(|d| *d) => return Served::Closed,
             };
             match read {
                 Ok(1) => ahead = Bytes::copy_from_slice(&byte),
-                Ok(_) => return,
-                Err(error) => return tracing::debug!(%peer, %error, "connection error"),
+                Ok(_) => return Served::Closed,
+                Err(error) => return closed(peer, &error),
             }
         }
         if first {
@@ -116,12 +146,14 @@ pub(super) async fn serve<S>(
             let (h2, read) = match tokio::time::timeout(head_timeout, sniff_h2(&mut io, ahead.clone())).await
             {
                 Ok(Ok(sniffed)) => sniffed,
-                Ok(Err(error)) => return tracing::debug!(%peer, %error, "connection error"),
-                Err(_) => return,
+                Ok(Err(error)) => return closed(peer, &error),
+                Err(_) => return Served::Closed,
             };
             ahead = read;
-            if h2 {
-                return serve_h2c(builder, Rewound::new(ahead, io, Arc::default()), ctx, watcher).await;
+            // A first request has its listener's watcher (only resumed connections have none).
+            if h2 && let Some(watcher) = watcher {
+                serve_h2c(builder, Rewound::new(ahead, io, Arc::default()), ctx, watcher).await;
+                return Served::Closed;
             }
         }
 
@@ -163,12 +195,12 @@ pub(super) async fn serve<S>(
         })
         .await;
         match ended {
-            Some(Ok(())) => return,
-            Some(Err(error)) => return tracing::debug!(%peer, %error, "connection error"),
+            Some(Ok(())) => return Served::Closed,
+            Some(Err(error)) => return closed(peer, &error),
             None => {}
         }
         // Idle: take the socket back (with what hyper read ahead) and free the rest.
-        let Some(parts) = conn.into_parts() else { return };
+        let Some(parts) = conn.into_parts() else { return Served::Closed };
         let Rewound { ahead: unread, io: inner, .. } = parts.io.into_inner();
         io = inner;
         // Copied, not kept: a slice of hyper's read buffer (even an empty one) would keep the
@@ -178,6 +210,12 @@ pub(super) async fn serve<S>(
             _ => [&unread[..], &parts.read_buf[..]].concat().into(),
         };
     }
+}
+
+/// A connection that failed, logged.
+fn closed<S>(peer: std::net::SocketAddr, error: &dyn std::fmt::Display) -> Served<S> {
+    tracing::debug!(%peer, %error, "connection error");
+    Served::Closed
 }
 
 /// The idle wait (keep-alive timeout) and whether keep-alive is on, as `http_builder` sets them.

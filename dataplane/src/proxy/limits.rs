@@ -317,6 +317,11 @@ impl<S> SendTimeout<S> {
         SendTimeout { io, timeout, stall: Stall::default() }
     }
 
+    /// The connection, without its send timeout.
+    pub(crate) fn into_inner(self) -> S {
+        self.io
+    }
+
     /// Called with the result of a write-side poll: progress ends the wait; `Pending` starts
     /// one (or continues it) and fails once it has lasted `timeout`.
     fn track<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {

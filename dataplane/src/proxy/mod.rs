@@ -59,6 +59,7 @@ mod http1_server;
 pub mod limits;
 mod metered;
 pub(crate) mod mirror;
+mod park;
 pub mod proxy_protocol;
 mod server;
 mod settings;
@@ -200,6 +201,9 @@ pub struct ProxyConfig {
     /// Which HTTP/1 server drives client connections (`--http1-server`): hyper's, or weir's,
     /// which holds no buffer while a connection is idle; set when the proxy is made.
     pub http1_server: Http1Server,
+    /// An idle keep-alive connection of the plain listener is parked after this long, holding
+    /// no task (`--http1-server weir`, `park`); `None`: never.
+    pub http1_park_after: Option<Duration>,
 }
 
 impl Default for ProxyConfig {
@@ -250,6 +254,8 @@ impl Default for ProxyConfig {
             access_log_queue: accesslog::QUEUE,
             client_limits: crate::model::ClientLimits::default(),
             http1_server: Http1Server::Hyper,
+            // Busy keep-alive connections (a request a second or more) are not moved.
+            http1_park_after: Some(Duration::from_secs(1)),
         }
     }
 }
@@ -334,6 +340,8 @@ struct Inner {
     stapler: crate::tls::ocsp::Stapler,
     /// The span exporter and its counters, kept across publishes.
     tracer: crate::trace::Tracer,
+    /// Idle connections parked now, over every plain listener (`park`).
+    parked: std::sync::atomic::AtomicUsize,
 }
 
 /// The `ssl-protocols` and `ssl-ciphers` (TLS 1.2 suites) a server TLS config offers, and its
@@ -532,6 +540,7 @@ impl Proxy {
                 tickets: Arc::new(crate::tls::tickets::Tickets::new()),
                 stapler: crate::tls::ocsp::Stapler::default(),
                 tracer: crate::trace::Tracer::default(),
+                parked: Default::default(),
             }),
         }
     }
@@ -689,6 +698,11 @@ impl Proxy {
     /// The access log's writer: its dropped lines, and reopening its file (`SIGUSR1`).
     pub fn access_log(&self) -> &accesslog::Writer {
         &self.inner.access_log
+    }
+
+    /// Idle keep-alive connections parked now, held by no task (`--http1-server weir`).
+    pub fn parked_connections(&self) -> usize {
+        self.inner.parked.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Spans exported and dropped so far (OpenTelemetry tracing).

@@ -31,6 +31,7 @@ use tokio_rustls::TlsAcceptor;
 use super::deadline::ConnTimer;
 use super::forward::ConnCtx;
 use super::limits::{AcceptBackoff, ConnGuard, Refusal, SendTimeout};
+use super::park::Parking;
 use super::proxy_protocol;
 use super::{HttpBuilder, Proxy};
 use crate::state::balance::EndpointKey;
@@ -57,6 +58,8 @@ struct Conn {
     admission: ConnGuard,
     /// Turns true when the listener drains (read by the `--http1-server weir` driver).
     drain: tokio::sync::watch::Receiver<bool>,
+    /// Where the plain listener parks idle keep-alive connections (`--http1-server weir`).
+    parking: Option<Arc<Parking>>,
 }
 
 // === impl Conn ===
@@ -131,6 +134,9 @@ impl Conn {
             Err(_) => return self.failures.log(self.peer, "PROXY protocol header timed out"),
         };
         let ctx = self.ctx(client, false, None);
+        if let Some(parking) = self.parking {
+            return parking.serve(self.builder, stream, ctx, self.watcher, self.admission).await;
+        }
         let send_timeout = self.proxy.inner.state.load().config.client_send_timeout;
         let stream = SendTimeout::new(stream, send_timeout);
         serve_http(self.builder, stream, ctx, self.watcher, false, self.drain).await;
@@ -227,6 +233,12 @@ impl Proxy {
         let mut shutdown = std::pin::pin!(shutdown);
         let limits = self.inner.conns.clone();
         let mut backoff = AcceptBackoff::default();
+        let parking = match (&tls, self.inner.config.http1_server, self.inner.config.http1_park_after) {
+            (None, super::Http1Server::Weir, Some(grace)) => {
+                Parking::start(self, grace, listener_port.clone(), draining.clone(), graceful.watcher())
+            }
+            _ => None,
+        };
         loop {
             let (stream, peer) = tokio::select! {
                 () = &mut shutdown => break,
@@ -277,6 +289,7 @@ impl Proxy {
                 failures: failures.clone(),
                 admission,
                 drain: draining.clone(),
+                parking: parking.clone(),
             };
             let Some(tls) = &tls else {
                 tokio::spawn(conn.serve_plain(stream));
@@ -290,6 +303,8 @@ impl Proxy {
         }
 
         drop(listener);
+        // The parking task holds its own (ends on the drain, closing what it parked).
+        drop(parking);
         drain.send_replace(true);
         let open = graceful.count();
         tracing::info!(%local, open, "draining");
@@ -345,7 +360,8 @@ async fn serve_http<S>(
     // The connection futures are boxed: the task's own size is that of its largest state, and
     // `--http1-server weir` keeps only a small one while a connection is idle.
     if !h2 && ctx.proxy.inner.config.http1_server == super::Http1Server::Weir {
-        return super::h1_idle::serve(builder, stream, ctx, watcher, drain).await;
+        super::h1_idle::serve(builder, stream, ctx, Some(watcher), drain, None).await;
+        return;
     }
     let io = TokioIo::new(stream);
     let served = if h2 {
