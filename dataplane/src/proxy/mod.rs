@@ -198,6 +198,11 @@ pub struct ProxyConfig {
     /// Which HTTP/1 server drives client connections (`--http1-server`): hyper's, or weir's,
     /// which holds no buffer while a connection is idle; set when the proxy is made.
     pub http1_server: Http1Server,
+    /// With weir's HTTP/1 server: how long a connection stays idle in its hyper connection
+    /// before that is taken apart. A client sending its next request sooner (a page's
+    /// resources, a load generator, a busy API client) keeps one hyper connection: taking it
+    /// apart and building the next costs ~11,000 instructions per request (bench/RESULTS.md).
+    pub http1_idle_grace: Duration,
 }
 
 impl Default for ProxyConfig {
@@ -248,6 +253,7 @@ impl Default for ProxyConfig {
             access_log_queue: accesslog::QUEUE,
             client_limits: crate::model::ClientLimits::default(),
             http1_server: Http1Server::Hyper,
+            http1_idle_grace: h1_idle::GRACE,
         }
     }
 }
