@@ -363,14 +363,23 @@ impl Publisher {
     }
 }
 
-/// Reads the manifest directory, plans, and publishes each new ruleset.
+/// How long a manifest file truncated and still open for writing may keep a scan waiting: an
+/// empty read is a valid manifest without Services, which would remove every rule until the
+/// writer's next write.
+const WRITE_WAIT: Duration = Duration::from_secs(5);
+
+/// Reads the manifest directory, plans, and publishes each new ruleset. A burst of
+/// notifications is read once it settles ([`files::settle`]): files written in place are read
+/// once closed, not half-written.
 async fn watch_manifests(dir: PathBuf, mut publisher: Publisher) -> anyhow::Result<()> {
     let mut source = ManifestDir::new(&dir);
     let (wake_tx, mut wake) = mpsc::channel(1);
-    let _guard = files::watch(&dir, wake_tx, Duration::from_secs(2))?;
-    let mut force = true;
+    let (_guard, seen) = files::watch_paths(&dir, wake_tx, Duration::from_secs(2))?;
+    let mut everything = true;
+    let mut paths = std::collections::BTreeSet::new();
     loop {
-        let scan = source.rescan(force).with_context(|| format!("reading {}", dir.display()))?;
+        let scan = if everything { source.rescan(true) } else { source.rescan_paths(&paths) };
+        let scan = scan.with_context(|| format!("reading {}", dir.display()))?;
         // Pools are not objects of the snapshot: re-read at every change of the directory.
         let pools_changed = publisher.lb.as_mut().is_some_and(|lb| lb.reload());
         if scan.changed || pools_changed || !publisher.published() {
@@ -380,10 +389,13 @@ async fn watch_manifests(dir: PathBuf, mut publisher: Publisher) -> anyhow::Resu
             }
             publisher.publish(&snapshot);
         }
-        match wake.recv().await {
-            Some(f) => force = f,
-            None => return Ok(()),
+        if wake.recv().await.is_none() {
+            return Ok(());
         }
+        // Also after a poll: a file may be open for writing, truncated.
+        files::settle(&seen, &mut wake, WRITE_WAIT).await;
+        let taken = std::mem::take(&mut *seen.lock().unwrap_or_else(|p| p.into_inner()));
+        (everything, paths) = (taken.everything, taken.paths);
     }
 }
 

@@ -562,9 +562,6 @@ struct Waited {
     scan: Duration,
 }
 
-/// After the last notification of a burst of complete writes, how long to wait for another.
-const QUIET: Duration = Duration::from_millis(10);
-
 async fn watch_loop(
     mut dir: ManifestDir,
     mut watcher: Watcher,
@@ -592,7 +589,7 @@ async fn watch_loop(
         };
         let mut waited = Waited::default();
         if notified {
-            waited.debounce = settle(&mut watcher, debounce).await;
+            waited.debounce = files::settle(&watcher.seen, &mut watcher.changes, debounce).await;
         }
         let seen = std::mem::take(&mut *watcher.seen.lock().unwrap_or_else(|p| p.into_inner()));
         let started = std::time::Instant::now();
@@ -607,28 +604,6 @@ async fn watch_loop(
             Err(error) => {
                 tracing::warn!(%error, "rescanning the manifest directory failed; keeping the current table")
             }
-        }
-    }
-}
-
-/// Waits for a burst of notifications to end: [`QUIET`] after the last one while every file
-/// they name is complete (closed after writing, or renamed into place: an isolated change is
-/// read at once), else `debounce` after the first (editors write in bursts: truncate, write,
-/// rename). Returns how long it waited.
-async fn settle(watcher: &mut Watcher, debounce: Duration) -> Duration {
-    let first = tokio::time::Instant::now();
-    let latest = first + debounce;
-    loop {
-        let complete = {
-            let seen = watcher.seen.lock().unwrap_or_else(|p| p.into_inner());
-            !seen.everything && seen.writing.is_empty()
-        };
-        let until = if complete { (tokio::time::Instant::now() + QUIET).min(latest) } else { latest };
-        tokio::select! {
-            _ = tokio::time::sleep_until(until) => return first.elapsed(),
-            more = watcher.changes.recv() => if more.is_none() {
-                return first.elapsed();
-            },
         }
     }
 }

@@ -295,6 +295,21 @@ fn userspace_mode_end_to_end() {
     })
     .unwrap_or_else(|e| panic!("change never applied: {e}\nlog:\n{}", read(&log)));
 
+    // A file written in place is read once it is closed, not while it is truncated and still
+    // open for writing: that empty read is a manifest without Services, and every redirect and
+    // proxy port would go until the next write.
+    {
+        use std::io::Write as _;
+        let path = dir.path().join("manifests/svc.yaml");
+        let content = std::fs::read(&path).unwrap();
+        let mut file = std::fs::OpenOptions::new().write(true).truncate(true).open(&path).unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        let t = bed.client("10.96.0.10:80", 5, "tcp").unwrap();
+        file.write_all(&content).unwrap();
+        drop(file);
+        assert_eq!(count(&t, "pod1"), 5, "a truncated file still open was read: {t:?}\nlog:\n{}", read(&log));
+    }
+
     // A jump deleted behind weir's back is restored by the periodic resync, once: there is one
     // jump before (no duplicate that would keep traffic redirected) and one after.
     let jumps = || {

@@ -4,7 +4,7 @@
 //! after an idle wait, pipelined and split heads, `Expect: 100-continue`, chunked bodies with
 //! trailers, HTTP/1.0, a WebSocket after a plain request, h2c prior knowledge, the keep-alive
 //! timeout and the listener's drain. (The whole suite also runs on it with
-//! `WEIR_HTTP1_SERVER=weir`.)
+//! `WEIR_HTTP1_SERVER=weir`, as `scripts/test.sh` does for the dataplane's tests.)
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -21,7 +21,9 @@ use weir_dataplane::proxy::{Http1Server, ProxyConfig};
 
 async fn weir_proxy() -> (TestProxy, Echo) {
     let e = echo("e").await;
-    let config = ProxyConfig { http1_server: Http1Server::Weir, ..test_config() };
+    // No grace: every idle moment takes the hyper connection apart, as the tests want to cross.
+    let config =
+        ProxyConfig { http1_server: Http1Server::Weir, http1_idle_grace: Duration::ZERO, ..test_config() };
     let p = proxy_with(config, table().host("a.test").prefix("/", &to(&e)).build()).await;
     (p, e)
 }

@@ -469,6 +469,32 @@ pub fn watch_paths(root: &Path, tx: mpsc::Sender<bool>, poll: Duration) -> Resul
     Ok((guard, seen))
 }
 
+/// After the last notification of a burst of complete writes, how long to wait for another.
+const QUIET: Duration = Duration::from_millis(10);
+
+/// Waits for a burst of notifications (on `changes`, from [`watch_paths`]) to end: [`QUIET`]
+/// after the last one while every file they name is complete (closed after writing, or renamed
+/// into place: an isolated change is read at once), else `longest` after the first (editors
+/// write in bursts: truncate, write, rename; a file truncated and still open for writing is
+/// not read as the empty manifest it briefly is). Returns how long it waited.
+pub async fn settle(seen: &SeenCell, changes: &mut mpsc::Receiver<bool>, longest: Duration) -> Duration {
+    let first = tokio::time::Instant::now();
+    let latest = first + longest;
+    loop {
+        let complete = {
+            let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+            !seen.everything && seen.writing.is_empty()
+        };
+        let until = if complete { (tokio::time::Instant::now() + QUIET).min(latest) } else { latest };
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => return first.elapsed(),
+            more = changes.recv() => if more.is_none() {
+                return first.elapsed();
+            },
+        }
+    }
+}
+
 fn start_watch(
     root: &Path,
     tx: mpsc::Sender<bool>,

@@ -204,6 +204,11 @@ pub struct ProxyConfig {
     /// An idle keep-alive connection of the plain listener is parked after this long, holding
     /// no task (`--http1-server weir`, `park`); `None`: never.
     pub http1_park_after: Option<Duration>,
+    /// With weir's HTTP/1 server: how long a connection stays idle in its hyper connection
+    /// before that is taken apart. A client sending its next request sooner (a page's
+    /// resources, a load generator, a busy API client) keeps one hyper connection: taking it
+    /// apart and building the next costs ~11,000 instructions per request (bench/RESULTS.md).
+    pub http1_idle_grace: Duration,
 }
 
 impl Default for ProxyConfig {
@@ -256,6 +261,7 @@ impl Default for ProxyConfig {
             http1_server: Http1Server::Hyper,
             // Busy keep-alive connections (a request a second or more) are not moved.
             http1_park_after: Some(Duration::from_secs(1)),
+            http1_idle_grace: h1_idle::GRACE,
         }
     }
 }
