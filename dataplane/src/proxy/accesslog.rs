@@ -585,52 +585,7 @@ pub(crate) fn is_json_number(s: &str) -> bool {
     render::is_json_number(s.as_bytes())
 }
 
-/// Appends `s` as a JSON string.
-pub(crate) fn push_json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\u{:04x}", c as u32));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-/// How a time variable is written.
-#[derive(Clone, Copy)]
-pub(crate) enum TimeStyle {
-    Iso8601,
-    Local,
-    Msec,
-}
-
-/// Writes `time` (UTC) in `style`.
-pub(crate) fn write_time(to: &mut String, time: SystemTime, style: TimeStyle) -> bool {
-    use std::fmt::Write as _;
-    let Ok(since) = time.duration_since(SystemTime::UNIX_EPOCH) else { return false };
-    let secs = since.as_secs();
-    let (year, month, day) = super::syslog::civil_from_days(secs / 86_400);
-    let (h, m, s) = (secs % 86_400 / 3600, secs % 3600 / 60, secs % 60);
-    const MONTHS: [&str; 12] =
-        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    match style {
-        TimeStyle::Iso8601 => write!(to, "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}+00:00"),
-        TimeStyle::Local => {
-            let mon = MONTHS.get(month.saturating_sub(1) as usize).copied().unwrap_or("Jan");
-            write!(to, "{day:02}/{mon}/{year:04}:{h:02}:{m:02}:{s:02} +0000")
-        }
-        TimeStyle::Msec => write!(to, "{secs}.{:03}", since.subsec_millis()),
-    }
-    .is_ok()
-}
+pub(crate) use super::accesslog_render::{TimeStyle, push_json_string, write_time};
 
 // === impl Writer ===
 

@@ -2,13 +2,11 @@
 //! and JSON escaping straight into a byte buffer, without `fmt`'s machinery, and the formatted
 //! time cached per second per thread (as nginx caches its own). Each writes exactly what the
 //! `fmt` form it replaces writes (`{}` of an integer or address, `{:.3}` of
-//! `Duration::as_secs_f64`, [`super::accesslog::push_json_string`]); the tests compare them.
+//! `Duration::as_secs_f64`, [`push_json_string`]); the tests compare them.
 
 use std::cell::RefCell;
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
-
-use super::accesslog::{TimeStyle, write_time};
 
 /// Appends `n` in decimal.
 pub(crate) fn push_u64(to: &mut Vec<u8>, mut n: u64) {
@@ -186,6 +184,56 @@ pub(crate) fn push_time(to: &mut Vec<u8>, time: SystemTime, style: TimeStyle) ->
     known
 }
 
+// The reference writers (and `fmt`-based fallbacks), moved here from `accesslog` so that
+// it imports this module and not the other way round.
+
+/// Appends `s` as a JSON string.
+pub(crate) fn push_json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// How a time variable is written.
+#[derive(Clone, Copy)]
+pub(crate) enum TimeStyle {
+    Iso8601,
+    Local,
+    Msec,
+}
+
+/// Writes `time` (UTC) in `style`.
+pub(crate) fn write_time(to: &mut String, time: SystemTime, style: TimeStyle) -> bool {
+    use std::fmt::Write as _;
+    let Ok(since) = time.duration_since(SystemTime::UNIX_EPOCH) else { return false };
+    let secs = since.as_secs();
+    let (year, month, day) = super::syslog::civil_from_days(secs / 86_400);
+    let (h, m, s) = (secs % 86_400 / 3600, secs % 3600 / 60, secs % 60);
+    const MONTHS: [&str; 12] =
+        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    match style {
+        TimeStyle::Iso8601 => write!(to, "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}+00:00"),
+        TimeStyle::Local => {
+            let mon = MONTHS.get(month.saturating_sub(1) as usize).copied().unwrap_or("Jan");
+            write!(to, "{day:02}/{mon}/{year:04}:{h:02}:{m:02}:{s:02} +0000")
+        }
+        TimeStyle::Msec => write!(to, "{secs}.{:03}", since.subsec_millis()),
+    }
+    .is_ok()
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -276,7 +324,7 @@ mod tests {
         let every: String = (0u8..=0x7f).map(char::from).collect();
         for s in samples.iter().copied().chain([every.as_str()]) {
             let mut expected = String::new();
-            super::super::accesslog::push_json_string(&mut expected, s);
+            super::push_json_string(&mut expected, s);
             let written = text(|v| {
                 v.push(b'"');
                 push_escaped(v, s.as_bytes());

@@ -53,9 +53,6 @@ use super::{HttpBuilder, ProxyConfig};
 
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// [`ProxyConfig::http1_idle_grace`]'s default: a connection idle for longer is taken apart.
-pub(super) const GRACE: Duration = Duration::from_millis(500);
-
 /// What the current hyper connection is doing, as seen from its socket, timer and service.
 #[derive(Debug, Default)]
 struct Activity {

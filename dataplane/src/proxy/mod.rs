@@ -261,7 +261,8 @@ impl Default for ProxyConfig {
             http1_server: Http1Server::Hyper,
             // Busy keep-alive connections (a request a second or more) are not moved.
             http1_park_after: Some(Duration::from_secs(1)),
-            http1_idle_grace: h1_idle::GRACE,
+            // Past it, the driver takes an idle connection apart (`h1_idle`).
+            http1_idle_grace: Duration::from_millis(500),
         }
     }
 }
