@@ -217,9 +217,9 @@ pub struct ServeArgs {
     /// buffer (HAProxy's `nosplice`).
     #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
     pub l4_splice: bool,
-    /// The HTTP/1 server of client connections: hyper (its buffers kept for a connection's
-    /// life) or weir (hyper per busy period: nothing held while a connection is idle).
-    #[arg(long, default_value = "hyper", env = "WEIR_HTTP1_SERVER", value_name = "hyper|weir", value_parser = parse_http1_server)]
+    /// The HTTP/1 server of client connections: weir (hyper per busy period: nothing held
+    /// while a connection is idle), or hyper (its buffers kept for a connection's life).
+    #[arg(long, default_value = "weir", env = "WEIR_HTTP1_SERVER", value_name = "hyper|weir", value_parser = parse_http1_server)]
     pub http1_server: weir_dataplane::proxy::Http1Server,
 }
 

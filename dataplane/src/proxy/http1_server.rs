@@ -3,10 +3,10 @@
 /// Which HTTP/1 server drives client connections (`--http1-server`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Http1Server {
-    /// hyper's, one connection state for the connection's life.
-    #[default]
+    /// hyper's, one connection state for the connection's life (the fallback).
     Hyper,
-    /// hyper per busy period, nothing held while idle (`h1_idle`).
+    /// hyper per busy period, nothing held while idle (`h1_idle`): the default.
+    #[default]
     Weir,
 }
 

@@ -258,7 +258,7 @@ impl Default for ProxyConfig {
             metrics: crate::metrics::MetricsConfig::default(),
             access_log_queue: accesslog::QUEUE,
             client_limits: crate::model::ClientLimits::default(),
-            http1_server: Http1Server::Hyper,
+            http1_server: Http1Server::Weir,
             // Busy keep-alive connections (a request a second or more) are not moved.
             http1_park_after: Some(Duration::from_secs(1)),
             // Past it, the driver takes an idle connection apart (`h1_idle`).

@@ -188,8 +188,9 @@ pub fn test_config() -> ProxyConfig {
     }
 }
 
-/// The HTTP/1 server the tests run: `WEIR_HTTP1_SERVER=weir` runs the suite on weir's own
-/// (`--http1-server weir`), as the `weir` command reads the same variable.
+/// The HTTP/1 server the tests run: weir's own by default, as `weir serve`'s;
+/// `WEIR_HTTP1_SERVER=hyper` runs the suite on the fallback (`--http1-server hyper`), as the
+/// `weir` command reads the same variable.
 pub fn http1_server() -> weir_dataplane::proxy::Http1Server {
     match std::env::var("WEIR_HTTP1_SERVER") {
         Ok(name) => name.parse().unwrap(),
