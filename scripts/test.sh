@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs what the tests need, then runs the whole suite.
 #
-#   scripts/test.sh            install what is missing, then run every test (cargo test --workspace,
-#                              then the dataplane's tests again on `--http1-server hyper`)
+#   scripts/test.sh            install what is missing, then run every test (cargo test --workspace)
 #   scripts/test.sh install    install what is missing, run nothing
 #   scripts/test.sh -- ARGS    install, then cargo test --workspace ARGS (a filter, --nocapture...)
 #
@@ -180,10 +179,6 @@ case "${1:-}" in
     install_tools
     log "cargo test --workspace $*"
     cargo test --workspace "$@"
-    # The dataplane's tests once more on the fallback HTTP/1 server (`--http1-server hyper`),
-    # which has its own connection driver (about 40 s, nothing to build).
-    log "WEIR_HTTP1_SERVER=hyper cargo test -p weir-dataplane --tests $*"
-    WEIR_HTTP1_SERVER=hyper cargo test -p weir-dataplane --tests "$@"
     ;;
   *)
     sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2

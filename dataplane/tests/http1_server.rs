@@ -3,8 +3,8 @@
 //! driver takes the socket back from hyper and gives it to a new hyper connection: requests
 //! after an idle wait, pipelined and split heads, `Expect: 100-continue`, chunked bodies with
 //! trailers, HTTP/1.0, a WebSocket after a plain request, h2c prior knowledge, the keep-alive
-//! timeout and the listener's drain. (It is the default: the whole suite runs on it, and the
-//! dataplane's tests again on hyper's with `WEIR_HTTP1_SERVER=hyper`, as `scripts/test.sh` does.)
+//! timeout and the listener's drain. (It is the default: the whole suite runs on it; the
+//! dataplane's tests run on hyper's with `WEIR_HTTP1_SERVER=hyper`.)
 #![allow(clippy::unwrap_used)]
 
 mod support;
