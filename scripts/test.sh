@@ -5,6 +5,9 @@
 #   scripts/test.sh install    install what is missing, run nothing
 #   scripts/test.sh -- ARGS    install, then cargo test --workspace ARGS (a filter, --nocapture...)
 #
+# After the workspace, the dataplane's tests run once more on the fallback HTTP/1 server
+# (WEIR_HTTP1_SERVER=hyper), from the executables already built.
+#
 # What it installs, as root on Debian (apt-get; without root it only says what is missing, and
 # the tests that need it skip with the reason, or fail under WEIR_REQUIRE_ALL=1):
 # - clients the TLS and proxy tests drive: curl, openssl, h2load (nghttp2-client), a C compiler,
@@ -170,6 +173,49 @@ install_tools() {
   fi
 }
 
+# The dataplane's tests once more on the fallback HTTP/1 server (`--http1-server hyper`; the
+# tests' support module and the `weir` command read WEIR_HTTP1_SERVER). The executables are the
+# ones `cargo test --workspace` just built: `cargo test -p weir-dataplane` would resolve features
+# apart from the workspace and rebuild every one of them. ARGS after `--` (a filter,
+# --nocapture...) are passed on; cargo's own options before it are not.
+fallback_pass() {
+  local args=() seen=0 a
+  for a in "$@"; do
+    if [ "$seen" = 1 ]; then args+=("$a"); elif [ "$a" = -- ]; then seen=1; fi
+  done
+  local list
+  list=$(mktemp)
+  cargo test --workspace --no-run --message-format=json 2>/dev/null |
+    /usr/bin/python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if (m.get("reason") == "compiler-artifact" and m.get("executable")
+            and m["profile"]["test"] and "/dataplane#" in m["package_id"]):
+        print(m["executable"])
+' >"$list"
+  local n failed=()
+  n=$(wc -l <"$list")
+  if [ "$n" = 0 ]; then
+    log "fallback pass: found no dataplane test executable"
+    rm -f "$list"
+    exit 1
+  fi
+  log "the dataplane's $n test executables again with WEIR_HTTP1_SERVER=hyper ${args[*]-}"
+  local exe
+  while read -r exe; do
+    (cd dataplane && WEIR_HTTP1_SERVER=hyper "$exe" ${args[@]+"${args[@]}"}) || failed+=("$(basename "$exe")")
+  done <"$list"
+  rm -f "$list"
+  if [ ${#failed[@]} -gt 0 ]; then
+    log "on WEIR_HTTP1_SERVER=hyper, failed: ${failed[*]}"
+    exit 101
+  fi
+}
+
 case "${1:-}" in
   install)
     install_tools
@@ -179,6 +225,7 @@ case "${1:-}" in
     install_tools
     log "cargo test --workspace $*"
     cargo test --workspace "$@"
+    fallback_pass "$@"
     ;;
   *)
     sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2

@@ -226,18 +226,22 @@ impl RouteStats {
 
     /// Adds one request (the calling thread's shard).
     pub fn record(&self, r: &Record) {
-        let shard = self.shards.local();
+        let local = self.shards.local_owned();
         let (slot, class) = status_slot(r.status);
         let method = usize::from(r.method).min(METHODS.len() - 1);
-        shard.requests[method][slot].fetch_add(1, Ordering::Relaxed);
-        let hists = &shard.classes[class];
+        local.add(&local.shard.requests[method][slot], 1);
+        let hists = &local.shard.classes[class];
         let ns = u64::try_from(r.duration.as_nanos()).unwrap_or(u64::MAX);
-        hists.duration.observe(&DURATION_BOUNDS_NS, ns);
+        local.observe(&hists.duration, &DURATION_BOUNDS_NS, ns);
         if let Some(up) = r.upstream {
-            hists.upstream.observe(&DURATION_BOUNDS_NS, u64::try_from(up.as_nanos()).unwrap_or(u64::MAX));
+            local.observe(
+                &hists.upstream,
+                &DURATION_BOUNDS_NS,
+                u64::try_from(up.as_nanos()).unwrap_or(u64::MAX),
+            );
         }
-        hists.request_size.observe(&SIZE_BOUNDS, r.request_bytes);
-        hists.response_size.observe(&SIZE_BOUNDS, r.response_bytes);
+        local.observe(&hists.request_size, &SIZE_BOUNDS, r.request_bytes);
+        local.observe(&hists.response_size, &SIZE_BOUNDS, r.response_bytes);
     }
 
     /// The sums over every shard.

@@ -73,11 +73,13 @@ impl Meter {
             + header_bytes(req.headers())
             // The request line's two spaces, `HTTP/1.1` and its CRLF.
             + 12;
-        let declared = req.headers().get(http::header::CONTENT_LENGTH);
-        let body = declared.and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        // The declared length, as the server read it from `content-length` (no second lookup
+        // of the header); none for an empty body.
+        let declared = if req.body().is_end_stream() { Some(0) } else { req.body().size_hint().exact() };
+        let body = declared.unwrap_or(0);
         // A body without a declared length (chunked, or h2 without `content-length`) is
         // counted as it is read.
-        let body_read = (declared.is_none() && !req.body().is_end_stream()).then(Arc::default);
+        let body_read = declared.is_none().then(Arc::default);
         Meter {
             route: AtomicU32::new(NONE),
             canary: AtomicU32::new(NONE),
