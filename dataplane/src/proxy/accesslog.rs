@@ -804,6 +804,52 @@ mod tests {
         }
     }
 
+    /// What both rendering tests share: a request with a user agent and Basic credentials (user
+    /// `alice`), and the outcome's borrowed parts (listener port, request ID `abc`, a
+    /// `text/plain` response).
+    struct Fixture {
+        port: HeaderValue,
+        id: HeaderValue,
+        headers: HeaderMap,
+    }
+
+    impl Fixture {
+        fn new(port: &'static str) -> Fixture {
+            let mut headers = HeaderMap::new();
+            headers.insert("content-type", HeaderValue::from_static("text/plain"));
+            Fixture { port: HeaderValue::from_static(port), id: HeaderValue::from_static("abc"), headers }
+        }
+
+        fn request(uri: &str, version: Version, user_agent: &str) -> http::Request<()> {
+            http::Request::get(uri)
+                .version(version)
+                .header("user-agent", user_agent)
+                .header("authorization", "Basic YWxpY2U6c2VjcmV0")
+                .body(())
+                .unwrap()
+        }
+
+        /// A 200 answered to `peer`, through `upstream` (or locally), over TLS `ssl` (or not).
+        fn outcome(
+            &self,
+            peer: &str,
+            https: bool,
+            upstream: Option<Upstream>,
+            ssl: Option<Ssl>,
+        ) -> Outcome<'_> {
+            Outcome {
+                peer: peer.parse().unwrap(),
+                https,
+                ssl,
+                listener_port: &self.port,
+                request_id: &self.id,
+                status: StatusCode::OK,
+                response_headers: &self.headers,
+                upstream,
+            }
+        }
+    }
+
     #[test]
     fn lines_are_json_with_the_selected_fields() {
         let format = Arc::new(Format::new(&[
@@ -825,26 +871,10 @@ mod tests {
             field("ct", "$sent_http_content_type", false),
             field("connect", "$upstream_connect_time", true),
         ]));
-        let req = http::Request::get("http://a.test/x?y=1")
-            .header("user-agent", "t\"1")
-            .header("authorization", "Basic YWxpY2U6c2VjcmV0")
-            .body(())
-            .unwrap();
-        let port = HeaderValue::from_static("80");
-        let id = HeaderValue::from_static("abc");
-        let mut headers = HeaderMap::new();
-        headers.insert("content-type", HeaderValue::from_static("text/plain"));
+        let req = Fixture::request("http://a.test/x?y=1", Version::HTTP_11, "t\"1");
+        let fixture = Fixture::new("80");
         let upstream = sample_upstream("10.0.0.1:8080", 200);
-        let out = |upstream: Option<Upstream>, ssl| Outcome {
-            peer: "127.0.0.1:5000".parse().unwrap(),
-            https: false,
-            ssl,
-            listener_port: &port,
-            request_id: &id,
-            status: StatusCode::OK,
-            response_headers: &headers,
-            upstream,
-        };
+        let out = |upstream: Option<Upstream>, ssl| fixture.outcome("127.0.0.1:5000", false, upstream, ssl);
         let captured = format.capture(&req, "203.0.113.7".parse().unwrap()).unwrap();
         let ssl = Ssl { protocol: "TLSv1.3", cipher: "TLS_AES_128_GCM_SHA256" };
         let entry = format.entry(captured, out(Some(upstream), Some(ssl)));
@@ -914,27 +944,11 @@ mod tests {
             field("nl", "line\nbreak\u{1}$status", false),
             field("st", "$status", true),
         ]));
-        let req = http::Request::get("http://A.Test:8080/x?y=1&z=%22")
-            .version(Version::HTTP_2)
-            .header("user-agent", "q\"b\\s\tt")
-            .header("authorization", "Basic YWxpY2U6c2VjcmV0")
-            .body(())
-            .unwrap();
-        let port = HeaderValue::from_static("8443");
-        let id = HeaderValue::from_static("abc");
-        let mut headers = HeaderMap::new();
-        headers.insert("content-type", HeaderValue::from_static("text/plain"));
+        let req = Fixture::request("http://A.Test:8080/x?y=1&z=%22", Version::HTTP_2, "q\"b\\s\tt");
+        let fixture = Fixture::new("8443");
         let upstream = sample_upstream("10.0.0.1:8080, 10.0.0.2:8080", 502);
-        let out = |upstream: Option<Upstream>, ssl| Outcome {
-            peer: "[::ffff:127.0.0.1]:5000".parse().unwrap(),
-            https: true,
-            ssl,
-            listener_port: &port,
-            request_id: &id,
-            status: StatusCode::OK,
-            response_headers: &headers,
-            upstream,
-        };
+        let out =
+            |upstream: Option<Upstream>, ssl| fixture.outcome("[::ffff:127.0.0.1]:5000", true, upstream, ssl);
         let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
         let mut captured = format.capture(&req, "2001:db8::1".parse().unwrap()).unwrap();
         captured.time = at;
