@@ -18,6 +18,13 @@ Measured, from the first create:
 then CHANGES single edits (one route's hostname changed): time to the new hostname routed (polled
 every 2 ms) and to the route's status Accepted for the new generation; and, from weir's log, the
 translation per table (`routing table published`) and the status writes per change.
+
+Then (RESTART=1, the default) the restart case, twice: weir stopped and a new one started with
+every route already in the API server, first with the statuses the previous weir wrote (a
+rolling restart: nothing to write), then with every status emptied beforehand (a first install
+on existing routes). From the new weir's start: the first table (`/readyz`), all routed (8
+pollers over the routes), the Gateway's attachedRoutes = ROUTES, every route Accepted for its
+generation, the status writes and translate times from its log.
 """
 
 import http.client
@@ -201,6 +208,10 @@ def httproute(i, host):
     }
 
 
+# Route i's hostname now (the edits below give some routes a new one).
+CURRENT = {}
+
+
 def host_of(i, version=None):
     return f"r-{i}.gw.bench" if version is None else f"r-{i}-v{version}.gw.bench"
 
@@ -328,12 +339,167 @@ def attached(api):
     return listeners[0].get("attachedRoutes", 0) if listeners else 0
 
 
+def start_attached_poll(api, at, stop, deadline, every):
+    """A thread polling the Gateway until its listener says ROUTES attached: the time goes
+    into at[0]; it gives up when `stop` is set or past deadline."""
+    def poll():
+        while not stop.is_set() and time.time() < deadline:
+            try:
+                if attached(api) == ROUTES:
+                    at[0] = time.time()
+                    return
+            except RuntimeError:
+                pass
+            time.sleep(every)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    return thread
+
+
 def weir_log_tables(logfile, since):
     with open(logfile) as f:
         f.seek(since)
         text = f.read()
     tables = [(float(t), float(total)) for _, t, total in PUBLISHED.findall(text)]
     return tables, text.count(STATUS_LINE)
+
+
+def start_weir(kubeconfig, logfile):
+    return subprocess.Popen(
+        [WEIR, "--log-level", "warn,weir::serve=info,weir::status_gateway=info", "serve",
+         "--kubeconfig", kubeconfig, "--listen-http", f"127.0.0.1:{HTTP}", "--listen-https",
+         "127.0.0.1:28493", "--listen-admin", f"127.0.0.1:{ADMIN}", "--publish-status-address",
+         "10.0.0.1", "--election-namespace", "default"],
+        stdout=open(logfile, "w"), stderr=subprocess.STDOUT, env=dict(os.environ, NO_COLOR="1"))
+
+
+def wait_ready(weir, logfile, deadline, every):
+    """Waits for weir's /readyz (ready once the first routing table is published)."""
+    while True:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", ADMIN, timeout=1)
+            conn.request("GET", "/readyz")
+            if conn.getresponse().status == 200:
+                return time.time()
+        except OSError:
+            pass
+        if time.time() > deadline or weir.poll() is not None:
+            sys.exit(f"weir did not become ready; see {logfile}")
+        time.sleep(every)
+
+
+def poll_all_routed(pollers, deadline):
+    """When every route's `/a` was first answered by its backend, POLLERS keep-alive
+    connections walking interleaved slices of the routes not yet routed; None past deadline."""
+    last = [0.0]
+    lock = threading.Lock()
+
+    def walk(k):
+        prober = Prober()
+        left = list(range(k, ROUTES, pollers))
+        while left and time.time() < deadline:
+            still = []
+            for i in left:
+                if prober.backend(CURRENT.get(i, host_of(i)), "/a") == expected(i, 0):
+                    with lock:
+                        last[0] = max(last[0], time.time())
+                else:
+                    still.append(i)
+            left = still
+            if left:
+                time.sleep(0.01)
+        return not left
+
+    with ThreadPoolExecutor(pollers) as pool:
+        done = all(pool.map(walk, range(pollers)))
+    return last[0] if done else None
+
+
+def clear_statuses(api):
+    """Empties the status of every route and of the Gateway (as a first install finds them)."""
+    def clear(i):
+        api.call("PATCH", f"{GROUP}/namespaces/{ns_of(i)}/httproutes/r-{i}/status",
+                 {"status": {"parents": []}}, content_type="application/merge-patch+json")
+
+    with ThreadPoolExecutor(CREATORS) as pool:
+        list(pool.map(clear, range(ROUTES)))
+    api.call("PATCH", f"{GROUP}/namespaces/gw-edge/gateways/edge/status",
+             {"status": {"listeners": [], "conditions": [], "addresses": []}},
+             content_type="application/merge-patch+json")
+
+
+def restart(api, kubeconfig, procs, clear, label):
+    """Stops weir, optionally clears every status, starts a new weir on the routes already in
+    the API server and measures, from its start: the first table (ready), all routed,
+    attachedRoutes = ROUTES, every route Accepted for its generation."""
+    old = procs.pop(0)
+    old.terminate()
+    old.wait(timeout=60)
+    if clear:
+        t = time.time()
+        clear_statuses(api)
+        log(f"statuses of {ROUTES} routes and the Gateway cleared in {time.time() - t:.1f} s")
+    since = api.call("GET", f"{GROUP}/httproutes?limit=1")["metadata"]["resourceVersion"]
+    watch = StatusWatch(api, since)
+    already = {}
+    if not clear:
+        # Statuses weir wrote before the restart already say Accepted for the generation.
+        already = {k: v for k, v in accepted_now(api).items()}
+    logfile = os.path.join(WORK, f"weir-{label}.log")
+    t0 = time.time()
+    weir = start_weir(kubeconfig, logfile)
+    procs.insert(0, weir)
+    ready = wait_ready(weir, logfile, t0 + 300, 0.005)
+    attached_at = [None]
+    stop = threading.Event()
+    attacher = start_attached_poll(api, attached_at, stop, t0 + 600, 0.05)
+    routed = poll_all_routed(8, t0 + 600)
+    accepted = None
+    if clear:
+        accepted = watch.wait_all(ROUTES, t0 + 600)
+    attacher.join(max(0, t0 + 600 - time.time()))
+    stop.set()
+    time.sleep(3)  # the status writes of the first tables, for the count
+    tables, writes = weir_log_tables(logfile, 0)
+    how = "statuses cleared (a first install)" if clear else "statuses as the previous weir left them"
+    print(f"restart with {ROUTES} HTTPRoutes already in the API server, {how}; from weir's start:")
+    print(f"  first table published (/readyz, polled every 5 ms): {ready - t0:.2f} s")
+    print(f"  all routed (each route's /a answered by its backend, 8 pollers): "
+          + (f"{routed - t0:.2f} s" if routed else "not within 600 s"))
+    print(f"  attachedRoutes = {ROUTES} on the Gateway's listener: "
+          + (f"{attached_at[0] - t0:.2f} s" if attached_at[0] else "not within 600 s"))
+    if clear:
+        print(f"  every route Accepted by weir (its generation): "
+              + (f"{accepted - t0:.2f} s" if accepted else f"not within 600 s ({watch.count()})"))
+        if accepted and ROUTES >= 1000:
+            first_1000 = sorted(min(g.values()) for g in watch.accepted.values())[999]
+            print(f"  1,000 routes Accepted: {first_1000 - t0:.2f} s")
+    else:
+        print(f"  routes Accepted for their generation before the start: {len(already)} of {ROUTES}")
+    if tables:
+        print(f"  weir: {len(tables)} tables published, translate {summary([x[0] for x in tables])}, translate + "
+              f"compile + swap {summary([x[1] for x in tables])}; {writes} status writes")
+
+
+def accepted_now(api):
+    """Routes whose status says Accepted by weir for their generation, listed now."""
+    out = {}
+    cont = ""
+    while True:
+        page = api.call("GET", f"{GROUP}/httproutes?limit=500" + (f"&continue={cont}" if cont else ""))
+        for obj in page["items"]:
+            meta = obj["metadata"]
+            for parent in obj.get("status", {}).get("parents", []):
+                if parent.get("controllerName") != "weir.dev/gateway-controller":
+                    continue
+                if any(c.get("type") == "Accepted" and c.get("status") == "True"
+                       and c.get("observedGeneration") == meta.get("generation")
+                       for c in parent.get("conditions", [])):
+                    out[(meta["namespace"], meta["name"])] = meta.get("generation")
+        cont = page["metadata"].get("continue")
+        if not cont:
+            return out
 
 
 def main():
@@ -360,25 +526,10 @@ def run(api, kubeconfig, procs):
         procs.append(subprocess.Popen([WEIR, "--log-level", "warn", "echo", "--listen",
                                        f"{BACKEND_IP}:{ECHO + b}", "--name", f"e{b}"]))
     logfile = os.path.join(WORK, "weir.log")
-    weir = subprocess.Popen(
-        [WEIR, "--log-level", "warn,weir::serve=info,weir::status_gateway=info", "serve",
-         "--kubeconfig", kubeconfig, "--listen-http", f"127.0.0.1:{HTTP}", "--listen-https",
-         "127.0.0.1:28493", "--listen-admin", f"127.0.0.1:{ADMIN}", "--publish-status-address",
-         "10.0.0.1", "--election-namespace", "default"],
-        stdout=open(logfile, "w"), stderr=subprocess.STDOUT, env=dict(os.environ, NO_COLOR="1"))
+    weir = start_weir(kubeconfig, logfile)
     procs.insert(0, weir)
     deadline = time.time() + 120
-    while True:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", ADMIN, timeout=1)
-            conn.request("GET", "/readyz")
-            if conn.getresponse().status == 200:
-                break
-        except OSError:
-            pass
-        if time.time() > deadline or weir.poll() is not None:
-            sys.exit(f"weir did not become ready; see {logfile}")
-        time.sleep(0.05)
+    wait_ready(weir, logfile, deadline, 0.05)
     while not api.call("GET", f"{GROUP}/namespaces/gw-edge/gateways/edge").get("status", {}).get("listeners"):
         if time.time() > deadline:
             sys.exit("the Gateway's status was not written")
@@ -411,19 +562,7 @@ def run(api, kubeconfig, procs):
     poller = threading.Thread(target=poll_routed, daemon=True)
     poller.start()
     attached_at = [None]
-
-    def poll_attached():
-        while not done.is_set():
-            try:
-                if attached(api) == ROUTES:
-                    attached_at[0] = time.time()
-                    return
-            except RuntimeError:
-                pass
-            time.sleep(0.1)
-
-    attacher = threading.Thread(target=poll_attached, daemon=True)
-    attacher.start()
+    attacher = start_attached_poll(api, attached_at, done, float("inf"), 0.1)
     with ThreadPoolExecutor(CREATORS) as pool:
         list(pool.map(lambda i: api.call("POST", f"{GROUP}/namespaces/{ns_of(i)}/httproutes",
                                          httproute(i, host_of(i))), range(ROUTES)))
@@ -471,6 +610,7 @@ def run(api, kubeconfig, procs):
         obj = api.call("PATCH", f"{GROUP}/namespaces/{ns_of(i)}/httproutes/r-{i}",
                        {"spec": {"hostnames": [host]}}, content_type="application/merge-patch+json")
         gen = obj["metadata"]["generation"]
+        CURRENT[i] = host
         while prober.backend(host, "/a") != expected(i, 0):
             if time.time() - t0 > 60:
                 sys.exit(f"change {c} not routed within 60 s")
@@ -494,6 +634,11 @@ def run(api, kubeconfig, procs):
     with open(f"/proc/{weir.pid}/status") as f:
         rss = int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) / 1024
     print(f"weir RSS at the end: {rss:.0f} MB")
+
+    # --- restarts on the routes already there ---
+    if os.environ.get("RESTART", "1") == "1":
+        restart(api, kubeconfig, procs, clear=False, label="restart-kept")
+        restart(api, kubeconfig, procs, clear=True, label="restart-cleared")
 
 
 if __name__ == "__main__":

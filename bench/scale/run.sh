@@ -10,7 +10,8 @@
 #
 # MODE=gateway runs the Gateway API variant instead (bench/scale/gateway.py): 5,000 HTTPRoutes
 # created through a real kube-apiserver (scripts/kube-apiserver.sh build, cached), as root, in a
-# private network namespace; ROUTES, SERVICES, NAMESPACES, BACKENDS, CHANGES, CREATORS, SAMPLE.
+# private network namespace; ROUTES, SERVICES, NAMESPACES, BACKENDS, CHANGES, CREATORS, SAMPLE,
+# RESTART (1: then the restart case, weir started on the routes already there).
 #
 #   MODE=gateway bench/scale/run.sh
 #

@@ -29,13 +29,16 @@ struct Answer {
     headers: http::HeaderMap,
     /// The start of the body, for messages.
     excerpt: String,
+    /// A gRPC call that failed: its status code and message.
+    grpc_error: Option<String>,
 }
 
 impl Answer {
     fn describe(&self) -> String {
-        match &self.echo {
-            Some(name) => format!("{} from echo {name}", self.status.as_u16()),
-            None => format!("{} from weir (body {:?})", self.status.as_u16(), self.excerpt),
+        match (&self.echo, &self.grpc_error) {
+            (_, Some(error)) => format!("gRPC error {error}"),
+            (Some(name), None) => format!("{} from echo {name}", self.status.as_u16()),
+            (None, None) => format!("{} from weir (body {:?})", self.status.as_u16(), self.excerpt),
         }
     }
 }
@@ -180,6 +183,11 @@ impl Checker {
 
     /// Sends the request of `expect` once.
     async fn send(&self, expect: &Expect) -> Result<Answer, String> {
+        if expect.grpc {
+            return tokio::time::timeout(REQUEST_TIMEOUT, self.send_grpc(expect))
+                .await
+                .map_err(|_| format!("no answer within {REQUEST_TIMEOUT:?}"))?;
+        }
         if expect.raw {
             return tokio::time::timeout(REQUEST_TIMEOUT, self.send_raw(expect))
                 .await
@@ -223,7 +231,65 @@ impl Checker {
         let seen = serde_json::from_slice::<EchoResponse>(&body).ok();
         let echo = seen.as_ref().map(|echo| echo.name.clone());
         let excerpt = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
-        Ok(Answer { status, echo, seen, headers, excerpt })
+        Ok(Answer { status, echo, seen, headers, excerpt, grpc_error: None })
+    }
+}
+
+// === gRPC calls ===
+
+/// The message of the gRPC calls: field 1, a string (empty in calls; the echo backend's JSON
+/// description in its answers).
+#[derive(Clone, PartialEq, prost::Message)]
+struct GrpcText {
+    #[prost(string, tag = "1")]
+    text: String,
+}
+
+impl Checker {
+    /// Makes the unary gRPC call of a `grpc` expectation with tonic over h2c prior knowledge,
+    /// on a new connection to weir whose `:authority` is the expectation's host.
+    async fn send_grpc(&self, expect: &Expect) -> Result<Answer, String> {
+        let weir = self.weir;
+        let authority = expect.host.clone().unwrap_or_else(|| weir.to_string());
+        let connector = tower::service_fn(move |_: http::Uri| async move {
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::TcpStream::connect(weir).await?))
+        });
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{authority}"))
+            .map_err(|error| format!("invalid host {authority:?}: {error}"))?
+            .connect_with_connector(connector)
+            .await
+            .map_err(|error| format!("cannot connect to weir: {}", chain(&error)))?;
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready().await.map_err(|error| format!("the gRPC channel is not ready: {}", chain(&error)))?;
+        let mut request = tonic::Request::new(GrpcText::default());
+        for (name, value) in &expect.headers {
+            let key = tonic::metadata::MetadataKey::from_bytes(name.as_bytes())
+                .map_err(|error| format!("invalid metadata name {name:?}: {error}"))?;
+            let value = tonic::metadata::MetadataValue::try_from(value.as_str())
+                .map_err(|error| format!("invalid metadata value {value:?}: {error}"))?;
+            request.metadata_mut().insert(key, value);
+        }
+        let path = http::uri::PathAndQuery::try_from(expect.path.as_str())
+            .map_err(|error| format!("invalid gRPC path {:?}: {error}", expect.path))?;
+        let codec = tonic_prost::ProstCodec::<GrpcText, GrpcText>::default();
+        match grpc.unary(request, path, codec).await {
+            Ok(response) => {
+                let headers = response.metadata().clone().into_headers();
+                let text = response.into_inner().text;
+                let seen = serde_json::from_str::<EchoResponse>(&text).ok();
+                let echo = seen.as_ref().map(|echo| echo.name.clone());
+                let excerpt = text.chars().take(120).collect();
+                Ok(Answer { status: StatusCode::OK, echo, seen, headers, excerpt, grpc_error: None })
+            }
+            Err(status) => Ok(Answer {
+                status: StatusCode::OK,
+                echo: None,
+                seen: None,
+                headers: status.metadata().clone().into_headers(),
+                excerpt: String::new(),
+                grpc_error: Some(format!("{:?}: {}", status.code(), status.message())),
+            }),
+        }
     }
 }
 
@@ -293,7 +359,7 @@ fn parse_raw(answer: &[u8]) -> Result<Answer, String> {
     let seen = serde_json::from_slice::<EchoResponse>(&body).ok();
     let echo = seen.as_ref().map(|echo| echo.name.clone());
     let excerpt = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
-    Ok(Answer { status, echo, seen, headers, excerpt })
+    Ok(Answer { status, echo, seen, headers, excerpt, grpc_error: None })
 }
 
 /// The body as the application sent it: undoes a `Content-Encoding` weir applied (gzip, br,

@@ -240,6 +240,7 @@ impl ApiSink {
         let plural = match want.kind.as_str() {
             "GatewayClass" => "gatewayclasses",
             "Gateway" => "gateways",
+            "GRPCRoute" => "grpcroutes",
             _ => "httproutes",
         };
         let gvk = GroupVersionKind::gvk(weir::gateway::GROUP, weir::gateway::VERSION, &want.kind);

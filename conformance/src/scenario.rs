@@ -97,7 +97,7 @@ pub struct Step {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConditionExpect {
-    /// `GatewayClass`, `Gateway` or `HTTPRoute`.
+    /// `GatewayClass`, `Gateway`, `HTTPRoute` or `GRPCRoute`.
     pub kind: String,
     /// The object's name.
     pub name: String,
@@ -107,10 +107,10 @@ pub struct ConditionExpect {
     /// For a Gateway: the listener whose conditions are meant (else the Gateway's own).
     #[serde(default)]
     pub listener: Option<String>,
-    /// For an HTTPRoute: the Gateway (`parentRef.name`) whose parent status is meant.
+    /// For an HTTPRoute or GRPCRoute: the Gateway (`parentRef.name`) whose parent status is meant.
     #[serde(default)]
     pub parent: Option<String>,
-    /// For an HTTPRoute: the parent's `sectionName`, when the route names one.
+    /// For an HTTPRoute or GRPCRoute: the parent's `sectionName`, when the route names one.
     #[serde(default)]
     pub section: Option<String>,
     /// The condition type (`Accepted`, `ResolvedRefs`, `Programmed`...).
@@ -208,6 +208,12 @@ pub struct Expect {
     /// is a failure (the case and docs/gateway-api.md need updating).
     #[serde(default)]
     pub known_failure: Option<String>,
+    /// Send a unary gRPC call instead (a tonic client over h2c prior knowledge, `:authority`
+    /// from `host`): `path` is `/{service}/{method}`, `headers` its metadata; the echo backend
+    /// answers gRPC calls with its description. It must succeed (`status` 200, `grpc-status`
+    /// 0) and come from `backend`, `any_of` or `distribution`.
+    #[serde(default)]
+    pub grpc: bool,
 }
 
 /// A load-balancing expectation.
@@ -373,6 +379,22 @@ impl Scenario {
         } else if !expect.path.starts_with('/') || expect.path.parse::<http::Uri>().is_err() {
             return Err(format!("invalid path {:?}", expect.path));
         }
+        if expect.grpc {
+            if expect.raw || expect.body_bytes > 0 || expect.method != "GET" {
+                return Err("grpc: true takes no raw, body_bytes or method (a gRPC call is a POST)".into());
+            }
+            if expect.status != 200
+                || (expect.backend.is_none() && expect.any_of.is_empty() && expect.distribution.is_none())
+            {
+                return Err(
+                    "grpc: true checks successful calls: status 200 and backend, any_of or distribution"
+                        .into(),
+                );
+            }
+            if !expect.response_headers.is_empty() || !expect.response_headers_absent.is_empty() {
+                return Err("grpc: true does not check response headers".into());
+            }
+        }
         if http::StatusCode::from_u16(expect.status).is_err() {
             return Err(format!("invalid status {}", expect.status));
         }
@@ -433,14 +455,17 @@ impl ConditionExpect {
 
     fn validate(&self) -> Result<(), String> {
         match self.kind.as_str() {
-            "GatewayClass" | "Gateway" | "HTTPRoute" => {}
-            other => return Err(format!("unknown kind {other:?} (GatewayClass, Gateway, HTTPRoute)")),
+            "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" => {}
+            other => {
+                return Err(format!("unknown kind {other:?} (GatewayClass, Gateway, HTTPRoute, GRPCRoute)"));
+            }
         }
         if self.listener.is_some() && self.kind != "Gateway" {
             return Err("listener is for a Gateway".into());
         }
-        if (self.parent.is_some() || self.section.is_some()) != (self.kind == "HTTPRoute") {
-            return Err("an HTTPRoute condition needs parent (and only it takes parent and section)".into());
+        let route = matches!(self.kind.as_str(), "HTTPRoute" | "GRPCRoute");
+        if (self.parent.is_some() || self.section.is_some()) != route {
+            return Err("a route condition needs parent (and only routes take parent and section)".into());
         }
         if self.attached_routes.is_some() && self.listener.is_none() {
             return Err("attached_routes needs listener".into());
@@ -461,7 +486,8 @@ impl Expect {
     /// The request in messages: `GET http://a.example.com/foo`.
     pub fn describe(&self) -> String {
         let host = self.host.as_deref().unwrap_or("<weir address>");
-        let mut out = format!("{} http://{host}{}", self.method, self.path);
+        let method = if self.grpc { "gRPC" } else { self.method.as_str() };
+        let mut out = format!("{method} http://{host}{}", self.path);
         for (name, value) in &self.headers {
             out.push_str(&format!(" [{name}: {value}]"));
         }

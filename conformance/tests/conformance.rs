@@ -92,6 +92,7 @@ scenarios! {
     gateway_listeners => "gateway-listeners",
     gateway_extended => "gateway-extended",
     gateway_hostname_precedence => "gateway-hostname-precedence",
+    gateway_grpc_hostname_precedence => "gateway-grpc-hostname-precedence",
 }
 
 /// The runner itself: deliberately wrong expectations are each reported, with what answered.

@@ -71,4 +71,5 @@ scenarios! {
     kube_gateway_listeners => "gateway-listeners",
     kube_gateway_extended => "gateway-extended",
     kube_gateway_hostname_precedence => "gateway-hostname-precedence",
+    kube_gateway_grpc_hostname_precedence => "gateway-grpc-hostname-precedence",
 }

@@ -348,6 +348,39 @@ where
     desired_differs::<T>(&desired, &current).then_some(desired)
 }
 
+/// What one `reconcile` decides, object by object: the status patches to make, and the version
+/// of every object of ours it looked at.
+struct Queue<'m, 'n> {
+    /// (kind, namespace, name, status).
+    patches: Vec<(&'static str, Option<String>, String, Value)>,
+    seen: HashMap<(&'static str, ObjectRef), Option<String>>,
+    marks: &'m mut Written,
+    now: &'n str,
+}
+
+impl Queue<'_, '_> {
+    /// Decides one object of `kind` (`key`: its namespace and name; `None` for a cluster-scoped
+    /// GatewayClass, named by `meta`), whose status type is `T`, and queues its patch.
+    fn decide<T: serde::Serialize + serde::de::DeserializeOwned>(
+        &mut self,
+        kind: &'static str,
+        key: Option<&ObjectRef>,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        current: impl FnOnce() -> Value,
+        desired: impl Fn(&Value, &str) -> Option<Value>,
+    ) {
+        let key =
+            key.cloned().unwrap_or_else(|| ObjectRef::new("", meta.name.as_deref().unwrap_or_default()));
+        let version = meta.resource_version.clone();
+        self.seen.insert((kind, key.clone()), version.clone());
+        let item = Seen { kind, key: &key, version, generation: meta.generation, current };
+        if let Some(status) = decide::<T, _>(item, desired, self.marks, self.now) {
+            let namespace = (kind != "GatewayClass").then(|| key.namespace.clone());
+            self.patches.push((kind, namespace, key.name, status));
+        }
+    }
+}
+
 /// Writes every status that differs and that weir did not just write; returns how many were
 /// written.
 pub async fn reconcile(
@@ -359,44 +392,18 @@ pub async fn reconcile(
 ) -> usize {
     let now = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     let mut written = 0;
-    let mut patches: Vec<(&'static str, Option<String>, String, Value)> = Vec::new();
-    let mut seen: HashMap<(&'static str, ObjectRef), Option<String>> = HashMap::new();
-    for store in &stores.gateway_classes {
-        for class in store.state() {
-            let name = class.metadata.name.clone().unwrap_or_default();
-            let key = ObjectRef::new("", &name);
-            let version = class.metadata.resource_version.clone();
-            seen.insert(("GatewayClass", key.clone()), version.clone());
-            let item = Seen {
-                kind: "GatewayClass",
-                key: &key,
-                version,
-                generation: class.metadata.generation,
-                current: || status_json(class.status.as_ref()),
-            };
-            let desired = |current: &Value, now: &str| class_status(outcome, &name, current, now);
-            if let Some(desired) = decide::<GatewayClassStatus, _>(item, desired, marks, &now) {
-                patches.push(("GatewayClass", None, name, desired));
-            }
-        }
+    let mut queue = Queue { patches: Vec::new(), seen: HashMap::new(), marks, now: &now };
+    for class in stores.gateway_classes.iter().flat_map(|s| s.state()) {
+        let name = class.metadata.name.clone().unwrap_or_default();
+        let current = || status_json(class.status.as_ref());
+        let desired = |current: &Value, now: &str| class_status(outcome, &name, current, now);
+        queue.decide::<GatewayClassStatus>("GatewayClass", None, &class.metadata, current, desired);
     }
-    for store in &stores.gateways {
-        for gw in store.state() {
-            let key = key_of(&gw.metadata);
-            let version = gw.metadata.resource_version.clone();
-            seen.insert(("Gateway", key.clone()), version.clone());
-            let item = Seen {
-                kind: "Gateway",
-                key: &key,
-                version,
-                generation: gw.metadata.generation,
-                current: || status_json(gw.status.as_ref()),
-            };
-            let desired = |current: &Value, now: &str| gateway_status(outcome, &key, addresses, current, now);
-            if let Some(desired) = decide::<GatewayStatus, _>(item, desired, marks, &now) {
-                patches.push(("Gateway", Some(key.namespace.clone()), key.name.clone(), desired));
-            }
-        }
+    for gw in stores.gateways.iter().flat_map(|s| s.state()) {
+        let key = key_of(&gw.metadata);
+        let current = || status_json(gw.status.as_ref());
+        let desired = |current: &Value, now: &str| gateway_status(outcome, &key, addresses, current, now);
+        queue.decide::<GatewayStatus>("Gateway", Some(&key), &gw.metadata, current, desired);
     }
     let http = stores
         .http_routes
@@ -415,22 +422,13 @@ pub async fn reconcile(
         .map(|r| (RouteKind::Grpc, r.metadata.clone(), r.status.clone()));
     for (kind, metadata, status) in http.chain(tls).chain(grpc) {
         let key = key_of(&metadata);
-        let version = metadata.resource_version.clone();
-        seen.insert((kind.name(), key.clone()), version.clone());
-        let item = Seen {
-            kind: kind.name(),
-            key: &key,
-            version,
-            generation: metadata.generation,
-            current: || status_json(status.as_ref()),
-        };
+        let current = || status_json(status.as_ref());
         let desired = |current: &Value, now: &str| {
             route_status(outcome, (kind, &key), metadata.generation, current, now)
         };
-        if let Some(desired) = decide::<RouteStatus, _>(item, desired, marks, &now) {
-            patches.push((kind.name(), Some(key.namespace.clone()), key.name.clone(), desired));
-        }
+        queue.decide::<RouteStatus>(kind.name(), Some(&key), &metadata, current, desired);
     }
+    let Queue { patches, seen, marks, .. } = queue;
     // What the store shows now decides what is remembered: a mark made above is for the
     // version seen above, so it stays.
     marks.retain_seen(&seen);

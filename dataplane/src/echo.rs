@@ -8,7 +8,9 @@
 //! - `x-echo-body-size: N` answers with an `N`-byte body streamed in chunks instead of the JSON.
 //!
 //! An invalid control value is answered 400 with a plain-text message. An HTTP/1.1 WebSocket
-//! upgrade is accepted and every text or binary message is echoed back unchanged.
+//! upgrade is accepted and every text or binary message is echoed back unchanged. A gRPC call
+//! (HTTP/2, `content-type: application/grpc…`) gets a gRPC answer: one message whose field 1
+//! (a protobuf `string`) is the JSON description, then `grpc-status: 0`.
 //!
 //! The request body is counted while it streams, never buffered whole, so the echo backend can
 //! take arbitrarily large uploads.
@@ -242,10 +244,57 @@ async fn handle(
             ));
         }
     };
+    if is_grpc(parts.version, &parts.headers) {
+        return Ok(grpc_answer(&json));
+    }
     let mut response = Response::new(Full::new(Bytes::from(json)).boxed());
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     Ok(response)
+}
+
+// === gRPC ===
+
+/// Whether a request is a gRPC call: HTTP/2 with a `content-type` of `application/grpc` (or
+/// `application/grpc+…`, `application/grpc;…`).
+fn is_grpc(version: Version, headers: &HeaderMap) -> bool {
+    version == Version::HTTP_2
+        && headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| {
+            v.strip_prefix("application/grpc")
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['+', ';']))
+        })
+}
+
+/// A gRPC answer carrying `json`: status 200, one length-prefixed message (uncompressed) whose
+/// field 1 is `json` as a protobuf `string`, and the trailer `grpc-status: 0`.
+fn grpc_answer(json: &[u8]) -> Response<EchoBody> {
+    let message = grpc_message(json);
+    let mut frame = Vec::with_capacity(5 + message.len());
+    frame.push(0);
+    // A message longer than 4 GiB cannot be framed; the description is a few KB.
+    let len = u32::try_from(message.len()).unwrap_or(u32::MAX);
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(&message);
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    let body = Full::new(Bytes::from(frame)).with_trailers(async move { Some(Ok(trailers)) });
+    let mut response = Response::new(body.boxed());
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    response
+}
+
+/// A protobuf message with `text` as field 1 (`string`, wire type 2).
+fn grpc_message(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len() + 11);
+    out.push(0x0a);
+    let mut len = text.len() as u64;
+    while len >= 0x80 {
+        out.push((len as u8 & 0x7f) | 0x80);
+        len >>= 7;
+    }
+    out.push(len as u8);
+    out.extend_from_slice(text);
+    out
 }
 
 /// Headers by lower-case name, repeated values joined with `", "`.
@@ -389,5 +438,34 @@ impl Body for SizedBody {
 
     fn size_hint(&self) -> SizeHint {
         SizeHint::with_exact(self.remaining)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gRPC answer's message is a protobuf `string` field 1: tag 0x0a, a varint length, the
+    /// bytes (lengths past 127 take several varint bytes).
+    #[test]
+    fn grpc_message_is_field_one_with_a_varint_length() {
+        assert_eq!(grpc_message(b"hi"), [0x0a, 2, b'h', b'i']);
+        let long = vec![b'x'; 300];
+        let encoded = grpc_message(&long);
+        assert_eq!(&encoded[..3], &[0x0a, 0xac, 0x02]);
+        assert_eq!(&encoded[3..], &long[..]);
+    }
+
+    /// Only HTTP/2 requests with a gRPC content type are gRPC calls.
+    #[test]
+    fn grpc_calls_are_told_by_version_and_content_type() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc+proto"));
+        assert!(is_grpc(Version::HTTP_2, &headers));
+        assert!(!is_grpc(Version::HTTP_11, &headers));
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc-web"));
+        assert!(!is_grpc(Version::HTTP_2, &headers));
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        assert!(is_grpc(Version::HTTP_2, &headers));
     }
 }

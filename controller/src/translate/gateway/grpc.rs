@@ -9,8 +9,11 @@
 //!   service alone, a method alone, `RegularExpression`) is a condition on the whole path at
 //!   `PathPrefix /`; no method match: every call. Header matches (`GRPCHeaderMatch`, `Exact` or
 //!   `RegularExpression`; a repeated name counts once, the first) are conditions.
-//! - Precedence (`GRPCRouteRule.matches`): characters of the matching host name (the router's
-//!   host lookup), then characters in the service, in the method, number of header matches,
+//! - Precedence (`GRPCRouteRule.matches`): characters of the matching host name ("Characters
+//!   in a matching non-wildcard hostname", then "Characters in a matching hostname": the
+//!   router picks the most specific virtual host, whose own routes are tried first, then the
+//!   routes of each less specific name covering it as fallback tiers, longest first, exactly as
+//!   for HTTPRoutes), then characters in the service, in the method, number of header matches,
 //!   then the oldest route, `{namespace}/{name}`, then the first rule and match. Exact
 //!   service-and-method matches are looked up first (no other `Exact` match of the same call
 //!   has more characters); the others are tried at `/` in that order. A `RegularExpression`
@@ -35,7 +38,9 @@ use super::conditions::{Cond, reasons, types};
 use super::hostname::Hostname;
 use super::isolation::{self, Isolation};
 use super::refs::Grants;
-use super::routes::{Age, Plain, RouteCtx, RoutesOut, by_host, hosts_of, with_sockets};
+use super::routes::{
+    Age, Built, Order, Plain, RouteCtx, RoutesOut, by_host, hosts_of, names_of, place, with_sockets,
+};
 use super::{GatewayAttachments, GatewayConfig, RouteKind};
 use crate::gateway::{GrpcMethodMatch, GrpcRouteMatch, GrpcRouteRule, HttpRouteRule};
 use crate::snapshot::Snapshot;
@@ -46,9 +51,9 @@ use crate::translate::warnings::{ObjectKind, Reason, Warnings};
 /// weir has none of).
 const FILTERS: [&str; 3] = ["RequestHeaderModifier", "ResponseHeaderModifier", "RequestMirror"];
 
-/// A GRPCRoute match's precedence: service and method characters, header matches (more
-/// first), then age, rule, match.
-type Order = (Reverse<(usize, usize, usize)>, Age, usize, usize);
+/// A GRPCRoute match's specificity within a host name: service and method characters, header
+/// matches (more first; then age, rule, match: [`Order`]).
+type Specificity = (usize, usize, usize);
 
 // === HTTPRoute / GRPCRoute conflicts ===
 
@@ -169,7 +174,7 @@ pub(crate) fn apply(
     let grants = Grants::new(snapshot);
     let mut out = RoutesOut::default();
     let isolation = Isolation::new(attachments.gateways.values());
-    let mut built: Vec<Plain<Order>> = Vec::new();
+    let mut built: Vec<Built<Specificity>> = Vec::new();
     let mut backends: BTreeMap<BackendId, Backend> = BTreeMap::new();
     for ((kind, key), parents) in &attachments.routes {
         if *kind != RouteKind::Grpc {
@@ -236,9 +241,9 @@ pub(crate) fn apply(
                 let headers = conditions.as_deref().map_or(0, |c| c.headers.len());
                 // Listener isolation as for HTTPRoutes: each name on the sockets it attached to.
                 for (name, sockets) in &hosts {
-                    built.push(Plain {
+                    built.push(Built {
                         host: isolation::host_match(name.as_ref()),
-                        order: (Reverse((chars.0, chars.1, headers)), age.clone(), ri, mi),
+                        order: (None, Reverse((chars.0, chars.1, headers)), age.clone(), ri, mi),
                         route: Route {
                             path: path.clone(),
                             action: action.clone(),
@@ -246,6 +251,9 @@ pub(crate) fn apply(
                             origin: key.clone(),
                             conditions: with_sockets(conditions.clone(), sockets),
                         },
+                        name: name.clone(),
+                        sockets: sockets.clone(),
+                        from: None,
                     });
                 }
             }
@@ -261,7 +269,12 @@ pub(crate) fn apply(
             }
         }
     }
-    merge(table, built, warnings);
+    // Precedence across host names (`GRPCRouteRule.matches`: "Characters in a matching
+    // non-wildcard hostname", then "Characters in a matching hostname", before service, method
+    // and headers): a host name's own routes first, then the less specific names' as fallback
+    // tiers, as for HTTPRoutes.
+    let others = names_of(attachments, RouteKind::Http, &isolation);
+    place(table, built, &isolation, &others, false, |table, own| merge(table, own, warnings));
     for (id, mut backend) in backends {
         if matches!(super::app_protocol::of(snapshot, &id), Ok(None)) {
             // "Implementations MAY infer the protocol from the Route type referring to the
@@ -402,7 +415,7 @@ fn valid_method(s: &str) -> bool {
 /// Puts the built routes into the table's virtual hosts. At one path, GRPCRoute matches with
 /// conditions go before the routes already there without conditions (an Ingress's); one without
 /// conditions at a path an Ingress has loses to it (`ConflictLost`).
-fn merge(table: &mut RouteTable, built: Vec<Plain<Order>>, warnings: &mut Warnings) {
+fn merge(table: &mut RouteTable, built: Vec<Plain<Order<Specificity>>>, warnings: &mut Warnings) {
     if built.is_empty() {
         return;
     }
@@ -476,5 +489,81 @@ mod tests {
         assert_eq!(method_path(None).unwrap(), (MethodPath::Any, (0, 0)));
         assert!(valid_service(".pkg.v1.Svc_2"));
         assert!(!valid_service("pkg..Svc"));
+    }
+
+    /// `GRPCRouteRule.matches`: "Precedence MUST be given to the rule with the largest number
+    /// of: Characters in a matching non-wildcard hostname. Characters in a matching hostname.
+    /// Characters in a matching service. Characters in a matching method. Header matches."
+    /// Translated and compiled into the router: a host name's own rules win over every rule of
+    /// a less specific name, even one with more service and method characters; a call they do
+    /// not match goes to the next less specific name that matches it (`*.example.com`, then the
+    /// route without hostnames), never to a 404 while one does.
+    #[test]
+    fn grpc_route_rule_matches_precedence_across_hostnames() {
+        let svc = |name: &str| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default}}\nspec: {{ports: [{{port: 80}}]}}\n---\n"
+            )
+        };
+        let route = |name: &str, created: &str, hostnames: &str, rules: &str| {
+            format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\nmetadata: {{name: {name}, namespace: default, creationTimestamp: \"{created}\"}}\n\
+                 spec:\n  parentRefs: [{{name: edge}}]\n  hostnames: [{hostnames}]\n  rules:\n{rules}---\n"
+            )
+        };
+        let text = format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: weir}}\nspec: {{controllerName: weir.dev/gateway-controller}}\n---\n\
+             apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: edge, namespace: default}}\n\
+             spec: {{gatewayClassName: weir, listeners: [{{name: http, port: 80, protocol: HTTP}}]}}\n---\n{}{}{}{}{}{}",
+            svc("exact"),
+            svc("wild"),
+            svc("any"),
+            route(
+                "exact",
+                "2026-03-01T00:00:00Z",
+                "foo.example.com",
+                "  - {matches: [{method: {service: pkg.Own}}], backendRefs: [{name: exact, port: 80}]}\n\
+                 \x20 - {matches: [{headers: [{name: x-own, value: \"yes\"}]}], backendRefs: [{name: exact, port: 80}]}\n"
+            ),
+            route(
+                "wild",
+                "2026-02-01T00:00:00Z",
+                "\"*.example.com\"",
+                "  - {matches: [{method: {service: pkg.Own, method: Longest}}, {method: {service: pkg.Wild}}], backendRefs: [{name: wild, port: 80}]}\n"
+            ),
+            route("any", "2026-01-01T00:00:00Z", "", "  - {backendRefs: [{name: any, port: 80}]}\n"),
+        );
+        let snapshot: Snapshot =
+            crate::source::manifest::parse_manifests(&text).unwrap().into_iter().collect();
+        let translation =
+            crate::translate::translate(&snapshot, &crate::translate::TranslateConfig::default());
+        let router = weir_dataplane::route::router::Router::compile(&translation.table).unwrap();
+        let call = |host: &str, path: &str, own: bool| -> Option<String> {
+            let mut headers = http::HeaderMap::new();
+            headers.insert("content-type", http::HeaderValue::from_static("application/grpc"));
+            if own {
+                headers.insert("x-own", http::HeaderValue::from_static("yes"));
+            }
+            let view = weir_dataplane::route::conditions::RequestView {
+                method: &http::Method::POST,
+                headers: &headers,
+                query: None,
+                tls: false,
+                path,
+            };
+            let route = router.lookup_request(host, path, Some(&view))?;
+            Some(router.backend_ids()[route.backend.0 as usize].service.clone())
+        };
+        // The exact name's service match beats the wildcard's longer service-and-method match.
+        assert_eq!(call("foo.example.com", "/pkg.Own/Longest", false).as_deref(), Some("exact"));
+        // Its header match beats them too.
+        assert_eq!(call("foo.example.com", "/pkg.Wild/Get", true).as_deref(), Some("exact"));
+        // Nothing of foo.example.com matches: *.example.com's rules, then the host-less route's.
+        assert_eq!(call("foo.example.com", "/pkg.Wild/Get", false).as_deref(), Some("wild"));
+        assert_eq!(call("foo.example.com", "/pkg.Other/Get", false).as_deref(), Some("any"));
+        // Deeper names and other names: the wildcard's, then the host-less route's.
+        assert_eq!(call("a.b.example.com", "/pkg.Own/Longest", false).as_deref(), Some("wild"));
+        assert_eq!(call("a.b.example.com", "/pkg.Own/Get", false).as_deref(), Some("any"));
+        assert_eq!(call("example.org", "/pkg.Wild/Get", false).as_deref(), Some("any"));
     }
 }

@@ -83,32 +83,36 @@ impl Age {
     }
 }
 
-/// See [`Built::order`].
-type Order = (Option<Reverse<usize>>, Reverse<(bool, usize, usize)>, Age, usize, usize);
+/// See [`Built::order`]: `S` is the match's specificity within a host name (HTTPRoute: method
+/// match, header and query parameter counts; GRPCRoute: service and method characters, header
+/// matches), more first.
+pub(super) type Order<S> = (Option<Reverse<usize>>, Reverse<S>, Age, usize, usize);
 
-/// One route built from a match, with its precedence among routes sharing its path.
-struct Built {
-    host: HostMatch,
+/// An HTTPRoute match's specificity: method match, header and query parameter counts.
+type HttpSpecificity = (bool, usize, usize);
+
+/// One route built from a match (an HTTPRoute's or a GRPCRoute's), with its precedence among
+/// routes sharing its path.
+pub(super) struct Built<S> {
+    pub(super) host: HostMatch,
     /// Inherited from a less specific host name (its length: the [`Fallback`] tier it goes
-    /// into), method match, then header and query parameter counts (more first), then age,
-    /// rule and match index.
-    order: Order,
-    route: Route,
+    /// into), the match's specificity `S` (more first), then age, rule and match index.
+    pub(super) order: Order<S>,
+    pub(super) route: Route,
     /// `host` as a Gateway API name (`None`: any host).
-    name: Option<Hostname>,
+    pub(super) name: Option<Hostname>,
     /// The sockets it is served on, each with the hostname of the listener it attached to.
-    sockets: BTreeMap<Socket, Option<Hostname>>,
+    pub(super) sockets: BTreeMap<Socket, Option<Hostname>>,
     /// For a copy of a less specific host name's route (`inherit`): that name, whose
     /// [`Fallback`] tier of `host` it goes into.
-    from: Option<HostMatch>,
+    pub(super) from: Option<HostMatch>,
 }
 
-/// One GRPCRoute route built from a match, with its precedence `O` among routes sharing its
-/// path (HTTPRoutes use [`Built`], which also carries what listener isolation needs).
+/// A [`Built`] route without what listener isolation needed: its virtual host and its
+/// precedence `O` among routes sharing its path.
 pub(super) struct Plain<O> {
     pub(super) host: HostMatch,
-    /// Its precedence (GRPCRoute: method and header match counts, then age, rule and match
-    /// index).
+    /// Its precedence ([`Order`]).
     pub(super) order: O,
     pub(super) route: Route,
 }
@@ -142,7 +146,7 @@ pub(crate) fn apply(
     let grants = Grants::new(snapshot);
     let isolation = Isolation::new(attachments.gateways.values());
     let mut out = RoutesOut::default();
-    let mut built: Vec<Built> = Vec::new();
+    let mut built: Vec<Built<HttpSpecificity>> = Vec::new();
     let mut backends: BTreeMap<BackendId, Backend> = BTreeMap::new();
     for ((kind, key), parents) in &attachments.routes {
         if *kind != RouteKind::Http {
@@ -196,17 +200,8 @@ pub(crate) fn apply(
         }
         ctx.finish(&mut out);
     }
-    let shields = inherit(&mut built, &isolation);
-    let (inherited, own): (Vec<Built>, Vec<Built>) = built.into_iter().partition(|b| b.from.is_some());
-    let own = own.into_iter().map(|b| Plain { host: b.host, order: b.order, route: b.route }).collect();
-    merge(table, own, warnings);
-    fallbacks(table, inherited);
-    for host in shields {
-        if !table.hosts.iter().any(|vh| vh.host == host) {
-            table.hosts.push(VirtualHost { host, routes: Vec::new(), fallback: Vec::new() });
-        }
-    }
-    table.hosts.sort_by(|a, b| a.host.cmp(&b.host));
+    let others = names_of(attachments, RouteKind::Grpc, &isolation);
+    place(table, built, &isolation, &others, true, |table, own| merge(table, own, warnings));
     for (id, backend) in backends {
         table.backends.entry(id).or_insert(backend);
     }
@@ -291,11 +286,67 @@ pub(super) fn with_sockets(
     }
 }
 
+/// The host names the routes of `kind` serve (`hosts_of`), for the other kind's `inherit`.
+pub(super) fn names_of(
+    attachments: &GatewayAttachments,
+    kind: RouteKind,
+    isolation: &Isolation,
+) -> BTreeSet<Hostname> {
+    attachments
+        .routes
+        .iter()
+        .filter(|((k, _), _)| *k == kind)
+        .filter_map(|(_, parents)| hosts_of(parents, &attachments.gateways, isolation))
+        .flat_map(|hosts| hosts.into_keys().flatten())
+        .collect()
+}
+
+/// Puts one route kind's built routes into `table`: each host name's own routes (`merge`),
+/// the routes of less specific names as its [`Fallback`] tiers (`inherit`, `fallbacks`), and
+/// an empty virtual host for each listener host name that must not reach a less specific one.
+/// `others`: the host names the other route kind serves, which take this kind's less specific
+/// names' routes as fallbacks too (on the sockets where those answer: an HTTPRoute and a
+/// GRPCRoute never share a name on one listener, `GRPCRouteSpec.hostnames`). `join`: whether
+/// an Ingress wildcard that took this kind's `**.suffix` routes takes its tiers too.
+pub(super) fn place<S: Clone + Ord>(
+    table: &mut weir_dataplane::model::RouteTable,
+    mut built: Vec<Built<S>>,
+    isolation: &Isolation,
+    others: &BTreeSet<Hostname>,
+    join: bool,
+    merge: impl FnOnce(&mut weir_dataplane::model::RouteTable, Vec<Plain<Order<S>>>),
+) {
+    let shields = inherit(&mut built, isolation, others);
+    let (inherited, own): (Vec<Built<S>>, Vec<Built<S>>) = built.into_iter().partition(|b| b.from.is_some());
+    let own = own.into_iter().map(|b| Plain { host: b.host, order: b.order, route: b.route }).collect();
+    merge(table, own);
+    fallbacks(table, inherited, join);
+    for host in shields {
+        if !table.hosts.iter().any(|vh| vh.host == host) {
+            table.hosts.push(VirtualHost { host, routes: Vec::new(), fallback: Vec::new() });
+        }
+    }
+    table.hosts.sort_by(|a, b| a.host.cmp(&b.host));
+}
+
+/// Whether a route answers every request at its path (on its sockets): no condition but the
+/// socket's.
+fn unconditional(r: &Route) -> bool {
+    r.conditions
+        .as_deref()
+        .is_none_or(|c| c.method.is_none() && c.headers.is_empty() && c.query.is_empty() && c.path.is_none())
+}
+
 /// Listener isolation across virtual hosts (see `isolation`): the routes of a less specific
-/// host name are copied into each more specific virtual host whose requests still belong to
-/// their listener; returns the listener host names that need a virtual host of their own
-/// (even without routes) so that their requests do not reach a less specific one.
-fn inherit(built: &mut Vec<Built>, isolation: &Isolation) -> BTreeSet<HostMatch> {
+/// host name are copied into each more specific virtual host (of this kind's names, and of
+/// `others`) whose requests still belong to their listener; returns the listener host names
+/// that need a virtual host of their own (even without routes) so that their requests do not
+/// reach a less specific one.
+fn inherit<S: Clone>(
+    built: &mut Vec<Built<S>>,
+    isolation: &Isolation,
+    others: &BTreeSet<Hostname>,
+) -> BTreeSet<HostMatch> {
     let mut wide: Vec<usize> =
         (0..built.len()).filter(|&i| !matches!(built[i].name, Some(Hostname::Exact(_)))).collect();
     // The longest name first: of two copies at one path, the more specific name's is kept.
@@ -304,6 +355,7 @@ fn inherit(built: &mut Vec<Built>, isolation: &Isolation) -> BTreeSet<HostMatch>
         return BTreeSet::new();
     }
     let mut targets: BTreeSet<Hostname> = built.iter().filter_map(|b| b.name.clone()).collect();
+    targets.extend(others.iter().cloned());
     for &i in &wide {
         for socket in built[i].sockets.keys() {
             targets.extend(isolation.shields(*socket, built[i].name.as_ref()));
@@ -315,7 +367,7 @@ fn inherit(built: &mut Vec<Built>, isolation: &Isolation) -> BTreeSet<HostMatch>
         .collect();
     // Paths a target already answers for every request (on a socket, or both): a copy there
     // would never be reached.
-    let plain = |b: &Built| specificity(&b.route) == (false, 0, 0);
+    let plain = |b: &Built<S>| unconditional(&b.route);
     let tls_of = |r: &Route| r.conditions.as_deref().and_then(|c| c.tls);
     let mut taken: BTreeSet<(Hostname, PathMatch, Option<bool>)> = built
         .iter()
@@ -346,7 +398,7 @@ fn inherit(built: &mut Vec<Built>, isolation: &Isolation) -> BTreeSet<HostMatch>
             {
                 continue;
             }
-            if specificity(&route) == (false, 0, 0) {
+            if unconditional(&route) {
                 taken.insert((path.0, path.1, tls));
             }
             let mut order = b.order.clone();
@@ -372,13 +424,18 @@ fn inherit(built: &mut Vec<Built>, isolation: &Isolation) -> BTreeSet<HostMatch>
 /// `HTTPRouteRule.matches` order). A host's own routes (an exact name's, or a wildcard's) are
 /// all tried before any tier, whatever their paths. An Ingress wildcard `*.suffix` that took the
 /// HTTPRoute `**.suffix` routes (`merge`) takes its tiers too. Ingress hosts get none of their
-/// own: they are targets only when an HTTPRoute names them too.
-fn fallbacks(table: &mut weir_dataplane::model::RouteTable, inherited: Vec<Built>) {
+/// own: they are targets only when an HTTPRoute (or GRPCRoute) names them too. GRPCRoutes'
+/// tiers come the same way (`GRPCRouteRule.matches`: "Characters in a matching non-wildcard
+/// hostname. Characters in a matching hostname." before service, method and headers); where a
+/// virtual host has tiers of both kinds (on different sockets), they are ordered by name length
+/// together, the HTTPRoutes' first on a tie.
+fn fallbacks<S: Ord>(table: &mut weir_dataplane::model::RouteTable, inherited: Vec<Built<S>>, join: bool) {
     if inherited.is_empty() {
         return;
     }
     type Tier = (Reverse<usize>, HostMatch);
-    let mut by_target: BTreeMap<HostMatch, BTreeMap<Tier, Vec<Plain<Order>>>> = BTreeMap::new();
+    type Tiers<S> = BTreeMap<Tier, Vec<Plain<Order<S>>>>;
+    let mut by_target: BTreeMap<HostMatch, Tiers<S>> = BTreeMap::new();
     for b in inherited {
         let Some(from) = b.from else { continue };
         let len = b.order.0.map_or(0, |Reverse(len)| len);
@@ -397,9 +454,17 @@ fn fallbacks(table: &mut weir_dataplane::model::RouteTable, inherited: Vec<Built
             })
             .collect();
         match table.hosts.iter_mut().find(|vh| vh.host == target) {
-            Some(vh) => vh.fallback.extend(tiers),
+            Some(vh) => {
+                vh.fallback.extend(tiers);
+                // Stable: tiers already there (the HTTPRoutes') stay first on a tie.
+                vh.fallback.sort_by_key(|t| (Reverse(name_len(&t.from)), t.from.clone()));
+            }
             None => table.hosts.push(VirtualHost { host: target, routes: Vec::new(), fallback: tiers }),
         }
+    }
+    if !join {
+        table.hosts.sort_by(|a, b| a.host.cmp(&b.host));
+        return;
     }
     let joined: Vec<(HostMatch, Vec<Fallback>)> = table
         .hosts
@@ -417,6 +482,16 @@ fn fallbacks(table: &mut weir_dataplane::model::RouteTable, inherited: Vec<Built
         }
     }
     table.hosts.sort_by(|a, b| a.host.cmp(&b.host));
+}
+
+/// Characters of a Gateway API host name in the table (`*.` included; any host: 0), as
+/// [`Hostname::len`] counts them.
+fn name_len(h: &HostMatch) -> usize {
+    match h {
+        HostMatch::Any => 0,
+        HostMatch::Exact(n) => n.len(),
+        HostMatch::Wildcard(s) | HostMatch::Suffix(s) => s.len() + 2,
+    }
 }
 
 /// `HTTPRouteRule.matches`, defaulted: "If no matches are specified, the default is a prefix
