@@ -1,4 +1,4 @@
-//! Handing memory back to the system after a full rebuild.
+//! Handing memory back to the system after a full rebuild, and once connections stop parking.
 //!
 //! A full rebuild allocates a new table and frees the old one; the allocator (mimalloc, see
 //! `main.rs`) keeps freed pages for a while to reuse them, so the resident size after a rebuild
@@ -7,6 +7,18 @@
 //! thread asks the allocator to return what is free at once: a few milliseconds once, where
 //! returning freed pages eagerly on every free (`MIMALLOC_PURGE_DELAY=0`) doubles the rebuild
 //! time (bench/RESULTS.md).
+//!
+//! The same holds after a burst of connections that then stay idle: each is served by a task
+//! with hyper's buffers, and parked a second later (`weir_dataplane::proxy`'s parking), which
+//! frees all of that; the allocator purges freed pages only when it is called again, so an idle
+//! proxy kept ~400 B per idle keep-alive connection of freed memory resident (bench/RESULTS.md,
+//! issue 23). [`release_after_parking`] gives it back once the count of parked connections has
+//! stopped changing.
+
+use std::future::Future;
+use std::time::Duration;
+
+use weir_dataplane::proxy::Proxy;
 
 /// Returns the free memory of the calling thread's allocator heap (and of abandoned heaps) to
 /// the system.
@@ -17,4 +29,69 @@ pub fn release_free_memory() {
     // at any time from any thread. Live allocations are not moved or freed. When mimalloc is not
     // the global allocator (the library's tests), its heap is empty and the call does nothing.
     unsafe { libmimalloc_sys::mi_collect(true) }
+}
+
+/// How often [`release_after_parking`] looks at the count of parked connections.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// Calls [`release_free_memory`] once the proxy's count of parked connections has stopped
+/// changing (for [`LOOK_EVERY`]) after it changed, until `stop`. A proxy whose connections keep
+/// parking and resuming reuses what it frees and is left alone.
+pub async fn release_after_parking(proxy: Proxy, stop: impl Future<Output = ()>) {
+    let mut stop = std::pin::pin!(stop);
+    let mut quiet = Quiet::new(proxy.parked_connections());
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            () = tokio::time::sleep(LOOK_EVERY) => {}
+        }
+        if quiet.look(proxy.parked_connections()) {
+            release_free_memory();
+        }
+    }
+}
+
+/// When a count that changed has stopped changing.
+#[derive(Debug)]
+struct Quiet {
+    last: usize,
+    changed: bool,
+}
+
+impl Quiet {
+    fn new(count: usize) -> Quiet {
+        Quiet { last: count, changed: false }
+    }
+
+    /// The count now; whether it stopped changing since the last look, after a change.
+    fn look(&mut self, count: usize) -> bool {
+        if count != self.last {
+            self.last = count;
+            self.changed = true;
+            return false;
+        }
+        std::mem::take(&mut self.changed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_is_released_once_each_time_the_parked_count_settles() {
+        let mut quiet = Quiet::new(0);
+        // Nothing happened: nothing to give back.
+        assert!(!quiet.look(0));
+        // A burst parks connections; once the count holds, once.
+        assert!(!quiet.look(3000));
+        assert!(!quiet.look(9900));
+        assert!(quiet.look(9900));
+        assert!(!quiet.look(9900));
+        // They resume and park again (a busy proxy): nothing until it settles.
+        assert!(!quiet.look(9800));
+        assert!(!quiet.look(9850));
+        assert!(quiet.look(9850));
+        assert!(!quiet.look(9850));
+    }
 }

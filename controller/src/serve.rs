@@ -229,6 +229,10 @@ impl Running {
                 }
             }));
         }
+        tasks.push(tokio::spawn(crate::memory::release_after_parking(
+            proxy.clone(),
+            wait_for(shutdown_rx.clone()),
+        )));
         tasks.push(tokio::spawn(serve_admin(admin, metrics, ready, wait_for(shutdown_rx))));
         let https_shown = https_addr.map_or_else(|| "none".to_string(), |a| a.to_string());
         tracing::info!(http = %http_addr, https = %https_shown, admin = %admin_addr, "weir is serving");

@@ -3,7 +3,10 @@
 //! and HAProxy). hyper's server keeps ~34 KB per connection after its first request (its read
 //! and write buffers and the request future's box, bench/RESULTS.md); weir's driver frees them
 //! once the connection has been idle for a grace (`http1_idle_grace`), so the bound below (8 KiB)
-//! fails on hyper's server, and within the grace the buffers are kept.
+//! fails on hyper's server, and within the grace the buffers are kept. Once parked (the
+//! connection's task ended, `proxy/park.rs`), a connection keeps a 40-byte record: the bound
+//! there (96 B besides the test's own client socket) fails if it grows back to a task, a
+//! registration with tokio or an allocation per connection.
 #![allow(clippy::unwrap_used)]
 // A global allocator must be an `unsafe impl`; see the SAFETY comments.
 #![allow(unsafe_code)]
@@ -110,6 +113,25 @@ async fn live_per_conn(p: &TestProxy, wait: Duration) -> (isize, Vec<TcpStream>)
 
 const CONNS: isize = 200;
 
+/// Parked connections counted (client and proxy sockets in this process: under 1024
+/// descriptors, the usual soft limit, with the proxy's own).
+const PARKED: isize = 480;
+
+/// Bytes live per connection for `PARKED` connections to a bare listener that holds the
+/// accepted sockets and allocates nothing for them: what the test's client side costs.
+async fn client_side_per_conn() -> isize {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut accepted = Vec::with_capacity(PARKED as usize);
+    let mut open = Vec::new();
+    let before = LIVE.load(Ordering::Relaxed);
+    for _ in 0..PARKED {
+        open.push(TcpStream::connect(addr).await.unwrap());
+        accepted.push(listener.accept().unwrap().0);
+    }
+    (LIVE.load(Ordering::Relaxed) - before) / PARKED
+}
+
 /// One test (the counter is global): a connection keeps its hyper connection while idle for
 /// less than the grace, and past it keeps under 8 KiB.
 #[tokio::test]
@@ -156,5 +178,50 @@ async fn an_idle_keep_alive_connection_keeps_under_8_kib_allocated_past_the_grac
     }
     println!("{per_conn} bytes live per idle connection past the grace");
     assert!(per_conn < 8 * 1024, "{per_conn} bytes live per idle connection (client side included)");
+    drop(open);
+    drop(p);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Parked: the task is gone, the lot keeps a record.
+    let client_side = client_side_per_conn().await;
+    let config = ProxyConfig {
+        http1_server: Http1Server::Weir,
+        http1_park_after: Some(Duration::from_millis(50)),
+        ..test_config()
+    };
+    let p = proxy_with(config, table()).await;
+    // Warm up, and let the lot make its first chunk and the parking channel its first block.
+    drop(served(&p).await);
+    let conn = served(&p).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while p.proxy.parked_connections() != 1 {
+        assert!(tokio::time::Instant::now() < deadline, "never parked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(conn);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = LIVE.load(Ordering::Relaxed);
+    let mut open = Vec::new();
+    for _ in 0..PARKED {
+        open.push(served(&p).await);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while p.proxy.parked_connections() != PARKED as usize {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {PARKED} parked",
+            p.proxy.parked_connections()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Tasks end as their connections park: let the last ones finish.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let per_conn = (LIVE.load(Ordering::Relaxed) - before) / PARKED;
+    println!("{per_conn} bytes live per parked connection, {client_side} of them the test's client socket");
+    assert!(
+        per_conn - client_side <= 96,
+        "{} bytes live per parked connection besides the client ({per_conn} in all)",
+        per_conn - client_side
+    );
     drop(open);
 }

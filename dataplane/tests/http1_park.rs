@@ -238,3 +238,61 @@ async fn parked_connections_count_under_max_connections() {
     conn.write_all(&get("/kept")).await.unwrap();
     answered(&mut conn, &mut buffered, "/kept").await;
 }
+
+#[tokio::test]
+async fn a_parked_connection_keeps_its_proxy_protocol_client() {
+    let p = started(ProxyConfig { proxy_protocol: true, ..config() }).await;
+    let mut conn = TcpStream::connect(p.addr).await.unwrap();
+    let mut buffered = Vec::new();
+    conn.write_all(b"PROXY TCP4 203.0.113.7 10.0.0.1 51234 80\r\n").await.unwrap();
+    for i in 0..3 {
+        let path = format!("/pp{i}");
+        conn.write_all(&get(&path)).await.unwrap();
+        let (head, body) = response(&mut conn, &mut buffered).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let echo: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(echo["path"], path.as_str(), "{body}");
+        assert_eq!(
+            echo["headers"]["x-forwarded-for"], "203.0.113.7",
+            "request {i}, parked before it: {body}"
+        );
+        until("parked", || p.proxy.parked_connections() == 1).await;
+    }
+}
+
+#[tokio::test]
+async fn a_parked_connection_holds_its_place_under_the_per_client_limit() {
+    let mut config = config();
+    config.connection_limits.per_client = 1;
+    let p = started(config).await;
+    let mut first = served(&p, "/first").await;
+    until("parked", || p.proxy.parked_connections() == 1).await;
+
+    // The client's one place is the parked connection's.
+    let mut second = TcpStream::connect(p.addr).await.unwrap();
+    let _ = second.write_all(&get("/second")).await;
+    closed_by_server(&mut second).await;
+    first.write_all(&get("/again")).await.unwrap();
+    answered(&mut first, &mut Vec::new(), "/again").await;
+
+    // Closed, it gives the place back.
+    until("parked again", || p.proxy.parked_connections() == 1).await;
+    drop(first);
+    until("gone from the lot", || p.proxy.parked_connections() == 0).await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let mut conn = TcpStream::connect(p.addr).await.unwrap();
+        if conn.write_all(&get("/third")).await.is_ok() {
+            let mut buf = [0u8; 4096];
+            if let Ok(Ok(n)) = tokio::time::timeout(PATIENCE, conn.read(&mut buf)).await
+                && n > 0
+            {
+                let mut buffered = buf[..n].to_vec();
+                answered(&mut conn, &mut buffered, "/third").await;
+                break;
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the place was never given back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

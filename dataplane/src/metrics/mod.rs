@@ -456,6 +456,28 @@ impl Drop for OpenConn {
     }
 }
 
+impl OpenConn {
+    /// Ends the guard with its connection still counted open, for a parked connection's record,
+    /// which holds no guard (`proxy::park`): [`Registry::resume_parked`] makes a guard of it
+    /// again, [`Registry::close_parked`] counts it closed.
+    pub(crate) fn into_parked(self) {
+        // Counted opened once more here, closed once more as `self` drops: open still.
+        self.registry.conns.local().opened[self.listener].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Registry {
+    /// The guard of a parked connection resumed ([`OpenConn::into_parked`]): counted open since.
+    pub(crate) fn resume_parked(self: &Arc<Self>, listener: Listener) -> OpenConn {
+        OpenConn { registry: self.clone(), listener: listener as usize }
+    }
+
+    /// Counts closed a parked connection ([`OpenConn::into_parked`]).
+    pub(crate) fn close_parked(&self, listener: Listener) {
+        self.conns.local().closed[listener as usize].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Connection figures at a scrape.
 #[derive(Clone, Debug, Default)]
 pub struct ConnSample {

@@ -158,7 +158,7 @@ impl ConnLimits {
             self.refused_total.fetch_add(1, Ordering::Relaxed);
             return Err(Refusal::Total);
         }
-        Ok(ConnGuard { limits: self.clone(), client: None, pipes: false })
+        Ok(ConnGuard { limits: self.clone(), client: None, pipes: false, parked: false })
     }
 
     /// Counts `guard`'s connection against `client`'s share; `Err` (counted) when the client
@@ -184,6 +184,31 @@ impl ConnLimits {
     pub(crate) fn per_client(&self) -> bool {
         self.config.per_client > 0
     }
+
+    /// The guard of a parked connection resumed: its place, still held since
+    /// [`ConnGuard::into_parked`], counted against `client` if it was.
+    pub(crate) fn resume_parked(self: &Arc<Self>, client: Option<IpAddr>) -> ConnGuard {
+        ConnGuard { limits: self.clone(), client, pipes: false, parked: false }
+    }
+
+    /// Gives back the place of a parked connection closed ([`ConnGuard::into_parked`]).
+    pub(crate) fn release_parked(&self, client: Option<IpAddr>) {
+        self.give_back(client, false);
+    }
+
+    /// Gives back one connection's place (with its pipes), and its client's.
+    fn give_back(&self, client: Option<IpAddr>, pipes: bool) {
+        self.held.fetch_sub(ONE_CONN + if pipes { 3 } else { 1 }, Ordering::AcqRel);
+        if let Some(client) = client {
+            let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(open) = clients.get_mut(&client) {
+                *open = open.saturating_sub(1);
+                if *open == 0 {
+                    clients.remove(&client);
+                }
+            }
+        }
+    }
 }
 
 /// One admitted connection: its place is given back when it is dropped.
@@ -193,6 +218,8 @@ pub(crate) struct ConnGuard {
     client: Option<IpAddr>,
     /// It also holds two pipes (two more descriptor pairs).
     pipes: bool,
+    /// Its place was handed over to a parked connection's record (`into_parked`).
+    parked: bool,
 }
 
 impl ConnGuard {
@@ -218,19 +245,21 @@ impl ConnGuard {
             self.limits.held.fetch_sub(2, Ordering::AcqRel);
         }
     }
+
+    /// Ends the guard with its place still held, for a parked connection's record, which holds
+    /// no guard (`proxy::park`): [`ConnLimits::resume_parked`] makes a guard of it again,
+    /// [`ConnLimits::release_parked`] gives it back. The client it counts against, if any.
+    pub(crate) fn into_parked(mut self) -> Option<IpAddr> {
+        self.release_pipes();
+        self.parked = true;
+        self.client
+    }
 }
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
-        self.limits.held.fetch_sub(ONE_CONN + if self.pipes { 3 } else { 1 }, Ordering::AcqRel);
-        if let Some(client) = self.client {
-            let mut clients = self.limits.clients.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(open) = clients.get_mut(&client) {
-                *open = open.saturating_sub(1);
-                if *open == 0 {
-                    clients.remove(&client);
-                }
-            }
+        if !self.parked {
+            self.limits.give_back(self.client, self.pipes);
         }
     }
 }

@@ -11,24 +11,25 @@
 //! - the socket leaves tokio's reactor (`into_std`) and joins the parking's own epoll set,
 //!   level-triggered, so bytes that arrived while it moved are reported at once: nothing sent
 //!   at the parking moment is lost;
-//! - a compact [`Parked`] record keeps what the next request needs (the client address, the
-//!   request count for `keep-alive-requests`, the keep-alive deadline) and what must outlive
-//!   the task: the connection's place under `--max-connections` (and per client) and its count
-//!   in the open-connection gauge;
-//! - one task per listener watches the epoll set (through [`AsyncFd`] on its descriptor) and a
-//!   min-heap of deadlines (no timer per connection; a table swap may change the keep-alive
-//!   timeout, so deadlines are not always in parking order). A readable socket (a request, or
-//!   the client's close) goes back to tokio and to a new serving task; at its deadline it is
-//!   closed (closing its only descriptor also takes it out of the epoll set);
+//! - a compact record in the listener's [`lot::Lot`] keeps what the next request needs (the
+//!   client address, the request count for `keep-alive-requests`, the keep-alive deadline); the
+//!   lot itself holds what must outlive the task: the connection's place under
+//!   `--max-connections` (and per client) and its count in the open-connection gauge. 40 bytes
+//!   per connection in all (`lot.rs` says how);
+//! - one task per listener watches the epoll set (through [`AsyncFd`] on its descriptor) and the
+//!   lot's deadlines (no timer per connection; a table swap may change the keep-alive timeout,
+//!   which the lot's deadline lists allow for). A readable socket (a request, or the client's
+//!   close) goes back to tokio and to a new serving task; at its deadline it is closed (closing
+//!   its only descriptor also takes it out of the epoll set);
 //! - on drain the parking task closes every parked connection at once, as idle connections
 //!   are; it holds a watcher of the listener's graceful shutdown, as resumed connections do
 //!   through it, so the drain waits for them.
 //!
-//! Records move to the parking task through a channel, so the task owns its map and heap and
-//! nothing is locked. TLS connections are not parked: their session state lives in the process.
+//! Records move to the parking task through a channel, so the task owns its lot and nothing is
+//! locked. TLS connections are not parked: their session state lives in the process.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+mod lot;
+
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -43,6 +44,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use self::lot::Lot;
 use super::Proxy;
 use super::forward::ConnCtx;
 use super::h1_idle::{self, Park, Served};
@@ -71,7 +73,8 @@ struct Kept {
     _open: OpenConn,
 }
 
-/// A parked connection.
+/// A connection on its way into the lot or back out of it, holding its guards (in the lot a
+/// compact record stands for it).
 struct Parked {
     socket: std::net::TcpStream,
     /// The client (after the PROXY protocol header, if any).
@@ -207,7 +210,7 @@ impl Parking {
     /// reaches its deadline, closes everything on drain.
     async fn run(self: Arc<Self>, epoll: AsyncFd<OwnedFd>, mut to_park: mpsc::UnboundedReceiver<Parked>) {
         let mut drain = self.drain.clone();
-        let mut parked = Lot::default();
+        let mut parked = Lot::new(self.proxy.inner.conns.clone(), self.proxy.metrics().clone());
         let mut counted = 0;
         loop {
             // The proxy's count follows this lot's (other listeners add theirs).
@@ -216,7 +219,7 @@ impl Parking {
             tokio::select! {
                 _ = drain.wait_for(|d| *d) => break,
                 Some(conn) = to_park.recv() => {
-                    if let Err(conn) = parked.park(epoll.get_ref(), conn) {
+                    if let Err(conn) = park(&mut parked, epoll.get_ref(), conn) {
                         // Not watched (the epoll set is full): served by a task instead.
                         tokio::spawn(self.clone().resume(conn));
                     }
@@ -229,7 +232,7 @@ impl Parking {
                             break;
                         }
                     };
-                    match parked.ready(guard.get_inner(), |conn| {
+                    match take_ready(&mut parked, guard.get_inner(), |conn| {
                         tokio::spawn(self.clone().resume(conn));
                     }) {
                         // Cleared unless the reactor saw new events since `readable`.
@@ -252,90 +255,51 @@ impl Parking {
     }
 }
 
-// === impl Lot ===
+// === the epoll set ===
 
-/// The parked connections: by key (the epoll event's data), and their deadlines in a min-heap.
-/// A resumed connection's heap entry stays until its deadline (or a compaction) and then finds
-/// no connection: keys are never reused.
-#[derive(Default)]
-struct Lot {
-    conns: HashMap<u64, Parked>,
-    deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
-    next_key: u64,
+/// Parks `conn`: into the lot, its socket into the epoll set; gives it back if epoll refuses it.
+fn park(lot: &mut Lot, epoll: &OwnedFd, conn: Parked) -> Result<(), Parked> {
+    let Some(key) = lot.insert(conn) else { return Ok(()) };
+    let flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP;
+    let added = match lot.socket(key) {
+        Some(socket) => epoll::add(epoll, socket, epoll::EventData::new_u64(key), flags),
+        None => return Ok(()),
+    };
+    match added {
+        Ok(()) => Ok(()),
+        Err(error) => {
+            tracing::debug!(%error, "a connection could not be parked");
+            lot.remove(key).map_or(Ok(()), Err)
+        }
+    }
 }
 
-impl Lot {
-    fn len(&self) -> usize {
-        self.conns.len()
-    }
-
-    fn next_deadline(&self) -> Option<Instant> {
-        self.deadlines.peek().map(|Reverse((at, _))| *at)
-    }
-
-    /// Adds `conn` to the epoll set and the lot; gives it back if epoll refuses it.
-    fn park(&mut self, epoll: &OwnedFd, conn: Parked) -> Result<(), Parked> {
-        let key = self.next_key;
-        let flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP;
-        if let Err(error) = epoll::add(epoll, &conn.socket, epoll::EventData::new_u64(key), flags) {
-            tracing::debug!(peer = %conn.client, %error, "a connection could not be parked");
-            return Err(conn);
-        }
-        self.next_key += 1;
-        self.deadlines.push(Reverse((conn.deadline, key)));
-        self.conns.insert(key, conn);
-        Ok(())
-    }
-
-    /// Takes every connection the epoll set reports readable (a request, or the client's close)
-    /// out of the lot and hands it to `resume`, until the set reports none.
-    fn ready(&mut self, epoll: &OwnedFd, mut resume: impl FnMut(Parked)) -> rustix::io::Result<()> {
-        let mut events = [std::mem::MaybeUninit::<epoll::Event>::uninit(); EVENTS];
-        let now = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
-        loop {
-            let (ready, _) = match epoll::wait(epoll, &mut events, Some(&now)) {
-                Ok(ready) => ready,
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(error) => return Err(error),
-            };
-            let n = ready.len();
-            for event in ready.iter() {
-                if let Some(conn) = self.unpark(epoll, event.data.u64()) {
-                    resume(conn);
-                }
+/// Takes every connection the epoll set reports readable (a request, or the client's close)
+/// out of the lot and hands it to `resume`, until the set reports none.
+fn take_ready(lot: &mut Lot, epoll: &OwnedFd, mut resume: impl FnMut(Parked)) -> rustix::io::Result<()> {
+    let mut events = [std::mem::MaybeUninit::<epoll::Event>::uninit(); EVENTS];
+    let now = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
+    loop {
+        let (ready, _) = match epoll::wait(epoll, &mut events, Some(&now)) {
+            Ok(ready) => ready,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(error) => return Err(error),
+        };
+        let n = ready.len();
+        for event in ready.iter() {
+            let key = event.data.u64();
+            let Some(socket) = lot.socket(key) else { continue };
+            if let Err(error) = epoll::delete(epoll, socket) {
+                // Not fatal: closing the socket later takes it out anyway; until then its
+                // events carry a key no record has any more.
+                tracing::debug!(%error, "epoll_ctl(DEL) of a parked connection failed");
             }
-            if n < EVENTS {
-                return Ok(());
+            if let Some(conn) = lot.remove(key) {
+                resume(conn);
             }
         }
-    }
-
-    /// Takes the connection `key` out of the epoll set and the lot (`None`: already gone).
-    fn unpark(&mut self, epoll: &OwnedFd, key: u64) -> Option<Parked> {
-        let conn = self.conns.remove(&key)?;
-        if let Err(error) = epoll::delete(epoll, &conn.socket) {
-            // Not fatal: closing the socket later takes it out anyway; until then, a stale key.
-            tracing::debug!(peer = %conn.client, %error, "epoll_ctl(DEL) of a parked connection failed");
-        }
-        // Stale heap entries are dropped once they outnumber the parked connections.
-        if self.deadlines.len() > 2 * self.conns.len() + 1024 {
-            self.deadlines = self.conns.iter().map(|(key, conn)| Reverse((conn.deadline, *key))).collect();
-        }
-        if self.conns.capacity() > 4 * self.conns.len() + 1024 {
-            self.conns.shrink_to(2 * self.conns.len());
-        }
-        Some(conn)
-    }
-
-    /// Closes the connections whose deadline is `now` or past.
-    fn expire(&mut self, now: Instant) {
-        while let Some(&Reverse((at, key))) = self.deadlines.peek() {
-            if at > now {
-                break;
-            }
-            self.deadlines.pop();
-            // Closing its only descriptor takes the socket out of the epoll set.
-            drop(self.conns.remove(&key));
+        if n < EVENTS {
+            return Ok(());
         }
     }
 }
