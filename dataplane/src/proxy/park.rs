@@ -30,7 +30,6 @@
 
 mod lot;
 
-use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -44,12 +43,12 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use self::lot::Lot;
+use self::lot::{Kept, Lot, Parked};
 use super::Proxy;
 use super::forward::ConnCtx;
 use super::h1_idle::{self, Park, Served};
 use super::limits::{ConnGuard, SendTimeout};
-use crate::metrics::{Listener, OpenConn};
+use crate::metrics::Listener;
 
 /// Events read from the epoll set per `epoll_wait`.
 const EVENTS: usize = 256;
@@ -63,27 +62,6 @@ pub(super) struct Parking {
     to_park: mpsc::UnboundedSender<Parked>,
     /// Keeps the listener's drain waiting for the parking task and resumed connections.
     _watcher: Watcher,
-}
-
-/// What a connection keeps beyond its serving task.
-struct Kept {
-    /// Its place under the connection limits.
-    _admission: ConnGuard,
-    /// Its count in the open-connection gauge.
-    _open: OpenConn,
-}
-
-/// A connection on its way into the lot or back out of it, holding its guards (in the lot a
-/// compact record stands for it).
-struct Parked {
-    socket: std::net::TcpStream,
-    /// The client (after the PROXY protocol header, if any).
-    client: SocketAddr,
-    /// Requests served so far (`keep-alive-requests`).
-    requests: u32,
-    /// When the keep-alive timeout closes it.
-    deadline: Instant,
-    kept: Kept,
 }
 
 // === impl Parking ===

@@ -33,9 +33,30 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Kept, Parked};
-use crate::metrics::{Listener, Registry};
-use crate::proxy::limits::ConnLimits;
+use crate::metrics::{Listener, OpenConn, Registry};
+use crate::proxy::limits::{ConnGuard, ConnLimits};
+
+/// What a connection keeps beyond its serving task.
+pub(super) struct Kept {
+    /// Its place under the connection limits.
+    pub(super) _admission: ConnGuard,
+    /// Its count in the open-connection gauge.
+    pub(super) _open: OpenConn,
+}
+
+/// A connection on its way into the lot or back out of it, holding its guards (in the lot a
+/// compact record stands for it). Defined here, not in `park.rs`, so that the lot imports
+/// nothing from its parent (dataplane/tests/layers.rs: no import circles).
+pub(super) struct Parked {
+    pub(super) socket: std::net::TcpStream,
+    /// The client (after the PROXY protocol header, if any).
+    pub(super) client: SocketAddr,
+    /// Requests served so far (`keep-alive-requests`).
+    pub(super) requests: u32,
+    /// When the keep-alive timeout closes it.
+    pub(super) deadline: Instant,
+    pub(super) kept: Kept,
+}
 
 /// Slots per chunk (a chunk is 20 KiB).
 #[cfg(not(test))]
