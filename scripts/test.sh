@@ -6,7 +6,7 @@
 #   scripts/test.sh -- ARGS    install, then cargo test --workspace ARGS (a filter, --nocapture...)
 #
 # After the workspace, the dataplane's tests run once more on the fallback HTTP/1 server
-# (WEIR_HTTP1_SERVER=hyper), from the executables already built.
+# (WEIR_HTTP1_SERVER=hyper), from the executables already built (the whole suite only).
 #
 # What it installs, as root on Debian (apt-get; without root it only says what is missing, and
 # the tests that need it skip with the reason, or fail under WEIR_REQUIRE_ALL=1):
@@ -176,13 +176,13 @@ install_tools() {
 # The dataplane's tests once more on the fallback HTTP/1 server (`--http1-server hyper`; the
 # tests' support module and the `weir` command read WEIR_HTTP1_SERVER). The executables are the
 # ones `cargo test --workspace` just built: `cargo test -p weir-dataplane` would resolve features
-# apart from the workspace and rebuild every one of them. ARGS after `--` (a filter,
-# --nocapture...) are passed on; cargo's own options before it are not.
+# apart from the workspace and rebuild every one of them. Only for the whole suite (no ARGS, or
+# only --no-fail-fast): with a filter or other options the executables and the selection differ.
 fallback_pass() {
-  local args=() seen=0 a
-  for a in "$@"; do
-    if [ "$seen" = 1 ]; then args+=("$a"); elif [ "$a" = -- ]; then seen=1; fi
-  done
+  if [ $# -gt 1 ] || { [ $# = 1 ] && [ "$1" != --no-fail-fast ]; }; then
+    log "the fallback pass (WEIR_HTTP1_SERVER=hyper) runs with the whole suite only: skipped for ARGS $*"
+    return 0
+  fi
   local list
   list=$(mktemp)
   cargo test --workspace --no-run --message-format=json 2>/dev/null |
@@ -196,18 +196,20 @@ for line in sys.stdin:
     if (m.get("reason") == "compiler-artifact" and m.get("executable")
             and m["profile"]["test"] and "/dataplane#" in m["package_id"]):
         print(m["executable"])
-' >"$list"
+' >"$list" || {
+    log "fallback pass: cargo test --workspace --no-run failed"
+    exit 1
+  }
   local n failed=()
   n=$(wc -l <"$list")
   if [ "$n" = 0 ]; then
     log "fallback pass: found no dataplane test executable"
-    rm -f "$list"
     exit 1
   fi
-  log "the dataplane's $n test executables again with WEIR_HTTP1_SERVER=hyper ${args[*]-}"
+  log "the dataplane's $n test executables again with WEIR_HTTP1_SERVER=hyper"
   local exe
   while read -r exe; do
-    (cd dataplane && WEIR_HTTP1_SERVER=hyper "$exe" ${args[@]+"${args[@]}"}) || failed+=("$(basename "$exe")")
+    (cd dataplane && WEIR_HTTP1_SERVER=hyper "$exe") || failed+=("$(basename "$exe")")
   done <"$list"
   rm -f "$list"
   if [ ${#failed[@]} -gt 0 ]; then
