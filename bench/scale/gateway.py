@@ -32,6 +32,7 @@ import json
 import os
 import random
 import re
+import socket
 import ssl
 import statistics
 import subprocess
@@ -56,6 +57,8 @@ HTTP, ADMIN, ECHO = 28480, 28490, 28500
 GROUP = "/apis/gateway.networking.k8s.io/v1"
 PUBLISHED = re.compile(r"routing table published.*?version=(\d+).*?translate_ms=([\d.]+).*?total_ms=([\d.]+)")
 STATUS_LINE = "Gateway API status updated"
+# weir's --log-level (WEIR_LOG_LEVEL: e.g. add `kube_client=debug` for every API request).
+LOG_LEVEL = os.environ.get("WEIR_LOG_LEVEL", "warn,weir::serve=info,weir::status_gateway=info")
 
 
 def log(*args):
@@ -116,6 +119,7 @@ class Api:
         resp = c.getresponse()
         if resp.status != 200:
             raise RuntimeError(f"watch {path}: {resp.status}")
+        resp.connection = c  # to shut it down from another thread
         return resp
 
 
@@ -281,14 +285,29 @@ class StatusWatch:
         self.accepted = {}   # (namespace, name) -> {generation: time}
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
+        self.stopped = threading.Event()
+        self.resp = None
         threading.Thread(target=self.run, daemon=True).start()
+
+    def stop(self):
+        """Ends the watch (a watch left open costs the API server an event per status write)."""
+        self.stopped.set()
+        resp = self.resp
+        if resp is not None:
+            try:
+                resp.connection.sock.shutdown(socket.SHUT_RDWR)  # wakes the reading thread
+            except (OSError, AttributeError):
+                pass
 
     def run(self):
         rv = self.since
-        while True:
+        while not self.stopped.is_set():
             try:
-                resp = self.api.stream(f"{GROUP}/httproutes?watch=1&resourceVersion={rv}&timeoutSeconds=3000")
+                resp = self.resp = self.api.stream(
+                    f"{GROUP}/httproutes?watch=1&resourceVersion={rv}&timeoutSeconds=3000")
                 for line in resp:
+                    if self.stopped.is_set():
+                        break
                     event = json.loads(line)
                     obj = event.get("object", {})
                     meta = obj.get("metadata", {})
@@ -307,6 +326,8 @@ class StatusWatch:
                                         seen[gen] = time.time()
                                         self.changed.notify_all()
             except Exception as error:  # the watch ended or broke: resume from the last version
+                if self.stopped.is_set():
+                    return
                 log(f"route watch: {error}; resuming")
                 time.sleep(0.2)
 
@@ -357,6 +378,41 @@ def start_attached_poll(api, at, stop, deadline, every):
     return thread
 
 
+class CpuMeter:
+    """CPU seconds (user + system, /proc/PID/stat) used by the API server, etcd and weir, read
+    at marks: where the time of a phase goes (the API server's work, or weir's)."""
+
+    def __init__(self, kube, weir):
+        def pid(name):
+            with open(os.path.join(kube, f"{name}.pid")) as f:
+                return int(f.read().strip())
+        self.pids = {"kube-apiserver": pid("apiserver"), "etcd": pid("etcd"), "weir": weir.pid}
+        self.marks = [("start", time.time(), self.read())]
+
+    def read(self):
+        tick = os.sysconf("SC_CLK_TCK")
+        out = {}
+        for name, pid in self.pids.items():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                out[name] = (int(fields[11]) + int(fields[12])) / tick
+            except (OSError, IndexError, ValueError):
+                out[name] = None
+        return out
+
+    def mark(self, label, at=None):
+        self.marks.append((label, at or time.time(), self.read()))
+
+    def report(self):
+        for (_, t0, c0), (label, t1, c1) in zip(self.marks, self.marks[1:]):
+            span = max(t1 - t0, 1e-3)
+            parts = ", ".join(
+                f"{name} {c1[name] - c0[name]:.2f} s ({(c1[name] - c0[name]) / span * 100:.0f} % of a core)"
+                for name in self.pids if c0.get(name) is not None and c1.get(name) is not None)
+            print(f"  CPU to {label} ({span:.2f} s): {parts}")
+
+
 def weir_log_tables(logfile, since):
     with open(logfile) as f:
         f.seek(since)
@@ -365,9 +421,9 @@ def weir_log_tables(logfile, since):
     return tables, text.count(STATUS_LINE)
 
 
-def start_weir(kubeconfig, logfile):
+def start_weir(kubeconfig, logfile, binary=None):
     return subprocess.Popen(
-        [WEIR, "--log-level", "warn,weir::serve=info,weir::status_gateway=info", "serve",
+        [binary or WEIR, "--log-level", LOG_LEVEL, "serve",
          "--kubeconfig", kubeconfig, "--listen-http", f"127.0.0.1:{HTTP}", "--listen-https",
          "127.0.0.1:28493", "--listen-admin", f"127.0.0.1:{ADMIN}", "--publish-status-address",
          "10.0.0.1", "--election-namespace", "default"],
@@ -429,10 +485,11 @@ def clear_statuses(api):
              content_type="application/merge-patch+json")
 
 
-def restart(api, kubeconfig, procs, clear, label):
-    """Stops weir, optionally clears every status, starts a new weir on the routes already in
-    the API server and measures, from its start: the first table (ready), all routed,
-    attachedRoutes = ROUTES, every route Accepted for its generation."""
+def restart(api, kube, kubeconfig, procs, clear, label, binary=None, name=""):
+    """Stops weir, optionally clears every status, starts a new weir (`binary`, else WEIR_BIN)
+    on the routes already in the API server and measures, from its start: the first table
+    (ready), all routed, attachedRoutes = ROUTES, every route Accepted for its generation.
+    Returns those figures in seconds (None: not reached), by name."""
     old = procs.pop(0)
     old.terminate()
     old.wait(timeout=60)
@@ -448,22 +505,29 @@ def restart(api, kubeconfig, procs, clear, label):
         already = {k: v for k, v in accepted_now(api).items()}
     logfile = os.path.join(WORK, f"weir-{label}.log")
     t0 = time.time()
-    weir = start_weir(kubeconfig, logfile)
+    weir = start_weir(kubeconfig, logfile, binary)
     procs.insert(0, weir)
+    cpu = CpuMeter(kube, weir)
     ready = wait_ready(weir, logfile, t0 + 300, 0.005)
+    cpu.mark("the first table")
     attached_at = [None]
     stop = threading.Event()
     attacher = start_attached_poll(api, attached_at, stop, t0 + 600, 0.05)
     routed = poll_all_routed(8, t0 + 600)
     accepted = None
+    cpu.mark("all routed", routed)
     if clear:
         accepted = watch.wait_all(ROUTES, t0 + 600)
+        cpu.mark("every route Accepted", accepted)
     attacher.join(max(0, t0 + 600 - time.time()))
     stop.set()
+    watch.stop()
     time.sleep(3)  # the status writes of the first tables, for the count
     tables, writes = weir_log_tables(logfile, 0)
     how = "statuses cleared (a first install)" if clear else "statuses as the previous weir left them"
-    print(f"restart with {ROUTES} HTTPRoutes already in the API server, {how}; from weir's start:")
+    figures = {}
+    print(f"{name + ': ' if name else ''}restart with {ROUTES} HTTPRoutes already in the API server, {how}; "
+          f"from weir's start:")
     print(f"  first table published (/readyz, polled every 5 ms): {ready - t0:.2f} s")
     print(f"  all routed (each route's /a answered by its backend, 8 pollers): "
           + (f"{routed - t0:.2f} s" if routed else "not within 600 s"))
@@ -475,11 +539,25 @@ def restart(api, kubeconfig, procs, clear, label):
         if accepted and ROUTES >= 1000:
             first_1000 = sorted(min(g.values()) for g in watch.accepted.values())[999]
             print(f"  1,000 routes Accepted: {first_1000 - t0:.2f} s")
+            figures["1,000 routes Accepted"] = first_1000 - t0
     else:
         print(f"  routes Accepted for their generation before the start: {len(already)} of {ROUTES}")
     if tables:
         print(f"  weir: {len(tables)} tables published, translate {summary([x[0] for x in tables])}, translate + "
               f"compile + swap {summary([x[1] for x in tables])}; {writes} status writes")
+    synced = re.search(r"sync_ms=(\d+)", open(logfile).read())
+    if synced:
+        print(f"  weir: every reflector synced {synced.group(1)} ms after its start of the watches")
+    cpu.report()
+    figures.update({
+        "first table": ready - t0,
+        "all routed": routed - t0 if routed else None,
+        "attachedRoutes": attached_at[0] - t0 if attached_at[0] else None,
+        "tables published": len(tables),
+    })
+    if clear:
+        figures["every route Accepted"] = accepted - t0 if accepted else None
+    return figures
 
 
 def accepted_now(api):
@@ -506,7 +584,7 @@ def main():
     kube, api, kubeconfig = start_apiserver()
     procs = []
     try:
-        run(api, kubeconfig, procs)
+        run(api, kube, kubeconfig, procs)
     finally:
         for proc in procs:
             proc.terminate()
@@ -517,7 +595,7 @@ def main():
         subprocess.run([os.path.join(ROOT, "scripts/kube-apiserver.sh"), "stop", kube], capture_output=True)
 
 
-def run(api, kubeconfig, procs):
+def run(api, kube, kubeconfig, procs):
     t = time.time()
     install_crds(api)
     services = create_base(api)
@@ -635,10 +713,35 @@ def run(api, kubeconfig, procs):
         rss = int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) / 1024
     print(f"weir RSS at the end: {rss:.0f} MB")
 
+    watch.stop()
+
     # --- restarts on the routes already there ---
     if os.environ.get("RESTART", "1") == "1":
-        restart(api, kubeconfig, procs, clear=False, label="restart-kept")
-        restart(api, kubeconfig, procs, clear=True, label="restart-cleared")
+        restarts(api, kube, kubeconfig, procs)
+
+
+def restarts(api, kube, kubeconfig, procs):
+    """The restart case, for each binary of RESTART_BINS (`name=path ...`, default WEIR_BIN
+    alone) in turn, RESTART_ROUNDS times (the binaries alternating in the same conditions);
+    with more than one run, the median of each figure per binary."""
+    bins = [tuple(b.split("=", 1)) for b in os.environ.get("RESTART_BINS", "").split()] or [("", WEIR)]
+    rounds = int(os.environ.get("RESTART_ROUNDS", "1"))
+    results = {}  # (binary name, kept | cleared) -> [figures per round]
+    for r in range(rounds):
+        for name, binary in bins:
+            for clear, case in ((False, "kept"), (True, "cleared")):
+                label = f"restart-{case}" + (f"-{name}-{r}" if name or rounds > 1 else "")
+                figures = restart(api, kube, kubeconfig, procs, clear, label, binary, name)
+                results.setdefault((name, case), []).append(figures)
+    if rounds > 1:
+        print(f"medians over {rounds} rounds (load average now {os.getloadavg()[0]:.1f}):")
+        for (name, case), runs in results.items():
+            keys = [k for k in runs[0] if all(run.get(k) is not None for run in runs)]
+            med = ", ".join(f"{k} {statistics.median(run[k] for run in runs):g}" if k == "tables published"
+                            else f"{k} {statistics.median(run[k] for run in runs):.2f} s" for k in keys)
+            each = "; ".join(" ".join(f"{run.get(k):.2f}" if isinstance(run.get(k), float) else str(run.get(k))
+                                      for k in keys) for run in runs)
+            print(f"  {name or 'weir'}, statuses {case}: {med}  (each run: {each})")
 
 
 if __name__ == "__main__":

@@ -11,9 +11,13 @@
 # MODE=gateway runs the Gateway API variant instead (bench/scale/gateway.py): 5,000 HTTPRoutes
 # created through a real kube-apiserver (scripts/kube-apiserver.sh build, cached), as root, in a
 # private network namespace; ROUTES, SERVICES, NAMESPACES, BACKENDS, CHANGES, CREATORS, SAMPLE,
-# RESTART (1: then the restart case, weir started on the routes already there).
+# RESTART (1: then the restart case, weir started on the routes already there), RESTART_BINS
+# (`name=path ...`: the restart case for each binary in turn, on the same routes), RESTART_ROUNDS
+# (that many rounds, then the median of each figure per binary), WEIR_LOG_LEVEL (weir's
+# --log-level; `...,kube_client=debug` logs every API request).
 #
 #   MODE=gateway bench/scale/run.sh
+#   MODE=gateway CHANGES=0 RESTART_ROUNDS=2 RESTART_BINS="base=/path/a new=/path/b" bench/scale/run.sh
 #
 # Environment: WEIR_BIN (default: build with cargo), INGRESSES, SERVICES, ENDPOINTS, CHANGES
 # (default 100), FULL (default 10), CHURN (default 1000), CHURN_INTERVAL_MS (default 50), WORKDIR.
