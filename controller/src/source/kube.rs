@@ -733,10 +733,11 @@ impl Reflect<'_> {
         let (reader, writer) = reflector::store();
         // The first list (and a relist) from the API server's watch cache, in one response, as
         // client-go's informers list: without it (a quorum read from etcd in pages of 500, one
-        // after another) the list of 5,000 HTTPRoutes was ten round trips and the API server's
-        // whole CPU for 2.8-3.9 s, the time to the first table (bench/RESULTS.md, "Gateway API
-        // scale", 2026-11-27 04:00). The watch that follows starts from the list's version, so a
-        // list a moment behind is caught up by its events.
+        // after another) the list of 5,000 HTTPRoutes was ten round trips, 2.8-3.9 s of the time
+        // to the first table, and by hand it cost the API server 2.6-16 times the CPU of the list
+        // from the cache (bench/RESULTS.md, "Gateway API scale", 2026-11-27). The watch that
+        // follows starts from the list's version, so a list a moment behind is caught up by its
+        // events.
         let config = config.any_semantic();
         let stream = watcher(api, config).backoff(WatchBackoff::default()).map_ok(keep_event).reflect(writer);
         let changes = self.changes.clone();
