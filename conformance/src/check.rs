@@ -33,6 +33,20 @@ struct Answer {
     grpc_error: Option<String>,
 }
 
+/// `upstream_header_names_backend`: what is wrong with the header the answering replica
+/// received (`None`: nothing, or no such expectation, or no echo answered).
+fn names_backend(expect: &Expect, answer: &Answer) -> Option<String> {
+    let header = expect.upstream_header_names_backend.as_ref()?;
+    let replica = answer.echo.as_ref()?;
+    let got = answer.seen.as_ref().and_then(|seen| seen.headers.get(&header.to_ascii_lowercase()).cloned());
+    match &got {
+        Some(backend) if replica.strip_prefix(backend.as_str()).is_some_and(|rest| rest.starts_with('-')) => {
+            None
+        }
+        _ => Some(format!("{replica} to receive {header} naming its backend (it got {got:?})")),
+    }
+}
+
 impl Answer {
     fn describe(&self) -> String {
         match (&self.echo, &self.grpc_error) {
@@ -112,6 +126,9 @@ impl Checker {
                 problems.push(format!("the backend to receive {name}: {value:?} (it got {got:?})"));
             }
         }
+        if let Some(problem) = names_backend(expect, &answer) {
+            problems.push(problem);
+        }
         if let Some(want) = &expect.upstream_path {
             let got = answer.seen.as_ref().map(|seen| match &seen.query {
                 Some(query) => format!("{}?{query}", seen.path),
@@ -139,6 +156,10 @@ impl Checker {
         let mut unexpected = Vec::new();
         for _ in 0..requests {
             let answer = self.send(expect).await?;
+            if let Some(problem) = names_backend(expect, &answer) {
+                unexpected.push(format!("{problem}, got {}", answer.describe()));
+                continue;
+            }
             let matches = answer.status.as_u16() == expect.status && answer.echo.is_some();
             match answer.echo {
                 Some(name) if matches => *seen.entry(name).or_default() += 1,

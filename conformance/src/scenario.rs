@@ -193,6 +193,12 @@ pub struct Expect {
     /// needs `backend` or `any_of`.
     #[serde(default)]
     pub upstream_path: Option<String>,
+    /// A header every answering echo replica must have received with the name of its own
+    /// backend as value (replica `v1-0` of backend `v1`: `v1`), whichever backend answered: a
+    /// split whose shares each set their own header (`HTTPBackendRef.filters`). Needs
+    /// `backend`, `any_of` or `distribution`.
+    #[serde(default)]
+    pub upstream_header_names_backend: Option<String>,
     /// Send the request byte for byte over a plain socket instead of through an HTTP client:
     /// `path` goes on the request line as written (`/\admin`, `/%zz` and other targets a
     /// client library would refuse or clean), with `Connection: close`.
@@ -362,6 +368,9 @@ impl Scenario {
                     distribution.requests
                 ));
             }
+        }
+        if expect.upstream_header_names_backend.is_some() && forms == 0 {
+            return Err("upstream_header_names_backend needs backend, any_of or distribution".into());
         }
         if http::Method::from_bytes(expect.method.as_bytes()).is_err() {
             return Err(format!("invalid method {:?}", expect.method));

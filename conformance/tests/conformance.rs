@@ -93,6 +93,8 @@ scenarios! {
     gateway_extended => "gateway-extended",
     gateway_hostname_precedence => "gateway-hostname-precedence",
     gateway_grpc_hostname_precedence => "gateway-grpc-hostname-precedence",
+    gateway_named_rules => "gateway-named-rules",
+    gateway_backend_filters => "gateway-backend-filters",
 }
 
 /// The runner itself: deliberately wrong expectations are each reported, with what answered.

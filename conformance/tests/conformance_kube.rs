@@ -72,4 +72,6 @@ scenarios! {
     kube_gateway_extended => "gateway-extended",
     kube_gateway_hostname_precedence => "gateway-hostname-precedence",
     kube_gateway_grpc_hostname_precedence => "gateway-grpc-hostname-precedence",
+    kube_gateway_named_rules => "gateway-named-rules",
+    kube_gateway_backend_filters => "gateway-backend-filters",
 }

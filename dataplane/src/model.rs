@@ -547,6 +547,10 @@ pub struct Route {
     /// with the same path are tried in table order, the first whose conditions hold wins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Box<RequestConditions>>,
+    /// The name of the Gateway API rule it came from (`HTTPRouteRule.name`,
+    /// `GRPCRouteRule.name`), for `weir dump` and logs; `None`: unnamed, or an Ingress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
 }
 
 /// What a route does.
@@ -571,6 +575,11 @@ pub struct WeightedBackend {
     pub backend: Option<BackendId>,
     /// Its weight relative to the others' (0: never chosen).
     pub weight: u32,
+    /// Edits of the request when this share is picked, after the route's own (Gateway API
+    /// `HTTPBackendRef.filters` `RequestHeaderModifier`: "executed if and only if the request
+    /// is being forwarded to the backend defined here").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_headers: Option<Box<filters::HeaderEdits>>,
 }
 
 /// Per-route policies, typed and validated by translation (ingress-nginx annotations). Every
@@ -1757,6 +1766,7 @@ mod tests {
                 policy: RoutePolicy::default(),
                 origin: ObjectRef::new("default", "web"),
                 conditions: None,
+                rule: None,
             }],
             fallback: Vec::new(),
         });

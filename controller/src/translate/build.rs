@@ -388,6 +388,7 @@ impl<'a> Build<'a> {
                     },
                     origin: claim.rank.object.clone(),
                     conditions: None,
+                    rule: None,
                 });
             }
             if routes.is_empty() {

@@ -109,6 +109,9 @@ pub enum Reason {
     BackendNotResolved,
     /// A Gateway API filter weir does not support; the rule answers 500.
     UnsupportedFilter,
+    /// A Gateway API rule `name` that is not a `SectionName` or not unique within its route;
+    /// the rule serves without it.
+    InvalidRuleName,
     /// A Gateway listener is not served (not accepted, a certificate that does not resolve,
     /// a conflict with another listener).
     ListenerNotServed,

@@ -60,6 +60,7 @@ use crate::metrics::UpstreamEvent;
 use crate::model::{ClientVerify, RetryOn};
 use crate::route::auth;
 use crate::route::cors::CompiledCors;
+use crate::route::filters::CompiledEdits;
 use crate::route::mirror::CompiledMirror;
 use crate::route::policy::{CompiledBalance, CompiledPolicy, Verdict, set_headers};
 use crate::route::retry::Retry;
@@ -574,6 +575,8 @@ impl ConnCtx {
             }
             _ => None,
         };
+        // A split share's own request header edits (`HTTPBackendRef.filters`).
+        let mut share_edits = None;
         // A canary may take the request instead of the route's own backend; a session pinned by
         // the affinity cookie to an endpoint of either stays there (`affinity-canary-behavior:
         // sticky`, ingress-nginx's default).
@@ -592,7 +595,12 @@ impl ConnCtx {
             }
             None => match &route.split {
                 // A Gateway API split: a share by weight; an unresolved one answers 500.
-                Some(split) => split.pick(rand::random()).ok_or(ProxyError::UnresolvedBackend)?,
+                Some(split) => {
+                    let (backend, edits) =
+                        split.pick_share(rand::random()).ok_or(ProxyError::UnresolvedBackend)?;
+                    share_edits = edits;
+                    backend
+                }
                 None => route.backend,
             },
         };
@@ -613,7 +621,7 @@ impl ConnCtx {
         if balancer.is_empty() {
             return Err(ProxyError::NoEndpoints);
         }
-        Ok(Peer { backend, balancer, balance, pick })
+        Ok(Peer { backend, balancer, balance, pick, edits: share_edits })
     }
 
     // --- phase 3: the upstream request ---
@@ -648,8 +656,11 @@ impl ConnCtx {
         // them, they go in it.
         let request_edits =
             policy.and_then(|p| p.filters.as_deref()).and_then(|f| f.request_headers.as_ref());
-        let encoded =
-            !h2 && mirrored.is_none() && config.upstream_headers.is_empty() && request_edits.is_none();
+        let encoded = !h2
+            && mirrored.is_none()
+            && config.upstream_headers.is_empty()
+            && request_edits.is_none()
+            && peer.edits.is_none();
         // `proxy-add-original-uri-header`: the request target as the client sent it.
         let original_uri = if config.original_uri_header {
             HeaderValue::from_str(req.uri().path_and_query().map_or("/", |pq| pq.as_str())).ok()
@@ -693,6 +704,10 @@ impl ConnCtx {
         set_headers(headers, &config.upstream_headers);
         // Gateway API `RequestHeaderModifier`.
         if let Some(edits) = request_edits {
+            edits.apply(headers);
+        }
+        // Then the backendRef's own (`HTTPBackendRef.filters`), for this backend only.
+        if let Some(edits) = peer.edits {
             edits.apply(headers);
         }
         // `upstream-vhost` replaces the host the upstream sees (not `X-Forwarded-Host`).
@@ -920,6 +935,7 @@ impl ConnCtx {
             version = ctx.state.version,
             route = ?ctx.route.path,
             origin = ctx.route.origin.as_ref().map(tracing::field::display),
+            rule = ctx.route.rule.as_deref(),
             backend = %ctx.state.router.backend_ids()[peer.backend.0 as usize],
             upstream = %endpoint.key(),
             tries,
@@ -1386,6 +1402,8 @@ struct Peer<'a> {
     balancer: &'a Balancer,
     balance: &'a CompiledBalance,
     pick: Pick,
+    /// The request header edits of the split share picked (`HTTPBackendRef.filters`).
+    edits: Option<&'a CompiledEdits>,
 }
 
 impl Peer<'_> {

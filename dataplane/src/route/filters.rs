@@ -32,7 +32,8 @@ pub struct CompiledEdits {
 }
 
 impl CompiledEdits {
-    fn compile(e: &HeaderEdits) -> Result<CompiledEdits, FilterError> {
+    /// Compiles the edits; a name or value that cannot be sent is an error.
+    pub fn compile(e: &HeaderEdits) -> Result<CompiledEdits, FilterError> {
         let pair = |(n, v): &(String, String)| {
             let bad = || FilterError::Header { name: n.clone(), value: v.clone() };
             Ok((

@@ -34,6 +34,7 @@ use crate::model::changes::TableChanges;
 use crate::model::{BackendId, HostMatch, ObjectRef, PathMatch, Route, RouteAction, RouteTable, VirtualHost};
 use crate::route::canary::CompiledCanary;
 use crate::route::conditions::{CompiledConditions, RequestView};
+use crate::route::filters::CompiledEdits;
 use crate::route::policy::{CompiledPolicy, PolicyError};
 use crate::route::split::CompiledSplit;
 use crate::state::balance::BackendIdx;
@@ -102,6 +103,8 @@ pub struct CompiledRoute {
     pub split: Option<Box<CompiledSplit>>,
     /// Conditions besides host and path; `None` for Ingress routes.
     pub conditions: Option<Box<CompiledConditions>>,
+    /// The Gateway API rule's name ([`Route::rule`]), for logs.
+    pub rule: Option<Arc<str>>,
 }
 
 impl CompiledRoute {
@@ -280,6 +283,7 @@ impl Router {
             stats: limiters.metrics().route(crate::metrics::RouteLabels::of(None, id, None, None), None),
             split: None,
             conditions: None,
+            rule: None,
         }))
     }
 
@@ -308,17 +312,27 @@ impl Router {
                             Some(id) => Some(self.resolve(id, &referrer)?),
                             None => None,
                         };
-                        resolved.push((idx, share.weight));
+                        let edits = match &share.request_headers {
+                            Some(e) => {
+                                Some(CompiledEdits::compile(e).map_err(|e| CompileError::InvalidPolicy {
+                                    host: host.clone(),
+                                    path: route.path.clone(),
+                                    source: PolicyError::Filters(e),
+                                })?)
+                            }
+                            None => None,
+                        };
+                        resolved.push((idx, share.weight, edits));
                     }
                     let first = shares
                         .iter()
                         .zip(&resolved)
-                        .find_map(|(s, (idx, w))| s.backend.as_ref().zip(*idx).filter(|_| *w > 0));
+                        .find_map(|(s, (idx, w, _))| s.backend.as_ref().zip(*idx).filter(|_| *w > 0));
                     let (id, idx) = match first {
                         Some((id, idx)) => (id, idx),
                         None => (&unresolved, BackendIdx(u32::MAX)),
                     };
-                    (id, idx, Some(Box::new(CompiledSplit::new(resolved))))
+                    (id, idx, Some(Box::new(CompiledSplit::with_edits(resolved))))
                 }
             };
             let conditions = match &route.conditions {
@@ -375,6 +389,7 @@ impl Router {
                 stats,
                 split,
                 conditions,
+                rule: route.rule.as_deref().map(Arc::from),
             });
             // On duplicates the first route wins (translation already resolved conflicts),
             // unless it has conditions: then the next is tried when they do not hold.
@@ -562,6 +577,7 @@ mod tests {
                 policy: RoutePolicy::default(),
                 origin: ObjectRef::new("ns", backend),
                 conditions: None,
+                rule: None,
             };
             match self.0.hosts.iter_mut().find(|v| v.host == host) {
                 Some(v) => v.routes.push(route),
@@ -804,6 +820,7 @@ mod tests {
                     policy: RoutePolicy::default(),
                     origin: ObjectRef::new("ns", name),
                     conditions: None,
+                    rule: None,
                 }],
                 fallback: Vec::new(),
             });
@@ -835,6 +852,7 @@ mod tests {
             policy: RoutePolicy::default(),
             origin: ObjectRef::new("ns", name),
             conditions: None,
+            rule: None,
         };
         let own = t.hosts.iter_mut().find(|v| v.host == HostMatch::Exact("foo.example.com".into())).unwrap();
         own.fallback = vec![
@@ -875,12 +893,17 @@ mod tests {
             routes: vec![Route {
                 path: prefix("/"),
                 action: RouteAction::Split(vec![
-                    crate::model::WeightedBackend { backend: None, weight: 1 },
-                    crate::model::WeightedBackend { backend: Some(id("one")), weight: 1 },
+                    crate::model::WeightedBackend { backend: None, weight: 1, request_headers: None },
+                    crate::model::WeightedBackend {
+                        backend: Some(id("one")),
+                        weight: 1,
+                        request_headers: None,
+                    },
                 ]),
                 policy: RoutePolicy::default(),
                 origin: ObjectRef::new("ns", "r"),
                 conditions: None,
+                rule: None,
             }],
             fallback: Vec::new(),
         });

@@ -158,6 +158,7 @@ impl TableBuilder {
             policy: RoutePolicy::default(),
             origin: ObjectRef::new("test", be.id.service.clone()),
             conditions: None,
+            rule: None,
         });
         self.backend(be)
     }

@@ -11,11 +11,14 @@
 //!
 //! - `CORS`: onto weir's CORS machinery (`cors.rs`).
 //!
-//! Any other type (`ExtensionRef`, `ExternalAuth`, an unknown one) or a filter weir
-//! cannot apply as written makes the rule answer 500 ("requests that would have been processed
-//! by that filter MUST receive a HTTP error response", `HTTPRouteFilter.type`) and the route
-//! not `Accepted` (`UnsupportedValue`); filters on a `backendRef` are not supported yet and do
-//! the same.
+//! Filters on a `backendRef` (`HTTPBackendRef.filters`, "executed if and only if the request
+//! is being forwarded to the backend defined here"): `RequestHeaderModifier` (once), applied
+//! after the rule's own edits to the requests of that share only ([`backend_edits`]).
+//!
+//! Any other type (`ExtensionRef`, `ExternalAuth`, an unknown one, any other type on a
+//! `backendRef`) or a filter weir cannot apply as written makes the rule answer 500 ("requests
+//! that would have been processed by that filter MUST receive a HTTP error response",
+//! `HTTPRouteFilter.type`) and the route not `Accepted` (`UnsupportedValue`).
 
 use weir_dataplane::model::filters::{HeaderEdits, PathRewrite, RequestRedirect, RouteFilters};
 use weir_dataplane::model::{Mirror, RoutePolicy};
@@ -53,10 +56,8 @@ pub fn rule_policy(
         }
     }
     for (bi, b) in rule.backend_refs.iter().enumerate() {
-        if !b.filters.is_empty() {
-            out.refused.push(format!(
-                "spec.rules[{ri}].backendRefs[{bi}].filters: filters on a backendRef are not supported yet"
-            ));
+        if let Err(why) = backend_edits(&b.filters) {
+            out.refused.push(format!("spec.rules[{ri}].backendRefs[{bi}].{why}"));
         }
     }
     if let Some(t) = &rule.timeouts {
@@ -85,6 +86,33 @@ pub fn rule_policy(
 }
 
 const DAY_MS: u64 = 86_400_000;
+
+/// The request header edits of a `backendRef`'s `filters` (`None`: none); `Err` (`filters[i]:
+/// why`) for a type weir does not apply there or a second `RequestHeaderModifier` ("cannot be
+/// repeated").
+pub fn backend_edits(filters: &[HttpRouteFilter]) -> Result<Option<Box<HeaderEdits>>, String> {
+    let mut out: Option<Box<HeaderEdits>> = None;
+    for (fi, f) in filters.iter().enumerate() {
+        let field = format!("filters[{fi}]");
+        match f.type_.as_str() {
+            "RequestHeaderModifier" => {
+                let h = f.request_header_modifier.as_ref().ok_or_else(|| {
+                    format!("{field}: type RequestHeaderModifier without requestHeaderModifier")
+                })?;
+                if out.is_some() {
+                    return Err(format!("{field}: RequestHeaderModifier filter cannot be repeated"));
+                }
+                out = Some(Box::new(edits(h).map_err(|why| format!("{field}: {why}"))?));
+            }
+            other => {
+                return Err(format!(
+                    "{field}: filter type {other:?} is not supported on a backendRef (only RequestHeaderModifier)"
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
 
 #[allow(clippy::too_many_arguments)]
 fn apply(

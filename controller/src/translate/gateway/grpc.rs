@@ -186,6 +186,7 @@ pub(crate) fn apply(
         let Some(age) = age_of(snapshot, RouteKind::Grpc, key) else { continue };
         let mut ctx =
             RouteCtx::new(RouteKind::Grpc, key, &grants, snapshot, resolver, &mut backends, warnings);
+        let rule_names = ctx.rule_names(route.spec.rules.iter().map(|r| r.name.as_deref()));
         for (ri, rule) in route.spec.rules.iter().enumerate() {
             let as_http = http_rule(rule);
             let action = ctx.action(ri, &as_http);
@@ -250,6 +251,7 @@ pub(crate) fn apply(
                             policy: rule_policy.policy.clone(),
                             origin: key.clone(),
                             conditions: with_sockets(conditions.clone(), sockets),
+                            rule: rule_names.get(ri).cloned().flatten(),
                         },
                         name: name.clone(),
                         sockets: sockets.clone(),

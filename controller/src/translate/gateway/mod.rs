@@ -19,6 +19,7 @@ pub mod isolation;
 pub mod listeners;
 pub mod refs;
 pub mod routes;
+pub mod rule_name;
 pub mod tls;
 pub mod tlsroutes;
 

@@ -158,6 +158,7 @@ pub(crate) fn apply(
         let age = Age::of(key, &route.metadata);
         let mut ctx =
             RouteCtx::new(RouteKind::Http, key, &grants, snapshot, resolver, &mut backends, warnings);
+        let rule_names = ctx.rule_names(route.spec.rules.iter().map(|r| r.name.as_deref()));
         for (ri, rule) in route.spec.rules.iter().enumerate() {
             let action = ctx.action(ri, rule);
             let rule_policy =
@@ -190,6 +191,7 @@ pub(crate) fn apply(
                             policy: policy.clone(),
                             origin: key.clone(),
                             conditions: with_sockets(conditions.clone(), sockets),
+                            rule: rule_names.get(ri).cloned().flatten(),
                         },
                         name: name.clone(),
                         sockets: sockets.clone(),
@@ -551,6 +553,25 @@ impl<'a, 'w> RouteCtx<'a, 'w> {
         out.resolved_refs.insert(self.key.clone(), refs);
     }
 
+    /// The names of the route's rules ([`super::rule_name::rule_names`]); a refused one is a
+    /// warning and makes the route not `Accepted`.
+    pub(super) fn rule_names<'n>(
+        &mut self,
+        names: impl IntoIterator<Item = Option<&'n str>>,
+    ) -> Vec<Option<String>> {
+        let (names, refused) = super::rule_name::rule_names(names);
+        for why in refused {
+            self.warnings.error_on(
+                self.object_kind(),
+                self.key,
+                Reason::InvalidRuleName,
+                format!("{why}; the rule serves without a name"),
+            );
+            self.invalid.push(why);
+        }
+        names
+    }
+
     /// The kind warnings are filed under.
     pub(super) fn object_kind(&self) -> ObjectKind {
         match self.kind {
@@ -580,7 +601,9 @@ impl<'a, 'w> RouteCtx<'a, 'w> {
             let field = format!("spec.rules[{ri}].backendRefs[{bi}]");
             let weight = u32::try_from(r.backend.weight.unwrap_or(1)).unwrap_or(0);
             let backend = self.backend(&field, &r.backend);
-            shares.push(WeightedBackend { backend, weight });
+            // A refused filter is reported by `filters::rule_policy` (the rule answers 500).
+            let request_headers = super::filters::backend_edits(&r.filters).ok().flatten();
+            shares.push(WeightedBackend { backend, weight, request_headers });
         }
         RouteAction::Split(shares)
     }

@@ -107,7 +107,7 @@ pub(crate) fn apply(
                 }
             });
             match resolved {
-                Ok(id) => split.push(WeightedBackend { backend: Some(id), weight }),
+                Ok(id) => split.push(WeightedBackend { backend: Some(id), weight, request_headers: None }),
                 Err((reason, why)) => {
                     warnings.error_on(
                         ObjectKind::TlsRoute,
@@ -118,7 +118,7 @@ pub(crate) fn apply(
                     refs.get_or_insert_with(|| {
                         Cond::no(types::RESOLVED_REFS, reason, format!("{field}: {why}"))
                     });
-                    split.push(WeightedBackend { backend: None, weight });
+                    split.push(WeightedBackend { backend: None, weight, request_headers: None });
                 }
             }
         }
