@@ -282,6 +282,88 @@ spec:
     }
 }
 
+/// `curl` over TLS with SNI `sni` (verified against `ca`) sending `Host: host` (`:authority` on
+/// HTTP/2), HTTP/1.1 or HTTP/2: a client whose connection's name is not the request's.
+fn curl_sni(https: SocketAddr, sni: &str, host: &str, h2: bool, ca: &Path) -> Seen {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "-w", "\n%{http_code}"])
+        .arg(if h2 { "--http2" } else { "--http1.1" })
+        .args(["--resolve", &format!("{sni}:{}:127.0.0.1", https.port())])
+        .arg("--cacert")
+        .arg(ca)
+        .args(["-H", &format!("Host: {host}")])
+        .arg(format!("https://{sni}:{}/", https.port()))
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    let name = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("name").and_then(|n| n.as_str()).map(str::to_string))
+        .unwrap_or_else(|| "-".to_string());
+    Ok((code.parse().unwrap(), name))
+}
+
+/// Misdirected requests (`Listener.hostname`, citing RFC 7540 §9.1.2), through `weir serve`
+/// and curl over HTTP/1.1 and HTTP/2: with SNI `a.example.com` (listener `a`), `Host:
+/// b.example.com` belongs to listener `*.example.com` and gets 421 ("If another Listener does
+/// match the Host, the Gateway SHOULD return a 421"); `Host: b.other.test` belongs to no
+/// listener and gets 404 ("MUST return a 404"); with SNI `x.example.com` (listener
+/// `*.example.com`), `Host: a.example.com` has a more specific listener and gets 421.
+#[test]
+fn https_listener_misdirected_requests_get_421_and_hosts_of_no_listener_404() {
+    if !have_curl() {
+        return;
+    }
+    let (_a, a) = echo("backend-a");
+    let (_w, w) = echo("backend-wild");
+    let dir = tempfile::tempdir().unwrap();
+    let cas = tempfile::tempdir().unwrap();
+    let (a_ca, a_secret) = tls_secret("default", "a-tls", &["a.example.com"]);
+    let (wild_ca, wild_secret) = tls_secret("default", "wild-tls", &["*.example.com"]);
+    let a_ca = ca_file(cas.path(), "a", &a_ca);
+    let wild_ca = ca_file(cas.path(), "wild", &wild_ca);
+    let gateway = gateway(
+        "edge",
+        r#"  - {name: a, port: 443, protocol: HTTPS, hostname: a.example.com, tls: {certificateRefs: [{name: a-tls}]}}
+  - {name: wild, port: 443, protocol: HTTPS, hostname: "*.example.com", tls: {certificateRefs: [{name: wild-tls}]}}
+"#,
+    );
+    let routes = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: a, namespace: default}
+spec: {parentRefs: [{name: edge, sectionName: a}], rules: [{backendRefs: [{name: a, port: 80}]}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: wild, namespace: default}
+spec: {parentRefs: [{name: edge, sectionName: wild}], rules: [{backendRefs: [{name: w, port: 80}]}]}
+---
+"#;
+    let services = format!("{}{}", service("a", a), service("w", w));
+    write(dir.path(), "gateway.yaml", &format!("{CLASS}{gateway}{routes}{services}{a_secret}{wild_secret}"));
+    let (_weir, addrs) = spawn_serve(dir.path(), &[], &["http", "https"]);
+    let https = addrs[1];
+    wait_for("HTTPS a.example.com", &ok("backend-a"), || {
+        curl_sni(https, "a.example.com", "a.example.com", false, &a_ca)
+    });
+    for h2 in [false, true] {
+        let misdirected = Ok((421, "-".to_string()));
+        assert_eq!(curl_sni(https, "a.example.com", "a.example.com", h2, &a_ca), ok("backend-a"), "h2={h2}");
+        assert_eq!(curl_sni(https, "a.example.com", "b.example.com", h2, &a_ca), misdirected, "h2={h2}");
+        assert_eq!(curl_sni(https, "a.example.com", "b.other.test", h2, &a_ca), not_found(), "h2={h2}");
+        assert_eq!(
+            curl_sni(https, "x.example.com", "y.example.com", h2, &wild_ca),
+            ok("backend-wild"),
+            "h2={h2}"
+        );
+        assert_eq!(curl_sni(https, "x.example.com", "a.example.com", h2, &wild_ca), misdirected, "h2={h2}");
+    }
+}
+
 /// A TLS backend: `openssl s_server -WWW` serving the file `who` (its name) with a certificate
 /// for `names` signed by `ca`; killed on drop.
 struct TlsBackend {

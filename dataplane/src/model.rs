@@ -1441,6 +1441,12 @@ pub struct TlsEntry {
     /// The certificate (a key of [`RouteTable::certificates`]); `None` means the default certificate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<ObjectRef>,
+    /// The Gateway HTTPS listener this entry serves (`namespace/gateway/listener`, one host);
+    /// `None` for an Ingress's `spec.tls`. On a connection whose SNI chose a listener's entry, a
+    /// request for a name of another listener is answered 421 and one for a name of no
+    /// listener 404 (Gateway API `Listener.hostname`, RFC 7540 §9.1.2; the dataplane's `tls/listeners.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener: Option<String>,
 }
 
 /// A TLS passthrough host: connections whose SNI it matches go to `backend` undecrypted.

@@ -28,6 +28,53 @@ async fn two_hosts() -> RouteTable {
         .build()
 }
 
+/// Gateway API `Listener.hostname` (citing RFC 7540 §9.1.2), on one connection per SNI (HTTP/1.1
+/// keep-alive and HTTP/2, the connection-reuse case): a host of the SNI's own listener is
+/// routed; a host another listener of the socket takes is answered 421, whether that listener is
+/// less specific ("If the current Listener does not match the Host: if another Listener does
+/// match the Host, SHOULD return a 421") or more specific ("If another Listener has an exact
+/// match or more specific wildcard entry, SHOULD return a 421"); a host no listener takes gets
+/// 404 ("MUST return a 404"), even when an Ingress route has it. A connection whose SNI chose an
+/// Ingress's certificate is routed by `Host` alone, as before.
+#[tokio::test]
+async fn gateway_listener_hostname_misdirected_requests_get_421_and_other_names_404() {
+    let ca = Ca::new();
+    let (a, wild, ing) = (echo("a").await, echo("wild").await, echo("ing").await);
+    let table = table()
+        .host("a.example.com")
+        .prefix("/", &to(&a))
+        .host("*.example.com")
+        .prefix("/", &to(&wild))
+        .host("ing.test")
+        .prefix("/", &to(&ing))
+        .build();
+    let table = with_listener(table, "default/gw/a", "a.example.com", &ca.leaf(&["a.example.com"]));
+    let table = with_listener(table, "default/gw/wild", "*.example.com", &ca.leaf(&["*.example.com"]));
+    let table = with_cert(table, "ing", &["ing.test"], &ca.leaf(&["ing.test"]));
+    let p = tls_proxy(table).await;
+    for h2 in [false, true] {
+        let got = https_get_each(
+            p.https,
+            "a.example.com",
+            &["a.example.com", "b.example.com", "ing.test", "a.example.com:443"],
+            h2,
+        )
+        .await;
+        assert_eq!(got[0].name(), "a", "h2={h2}: the SNI's own listener");
+        got[1].assert_local(421);
+        got[2].assert_local(404);
+        assert_eq!(got[3].name(), "a", "h2={h2}: the port is not part of the name");
+
+        let got = https_get_each(p.https, "b.example.com", &["c.example.com", "a.example.com"], h2).await;
+        assert_eq!(got[0].name(), "wild", "h2={h2}: the same wildcard listener");
+        got[1].assert_local(421);
+
+        // An Ingress's connection: routed by Host, as ingress-nginx does.
+        let got = https_get_each(p.https, "ing.test", &["ing.test", "a.example.com"], h2).await;
+        assert_eq!((got[0].name(), got[1].name()), ("ing".into(), "a".into()), "h2={h2}");
+    }
+}
+
 #[tokio::test]
 async fn sni_picks_exact_then_wildcard_then_default() {
     let ca = Ca::new();

@@ -633,7 +633,11 @@ impl Translator {
         table.tls = by_certificate
             .into_iter()
             .filter(|(_, hosts)| !hosts.is_empty())
-            .map(|(certificate, hosts)| TlsEntry { hosts: hosts.into_iter().collect(), certificate })
+            .map(|(certificate, hosts)| TlsEntry {
+                hosts: hosts.into_iter().collect(),
+                certificate,
+                listener: None,
+            })
             .collect();
         table.certificates.extend(new.certificates);
         let used: HashSet<&ObjectRef> = table.tls.iter().filter_map(|e| e.certificate.as_ref()).collect();

@@ -176,7 +176,11 @@ pub(crate) fn plan(ours: &[Ours<'_>], snapshot: &Snapshot, warnings: &mut Warnin
     }
     let entries: Vec<TlsEntry> = by_certificate
         .into_iter()
-        .map(|(certificate, hosts)| TlsEntry { hosts: hosts.into_iter().collect(), certificate })
+        .map(|(certificate, hosts)| TlsEntry {
+            hosts: hosts.into_iter().collect(),
+            certificate,
+            listener: None,
+        })
         .collect();
     let used: BTreeSet<&ObjectRef> = entries.iter().filter_map(|e| e.certificate.as_ref()).collect();
     certificates.retain(|k, _| used.contains(k));

@@ -102,6 +102,10 @@ pub enum ProxyError {
     /// The host requires client certificates, but the connection was made for another name.
     #[error("the connection's TLS name does not cover this host's client certificate policy")]
     Misdirected,
+    /// The request's host belongs to another Gateway HTTPS listener than the one the
+    /// connection's SNI chose (`Listener.hostname`, RFC 7540 §9.1.2).
+    #[error("the host belongs to another listener than the connection's TLS name")]
+    OtherListener,
     /// The request line is longer than one `large-client-header-buffers` buffer.
     #[error("request line too long")]
     UriTooLong,
@@ -134,6 +138,7 @@ impl ProxyError {
             | ProxyError::ClientCertInvalid
             | ProxyError::ClientCertUnauthorized
             | ProxyError::Misdirected
+            | ProxyError::OtherListener
             | ProxyError::ClientBody(_)
             | ProxyError::ClientBodyTimeout
             | ProxyError::UriTooLong
@@ -162,7 +167,7 @@ impl ProxyError {
             | ProxyError::ClientCertRequired
             | ProxyError::ClientCertInvalid
             | ProxyError::ClientBody(_) => StatusCode::BAD_REQUEST,
-            ProxyError::Misdirected => StatusCode::MISDIRECTED_REQUEST,
+            ProxyError::Misdirected | ProxyError::OtherListener => StatusCode::MISDIRECTED_REQUEST,
             ProxyError::Forbidden | ProxyError::ClientCertUnauthorized => StatusCode::FORBIDDEN,
             ProxyError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
@@ -280,6 +285,7 @@ mod tests {
             (ProxyError::ConnectTimeout, 504, ErrorSource::Upstream),
             (ProxyError::ResponseTimeout, 504, ErrorSource::Upstream),
             (ProxyError::UnresolvedBackend, 500, ErrorSource::Internal),
+            (ProxyError::OtherListener, 421, ErrorSource::Downstream),
         ];
         for (err, status, source) in cases {
             assert_eq!((err.status().as_u16(), err.source_kind()), (status, source), "{err}");

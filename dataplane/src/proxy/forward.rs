@@ -68,6 +68,7 @@ use crate::route::router::CompiledRoute;
 use crate::state::balance::BackendIdx;
 use crate::state::connlimit::Slot;
 use crate::state::throttle::Shaped;
+use crate::tls::listeners::Verdict as ListenerVerdict;
 use crate::uri_path;
 use crate::vars::RequestView;
 
@@ -107,6 +108,10 @@ pub(super) struct ConnCtx {
     pub(super) stream_deadlines: Deadlines,
     /// The TLS version and cipher suite of an HTTPS connection (`$ssl_protocol`, `$ssl_cipher`).
     pub(super) ssl: Option<accesslog::Ssl>,
+    /// The ClientHello's SNI, kept only while the table has Gateway HTTPS listeners: the
+    /// listener it chose decides which hosts the connection may ask for
+    /// ([`crate::tls::listeners`]).
+    pub(super) sni: Option<Box<str>>,
 }
 
 const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
@@ -190,6 +195,22 @@ impl ConnCtx {
         };
         // The host as text, once for every phase (`request_host` admits only visible ASCII).
         let host_str = host.to_str().map_err(|_| self.unrouted(state, &req, meter, ProxyError::NoHost))?;
+        // Gateway API `Listener.hostname` (RFC 7540 §9.1.2): a request for a name another
+        // listener serves is misdirected; one for a name no listener serves is not found.
+        if let Some(sni) = self.sni.as_deref()
+            && !state.listeners.is_empty()
+        {
+            let name = crate::http_util::normalize_host(host_str);
+            match state.listeners.check(sni, &name) {
+                ListenerVerdict::Route => {}
+                ListenerVerdict::Misdirected => {
+                    return Err(self.unrouted(state, &req, meter, ProxyError::OtherListener));
+                }
+                ListenerVerdict::NoListener => {
+                    return Err(self.unrouted(state, &req, meter, ProxyError::NoRoute));
+                }
+            }
+        }
         // Routes and policies see the normalized path (decoded, dot segments resolved, slashes
         // merged); the upstream gets the target as sent. Owned only when it differs.
         let normalized = match uri_path::normalize(req.uri().path(), state.config.paths)

@@ -392,6 +392,8 @@ struct Compiled {
     client_auth: Arc<ClientAuthIndex>,
     /// Server configs of hosts with their own cipher suites or preference.
     host_tls: crate::tls::hosts::HostTlsIndex,
+    /// Name → Gateway HTTPS listener, for misdirected requests (empty without listeners).
+    listeners: crate::tls::listeners::ListenerIndex,
     /// The proxy's configuration with the table's settings applied.
     config: ProxyConfig,
     /// How client connections speak HTTP (keep-alive per `config`).
@@ -522,6 +524,7 @@ impl Proxy {
             passthrough: PassIndex::default(),
             client_auth: Arc::default(),
             host_tls: crate::tls::hosts::HostTlsIndex::default(),
+            listeners: crate::tls::listeners::ListenerIndex::default(),
             http: Arc::new(http_builder(&config)),
             config: config.clone(),
             tls: None,
@@ -617,6 +620,7 @@ impl Proxy {
         } else {
             crate::tls::hosts::HostTlsIndex::compile(table, |settings| self.server_config(settings))
         };
+        let listeners = crate::tls::listeners::ListenerIndex::compile(table);
         self.configure_sessions(&table.settings);
         let tls = self.tls_config(&table.settings, &mut publisher);
         let metrics = self.inner.limiters.metrics().live(router.backend_ids());
@@ -629,6 +633,7 @@ impl Proxy {
             passthrough,
             client_auth,
             host_tls,
+            listeners,
             config,
             http,
             tls,

@@ -142,6 +142,7 @@ impl Parking {
             upstream_deadline: Default::default(),
             stream_deadlines: Default::default(),
             ssl: None,
+            sni: None,
         });
         // h2c is sniffed before the first request only: the builder is not used on HTTP/1.
         let builder = self.proxy.inner.state.load().http.clone();

@@ -100,7 +100,7 @@ impl Conn {
     }
 
     fn ctx(&self, client: SocketAddr, https: bool, client_cert: Option<ClientCert>) -> Arc<ConnCtx> {
-        self.ctx_ssl(client, https, client_cert, None)
+        self.ctx_ssl(client, https, client_cert, None, None)
     }
 
     /// [`Self::ctx`] of an HTTPS connection with its TLS parameters.
@@ -110,6 +110,7 @@ impl Conn {
         https: bool,
         client_cert: Option<ClientCert>,
         ssl: Option<super::accesslog::Ssl>,
+        sni: Option<Box<str>>,
     ) -> Arc<ConnCtx> {
         Arc::new(ConnCtx {
             proxy: self.proxy.clone(),
@@ -123,6 +124,7 @@ impl Conn {
             upstream_deadline: Default::default(),
             stream_deadlines: Default::default(),
             ssl,
+            sni,
         })
     }
 
@@ -153,7 +155,12 @@ impl Conn {
         match accepted {
             Ok(Ok((client, Accepted::Terminated(stream, cert)))) => {
                 let ssl = super::accesslog::Ssl::of(stream.get_ref().1);
-                let ctx = self.ctx_ssl(client, true, cert.map(|c| *c), ssl);
+                // Kept only when the table has Gateway HTTPS listeners to check requests against.
+                let sni = match self.proxy.inner.state.load().listeners.is_empty() {
+                    true => None,
+                    false => stream.get_ref().1.server_name().map(Box::from),
+                };
+                let ctx = self.ctx_ssl(client, true, cert.map(|c| *c), ssl, sni);
                 let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
                 serve_http(self.builder, stream, ctx, self.watcher, h2, self.drain).await;
             }

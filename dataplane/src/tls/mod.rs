@@ -9,16 +9,20 @@
 //! label), then an entry for any host, then the default certificate (the table's, else the
 //! self-signed one generated at start-up). The `Host` header alone picks the route, as in
 //! ingress-nginx: a request whose `Host` the certificate does not cover is still routed by
-//! `Host` (clients that reuse one connection for several names rely on it).
+//! `Host` (clients that reuse one connection for several names rely on it); except on a
+//! connection whose SNI chose a Gateway HTTPS listener ([`listeners`]: 421 for another
+//! listener's name, 404 for a name of no listener).
 //!
 //! Beside it: [`mtls`] (client certificates), [`hosts`] (per-host suites and preference),
 //! [`ciphers`] (TLS 1.2 suites by OpenSSL name),
 //! [`sessions`] (the resumption cache), [`tickets`] (session tickets), [`ocsp`] (stapling) and
-//! [`l4`] (the ClientHello read ahead of passthrough).
+//! [`l4`] (the ClientHello read ahead of passthrough), [`listeners`] (misdirected requests on
+//! Gateway HTTPS listeners: 421 and 404).
 
 pub mod ciphers;
 pub mod hosts;
 pub mod l4;
+pub mod listeners;
 pub mod mtls;
 pub mod ocsp;
 pub mod options;
@@ -551,7 +555,7 @@ mod tests {
         for (name, host) in names.into_iter().zip(hosts) {
             let id = ObjectRef::new("ns", name);
             table.certificates.insert(id.clone(), cert(&format!("{name}.test")));
-            table.tls.push(TlsEntry { hosts: vec![host], certificate: Some(id) });
+            table.tls.push(TlsEntry { hosts: vec![host], certificate: Some(id), listener: None });
         }
         let index = CertIndex::compile(&table, &mut CertCache::default());
         let leaf = |sni: &str| {

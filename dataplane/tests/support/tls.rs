@@ -99,7 +99,21 @@ pub fn with_cert(mut table: RouteTable, name: &str, hosts: &[&str], leaf: &Leaf)
     table.tls.push(TlsEntry {
         hosts: hosts.iter().map(|h| HostMatch::parse(h).unwrap()).collect(),
         certificate: Some(id),
+        listener: None,
     });
+    table
+}
+
+/// Adds the TLS entry of a Gateway HTTPS listener (`listener`, one host, `*.` a Gateway
+/// suffix wildcard) served by `leaf`, stored as certificate `test/<listener>`.
+pub fn with_listener(mut table: RouteTable, listener: &str, host: &str, leaf: &Leaf) -> RouteTable {
+    let id = ObjectRef::new("test", listener);
+    table.certificates.insert(id.clone(), leaf.cert.clone());
+    let host = match host.strip_prefix("*.") {
+        Some(suffix) => HostMatch::Suffix(suffix.to_owned()),
+        None => HostMatch::parse(host).unwrap(),
+    };
+    table.tls.push(weir_dataplane::tls::listeners::listener_entry(host, id, listener));
     table
 }
 
@@ -286,6 +300,42 @@ pub async fn https_send(addr: SocketAddr, sni: &str, mut req: Request<TestBody>,
         *req.uri_mut() = req.uri().path_and_query().unwrap().as_str().parse().unwrap();
         send.send_request(req).await.unwrap()
     };
+    let (parts, body) = resp.into_parts();
+    let body: Bytes = body.collect().await.unwrap().to_bytes();
+    Resp { status: parts.status, headers: parts.headers, body }
+}
+
+/// `GET /` for each of `hosts` in turn over ONE TLS connection made with `sni` (HTTP/2 when
+/// `h2`, else HTTP/1.1 keep-alive): the connection reuse of RFC 7540 §9.1.1.
+pub async fn https_get_each(addr: SocketAddr, sni: &str, hosts: &[&str], h2: bool) -> Vec<Resp> {
+    let alpn: &[&[u8]] = if h2 { &[b"h2"] } else { &[b"http/1.1"] };
+    let tls = tls_connect(addr, sni, alpn).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(alpn[0]), "ALPN");
+    let io = TokioIo::new(tls);
+    let mut out = Vec::new();
+    if h2 {
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake::<_, _, TestBody>(TokioExecutor::new(), io).await.unwrap();
+        tokio::spawn(conn);
+        for host in hosts {
+            let mut req = Request::get(format!("https://{host}/")).body(empty()).unwrap();
+            *req.version_mut() = Version::HTTP_2;
+            out.push(read(send.send_request(req).await.unwrap()).await);
+        }
+    } else {
+        let (mut send, conn) = hyper::client::conn::http1::handshake::<_, TestBody>(io).await.unwrap();
+        tokio::spawn(conn);
+        for host in hosts {
+            let req = Request::get("/").header(http::header::HOST, *host).body(empty()).unwrap();
+            send.ready().await.unwrap();
+            out.push(read(send.send_request(req).await.unwrap()).await);
+        }
+    }
+    out
+}
+
+/// A response read whole.
+async fn read(resp: http::Response<hyper::body::Incoming>) -> Resp {
     let (parts, body) = resp.into_parts();
     let body: Bytes = body.collect().await.unwrap().to_bytes();
     Resp { status: parts.status, headers: parts.headers, body }

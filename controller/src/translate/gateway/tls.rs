@@ -11,6 +11,12 @@
 //! certificate cannot both serve: the Ingress's is kept (it was there first, as at one path
 //! an Ingress route is kept over an HTTPRoute without conditions) and the Gateway gets a
 //! `ConflictLost` warning (`weir check`).
+//!
+//! Each listener's entry names its listener (`namespace/gateway/listener`): on a connection
+//! whose SNI chose it, a request whose host belongs to another listener of the socket is
+//! answered 421 Misdirected Request, one whose host belongs to no listener 404 (`Listener.
+//! hostname`, citing RFC 7540 §9.1.2; the dataplane's `tls::listeners`). Connections whose SNI
+//! chose an Ingress's certificate (or the default) keep routing by `Host` alone.
 
 use weir_dataplane::model::{RouteTable, TlsEntry};
 
@@ -70,7 +76,14 @@ pub(crate) fn apply(table: &mut RouteTable, attachments: &GatewayAttachments, wa
                 continue;
             }
             table.certificates.entry(id.clone()).or_insert_with(|| certificate.clone());
-            table.tls.push(TlsEntry { hosts: vec![host], certificate: Some(id.clone()) });
+            // The entry names its listener: the dataplane answers 421 to a request on its
+            // connections for another listener's name, 404 for a name of no listener
+            // (`Listener.hostname`, RFC 7540 §9.1.2).
+            table.tls.push(TlsEntry {
+                hosts: vec![host],
+                certificate: Some(id.clone()),
+                listener: Some(format!("{key}/{}", l.name)),
+            });
         }
     }
 }
