@@ -166,6 +166,12 @@ pub struct ServeArgs {
     /// Worker threads (default: the number of CPUs); 1 runs the proxy on a single thread.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// Let the kernel back weir's heap with transparent huge pages (2 MiB pages) where its
+    /// THP mode allows. Off by default: weir's allocator asks for them, and with them an idle
+    /// proxy's resident memory grows in 2 MiB steps and keeps freed memory resident (twice the
+    /// memory per idle connection in bench/idle; nginx and HAProxy, on malloc, do not ask).
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub transparent_huge_pages: bool,
     /// Client connections open at once over all listeners; more are reset at once. 0: as many
     /// as the open-file limit allows (two descriptors per connection, after a reserve), so that
     /// weir refuses connections before it runs out of descriptors.

@@ -24,6 +24,9 @@ fn main() -> ExitCode {
         Command::Check(args) => cli::check(&args, &mut std::io::stdout().lock()),
         Command::Dump(args) => cli::dump(&args, &mut std::io::stdout().lock()),
         Command::Serve(args) => {
+            if !args.transparent_huge_pages {
+                weir::memory::disable_transparent_huge_pages();
+            }
             let threads = args.threads.map(usize::from);
             runtime(threads).and_then(|rt| rt.block_on(cli::serve(*args))).map(|()| ExitCode::SUCCESS)
         }

@@ -13,7 +13,8 @@
 //! frees all of that; the allocator purges freed pages only when it is called again, so an idle
 //! proxy kept ~400 B per idle keep-alive connection of freed memory resident (bench/RESULTS.md,
 //! issue 23). [`release_after_parking`] gives it back once the count of parked connections has
-//! stopped changing.
+//! stopped changing. Idle pooled upstream connections give their read buffers back a second
+//! after their last response (the pool's sweep): that count settling triggers it too.
 
 use std::future::Future;
 use std::time::Duration;
@@ -31,40 +32,59 @@ pub fn release_free_memory() {
     unsafe { libmimalloc_sys::mi_collect(true) }
 }
 
+/// Stops the kernel from backing this process's memory with transparent huge pages
+/// (`prctl(PR_SET_THP_DISABLE)`, from now on, for every mapping, the allocator's arenas
+/// included): mimalloc asks for them with `madvise`, and a kernel in THP mode `madvise` (Debian's
+/// default) or `always` grants them, so the resident size moves in 2 MiB steps and an idle
+/// proxy keeps freed memory resident (`--transparent-huge-pages`, bench/RESULTS.md). A
+/// failure (a kernel without the call) is logged and changes nothing else.
+pub fn disable_transparent_huge_pages() {
+    if let Err(error) = rustix::thread::disable_transparent_huge_pages(true) {
+        tracing::warn!(%error, "could not disable transparent huge pages (prctl PR_SET_THP_DISABLE)");
+    }
+}
+
+/// Whether transparent huge pages are disabled for this process.
+pub fn transparent_huge_pages_disabled() -> bool {
+    rustix::thread::transparent_huge_pages_are_disabled().unwrap_or(false)
+}
+
 /// How often [`release_after_parking`] looks at the count of parked connections.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
-/// Calls [`release_free_memory`] once the proxy's count of parked connections has stopped
-/// changing (for [`LOOK_EVERY`]) after it changed, until `stop`. A proxy whose connections keep
-/// parking and resuming reuses what it frees and is left alone.
+/// Calls [`release_free_memory`] once the proxy's count of parked connections, and its count
+/// of pooled upstream connections that gave their buffers back, have stopped changing (for
+/// [`LOOK_EVERY`]) after a change, until `stop`. A proxy whose connections keep parking and
+/// resuming reuses what it frees and is left alone.
 pub async fn release_after_parking(proxy: Proxy, stop: impl Future<Output = ()>) {
     let mut stop = std::pin::pin!(stop);
-    let mut quiet = Quiet::new(proxy.parked_connections());
+    let counts = |proxy: &Proxy| (proxy.parked_connections(), proxy.pool_buffers_released());
+    let mut quiet = Quiet::new(counts(&proxy));
     loop {
         tokio::select! {
             () = &mut stop => return,
             () = tokio::time::sleep(LOOK_EVERY) => {}
         }
-        if quiet.look(proxy.parked_connections()) {
+        if quiet.look(counts(&proxy)) {
             release_free_memory();
         }
     }
 }
 
-/// When a count that changed has stopped changing.
+/// When counts that changed have stopped changing.
 #[derive(Debug)]
-struct Quiet {
-    last: usize,
+struct Quiet<T> {
+    last: T,
     changed: bool,
 }
 
-impl Quiet {
-    fn new(count: usize) -> Quiet {
+impl<T: PartialEq> Quiet<T> {
+    fn new(count: T) -> Quiet<T> {
         Quiet { last: count, changed: false }
     }
 
-    /// The count now; whether it stopped changing since the last look, after a change.
-    fn look(&mut self, count: usize) -> bool {
+    /// The counts now; whether they stopped changing since the last look, after a change.
+    fn look(&mut self, count: T) -> bool {
         if count != self.last {
             self.last = count;
             self.changed = true;
@@ -93,5 +113,16 @@ mod tests {
         assert!(!quiet.look(9850));
         assert!(quiet.look(9850));
         assert!(!quiet.look(9850));
+    }
+
+    #[test]
+    fn memory_is_released_once_pooled_buffers_are_given_back_too() {
+        let mut quiet = Quiet::new((0, 0));
+        assert!(!quiet.look((9900, 0)));
+        assert!(quiet.look((9900, 0)));
+        // The pool's sweep gives 200 connections' buffers back later: released again, once.
+        assert!(!quiet.look((9900, 200)));
+        assert!(quiet.look((9900, 200)));
+        assert!(!quiet.look((9900, 200)));
     }
 }

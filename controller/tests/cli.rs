@@ -176,6 +176,37 @@ fn routes_and_hot_reloads(threads: &str) {
     wait_until("the deleted route to go", || get(http, "app.test", "/v2").0 == 404);
 }
 
+/// `THP_enabled` of a process, from `/proc/PID/status` (Linux 5.0 and later; `None` before).
+fn thp_enabled(pid: u32) -> Option<bool> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("THP_enabled:"))?;
+    Some(line.split_whitespace().nth(1)? == "1")
+}
+
+/// `weir serve` keeps its heap off transparent huge pages unless `--transparent-huge-pages`
+/// says otherwise: with them, an idle proxy's resident memory per connection doubled
+/// (bench/RESULTS.md, issue 23).
+#[test]
+fn serve_disables_transparent_huge_pages_unless_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(this) = thp_enabled(std::process::id()) else {
+        assert_ne!(
+            std::env::var("WEIR_REQUIRE_ALL").as_deref(),
+            Ok("1"),
+            "no THP_enabled in /proc/self/status"
+        );
+        eprintln!("skipping: this kernel's /proc/PID/status has no THP_enabled (before Linux 5.0)");
+        return;
+    };
+    assert!(this, "the test process itself has THP disabled: nothing to tell apart");
+    let manifests = dir.path().to_str().unwrap();
+    let (weir, _) = spawn(&serve_args(manifests, &[]), &["http"]);
+    assert_eq!(thp_enabled(weir.0.id()), Some(false), "weir serve left transparent huge pages on");
+    drop(weir);
+    let (weir, _) = spawn(&serve_args(manifests, &["--transparent-huge-pages"]), &["http"]);
+    assert_eq!(thp_enabled(weir.0.id()), Some(true), "--transparent-huge-pages did not keep them on");
+}
+
 /// `weir_runtime_alive_tasks` on a real `weir serve`'s `/metrics`: client connections are tasks
 /// while open, and the count comes back down when they close (what the soak benchmark samples to
 /// see task leaks).

@@ -8,62 +8,18 @@
 //! there (96 B besides the test's own client socket) fails if it grows back to a task, a
 //! registration with tokio or an allocation per connection.
 #![allow(clippy::unwrap_used)]
-// A global allocator must be an `unsafe impl`; see the SAFETY comments.
-#![allow(unsafe_code)]
 
+#[path = "support/counting.rs"]
+mod counting;
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
+use counting::{Counting, live};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weir_dataplane::proxy::{Http1Server, ProxyConfig};
-
-/// The system allocator, counting the bytes live.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every method forwards to `System` with the caller's own arguments, so `System`'s
-// guarantees (and the caller's obligations) carry over unchanged; the counter is a side effect
-// that allocates nothing.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, which is `System`'s.
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `alloc` above, i.e. by `System`, with `layout`.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as `alloc`.
-        let ptr = unsafe { System.alloc_zeroed(layout) };
-        if !ptr.is_null() {
-            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract; `ptr` came from `System`.
-        let new = unsafe { System.realloc(ptr, layout, new_size) };
-        if !new.is_null() {
-            LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
-        }
-        new
-    }
-}
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -102,13 +58,13 @@ async fn served(p: &TestProxy) -> TcpStream {
 /// Bytes live per connection after `CONNS` connections were each served one request and left
 /// open, `wait` later (the proxy was warmed up first).
 async fn live_per_conn(p: &TestProxy, wait: Duration) -> (isize, Vec<TcpStream>) {
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = live();
     let mut open = Vec::new();
     for _ in 0..CONNS {
         open.push(served(p).await);
     }
     tokio::time::sleep(wait).await;
-    ((LIVE.load(Ordering::Relaxed) - before) / CONNS, open)
+    ((live() - before) / CONNS, open)
 }
 
 const CONNS: isize = 200;
@@ -124,12 +80,12 @@ async fn client_side_per_conn() -> isize {
     let addr = listener.local_addr().unwrap();
     let mut accepted = Vec::with_capacity(PARKED as usize);
     let mut open = Vec::new();
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = live();
     for _ in 0..PARKED {
         open.push(TcpStream::connect(addr).await.unwrap());
         accepted.push(listener.accept().unwrap().0);
     }
-    (LIVE.load(Ordering::Relaxed) - before) / PARKED
+    (live() - before) / PARKED
 }
 
 /// One test (the counter is global): a connection keeps its hyper connection while idle for
@@ -162,7 +118,7 @@ async fn an_idle_keep_alive_connection_keeps_under_8_kib_allocated_past_the_grac
     // Warm up: the upstream connection pooled, the table's lazy state built.
     drop(served(&p).await);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = live();
     let mut open = Vec::new();
     for _ in 0..CONNS {
         open.push(served(&p).await);
@@ -171,7 +127,7 @@ async fn an_idle_keep_alive_connection_keeps_under_8_kib_allocated_past_the_grac
     let mut per_conn = isize::MAX;
     for _ in 0..30 {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        per_conn = (LIVE.load(Ordering::Relaxed) - before) / CONNS;
+        per_conn = (live() - before) / CONNS;
         if per_conn < 8 * 1024 {
             break;
         }
@@ -200,7 +156,7 @@ async fn an_idle_keep_alive_connection_keeps_under_8_kib_allocated_past_the_grac
     }
     drop(conn);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = live();
     let mut open = Vec::new();
     for _ in 0..PARKED {
         open.push(served(&p).await);
@@ -216,7 +172,7 @@ async fn an_idle_keep_alive_connection_keeps_under_8_kib_allocated_past_the_grac
     }
     // Tasks end as their connections park: let the last ones finish.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let per_conn = (LIVE.load(Ordering::Relaxed) - before) / PARKED;
+    let per_conn = (live() - before) / PARKED;
     println!("{per_conn} bytes live per parked connection, {client_side} of them the test's client socket");
     assert!(
         per_conn - client_side <= 96,

@@ -336,6 +336,8 @@ struct Inner {
     access_log: Arc<accesslog::Writer>,
     /// Set once the task closing idle upstream connections runs (with the first listener).
     sweeping: std::sync::atomic::AtomicBool,
+    /// Pooled upstream connections that gave their buffers back so far.
+    pool_buffers_released: std::sync::atomic::AtomicU64,
     /// TLS sessions for resumption, shared by the server configs without client
     /// authentication and kept across publishes.
     sessions: Arc<crate::tls::sessions::SessionCache>,
@@ -546,6 +548,7 @@ impl Proxy {
                 fallback_cert: OnceLock::new(),
                 access_log,
                 sweeping: std::sync::atomic::AtomicBool::new(false),
+                pool_buffers_released: std::sync::atomic::AtomicU64::new(0),
                 sessions: Arc::new(crate::tls::sessions::SessionCache::default()),
                 tickets: Arc::new(crate::tls::tickets::Tickets::new()),
                 stapler: crate::tls::ocsp::Stapler::default(),
@@ -672,7 +675,8 @@ impl Proxy {
                 tokio::time::sleep(every).await;
                 let Some(inner) = inner.upgrade() else { return };
                 let state = inner.state.load();
-                inner.clients.sweep(&state.balancers, state.config.pool_idle_timeout);
+                let released = inner.clients.sweep(&state.balancers, state.config.pool_idle_timeout);
+                inner.pool_buffers_released.fetch_add(released, std::sync::atomic::Ordering::Relaxed);
             }
         });
     }
@@ -715,6 +719,13 @@ impl Proxy {
     /// Idle keep-alive connections parked now, held by no task (`--http1-server weir`).
     pub fn parked_connections(&self) -> usize {
         self.inner.parked.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Idle pooled upstream connections that gave their buffers back so far (the pool's sweep
+    /// does that once a connection has been idle for a second): memory the allocator can then
+    /// return to the system.
+    pub fn pool_buffers_released(&self) -> u64 {
+        self.inner.pool_buffers_released.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Spans exported and dropped so far (OpenTelemetry tracing).

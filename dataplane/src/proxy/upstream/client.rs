@@ -308,29 +308,44 @@ impl Clients {
     /// Drops pooled connections of endpoints no longer in use and closed ones.
     pub(crate) fn prune(&self) {
         self.h2c.prune();
-        lock(&self.https).retain(|_, (endpoint, pool)| endpoint.strong_count() > 0 && in_use(pool, None));
+        lock(&self.https)
+            .retain(|_, (endpoint, pool)| endpoint.strong_count() > 0 && in_use(pool, None, None, &mut 0));
     }
 
     /// Closes HTTP/1.1 connections idle for longer than `idle_timeout` (and those the upstream
-    /// closed) in the pools of `balancers`' endpoints and the keyed pools.
-    pub(crate) fn sweep(&self, balancers: &[Arc<Balancer>], idle_timeout: Duration) {
-        let expiry = Instant::now().checked_sub(idle_timeout);
-        let expiry = Some(expiry.unwrap_or_else(Instant::now));
+    /// closed) in the pools of `balancers`' endpoints and the keyed pools; gives back the
+    /// buffers of those idle for [`BUFFERS_KEPT_IDLE`]. Returns how many gave buffers back.
+    pub(crate) fn sweep(&self, balancers: &[Arc<Balancer>], idle_timeout: Duration) -> u64 {
+        let now = Instant::now();
+        let expiry = Some(now.checked_sub(idle_timeout).unwrap_or(now));
+        let stale = Some(now.checked_sub(BUFFERS_KEPT_IDLE).unwrap_or(now));
+        let mut released = 0;
         for balancer in balancers.iter().filter(|b| b.protocol() == UpstreamProtocol::Http1) {
             for endpoint in balancer.endpoints() {
-                endpoint.slot().sweep(expiry);
+                endpoint.slot().sweep(expiry, stale, &mut released);
             }
         }
-        lock(&self.https).retain(|_, (endpoint, pool)| endpoint.strong_count() > 0 && in_use(pool, expiry));
-        lock(&self.by_name).retain(|_, pool| in_use(pool, expiry));
-        lock(&self.by_name_tls).retain(|_, pool| in_use(pool, expiry));
+        let mut in_use = |pool: &Arc<Http1Pool>| in_use(pool, expiry, stale, &mut released);
+        lock(&self.https).retain(|_, (endpoint, pool)| endpoint.strong_count() > 0 && in_use(pool));
+        lock(&self.by_name).retain(|_, pool| in_use(pool));
+        lock(&self.by_name_tls).retain(|_, pool| in_use(pool));
+        released
     }
 }
 
-/// Sweeps a keyed pool; whether to keep it: it has idle connections, or a request holds it (its
-/// connection comes back to it).
-fn in_use(pool: &Arc<Http1Pool>, expiry: Option<Instant>) -> bool {
-    pool.sweep(expiry) > 0 || Arc::strong_count(pool) > 1
+/// A pooled connection idle this long gives its buffers back at the next sweep (a busy one
+/// keeps them: it is idle only between a response and the next request).
+const BUFFERS_KEPT_IDLE: Duration = Duration::from_secs(1);
+
+/// Sweeps a keyed pool (see [`Http1Pool::sweep`]); whether to keep it: it has idle
+/// connections, or a request holds it (its connection comes back to it).
+fn in_use(
+    pool: &Arc<Http1Pool>,
+    expiry: Option<Instant>,
+    stale: Option<Instant>,
+    released: &mut u64,
+) -> bool {
+    pool.sweep(expiry, stale, released) > 0 || Arc::strong_count(pool) > 1
 }
 
 /// TLS towards a service named by URL: the client config, the name to verify (`None`: the URL's

@@ -224,13 +224,29 @@ impl Conn {
     }
 
     /// Whether an idle connection can take a request: still open, and nothing arrived
-    /// unasked. Never waits.
+    /// unasked. Never waits, and reserves no read buffer: anything read here (bytes no request
+    /// asked for, the end of the stream, an error) means the connection is not quiet and will
+    /// be dropped, so a few bytes on the stack are enough to tell.
     pub(crate) fn is_quiet(&mut self) -> bool {
         if !self.rbuf.is_empty() {
             return false;
         }
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        self.poll_fill(&mut cx).is_pending()
+        let mut probe = [MaybeUninit::<u8>::uninit(); 8];
+        let mut probe = ReadBuf::uninit(&mut probe);
+        Pin::new(&mut self.io).poll_read(&mut cx, &mut probe).is_pending()
+    }
+
+    /// Gives back the buffers' memory of a connection that waits in a pool: its next request
+    /// allocates them again. An idle connection then costs its socket (and TLS state) only.
+    /// Whether there was anything to give back.
+    fn release_buffers(&mut self) -> bool {
+        let held = self.rbuf.capacity() + self.wbuf.capacity();
+        if self.rbuf.is_empty() {
+            self.rbuf = BytesMut::new();
+        }
+        self.wbuf = BytesMut::new();
+        held > self.rbuf.capacity()
     }
 
     /// Reads what is there into the read buffer; `Ok(0)` at the end of the stream.
@@ -1008,10 +1024,17 @@ impl Http1Pool {
     }
 
     /// Closes the connections the upstream closed and, with `expiry`, those idle since before it;
-    /// returns how many stay.
-    pub(crate) fn sweep(&self, expiry: Option<Instant>) -> usize {
+    /// with `stale`, the buffers of those idle since before it are given back (counted in
+    /// `released`). Returns how many stay.
+    pub(crate) fn sweep(&self, expiry: Option<Instant>, stale: Option<Instant>, released: &mut u64) -> usize {
         let mut idle = lock(&self.0);
-        idle.retain_mut(|c| expiry.is_none_or(|t| c.since > t) && c.conn.is_quiet());
+        idle.retain_mut(|c| {
+            let keep = expiry.is_none_or(|t| c.since > t) && c.conn.is_quiet();
+            if keep && stale.is_some_and(|t| c.since <= t) && c.conn.release_buffers() {
+                *released += 1;
+            }
+            keep
+        });
         idle.len()
     }
 }
