@@ -550,7 +550,7 @@ pub struct Route {
     /// The name of the Gateway API rule it came from (`HTTPRouteRule.name`,
     /// `GRPCRouteRule.name`), for `weir dump` and logs; `None`: unnamed, or an Ingress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rule: Option<String>,
+    pub rule: Option<Box<str>>,
 }
 
 /// What a route does.

@@ -251,7 +251,7 @@ pub(crate) fn apply(
                             policy: rule_policy.policy.clone(),
                             origin: key.clone(),
                             conditions: with_sockets(conditions.clone(), sockets),
-                            rule: rule_names.get(ri).cloned().flatten(),
+                            rule: rule_names.get(ri).cloned().flatten().map(String::into_boxed_str),
                         },
                         name: name.clone(),
                         sockets: sockets.clone(),
