@@ -450,17 +450,7 @@ fn each_route_status_is_written_once() {
             tokio::time::sleep(Duration::from_millis(150)).await;
         }
         let routes: Api<HttpRoute> = Api::namespaced(admin.clone(), ns);
-        for name in &names {
-            let parent = eventually(&format!("{name}'s status"), Duration::from_secs(30), || {
-                our_parent(&routes, name)
-            })
-            .await;
-            assert_eq!(
-                summary(cond(&parent["conditions"], "Accepted")),
-                s("True", "Accepted", 1),
-                "{parent}"
-            );
-        }
+        wait_accepted(&routes, names.iter().map(String::as_str)).await;
         weir.wait_route("once-23.example", "a", Duration::from_secs(15)).await;
         // Let any late duplicate show (the resync and the last translations).
         tokio::time::sleep(Duration::from_secs(3)).await;
@@ -479,6 +469,17 @@ fn each_route_status_is_written_once() {
             "status writes per route (each exactly 1): {counts:?}\n--- weir log\n{log}"
         );
     });
+}
+
+/// Waits for weir's parent status on each route of `names`, and checks it is `Accepted` for
+/// generation 1.
+async fn wait_accepted<'a>(routes: &Api<HttpRoute>, names: impl IntoIterator<Item = &'a str>) {
+    for name in names {
+        let parent =
+            eventually(&format!("{name}'s status"), Duration::from_secs(30), || our_parent(routes, name))
+                .await;
+        assert_eq!(summary(cond(&parent["conditions"], "Accepted")), s("True", "Accepted", 1), "{parent}");
+    }
 }
 
 /// A restart on objects already in the API server, whose statuses the previous weir wrote,
@@ -507,17 +508,7 @@ fn a_restart_publishes_one_table_for_what_is_already_there() {
         let mut first = Weir::start(&api.kubeconfig, &["--publish-status-address", "192.0.2.10"]);
         first.wait_ready(Duration::from_secs(30)).await;
         let routes: Api<HttpRoute> = Api::namespaced(admin.clone(), ns);
-        for name in names {
-            let parent = eventually(&format!("{name}'s status"), Duration::from_secs(30), || {
-                our_parent(&routes, name)
-            })
-            .await;
-            assert_eq!(
-                summary(cond(&parent["conditions"], "Accepted")),
-                s("True", "Accepted", 1),
-                "{parent}"
-            );
-        }
+        wait_accepted(&routes, names).await;
         let gateways: Api<Gateway> = Api::namespaced(admin.clone(), ns);
         eventually("the Gateway's attachedRoutes", Duration::from_secs(15), || async {
             let status = gateways.get("edge").await.ok()?.status.value();

@@ -73,16 +73,7 @@ fn curl(addr: SocketAddr, host: &str, path: &str, ca: Option<&Path>) -> Seen {
         cmd.arg("--cacert").arg(ca);
     }
     let out = cmd.arg(format!("{scheme}://{host}:{}{path}", addr.port())).output().unwrap();
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap();
-    let name = serde_json::from_str::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get("name").and_then(|n| n.as_str()).map(str::to_string))
-        .unwrap_or_else(|| "-".to_string());
-    Ok((code.parse().unwrap(), name))
+    answer(out)
 }
 
 /// Retries `probe` until it returns `want` (a published table takes effect asynchronously), or
@@ -295,16 +286,7 @@ fn curl_sni(https: SocketAddr, sni: &str, host: &str, h2: bool, ca: &Path) -> Se
         .arg(format!("https://{sni}:{}/", https.port()))
         .output()
         .unwrap();
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap();
-    let name = serde_json::from_str::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get("name").and_then(|n| n.as_str()).map(str::to_string))
-        .unwrap_or_else(|| "-".to_string());
-    Ok((code.parse().unwrap(), name))
+    answer(out)
 }
 
 /// Misdirected requests (`Listener.hostname`, citing RFC 7540 §9.1.2), through `weir serve`
@@ -495,4 +477,19 @@ spec: {parentRefs: [{name: edge, sectionName: https}, {name: edge, sectionName: 
     // A name neither listener has is terminated too (the default certificate): the backends'
     // CA does not verify it.
     assert!(who(https, "b.other.example.com", &backends_ca).is_err());
+}
+
+/// curl's answer (run with `-w "\n%{http_code}"`): the status and the echo backend's name (`-`
+/// for a body that is not the echo's), or curl's error.
+fn answer(out: std::process::Output) -> Result<(u16, String), String> {
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    let name = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("name").and_then(|n| n.as_str()).map(str::to_string))
+        .unwrap_or_else(|| "-".to_string());
+    Ok((code.parse().unwrap(), name))
 }
