@@ -24,11 +24,14 @@ KINDS = os.environ.get("KINDS", "keepalive,tls").split(",")
 # memory back a few seconds later; nginx and HAProxy are not affected by the wait.
 SETTLE = float(os.environ.get("SETTLE", "6"))
 OPENING = int(os.environ.get("OPENING", "200"))  # connections being opened at once
-# Connections opened, answered and closed before the first reading, which is taken SETTLE later:
-# the baseline is then a proxy that has served traffic and gone idle, not one 0.5 s after its
-# start (weir gives its start-up garbage back only once connections park and settle, which made
-# its per-connection figure net of that: 17 B against 1,050 B in one round). 0: the old method.
-WARMUP = int(os.environ.get("WARMUP_CONNS", "200"))
+# Connections opened, answered and closed before the first reading, which is then taken SETTLE
+# later: the baseline is a proxy that has served traffic and gone idle, not one 0.5 s after its
+# start. Neither baseline is neutral (bench/RESULTS.md, 2026-11-27 "transparent huge pages"):
+# from the start, weir's release at the settle also gives back its start-up garbage, so its
+# figure is net of that; after a warm-up, memory a proxy kept from the warm-up is reused by the
+# burst and not counted. Default 0 (the start), as in every earlier figure; compare both and the
+# RSS after the burst.
+WARMUP = int(os.environ.get("WARMUP_CONNS", "0"))
 
 
 async def open_idle(port, tls, n):

@@ -8,7 +8,8 @@
 #
 # Environment: WEIR_BIN (default: build it with cargo), CONNS, ROUNDS, KINDS (keepalive,tls),
 # PROXIES, SETTLE (seconds between the last connection and the reading, default 6), WARMUP_CONNS
-# (connections served and closed SETTLE before the first reading, default 200; 0: none), PROXY_CPU,
+# (connections served and closed SETTLE before the first reading, default 0: read 0.5 s after
+# the start), PROXY_CPU,
 # LOAD_CPU, WORKDIR. Needs root or a hard open-file limit of at least 2 x CONNS + 64 (HAProxy needs two per connection).
 set -euo pipefail
 
