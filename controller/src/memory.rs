@@ -44,11 +44,6 @@ pub fn disable_transparent_huge_pages() {
     }
 }
 
-/// Whether transparent huge pages are disabled for this process.
-pub fn transparent_huge_pages_disabled() -> bool {
-    rustix::thread::transparent_huge_pages_are_disabled().unwrap_or(false)
-}
-
 /// How often [`release_after_parking`] looks at the count of parked connections.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
