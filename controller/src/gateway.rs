@@ -124,6 +124,76 @@ pub struct GatewaySpec {
     /// Addresses requested for the Gateway.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<GatewayAddress>,
+    /// TLS of the whole Gateway: client certificate validation of its HTTPS listeners.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<GatewayTlsConfig>,
+}
+
+/// `Gateway.spec.tls` (`GatewayTLSConfig`). `backend` (the Gateway's own client certificate
+/// towards backends) is not read.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayTlsConfig {
+    /// TLS towards clients: their certificates' validation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontend: Option<FrontendTlsConfig>,
+}
+
+/// `GatewayTLSConfig.frontend` (`FrontendTLSConfig`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontendTlsConfig {
+    /// For every HTTPS listener whose port has no `perPort` entry.
+    pub default: TlsConfig,
+    /// Overrides of `default` for the HTTPS listeners of one port.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_port: Vec<TlsPortConfig>,
+}
+
+/// `TLSConfig`: client certificate validation, or none.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsConfig {
+    /// Setting it makes the listeners ask clients for certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<FrontendTlsValidation>,
+}
+
+/// `FrontendTLSConfig.perPort[]` (`TLSPortConfig`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsPortConfig {
+    /// The listener port it applies to.
+    pub port: i32,
+    /// What applies there instead of `default`.
+    pub tls: TlsConfig,
+}
+
+/// `FrontendTLSValidation`: the CAs client certificates must chain to, and the mode.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontendTlsValidation {
+    /// ConfigMaps with the CA bundle in `ca.crt` (core: one).
+    pub ca_certificate_refs: Vec<ObjectReference>,
+    /// `AllowValidOnly` (the default) or `AllowInsecureFallback`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+}
+
+/// `ObjectReference`: an object of any kind, in the referrer's namespace unless named.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectReference {
+    /// The API group; `""` (or unset) the core group.
+    #[serde(default)]
+    pub group: String,
+    /// The kind (`ConfigMap`).
+    pub kind: String,
+    /// The name.
+    pub name: String,
+    /// Default: the referrer's namespace (another one needs a ReferenceGrant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// `Gateway.spec.listeners[]`.

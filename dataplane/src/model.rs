@@ -1485,12 +1485,20 @@ pub struct HostTls {
     pub prefer_server_ciphers: Option<bool>,
 }
 
-/// Client certificate authentication of one host (mTLS).
+/// Client certificate authentication of one host (mTLS), or of one Gateway HTTPS listener
+/// (Gateway API `FrontendTLSValidation`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientAuth {
-    /// The host (exact or `*.` wildcard); the connection's SNI selects it.
+    /// The host (exact or `*.` wildcard; a listener's also a suffix or any); the connection's
+    /// SNI selects it.
     pub host: HostMatch,
+    /// The Gateway HTTPS listener this policy belongs to (`namespace/gateway/listener`, as
+    /// [`TlsEntry::listener`]); `None` for an Ingress's `auth-tls-*`. A name that belongs to a
+    /// listener's TLS entry (by the certificate resolver's longest match) takes that listener's
+    /// policy, or none when the listener validates no client certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener: Option<String>,
     /// CA certificates (PEM) client certificates must chain to.
     pub ca_pem: String,
     /// What happens without a valid certificate.
@@ -1510,15 +1518,19 @@ pub struct ClientAuth {
     pub error_page: Option<String>,
 }
 
-/// `auth-tls-verify-client`.
+/// `auth-tls-verify-client`, and Gateway API `FrontendValidationModeType`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ClientVerify {
     /// A valid certificate is required (else 400).
     On,
+    /// A valid certificate is required by the TLS handshake itself: without one the handshake
+    /// fails and no request is answered (Gateway API `AllowValidOnly`).
+    Handshake,
     /// A certificate is optional, but if sent it must be valid (else 400).
     Optional,
-    /// A certificate is optional and not required to be valid; the result is passed upstream.
+    /// A certificate is optional and not required to be valid; the result is passed upstream
+    /// (also Gateway API `AllowInsecureFallback`).
     OptionalNoCa,
 }
 

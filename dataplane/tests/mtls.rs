@@ -41,6 +41,7 @@ async fn setup() -> Setup {
     ] {
         t.client_auth.push(ClientAuth {
             host: HostMatch::parse(host).unwrap(),
+            listener: None,
             ca_pem: client_ca.pem.clone(),
             verify,
             depth: 1,
@@ -219,6 +220,7 @@ async fn verify_depth_limits_the_chain() {
         let mut t = base.clone();
         t.client_auth.push(ClientAuth {
             host: HostMatch::parse("m.test").unwrap(),
+            listener: None,
             ca_pem: root.pem.clone(),
             verify: ClientVerify::OptionalNoCa,
             depth,
@@ -267,6 +269,7 @@ async fn an_unusable_client_ca_refuses_every_request() {
     );
     t.client_auth.push(ClientAuth {
         host: HostMatch::parse("m.test").unwrap(),
+        listener: None,
         ca_pem: String::new(),
         verify: ClientVerify::OptionalNoCa,
         depth: 1,
@@ -283,4 +286,132 @@ async fn an_unusable_client_ca_refuses_every_request() {
     };
     get(&s, "m.test", "m.test", None, None).await.unwrap().assert_local(400);
     get(&s, "m.test", "m.test", Some(&s.good), None).await.unwrap().assert_local(400);
+}
+
+// === Gateway API listeners (`FrontendTLSValidation`) ===
+
+/// GET / with `Host: host` over TLS with `sni`, presenting `cert`, over HTTP/2 or HTTP/1.1; Err
+/// if the handshake or the request fails (with TLS 1.3 a refused client certificate shows up
+/// on the first request).
+async fn get_over(
+    addr: std::net::SocketAddr,
+    sni: &str,
+    host: &str,
+    cert: Option<&Leaf>,
+    h2: bool,
+) -> Result<Resp, std::io::Error> {
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let alpn: &[&[u8]] = if h2 { &[b"h2"] } else { &[b"http/1.1"] };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config_with(alpn, cert)));
+    let tls = connector.connect(sni.to_string().try_into().unwrap(), tcp).await?;
+    let req = http::Request::get(format!("https://{host}/")).header("host", host).body(empty()).unwrap();
+    let resp = if h2 {
+        let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .map_err(std::io::Error::other)?;
+        tokio::spawn(conn);
+        send.send_request(req).await.map_err(std::io::Error::other)?
+    } else {
+        let (mut send, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.map_err(std::io::Error::other)?;
+        tokio::spawn(conn);
+        send.send_request(req).await.map_err(std::io::Error::other)?
+    };
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.map_err(std::io::Error::other)?.to_bytes();
+    Ok(Resp { status: parts.status, headers: parts.headers, body })
+}
+
+/// A Gateway listener's policy (`FrontendTLSValidation`) for `host` (`*.` a Gateway suffix).
+fn listener_auth(listener: &str, host: &str, ca: &Ca, verify: ClientVerify) -> ClientAuth {
+    let host = match host.strip_prefix("*.") {
+        Some(suffix) => HostMatch::Suffix(suffix.to_owned()),
+        None => HostMatch::parse(host).unwrap(),
+    };
+    ClientAuth {
+        host,
+        listener: Some(listener.to_owned()),
+        ca_pem: ca.pem.clone(),
+        verify,
+        depth: u8::MAX,
+        pass_certificate: false,
+        match_cn: None,
+        error_page: None,
+    }
+}
+
+/// Gateway API `FrontendValidationModeType`, over HTTP/1.1 and HTTP/2: `AllowValidOnly`
+/// (`Handshake`) fails the handshake without a certificate of the listener's CA and serves a
+/// valid one; `AllowInsecureFallback` (`optional_no_ca`) serves any client and tells the backend
+/// the result in `ssl-client-verify`. A listener without validation asks nothing, even under an
+/// Ingress's wildcard policy that would cover its name: the name is the listener's. A
+/// connection made for another name cannot reach a validating listener's routes (421).
+#[tokio::test]
+async fn gateway_listener_client_certificate_validation_modes() {
+    let weir_ca = Ca::new();
+    let client_ca = Ca::new();
+    let good = client_ca.leaf(&["client one"]);
+    let stranger = Ca::new().leaf(&["intruder"]);
+    let e = echo("e").await;
+    let names = ["valid.example.com", "a.fallback.test", "plain.example.com", "ing.example.com"];
+    let mut t = table();
+    for name in names {
+        t = t.host(name).prefix("/", &to(&e));
+    }
+    let server =
+        weir_ca.leaf(&["valid.example.com", "*.fallback.test", "plain.example.com", "ing.example.com"]);
+    let t = with_listener(t.build(), "default/gw/valid", "valid.example.com", &server);
+    let t = with_listener(t, "default/gw/fallback", "*.fallback.test", &server);
+    let t = with_listener(t, "default/gw/plain", "plain.example.com", &server);
+    let mut t = with_cert(t, "ingress", &["ing.example.com"], &server);
+    t.client_auth.push(listener_auth(
+        "default/gw/valid",
+        "valid.example.com",
+        &client_ca,
+        ClientVerify::Handshake,
+    ));
+    t.client_auth.push(listener_auth(
+        "default/gw/fallback",
+        "*.fallback.test",
+        &client_ca,
+        ClientVerify::OptionalNoCa,
+    ));
+    // An Ingress's `auth-tls-*` on `*.example.com` (one label): covers plain.example.com by
+    // name, but that name belongs to its listener, which validates nothing.
+    t.client_auth.push(ClientAuth {
+        host: HostMatch::parse("*.example.com").unwrap(),
+        listener: None,
+        ca_pem: client_ca.pem.clone(),
+        verify: ClientVerify::On,
+        depth: 1,
+        pass_certificate: false,
+        match_cn: None,
+        error_page: None,
+    });
+    let p = tls_proxy(t).await;
+    for h2 in [false, true] {
+        let v = if h2 { "h2" } else { "http/1.1" };
+        // AllowValidOnly.
+        let r = get_over(p.https, "valid.example.com", "valid.example.com", Some(&good), h2).await.unwrap();
+        assert_eq!(r.echo().headers["ssl-client-verify"], "SUCCESS", "{v}");
+        let none = get_over(p.https, "valid.example.com", "valid.example.com", None, h2).await;
+        assert!(none.is_err(), "{v}: no certificate must fail the handshake: {:?}", none.map(|r| r.status));
+        let other = get_over(p.https, "valid.example.com", "valid.example.com", Some(&stranger), h2).await;
+        assert!(other.is_err(), "{v}: another CA's certificate must fail: {:?}", other.map(|r| r.status));
+        // AllowInsecureFallback: every client served, the backend told what was presented.
+        for (cert, verdict) in [(Some(&good), "SUCCESS"), (None, "NONE"), (Some(&stranger), "FAILED:")] {
+            let r = get_over(p.https, "a.fallback.test", "a.fallback.test", cert, h2).await.unwrap();
+            let seen = &r.echo().headers["ssl-client-verify"];
+            assert!(seen.starts_with(verdict), "{v}: {verdict} wanted, {seen}");
+        }
+        // No validation on the listener: no certificate asked, none reported.
+        let r = get_over(p.https, "plain.example.com", "plain.example.com", None, h2).await.unwrap();
+        assert!(!r.echo().headers.contains_key("ssl-client-verify"), "{v}: {:?}", r.headers);
+        // The Ingress's policy still holds for its own name (400 without a certificate).
+        get_over(p.https, "ing.example.com", "ing.example.com", None, h2).await.unwrap().assert_local(400);
+        // A connection made for the Ingress's name asks for the validating listener's name: it
+        // was not validated by that listener, so it is misdirected.
+        let r = get_over(p.https, "ing.example.com", "valid.example.com", Some(&good), h2).await.unwrap();
+        r.assert_local(421);
+    }
 }

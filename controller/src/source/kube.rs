@@ -367,6 +367,26 @@ pub fn referenced_config_maps<'a>(
     out
 }
 
+/// The ConfigMaps Gateways name as client certificate CAs (`spec.tls.frontend`: `default` and
+/// `perPort` `caCertificateRefs` of kind ConfigMap), whatever their namespace (translation
+/// checks ReferenceGrants).
+pub fn gateway_config_maps<'a>(gateways: impl IntoIterator<Item = &'a Gateway>) -> BTreeSet<ObjectRef> {
+    let mut out = BTreeSet::new();
+    for gateway in gateways {
+        let Some(frontend) = gateway.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()) else { continue };
+        let namespace = gateway.metadata.namespace.as_deref().unwrap_or("default");
+        let validations = std::iter::once(&frontend.default)
+            .chain(frontend.per_port.iter().map(|p| &p.tls))
+            .filter_map(|t| t.validation.as_ref());
+        for r in validations.flat_map(|v| &v.ca_certificate_refs) {
+            if r.group.is_empty() && r.kind == "ConfigMap" && !r.name.is_empty() {
+                out.insert(ObjectRef::new(r.namespace.as_deref().unwrap_or(namespace), &r.name));
+            }
+        }
+    }
+    out
+}
+
 /// `NAME` (in `namespace`) or `NAMESPACE/NAME`; `None` when empty or malformed.
 fn named(value: &str, namespace: &str) -> Option<ObjectRef> {
     let value = value.trim();
@@ -520,7 +540,7 @@ impl KubeSource {
     }
 
     /// Watches the Secrets and ConfigMaps the Ingresses' annotations (and the settings
-    /// ConfigMap's header keys) name now, and stops watching those no longer named. Newly named
+    /// ConfigMap's header keys, and the Gateways' client certificate CAs) name now, and stops watching those no longer named. Newly named
     /// objects are listed before this returns (at most `wait`), so the next snapshot has them if
     /// they exist.
     pub async fn track_referenced_secrets(&mut self, wait: Duration) {
@@ -529,7 +549,9 @@ impl KubeSource {
         let mut reflect = Reflect { client: &self.client, changes: &self.changes, tasks: &mut Vec::new() };
         let secrets = reflect.by_name(&mut self.referenced, wanted);
         let settings = self.stores.configmap.iter().flat_map(|s| s.state()).next();
-        let wanted = referenced_config_maps(ingresses.iter().map(|i| i.as_ref()), settings.as_deref());
+        let mut wanted = referenced_config_maps(ingresses.iter().map(|i| i.as_ref()), settings.as_deref());
+        let gateways: Vec<Arc<Gateway>> = self.stores.gateways.iter().flat_map(|s| s.state()).collect();
+        wanted.extend(gateway_config_maps(gateways.iter().map(|g| g.as_ref())));
         let config_maps = reflect.by_name(&mut self.referenced_config_maps, wanted);
         let listed = async {
             for store in &secrets {
@@ -841,6 +863,27 @@ mod tests {
         let refs: Vec<String> =
             referenced_config_maps([&ingress], Some(&settings)).iter().map(|r| r.to_string()).collect();
         assert_eq!(refs, ["ops/up", "other/hdrs", "shop/hdrs", "weir-system/resp"]);
+    }
+
+    /// `FrontendTLSValidation.caCertificateRefs` of `default` and `perPort`: the ConfigMaps,
+    /// in the Gateway's namespace unless named; other kinds are not watched.
+    #[test]
+    fn gateway_config_maps_are_the_frontend_ca_certificate_refs() {
+        let gateway: Gateway = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gw", "namespace": "infra"},
+            "spec": {"gatewayClassName": "weir", "listeners": [], "tls": {"frontend": {
+                "default": {"validation": {"caCertificateRefs": [
+                    {"group": "", "kind": "ConfigMap", "name": "ca"},
+                    {"group": "", "kind": "Service", "name": "not-a-ca"}
+                ]}},
+                "perPort": [{"port": 443, "tls": {"validation": {"caCertificateRefs": [
+                    {"kind": "ConfigMap", "name": "other", "namespace": "web"}
+                ]}}}]
+            }}}
+        }))
+        .unwrap();
+        let refs: Vec<String> = gateway_config_maps([&gateway]).iter().map(|r| r.to_string()).collect();
+        assert_eq!(refs, ["infra/ca", "web/other"]);
     }
 
     #[tokio::test]

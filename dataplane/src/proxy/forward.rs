@@ -1029,7 +1029,8 @@ impl ConnCtx {
             _ => return Err((ProxyError::Misdirected, None)),
         };
         let failed = match policy.verify {
-            ClientVerify::On if !cert.ok => Some(if cert.presented {
+            // `Handshake`: the handshake verified it; a chain over the depth still fails here.
+            ClientVerify::On | ClientVerify::Handshake if !cert.ok => Some(if cert.presented {
                 ProxyError::ClientCertInvalid
             } else {
                 ProxyError::ClientCertRequired

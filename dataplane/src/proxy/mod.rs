@@ -370,14 +370,16 @@ struct Publisher {
     client_auth: Option<(ClientAuthChoice, Arc<ClientAuthIndex>)>,
 }
 
-/// What a [`ClientAuthIndex`] is built from: the policies, the hosts' own TLS options, and the
-/// listener's protocols, suites, groups and record size.
+/// What a [`ClientAuthIndex`] is built from: the policies, the hosts' own TLS options, the
+/// listener's protocols, suites, groups and record size, and (when the table has Gateway
+/// listeners) the TLS entries that say which name belongs to which listener.
 type ClientAuthChoice = (
     Vec<crate::model::ClientAuth>,
     Vec<crate::model::HostTls>,
     Option<Vec<crate::model::TlsVersion>>,
     Option<Vec<String>>,
     crate::tls::options::Choice,
+    Vec<crate::model::TlsEntry>,
 );
 
 /// Everything a request needs, built together and swapped together.

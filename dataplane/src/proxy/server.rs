@@ -448,7 +448,11 @@ async fn handshake(proxy: &Proxy, tls: &TlsListener, mut stream: TcpStream) -> R
         true => None,
         false => l4::client_hello_sni(&record),
     };
-    let auth = sni.as_deref().and_then(|sni| state.client_auth.lookup(sni).cloned());
+    // Without SNI: the policy of a Gateway listener without hostname, if there is one.
+    let auth = match state.client_auth.is_empty() {
+        true => None,
+        false => state.client_auth.lookup(sni.as_deref().unwrap_or("")).cloned(),
+    };
     let host_config = match auth {
         Some(_) => None,
         None => sni.as_deref().and_then(|sni| state.host_tls.lookup(sni).cloned()),

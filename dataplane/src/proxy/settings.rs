@@ -198,7 +198,7 @@ impl Proxy {
     }
 
     /// The client certificate policies of `table`, reused while they, the hosts' own TLS
-    /// options and the listener's TLS settings stay the same: the host configs' session caches
+    /// options, the listener's TLS settings (and the Gateway listeners' TLS entries) stay the same: the host configs' session caches
     /// live on across tables that change only routes or endpoints.
     pub(super) fn client_auth(
         &self,
@@ -212,14 +212,19 @@ impl Proxy {
         let settings = &table.settings;
         let options = tls::options::choice(&settings.tls_keys);
         // Compared in place: the policies (CA certificates) are cloned only when they changed.
-        if let Some(((auth, hosts, versions, ciphers, choice), index)) = &publisher.client_auth
-            && (auth, hosts, versions, ciphers, choice)
+        // Which names belong to which Gateway listener decides the policy of a name; the TLS
+        // entries are part of what the index is built from when the table has listeners.
+        let listeners = table.tls.iter().any(|t| t.listener.is_some());
+        let entries: &[crate::model::TlsEntry] = if listeners { &table.tls } else { &[] };
+        if let Some(((auth, hosts, versions, ciphers, choice, tls), index)) = &publisher.client_auth
+            && (auth, hosts, versions, ciphers, choice, tls.as_slice())
                 == (
                     &table.client_auth,
                     &table.host_tls,
                     &settings.tls_versions,
                     &settings.tls_ciphers,
                     &options,
+                    entries,
                 )
         {
             return index.clone();
@@ -231,6 +236,7 @@ impl Proxy {
             settings.tls_versions.clone(),
             settings.tls_ciphers.clone(),
             options,
+            entries.to_vec(),
         );
         publisher.client_auth = Some((wanted, index.clone()));
         index

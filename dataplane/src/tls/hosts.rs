@@ -127,6 +127,7 @@ mod tests {
             ],
             client_auth: vec![ClientAuth {
                 host: HostMatch::parse("mtls.test").unwrap(),
+                listener: None,
                 ca_pem: String::new(),
                 verify: ClientVerify::On,
                 depth: 1,

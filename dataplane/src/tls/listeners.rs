@@ -33,9 +33,9 @@ pub struct ListenerIndex {
     /// Gateway API `*.suffix` names (one or more labels in front), longest suffix first.
     suffix: Vec<(String, Owner)>,
     any: Option<Owner>,
-    /// Whether each entry is a Gateway listener's; empty when the table has no listener (the
-    /// check is then skipped).
-    listener: Vec<bool>,
+    /// The Gateway listener of each entry (`None`: an Ingress's); empty when the table has no
+    /// listener (the check is then skipped).
+    listener: Vec<Option<String>>,
 }
 
 /// What the listener check says about a request.
@@ -58,7 +58,7 @@ impl ListenerIndex {
             return index;
         }
         for (owner, entry) in table.tls.iter().enumerate() {
-            index.listener.push(entry.listener.is_some());
+            index.listener.push(entry.listener.clone());
             for host in &entry.hosts {
                 match host {
                     HostMatch::Exact(h) => {
@@ -104,10 +104,21 @@ impl ListenerIndex {
         self.any
     }
 
+    /// The Gateway listener (`namespace/gateway/listener`) a name (lower case, no port; `""`
+    /// for a ClientHello without SNI) belongs to, if its TLS entry is a listener's: the entry
+    /// the certificate resolver would choose for it as an SNI.
+    pub fn listener_of(&self, name: &str) -> Option<&str> {
+        if self.is_empty() {
+            return None;
+        }
+        self.owner(name).and_then(|o| self.listener.get(o)).and_then(|l| l.as_deref())
+    }
+
     /// The verdict on a request for `host` (normalized: no port) on a connection whose
     /// ClientHello named `sni`.
     pub fn check(&self, sni: &str, host: &str) -> Verdict {
-        let is_listener = |owner: Option<Owner>| owner.is_some_and(|o| self.listener.get(o) == Some(&true));
+        let is_listener =
+            |owner: Option<Owner>| owner.is_some_and(|o| matches!(self.listener.get(o), Some(Some(_))));
         let sni = sni.trim_end_matches('.').to_ascii_lowercase();
         let connection = self.owner(&sni);
         if !is_listener(connection) {

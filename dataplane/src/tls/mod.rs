@@ -76,6 +76,12 @@ pub enum Error {
     /// The upstream CA bundle has no usable certificate.
     #[error("the upstream CA bundle has no usable PEM certificate")]
     NoUpstreamCa,
+    /// A client CA bundle (`ca.crt`) is not valid PEM.
+    #[error("ca.crt is not valid PEM: {0}")]
+    ClientCaPem(rustls_pki_types::pem::Error),
+    /// A client CA bundle (`ca.crt`) has no usable certificate.
+    #[error("ca.crt has no usable PEM certificate")]
+    NoClientCa,
     /// Generating the self-signed default certificate failed.
     #[error("generating the self-signed default certificate failed: {0}")]
     Generate(rcgen::Error),

@@ -7,6 +7,14 @@
 //! the same verifier, to produce what goes upstream: `ssl-client-verify` (`SUCCESS`, `NONE` or
 //! `FAILED:reason`), `ssl-client-subject-dn`, `ssl-client-issuer-dn` and, when asked,
 //! `ssl-client-cert` (URL-encoded PEM).
+//!
+//! Gateway API client certificate validation (`FrontendTLSValidation`) is the same machinery
+//! per HTTPS listener: a policy carries its listener ([`ClientAuth::listener`]), and a name that
+//! belongs to a listener's TLS entry (the entry the certificate resolver chooses for it, see
+//! [`super::listeners`]) takes that listener's policy or, when the listener validates nothing,
+//! none. `AllowValidOnly` ([`ClientVerify::Handshake`]) makes the certificate mandatory in the
+//! handshake itself: without a valid one the handshake fails. `AllowInsecureFallback` is
+//! `optional_no_ca`: any certificate or none, the verification result passed upstream.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,6 +28,7 @@ use rustls_pki_types::{CertificateDer, UnixTime};
 
 use crate::model::{ClientAuth, ClientVerify, HostMatch, RouteTable};
 use crate::tls;
+use crate::tls::listeners::ListenerIndex;
 
 /// A host's compiled policy.
 pub struct HostAuth {
@@ -65,13 +74,17 @@ pub struct ClientCert {
 pub struct ClientAuthIndex {
     exact: HashMap<String, Arc<HostAuth>>,
     wildcard: HashMap<String, Arc<HostAuth>>,
+    /// Gateway listeners' policies, by listener (`namespace/gateway/listener`).
+    by_listener: HashMap<String, Arc<HostAuth>>,
+    /// Which listener a name belongs to (empty when the table has no Gateway listener).
+    listeners: ListenerIndex,
 }
 
 impl ClientAuthIndex {
     /// Compiles the table's policies; a policy whose CA is unusable is logged and its host
     /// answers 400 to every request (never served without the required check).
     pub fn compile(table: &RouteTable, resolver: &Arc<dyn ResolvesServerCert>) -> ClientAuthIndex {
-        let mut index = ClientAuthIndex::default();
+        let mut index = ClientAuthIndex { listeners: ListenerIndex::compile(table), ..Default::default() };
         let versions = tls::versions(&table.settings);
         let provider = tls::server_provider(&table.settings);
         for auth in &table.client_auth {
@@ -101,6 +114,10 @@ impl ClientAuthIndex {
                     })
                 }
             };
+            if let Some(listener) = &auth.listener {
+                index.by_listener.entry(listener.clone()).or_insert(compiled);
+                continue;
+            }
             match &auth.host {
                 HostMatch::Exact(h) => index.exact.entry(h.clone()).or_insert(compiled),
                 HostMatch::Wildcard(s) => index.wildcard.entry(s.clone()).or_insert(compiled),
@@ -112,11 +129,15 @@ impl ClientAuthIndex {
 
     /// Whether no host asks for client certificates.
     pub fn is_empty(&self) -> bool {
-        self.exact.is_empty() && self.wildcard.is_empty()
+        self.exact.is_empty() && self.wildcard.is_empty() && self.by_listener.is_empty()
     }
 
-    /// The policy for a host name (lower case, no port).
+    /// The policy for a host name (lower case, no port; `""` for a ClientHello without SNI). A
+    /// name that belongs to a Gateway listener takes the listener's policy, or none.
     pub fn lookup(&self, host: &str) -> Option<&Arc<HostAuth>> {
+        if let Some(listener) = self.listeners.listener_of(host) {
+            return self.by_listener.get(listener);
+        }
         self.exact.get(host).or_else(|| {
             let (_, suffix) = host.split_once('.')?;
             self.wildcard.get(suffix)
@@ -132,20 +153,20 @@ fn compile(
     options: Option<&crate::model::HostTls>,
     settings: &crate::model::Settings,
 ) -> Result<HostAuth, tls::Error> {
-    let mut roots = rustls::RootCertStore::empty();
-    let certs = CertificateDer::pem_slice_iter(auth.ca_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(tls::Error::CertificatePem)?;
-    if roots.add_parsable_certificates(certs).0 == 0 {
-        return Err(tls::Error::NoUpstreamCa);
-    }
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), tls::provider())
+    let roots = Arc::new(ca_roots(&auth.ca_pem)?);
+    let built =
+        |e: rustls::server::VerifierBuilderError| tls::Error::Config(rustls::Error::General(e.to_string()));
+    let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), tls::provider())
         .allow_unauthenticated()
         .build()
-        .map_err(|e| tls::Error::Config(rustls::Error::General(e.to_string())))?;
+        .map_err(built)?;
     let handshake: Arc<dyn ClientCertVerifier> = match auth.verify {
         ClientVerify::OptionalNoCa => Arc::new(Permissive(tls::provider())),
         ClientVerify::On | ClientVerify::Optional => verifier.clone(),
+        // Mandatory: no certificate, or one that does not verify, fails the handshake.
+        ClientVerify::Handshake => {
+            WebPkiClientVerifier::builder_with_provider(roots, tls::provider()).build().map_err(built)?
+        }
     };
     let mut config = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
@@ -182,6 +203,20 @@ fn compile(
         verifier,
         config: Arc::new(config),
     })
+}
+
+/// The trust anchors of a PEM CA bundle (`ca.crt`): every certificate in it that parses; an
+/// error when none does. Pure; the controller uses it to check a Gateway's
+/// `caCertificateRefs`.
+pub fn ca_roots(pem: &str) -> Result<rustls::RootCertStore, tls::Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(tls::Error::ClientCaPem)?;
+    if roots.add_parsable_certificates(certs).0 == 0 {
+        return Err(tls::Error::NoClientCa);
+    }
+    Ok(roots)
 }
 
 impl HostAuth {
@@ -412,6 +447,7 @@ mod tests {
         table.settings.tls_keys.record_size = Some(4096);
         table.client_auth.push(ClientAuth {
             host: HostMatch::Exact("x.test".into()),
+            listener: None,
             ca_pem: ca.pem(),
             verify: ClientVerify::On,
             depth: 1,
@@ -426,5 +462,60 @@ mod tests {
         assert!(!auth.broken);
         assert_eq!(auth.config.max_fragment_size, Some(4096 + 5));
         assert!(!auth.config.ticketer.enabled());
+    }
+
+    /// Gateway API `FrontendTLSValidation` is per listener: a name takes the policy of the
+    /// listener its TLS entry belongs to (the certificate resolver's longest match), or none
+    /// when that listener validates nothing, whatever an Ingress's wildcard policy covers; a
+    /// ClientHello without SNI takes the policy of a listener without hostname.
+    #[test]
+    fn listener_policies_follow_the_listener_a_name_belongs_to() {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let ca =
+            rcgen::CertificateParams::new(vec!["ca.test".to_string()]).unwrap().self_signed(&key).unwrap();
+        let listener = |host: HostMatch, name: &str| crate::model::TlsEntry {
+            hosts: vec![host],
+            certificate: None,
+            listener: Some(name.to_string()),
+        };
+        let policy = |host: HostMatch, listener: Option<&str>, verify: ClientVerify| ClientAuth {
+            host,
+            listener: listener.map(str::to_string),
+            ca_pem: ca.pem(),
+            verify,
+            depth: 1,
+            pass_certificate: false,
+            match_cn: None,
+            error_page: None,
+        };
+        let mut table = RouteTable {
+            tls: vec![
+                listener(HostMatch::Exact("a.example.com".into()), "gw/a"),
+                listener(HostMatch::Suffix("example.com".into()), "gw/wild"),
+                listener(HostMatch::Any, "gw/any"),
+            ],
+            client_auth: vec![
+                policy(HostMatch::Wildcard("example.com".into()), None, ClientVerify::On),
+                policy(HostMatch::Suffix("example.com".into()), Some("gw/wild"), ClientVerify::Handshake),
+                policy(HostMatch::Any, Some("gw/any"), ClientVerify::OptionalNoCa),
+            ],
+            ..RouteTable::default()
+        };
+        let resolver: Arc<dyn ResolvesServerCert> =
+            Arc::new(rustls::server::ResolvesServerCertUsingSni::new());
+        let index = ClientAuthIndex::compile(&table, &resolver);
+        let verify = |name: &str| index.lookup(name).map(|a| a.verify);
+        assert_eq!(verify("a.example.com"), None, "its listener validates nothing");
+        assert_eq!(verify("b.example.com"), Some(ClientVerify::Handshake));
+        assert_eq!(verify("c.b.example.com"), Some(ClientVerify::Handshake));
+        assert_eq!(verify("other.test"), Some(ClientVerify::OptionalNoCa));
+        assert_eq!(verify(""), Some(ClientVerify::OptionalNoCa), "no SNI: the listener without hostname");
+        // Without listeners the Ingress's wildcard policy covers one label, as before.
+        table.tls.clear();
+        table.client_auth.truncate(1);
+        let index = ClientAuthIndex::compile(&table, &resolver);
+        assert_eq!(index.lookup("a.example.com").map(|a| a.verify), Some(ClientVerify::On));
+        assert!(index.lookup("").is_none());
     }
 }

@@ -407,6 +407,7 @@ pub(crate) fn client_auth(
     });
     Some(ClientAuth {
         host: HostMatch::Any,
+        listener: None,
         ca_pem: ca,
         verify,
         depth,

@@ -39,6 +39,8 @@ pub mod types {
     pub const RESOLVED_REFS: &str = "ResolvedRefs";
     /// `Conflicted`.
     pub const CONFLICTED: &str = "Conflicted";
+    /// `InsecureFrontendValidationMode` (Gateway): `AllowInsecureFallback` is configured.
+    pub const INSECURE_FRONTEND_VALIDATION_MODE: &str = "InsecureFrontendValidationMode";
 }
 
 /// Condition reasons (`apis/v1/gateway_types.go`, `gatewayclass_types.go`, `shared_types.go`).
@@ -73,6 +75,16 @@ pub mod reasons {
     pub const INVALID_ROUTE_KINDS: &str = "InvalidRouteKinds";
     /// `RefNotPermitted` (listener and route `ResolvedRefs`).
     pub const REF_NOT_PERMITTED: &str = "RefNotPermitted";
+    /// `InvalidCACertificateRef` (listener `ResolvedRefs`: a `caCertificateRef` that does not
+    /// resolve).
+    pub const INVALID_CA_CERTIFICATE_REF: &str = "InvalidCACertificateRef";
+    /// `InvalidCACertificateKind` (listener `ResolvedRefs`: a `caCertificateRef` of a kind
+    /// weir does not read).
+    pub const INVALID_CA_CERTIFICATE_KIND: &str = "InvalidCACertificateKind";
+    /// `NoValidCACertificate` (listener `Accepted`: no `caCertificateRef` resolves).
+    pub const NO_VALID_CA_CERTIFICATE: &str = "NoValidCACertificate";
+    /// `ConfigurationChanged` (Gateway `InsecureFrontendValidationMode`).
+    pub const CONFIGURATION_CHANGED: &str = "ConfigurationChanged";
     /// `NotAllowedByListeners` (route `Accepted`).
     pub const NOT_ALLOWED_BY_LISTENERS: &str = "NotAllowedByListeners";
     /// `NoMatchingListenerHostname` (route `Accepted`).

@@ -6,6 +6,8 @@
 //! (`Passthrough`) by `--listen-https`. A listener on any other port is not accepted
 //! (`PortUnavailable`, `Listener.port`: "The port is not supported by the implementation");
 //! `TCP` and `UDP` are `UnsupportedProtocol`. Every Gateway of our classes shares these sockets.
+//! An HTTPS listener may validate client certificates (`Gateway.spec.tls.frontend`,
+//! [`super::frontend`]).
 
 use std::collections::BTreeMap;
 
@@ -14,9 +16,12 @@ use weir_dataplane::model::{Certificate, ObjectRef};
 
 use super::GatewayConfig;
 use super::conditions::{Cond, reasons, types};
+use super::frontend::{self, ClientValidation};
 use super::hostname::Hostname;
 use super::refs::Grants;
-use crate::gateway::{Gateway, GatewayClass, Listener, RouteGroupKind, SecretObjectReference};
+use crate::gateway::{
+    FrontendTlsConfig, Gateway, GatewayClass, Listener, RouteGroupKind, SecretObjectReference,
+};
 use crate::node::lb::pool::Selector;
 use crate::snapshot::Snapshot;
 
@@ -72,6 +77,8 @@ pub struct ListenerOut {
     pub kinds: Vec<RouteGroupKind>,
     /// Whether routes attach: accepted, programmed, not conflicted.
     pub ready: bool,
+    /// An HTTPS listener's client certificate validation (`Gateway.spec.tls.frontend`).
+    pub client_validation: Option<ClientValidation>,
     /// `Accepted`, `Programmed`, `ResolvedRefs`, `Conflicted`.
     pub conditions: Vec<Cond>,
 }
@@ -147,10 +154,25 @@ fn gateway_out(
     config: &GatewayConfig,
     grants: &Grants<'_>,
 ) -> GatewayOut {
-    let mut listeners: Vec<ListenerOut> =
-        gateway.spec.listeners.iter().map(|l| listener_out(key, l, snapshot, config, grants)).collect();
+    let frontend = gateway.spec.tls.as_ref().and_then(|t| t.frontend.as_ref());
+    let mut listeners: Vec<ListenerOut> = gateway
+        .spec
+        .listeners
+        .iter()
+        .map(|l| listener_out(key, l, frontend, snapshot, config, grants))
+        .collect();
     mark_conflicts(&mut listeners);
-    let conditions = gateway_conditions(&listeners);
+    let mut conditions = gateway_conditions(&listeners);
+    // "This condition is true when the Gateway FrontendValidationModeType is configured to
+    // allow insecure fallback behavior" (removed again with it: the status writer writes the
+    // whole list).
+    if frontend::insecure_fallback(frontend) {
+        conditions.push(Cond::yes(
+            types::INSECURE_FRONTEND_VALIDATION_MODE,
+            reasons::CONFIGURATION_CHANGED,
+            "tls.frontend sets mode AllowInsecureFallback: clients without a valid certificate are served",
+        ));
+    }
     GatewayOut { key: key.clone(), generation: gateway.metadata.generation, listeners, conditions }
 }
 
@@ -199,6 +221,7 @@ fn supported(protocol: &str) -> &'static [&'static str] {
 fn listener_out(
     gateway: &ObjectRef,
     l: &Listener,
+    frontend: Option<&FrontendTlsConfig>,
     snapshot: &Snapshot,
     config: &GatewayConfig,
     grants: &Grants<'_>,
@@ -211,6 +234,7 @@ fn listener_out(
         namespaces: Namespaces::Same,
         kinds: Vec::new(),
         ready: false,
+        client_validation: None,
         conditions: Vec::new(),
     };
     // `AllowedRoutes.kinds`: each must be supported; the others are listed in the condition.
@@ -294,6 +318,24 @@ fn listener_out(
             Ok(())
         }
         ("HTTPS", Some("Terminate")) => {
+            // Client certificates first: a listener whose validation cannot be served is not
+            // accepted at all (`NoValidCACertificate`), never served without it.
+            if let Some(validation) = frontend::applies(frontend, l.port) {
+                match frontend::resolve(gateway, validation, snapshot, grants) {
+                    Ok((validation, problem)) => {
+                        if let Some(problem) = problem {
+                            resolved = resolved.clone().and(Err(problem));
+                        }
+                        out.client_validation = Some(validation);
+                    }
+                    Err(refused) => {
+                        if let Some(problem) = refused.resolved_refs {
+                            resolved = resolved.clone().and(Err(problem));
+                        }
+                        return Err(refused.accepted);
+                    }
+                }
+            }
             let refs = l.tls.as_ref().map(|t| t.certificate_refs.as_slice()).unwrap_or_default();
             let (certificates, problem) = certificates(gateway, refs, snapshot, grants);
             if let Some(problem) = problem {

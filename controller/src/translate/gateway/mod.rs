@@ -13,6 +13,7 @@ pub mod conditions;
 pub mod conflicts;
 pub mod cors;
 pub mod filters;
+pub mod frontend;
 pub mod grpc;
 pub mod hostname;
 pub mod isolation;

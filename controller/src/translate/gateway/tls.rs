@@ -17,8 +17,12 @@
 //! answered 421 Misdirected Request, one whose host belongs to no listener 404 (`Listener.
 //! hostname`, citing RFC 7540 §9.1.2; the dataplane's `tls::listeners`). Connections whose SNI
 //! chose an Ingress's certificate (or the default) keep routing by `Host` alone.
+//!
+//! A listener that validates client certificates (`Gateway.spec.tls.frontend`,
+//! [`super::frontend`]) adds a client certificate policy for its entry ([`ClientAuth`] with its
+//! `listener`): the dataplane's mTLS machinery asks its connections for certificates.
 
-use weir_dataplane::model::{RouteTable, TlsEntry};
+use weir_dataplane::model::{ClientAuth, RouteTable, TlsEntry};
 
 use super::GatewayAttachments;
 use super::isolation::host_match;
@@ -79,11 +83,25 @@ pub(crate) fn apply(table: &mut RouteTable, attachments: &GatewayAttachments, wa
             // The entry names its listener: the dataplane answers 421 to a request on its
             // connections for another listener's name, 404 for a name of no listener
             // (`Listener.hostname`, RFC 7540 §9.1.2).
+            let listener = format!("{key}/{}", l.name);
+            if let Some(validation) = &l.client_validation {
+                table.client_auth.push(ClientAuth {
+                    host: host.clone(),
+                    listener: Some(listener.clone()),
+                    ca_pem: validation.ca_pem.clone(),
+                    verify: validation.verify,
+                    depth: super::frontend::VERIFY_DEPTH,
+                    pass_certificate: false,
+                    match_cn: None,
+                    error_page: None,
+                });
+            }
             table.tls.push(TlsEntry {
                 hosts: vec![host],
                 certificate: Some(id.clone()),
-                listener: Some(format!("{key}/{}", l.name)),
+                listener: Some(listener),
             });
         }
     }
+    table.client_auth.sort_by(|a, b| a.host.cmp(&b.host).then_with(|| a.listener.cmp(&b.listener)));
 }
