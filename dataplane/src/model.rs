@@ -1447,6 +1447,11 @@ pub struct TlsEntry {
     /// listener 404 (Gateway API `Listener.hostname`, RFC 7540 §9.1.2; the dataplane's `tls/listeners.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listener: Option<String>,
+    /// Further certificates for the same names (a Gateway listener's other `certificateRefs`,
+    /// keys of [`RouteTable::certificates`]): a handshake gets the first of `certificate` and
+    /// these whose key signs with a scheme the ClientHello offers (e.g. ECDSA, else RSA).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alternatives: Vec<ObjectRef>,
 }
 
 /// A TLS passthrough host: connections whose SNI it matches go to `backend` undecrypted.

@@ -669,3 +669,46 @@ async fn websocket_over_http2_extended_connect() {
     assert_eq!(r.status(), 200);
     ws.close(None).await.unwrap();
 }
+
+/// Several certificates for one Gateway listener (`ListenerTLSConfig.certificateRefs`, more
+/// than one: implementation-specific): the handshake serves the first whose key signs with a
+/// scheme the client offers. A client that verifies ECDSA gets the ECDSA certificate (the
+/// first); one that verifies only Ed25519 gets the Ed25519 one and completes a request.
+#[tokio::test]
+async fn several_listener_certificates_the_client_signature_schemes_choose() {
+    let ca = Ca::new();
+    let e = echo("k").await;
+    let ecdsa = ca.leaf(&["k.test"]);
+    let ed25519 = ca.leaf_with(&["k.test"], &rcgen::PKCS_ED25519);
+    let t = table().host("k.test").prefix("/", &to(&e)).build();
+    let mut t = with_listener(t, "default/gw/https", "k.test", &ecdsa);
+    let alternative = weir_dataplane::model::ObjectRef::new("test", "ed25519");
+    t.certificates.insert(alternative.clone(), ed25519.cert.clone());
+    t.tls[0].alternatives.push(alternative);
+    let p = tls_proxy(t).await;
+    assert_eq!(presented(p.https, "k.test").await, ecdsa.der, "a client verifying every scheme");
+
+    // The client offers (signature_algorithms) what its verifier supports: Ed25519 only.
+    let mut provider = (*weir_dataplane::tls::provider()).clone();
+    let ed_only: Vec<_> = provider
+        .signature_verification_algorithms
+        .mapping
+        .iter()
+        .filter(|(scheme, _)| *scheme == rustls::SignatureScheme::ED25519)
+        .cloned()
+        .collect();
+    provider.signature_verification_algorithms.mapping = Box::leak(ed_only.into_boxed_slice());
+    let mut config = client_config_provider(provider);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = TcpStream::connect(p.https).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect("k.test".try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.peer_certificates().unwrap()[0], ed25519.der, "an Ed25519-only client");
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await.unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::get("/").header("host", "k.test").body(empty()).unwrap();
+    assert_eq!(send.send_request(req).await.unwrap().status(), 200);
+}

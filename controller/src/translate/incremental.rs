@@ -637,6 +637,7 @@ impl Translator {
                 hosts: hosts.into_iter().collect(),
                 certificate,
                 listener: None,
+                alternatives: Vec::new(),
             })
             .collect();
         table.certificates.extend(new.certificates);

@@ -180,6 +180,7 @@ pub(crate) fn plan(ours: &[Ours<'_>], snapshot: &Snapshot, warnings: &mut Warnin
             hosts: hosts.into_iter().collect(),
             certificate,
             listener: None,
+            alternatives: Vec::new(),
         })
         .collect();
     let used: BTreeSet<&ObjectRef> = entries.iter().filter_map(|e| e.certificate.as_ref()).collect();

@@ -424,7 +424,12 @@ impl rustls::server::ResolvesServerCert for LiveResolver {
         if state.certs.rejects(hello.server_name()) {
             return None; // `ssl-reject-handshake`: rustls ends the handshake with an alert
         }
-        let key = state.certs.resolve(hello.server_name()).or_else(|| inner.fallback_cert.get().cloned())?;
+        // Of a name's several certificates, the first whose key signs with a scheme the client
+        // offers.
+        let key = state
+            .certs
+            .resolve_for(hello.server_name(), Some(hello.signature_schemes()))
+            .or_else(|| inner.fallback_cert.get().cloned())?;
         Some(inner.stapler.staple(key))
     }
 }

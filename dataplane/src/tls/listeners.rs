@@ -145,7 +145,12 @@ fn under_suffix(suffix: &str, name: &str) -> bool {
 
 /// The TLS entry of a Gateway listener, for tests and the controller.
 pub fn listener_entry(host: HostMatch, certificate: crate::model::ObjectRef, listener: &str) -> TlsEntry {
-    TlsEntry { hosts: vec![host], certificate: Some(certificate), listener: Some(listener.to_owned()) }
+    TlsEntry {
+        hosts: vec![host],
+        certificate: Some(certificate),
+        listener: Some(listener.to_owned()),
+        alternatives: Vec::new(),
+    }
 }
 
 #[cfg(test)]
@@ -209,6 +214,7 @@ mod tests {
             hosts: vec![HostMatch::Any],
             certificate: Some(cert("shared")),
             listener: Some("https".into()),
+            alternatives: Vec::new(),
         };
         let index = ListenerIndex::compile(&table(vec![
             any,
@@ -244,6 +250,7 @@ mod tests {
             hosts: vec![HostMatch::Exact("ing.example.com".into())],
             certificate: Some(cert("ing")),
             listener: None,
+            alternatives: Vec::new(),
         };
         assert!(ListenerIndex::compile(&table(vec![ingress.clone()])).is_empty());
         let index = ListenerIndex::compile(&table(vec![ingress, listener("*.example.com", "wild")]));
@@ -261,6 +268,7 @@ mod tests {
                 hosts: vec![HostMatch::Any],
                 certificate: Some(cert("any")),
                 listener: Some("any".into()),
+                alternatives: Vec::new(),
             },
         ]));
         assert_eq!(index.check("x.test", "y.test"), Verdict::Route);

@@ -7,7 +7,10 @@
 //!
 //! SNI picks the certificate: an exact name, then a wildcard entry (`*.example.com` covers one
 //! label), then an entry for any host, then the default certificate (the table's, else the
-//! self-signed one generated at start-up). The `Host` header alone picks the route, as in
+//! self-signed one generated at start-up). An entry with several certificates (a Gateway
+//! listener's `certificateRefs`, e.g. an ECDSA and an RSA one) serves the first whose key can
+//! sign with a scheme the ClientHello offers (`signature_algorithms`), else its first. The
+//! `Host` header alone picks the route, as in
 //! ingress-nginx: a request whose `Host` the certificate does not cover is still routed by
 //! `Host` (clients that reuse one connection for several names rely on it); except on a
 //! connection whose SNI chose a Gateway HTTPS listener ([`listeners`]: 421 for another
@@ -162,19 +165,22 @@ pub fn self_signed() -> Result<CertifiedKey, Error> {
 
 // === impl CertIndex ===
 
+/// The certificates of one TLS entry, preferred first (never empty).
+type Keys = Arc<[Arc<CertifiedKey>]>;
+
 /// Compiled SNI → certificate lookup of one table.
 #[derive(Default)]
 pub struct CertIndex {
-    exact: HashMap<String, Arc<CertifiedKey>>,
+    exact: HashMap<String, Keys>,
     /// Keyed by the suffix after `*.`.
-    wildcard: HashMap<String, Arc<CertifiedKey>>,
-    any: Option<Arc<CertifiedKey>>,
+    wildcard: HashMap<String, Keys>,
+    any: Option<Keys>,
     /// The table's default certificate, when it names a usable one.
     default: Option<Arc<CertifiedKey>>,
     /// `ssl-reject-handshake`: the names a handshake may ask for; `None`: any.
     known: Option<KnownNames>,
     /// Gateway API `*.suffix` names (one or more labels in front), longest suffix first.
-    suffix: Vec<(String, Arc<CertifiedKey>)>,
+    suffix: Vec<(String, Keys)>,
 }
 
 /// The host names of a table, for `ssl-reject-handshake`.
@@ -229,9 +235,19 @@ impl CertIndex {
             ..CertIndex::default()
         };
         for entry in &table.tls {
-            let Some(key) = entry.certificate.as_ref().and_then(|id| parsed.get(id)) else {
+            let Some(first) = &entry.certificate else {
                 continue; // the default certificate
             };
+            // Those that parsed, in order; none: the default certificate.
+            let keys: Vec<Arc<CertifiedKey>> = std::iter::once(first)
+                .chain(&entry.alternatives)
+                .filter_map(|id| parsed.get(id).cloned())
+                .collect();
+            if keys.is_empty() {
+                continue;
+            }
+            let key: Keys = keys.into();
+            let key = &key;
             for host in &entry.hosts {
                 match host {
                     HostMatch::Exact(h) => index.exact.entry(h.clone()).or_insert_with(|| key.clone()),
@@ -276,6 +292,7 @@ impl CertIndex {
             .chain(self.wildcard.values())
             .chain(self.suffix.iter().map(|(_, k)| k))
             .chain(&self.any)
+            .flat_map(|k| k.iter())
             .chain(&self.default);
         for key in all {
             if !keys.iter().any(|k| Arc::ptr_eq(k, key)) {
@@ -286,23 +303,42 @@ impl CertIndex {
     }
 
     /// The certificate for a ClientHello's SNI, if the table has one (else the caller's
-    /// fallback applies).
+    /// fallback applies): of an entry with several, the first.
     pub fn resolve(&self, sni: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        self.resolve_for(sni, None)
+    }
+
+    /// [`CertIndex::resolve`] for a ClientHello offering the signature `schemes`: of an entry
+    /// with several certificates, the first whose key can sign with one of them (else the
+    /// first, and the handshake fails as it would with that one alone).
+    pub fn resolve_for(
+        &self,
+        sni: Option<&str>,
+        schemes: Option<&[rustls::SignatureScheme]>,
+    ) -> Option<Arc<CertifiedKey>> {
+        let keys = self.entry(sni);
+        let Some(keys) = keys else { return self.default.clone() };
+        let usable = |k: &&Arc<CertifiedKey>| schemes.is_none_or(|s| k.key.choose_scheme(s).is_some());
+        keys.iter().find(usable).or_else(|| keys.first()).cloned()
+    }
+
+    /// The TLS entry's certificates for an SNI: exact, one-label wildcard, longest suffix, any.
+    fn entry(&self, sni: Option<&str>) -> Option<&Keys> {
         if let Some(name) = sni {
             let name = name.trim_end_matches('.').to_ascii_lowercase();
-            if let Some(key) = self.exact.get(&name) {
-                return Some(key.clone());
+            if let Some(keys) = self.exact.get(&name) {
+                return Some(keys);
             }
             if let Some((_, suffix)) = name.split_once('.')
-                && let Some(key) = self.wildcard.get(suffix)
+                && let Some(keys) = self.wildcard.get(suffix)
             {
-                return Some(key.clone());
+                return Some(keys);
             }
-            if let Some((_, key)) = self.suffix.iter().find(|(s, _)| suffix_matches(s, &name)) {
-                return Some(key.clone());
+            if let Some((_, keys)) = self.suffix.iter().find(|(s, _)| suffix_matches(s, &name)) {
+                return Some(keys);
             }
         }
-        self.any.clone().or_else(|| self.default.clone())
+        self.any.as_ref()
     }
 }
 
@@ -561,7 +597,12 @@ mod tests {
         for (name, host) in names.into_iter().zip(hosts) {
             let id = ObjectRef::new("ns", name);
             table.certificates.insert(id.clone(), cert(&format!("{name}.test")));
-            table.tls.push(TlsEntry { hosts: vec![host], certificate: Some(id), listener: None });
+            table.tls.push(TlsEntry {
+                hosts: vec![host],
+                certificate: Some(id),
+                listener: None,
+                alternatives: Vec::new(),
+            });
         }
         let index = CertIndex::compile(&table, &mut CertCache::default());
         let leaf = |sni: &str| {
@@ -584,5 +625,39 @@ mod tests {
         assert_eq!(leaf("c.b.example.com"), of("suffix-short"));
         assert_eq!(leaf("example.com"), of("any"), "a suffix name needs a label in front");
         assert_eq!(leaf("other.test"), of("any"));
+    }
+
+    /// Several certificates for one name (`ListenerTLSConfig.certificateRefs`: "Implementations
+    /// MAY choose to support attaching multiple certificates to a Listener"): the handshake
+    /// gets the first whose key signs with a scheme the ClientHello offers, else the first.
+    #[test]
+    fn several_certificates_for_one_name_the_client_signature_schemes_choose() {
+        use rustls::SignatureAlgorithm as A;
+        use rustls::SignatureScheme as S;
+        let make = |alg: &'static rcgen::SignatureAlgorithm| {
+            let key = rcgen::KeyPair::generate_for(alg).unwrap();
+            let cert =
+                rcgen::CertificateParams::new(vec!["a.test".to_string()]).unwrap().self_signed(&key).unwrap();
+            Certificate { chain_pem: cert.pem(), key_pem: key.serialize_pem() }
+        };
+        let mut table = RouteTable::default();
+        let (ecdsa, ed25519) = (ObjectRef::new("ns", "ecdsa"), ObjectRef::new("ns", "ed25519"));
+        table.certificates.insert(ecdsa.clone(), make(&rcgen::PKCS_ECDSA_P256_SHA256));
+        table.certificates.insert(ed25519.clone(), make(&rcgen::PKCS_ED25519));
+        table.tls.push(TlsEntry {
+            hosts: vec![HostMatch::Exact("a.test".into())],
+            certificate: Some(ecdsa),
+            listener: None,
+            alternatives: vec![ObjectRef::new("ns", "missing"), ed25519],
+        });
+        let index = CertIndex::compile(&table, &mut CertCache::default());
+        assert_eq!(index.keys().len(), 2);
+        let algorithm =
+            |schemes: Option<&[S]>| index.resolve_for(Some("a.test"), schemes).unwrap().key.algorithm();
+        assert_eq!(algorithm(None), A::ECDSA, "no ClientHello: the first");
+        assert_eq!(algorithm(Some(&[S::ECDSA_NISTP256_SHA256, S::ED25519])), A::ECDSA, "both fit: the first");
+        assert_eq!(algorithm(Some(&[S::ED25519])), A::ED25519, "a client that verifies Ed25519 only");
+        assert_eq!(algorithm(Some(&[S::RSA_PSS_SHA256])), A::ECDSA, "none fits: the first");
+        assert_eq!(index.resolve(Some("a.test")).unwrap().key.algorithm(), A::ECDSA);
     }
 }

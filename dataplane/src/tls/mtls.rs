@@ -478,6 +478,7 @@ mod tests {
             hosts: vec![host],
             certificate: None,
             listener: Some(name.to_string()),
+            alternatives: Vec::new(),
         };
         let policy = |host: HostMatch, listener: Option<&str>, verify: ClientVerify| ClientAuth {
             host,

@@ -100,6 +100,7 @@ pub fn with_cert(mut table: RouteTable, name: &str, hosts: &[&str], leaf: &Leaf)
         hosts: hosts.iter().map(|h| HostMatch::parse(h).unwrap()).collect(),
         certificate: Some(id),
         listener: None,
+        alternatives: Vec::new(),
     });
     table
 }

@@ -3,8 +3,11 @@
 //!
 //! A listener's certificate serves its hostname: an exact name, a wildcard `*.suffix` (any
 //! number of labels in front, [`HostMatch::Suffix`]), or, without hostname, every name no
-//! other entry covers (before the default certificate). Of several `certificateRefs` the first
-//! that resolves is served. The resolver uses the longest matching name ("The GatewayClass
+//! other entry covers (before the default certificate). Of several `certificateRefs` (support
+//! for more than one is implementation-specific) every one that resolves is offered: a
+//! handshake gets the first whose key signs with a scheme the ClientHello offers, so an ECDSA
+//! certificate listed before an RSA one for the same names serves ECDSA clients and RSA-only
+//! clients alike (all of them are for the listener's hostname: SNI does not choose among them). The resolver uses the longest matching name ("The GatewayClass
 //! MUST use the longest matching SNI out of all available certificates", `Listener.tls`):
 //! exact names, then one-label Ingress wildcards, then Gateway wildcards longest first, then
 //! an entry for any name. On the very same name an Ingress's `spec.tls` and a listener's
@@ -61,7 +64,7 @@ pub(crate) fn apply(table: &mut RouteTable, attachments: &GatewayAttachments, wa
         }
         for l in gateway.listeners.iter().filter(|l| l.ready) {
             let Some(Protocol::Https(certificates)) = &l.protocol else { continue };
-            let Some((id, certificate)) = certificates.first() else { continue };
+            let Some((id, _)) = certificates.first() else { continue };
             let host = host_match(l.hostname.as_ref());
             if let Some(other) = table.tls.iter().find(|t| t.hosts.contains(&host)) {
                 let holder = other
@@ -79,7 +82,12 @@ pub(crate) fn apply(table: &mut RouteTable, attachments: &GatewayAttachments, wa
                 );
                 continue;
             }
-            table.certificates.entry(id.clone()).or_insert_with(|| certificate.clone());
+            // Every certificate that resolved: the handshake serves the first whose key signs
+            // with a scheme the client offers (more than one is implementation-specific).
+            for (id, certificate) in certificates {
+                table.certificates.entry(id.clone()).or_insert_with(|| certificate.clone());
+            }
+            let alternatives: Vec<_> = certificates[1..].iter().map(|(id, _)| id.clone()).collect();
             // The entry names its listener: the dataplane answers 421 to a request on its
             // connections for another listener's name, 404 for a name of no listener
             // (`Listener.hostname`, RFC 7540 §9.1.2).
@@ -100,6 +108,7 @@ pub(crate) fn apply(table: &mut RouteTable, attachments: &GatewayAttachments, wa
                 hosts: vec![host],
                 certificate: Some(id.clone()),
                 listener: Some(listener),
+                alternatives,
             });
         }
     }
