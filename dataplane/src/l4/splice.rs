@@ -3,7 +3,10 @@
 //! hands socket pages over instead of copying them through a userspace buffer (as HAProxy's
 //! `splice-auto`).
 //!
-//! - Driven by tokio's readiness (`TcpStream::readable`/`writable`, `try_io`): a direction waits
+//! - Driven by tokio's readiness (`TcpStream::poll_read_ready`/`poll_write_ready`, `try_io`;
+//!   each socket's read readiness is waited on by one direction and its write readiness by the
+//!   other, in one task, so the stream's single reader and writer waker slots suffice and no
+//!   waiter is queued and unqueued per wait as `readable()`/`writable()` do): a direction waits
 //!   for its source to be readable, fills its empty pipe with one splice, then drains the pipe
 //!   into its destination as it becomes writable. Only an empty pipe is filled, so an `EAGAIN`
 //!   from the source always means "nothing to read" (never "pipe full") and clearing the read
@@ -182,7 +185,7 @@ async fn pump(from: &TcpStream, to: &TcpStream, pipe: &mut Pipe, meter: Meter<'_
     loop {
         // The pipe is empty here: an EAGAIN means the socket has nothing to read.
         let n = loop {
-            from.readable().await?;
+            std::future::poll_fn(|cx| from.poll_read_ready(cx)).await?;
             let spliced = from.try_io(Interest::READABLE, || {
                 Ok(rustix::pipe::splice(from, None, &pipe.write, None, pipe.size, flags)?)
             });
@@ -197,7 +200,7 @@ async fn pump(from: &TcpStream, to: &TcpStream, pipe: &mut Pipe, meter: Meter<'_
         }
         pipe.held = n;
         while pipe.held > 0 {
-            to.writable().await?;
+            std::future::poll_fn(|cx| to.poll_write_ready(cx)).await?;
             let spliced = to.try_io(Interest::WRITABLE, || {
                 Ok(rustix::pipe::splice(&pipe.read, None, to, None, pipe.held, flags)?)
             });

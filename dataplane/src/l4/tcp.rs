@@ -7,6 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -55,6 +56,16 @@ pub(crate) enum Error {
     Io(#[from] io::Error),
 }
 
+/// What woke the accept loop.
+enum Next {
+    Accepted(io::Result<(TcpStream, SocketAddr)>),
+    Stop,
+    Beat,
+}
+
+/// Accepts in a row after which the accept loop polls its stop before the listener.
+const STOP_CHECK: u32 = 32;
+
 /// Accepts connections on `listener` until `stop`, each served with the live service.
 pub(crate) async fn accept_loop(
     listener: TcpListener,
@@ -71,26 +82,46 @@ pub(crate) async fn accept_loop(
     // One stop future for the loop's life: made anew per accept it cost a lock of the watch.
     let stop = stopped(&mut stop);
     tokio::pin!(stop);
+    let mut in_a_row = 0u32;
     loop {
-        // `biased`: no random branch order to draw per accept.
-        let (stream, peer) = tokio::select! {
-            biased;
-            () = &mut stop => return,
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(error) => {
-                    let wait = backoff.failed(local, &error);
-                    if !wait.is_zero() {
-                        tokio::select! {
-                            () = &mut stop => return,
-                            () = tokio::time::sleep(wait) => {}
-                        }
+        // The accept first: while connections are ready the stop and the heartbeat are not
+        // polled at all. But the stop first every STOP_CHECK accepts: both are cooperative
+        // (tokio's task budget), so under a flood that never drains the backlog a stop polled
+        // after the accept only would see an exhausted budget, every time.
+        let stop_first = in_a_row >= STOP_CHECK;
+        let next = std::future::poll_fn(|cx| {
+            if stop_first && stop.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Next::Stop);
+            }
+            if let Poll::Ready(accepted) = listener.poll_accept(cx) {
+                return Poll::Ready(Next::Accepted(accepted));
+            }
+            if !stop_first && stop.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Next::Stop);
+            }
+            heartbeat.poll_beat(cx).map(|()| Next::Beat)
+        })
+        .await;
+        let (stream, peer) = match next {
+            Next::Stop => return,
+            Next::Beat => {
+                in_a_row = 0;
+                continue;
+            }
+            Next::Accepted(Ok(pair)) => pair,
+            Next::Accepted(Err(error)) => {
+                in_a_row = 0;
+                let wait = backoff.failed(local, &error);
+                if !wait.is_zero() {
+                    tokio::select! {
+                        () = &mut stop => return,
+                        () = tokio::time::sleep(wait) => {}
                     }
-                    continue;
                 }
-            },
-            () = heartbeat.beat() => continue,
+                continue;
+            }
         };
+        in_a_row = if stop_first { 0 } else { in_a_row + 1 };
         backoff.reset();
         // Before the connection's task sets its timers.
         heartbeat.accepted();
@@ -458,6 +489,80 @@ async fn idle_for(idle: Duration, activity: &AtomicU64, base: Instant, mut timer
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// A port removed while its backlog stays full still stops: the accept loop polls its stop
+    /// before the listener every `STOP_CHECK` accepts. (Both are cooperative: with the accept
+    /// always polled first, a stop never got a task budget while connections kept coming, and
+    /// here all 300 queued connections were taken before the stop was seen.) The connection
+    /// limit is full, so each accepted connection is refused and counted, not served.
+    #[test]
+    fn a_stop_is_seen_while_connections_keep_coming() {
+        use crate::model::{Endpoint, L4Protocol, L4Service, Settings, Target};
+        use crate::proxy::limits::{ConnLimitConfig, ConnLimits};
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let listener = crate::proxy::limits::bind("127.0.0.1:0".parse().unwrap(), Some(1024)).unwrap();
+            let addr = listener.local_addr().unwrap();
+            // More than tokio's task budget (128) queued before the loop runs.
+            let clients: Vec<std::net::TcpStream> =
+                (0..300).map(|_| std::net::TcpStream::connect(addr).unwrap()).collect();
+            let spec = L4Service {
+                port: addr.port(),
+                protocol: L4Protocol::Tcp,
+                backend: "default/svc:9000".parse().unwrap(),
+                target: Target::Endpoints(vec![Endpoint::new("127.0.0.1:9".parse().unwrap())]),
+                proxy_protocol_in: false,
+                proxy_protocol_out: false,
+                client_ip_affinity_s: None,
+            };
+            let backend = crate::model::Backend {
+                protocol: Default::default(),
+                target: spec.target.clone(),
+                tls: None,
+            };
+            let service = Service {
+                balancer: Arc::new(crate::state::balance::Balancer::next(None, &spec.backend, &backend)),
+                spec,
+                stream: super::super::service::Stream::of(&Settings::default(), &Default::default()),
+                log: None,
+                affinity: Default::default(),
+            };
+            let conns = Arc::new(ConnLimits::new(ConnLimitConfig { max: 1, ..Default::default() }));
+            let _full = conns.admit().unwrap();
+            let (stop_tx, stop) = watch::channel(false);
+            let relay = Relay { buffer: 16 * 1024, zero_copy: false };
+            let live = Arc::new(ArcSwap::from_pointee(service));
+            let run = tokio::spawn(accept_loop(
+                listener,
+                live,
+                Arc::new(Stats::default()),
+                conns.clone(),
+                relay,
+                stop,
+            ));
+            // The loop's first turn: it takes connections until its task budget runs out.
+            while conns.stats().refused_total == 0 {
+                tokio::task::yield_now().await;
+            }
+            let before = conns.stats().refused_total;
+            stop_tx.send(true).unwrap();
+            tokio::time::timeout(Duration::from_secs(10), run)
+                .await
+                .expect("the accept loop did not stop")
+                .unwrap();
+            let after = conns.stats().refused_total;
+            assert!(
+                before < 300,
+                "the first turn took every queued connection ({before}): no backlog left to test"
+            );
+            assert!(
+                after - before <= u64::from(STOP_CHECK),
+                "{} connections accepted after the stop ({before} before it)",
+                after - before
+            );
+            drop(clients);
+        });
+    }
 
     /// The listener's `TCP_NODELAY` reaches the connections it accepts (so no connection sets
     /// it), and an upstream connection has it too.
