@@ -399,24 +399,31 @@ async fn grpcroute_request_mirror_percent() {
 
 /// `GRPCBackendRef`: "If a Route is not able to send traffic to the backend ... the backend is
 /// considered invalid"; `GRPCRouteRule.backendRefs`: "the proportion of requests that would
-/// otherwise have been routed to an invalid backend MUST receive an `UNAVAILABLE` status" (weir
-/// answers 500, which a gRPC client reads as an error status; a missing Service here).
+/// otherwise have been routed to an invalid backend MUST receive an `UNAVAILABLE` status" (a
+/// missing Service here): a rule whose only backend is gone, and the gone half of a 1:1 split.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grpcroute_missing_backend_is_an_error_for_the_client() {
+async fn grpcroute_invalid_backend_answers_unavailable() {
     let dir = tempfile::tempdir().unwrap();
     backends(dir.path(), &["ok"]).await;
     let route = grpc_route(
         "m",
         "2026-01-01T00:00:00Z",
-        "  rules:\n  - matches: [{method: {service: t.Gone}}]\n    backendRefs: [{name: gone, port: 80}]\n  - backendRefs: [{name: ok, port: 80}]\n",
+        "  rules:\n  - matches: [{method: {service: t.Gone}}]\n    backendRefs: [{name: gone, port: 80}]\n  - matches: [{method: {service: t.Half}}]\n    backendRefs: [{name: gone, port: 80}, {name: ok, port: 80}]\n  - backendRefs: [{name: ok, port: 80}]\n",
     );
     write(dir.path(), "routes.yaml", &route);
     let (_weir, addr) = weir(dir.path());
     let ch = channel(addr, "grpc.test").await;
     wait_for(&ch, "/t.Test/Echo", "ok").await;
     let err = call(&ch, "/t.Gone/Call", &[]).await.unwrap_err();
-    assert_ne!(err.code(), Code::Ok);
-    assert_ne!(err.code(), Code::Unimplemented, "routed, not a 404: {err:?}");
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    // "For example, if two backends are specified with equal weights, and one is invalid, 50
+    // percent of traffic MUST receive an `UNAVAILABLE` status."
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for _ in 0..200 {
+        *seen.entry(who(&ch, "/t.Half/Call", &[]).await).or_default() += 1;
+    }
+    assert_eq!(seen.keys().map(String::as_str).collect::<Vec<_>>(), ["Unavailable", "ok"], "{seen:?}");
+    assert!(seen.values().all(|n| *n >= 60), "each share about half of 200 calls: {seen:?}");
 }
 
 // === appProtocol ===

@@ -350,3 +350,63 @@ async fn an_idle_spliced_connection_is_closed() {
     assert_eq!(stats.open, 0, "the idle connection was closed");
     assert_eq!(stats.spliced, u64::from(cfg!(target_os = "linux")));
 }
+
+// === the connection's one timer: connect timeout, then idle timeout ===
+
+/// A connection that keeps moving outlives `proxy-stream-timeout` (nginx's `proxy_timeout`,
+/// "between two successive read or write operations") twice over, each transfer moving the
+/// deadline; once it goes quiet the timeout ends it. Both relay paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfers_defer_the_idle_timeout_and_silence_ends_the_connection() {
+    for zero_copy in [true, false] {
+        let backend = echo().await;
+        let port = free_port().await;
+        let l4 = l4_with(zero_copy);
+        assert!(l4.publish(&idle_after(table(&[(port, &[backend])]), 2_000)).is_empty());
+        let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        // 16 round trips 250 ms apart: 4 s, two idle timeouts.
+        for i in 0..16u8 {
+            s.write_all(&[i]).await.unwrap();
+            let mut back = [0u8; 1];
+            s.read_exact(&mut back)
+                .await
+                .unwrap_or_else(|e| panic!("round trip {i} (zero_copy={zero_copy}): {e}"));
+            assert_eq!(back, [i]);
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        // Then nothing: the idle timeout ends the connection (end of stream or a reset).
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut rest)).await.unwrap();
+        assert!(rest.is_empty(), "zero_copy={zero_copy}");
+        let stats = stats_when(&l4, |s| s.open == 0).await;
+        assert_eq!(stats.open, 0, "zero_copy={zero_copy}: the quiet connection was closed");
+        assert_eq!((stats.bytes_up, stats.bytes_down), (16, 16), "zero_copy={zero_copy}");
+    }
+}
+
+/// An endpoint whose connect never completes (its listener's accept queue is full: the kernel
+/// drops the SYN) is given up after `proxy-connect-timeout` and the next endpoint is tried
+/// (ingress-nginx's `proxy_next_upstream on`): every connection is answered, and the timed-out
+/// connects are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_timeout_moves_on_to_the_next_endpoint() {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let silent = socket.listen(0).unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    // Fills the accept queue (never accepted): later SYNs are dropped.
+    let _filler = TcpStream::connect(silent_addr).await.unwrap();
+    let good = named("good").await;
+    let port = free_port().await;
+    let l4 = l4();
+    let mut table = table(&[(port, &[silent_addr, good])]);
+    table.settings.connect_timeout_ms = Some(200);
+    assert!(l4.publish(&table).is_empty());
+    for _ in 0..4 {
+        let answered = tokio::time::timeout(Duration::from_secs(30), answer(port)).await;
+        assert_eq!(answered.expect("no answer: the silent endpoint's connect was never given up"), "good");
+    }
+    let stats = stats_when(&l4, |s| s.open == 0).await;
+    assert!(stats.connect_errors >= 1, "no connect timed out: {stats:?}");
+    drop(silent);
+}

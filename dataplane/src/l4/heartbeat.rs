@@ -51,11 +51,12 @@ impl Heartbeat {
 
     /// Resolves at each beat (re-armed if a connection came since the last one, else stopped);
     /// pending while stopped. Polled with the listener's accept.
+    #[cfg(test)]
     pub(crate) async fn beat(&mut self) {
         std::future::poll_fn(|cx| self.poll_beat(cx)).await;
     }
 
-    fn poll_beat(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    pub(crate) fn poll_beat(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if !self.beating {
             return Poll::Pending;
         }

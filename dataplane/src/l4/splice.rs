@@ -3,7 +3,10 @@
 //! hands socket pages over instead of copying them through a userspace buffer (as HAProxy's
 //! `splice-auto`).
 //!
-//! - Driven by tokio's readiness (`TcpStream::readable`/`writable`, `try_io`): a direction waits
+//! - Driven by tokio's readiness (`TcpStream::poll_read_ready`/`poll_write_ready`, `try_io`;
+//!   each socket's read readiness is waited on by one direction and its write readiness by the
+//!   other, in one task, so the stream's single reader and writer waker slots suffice and no
+//!   waiter is queued and unqueued per wait as `readable()`/`writable()` do): a direction waits
 //!   for its source to be readable, fills its empty pipe with one splice, then drains the pipe
 //!   into its destination as it becomes writable. Only an empty pipe is filled, so an `EAGAIN`
 //!   from the source always means "nothing to read" (never "pipe full") and clearing the read
@@ -76,26 +79,35 @@ impl Pipes {
     /// it differs from the default), from this thread's pool or new. Fails when the pipe cap is
     /// reached or the kernel refuses (no descriptors, no pipe memory): copy instead.
     pub(crate) fn take(size: usize) -> io::Result<Pipes> {
-        let up = take_one(size)?;
-        let down = take_one(size)?;
+        // Both from the pool in one visit of it.
+        let (up, down) = POOL.with(|pool| match pool.try_borrow_mut() {
+            Ok(mut pool) => (pooled(&mut pool, size), pooled(&mut pool, size)),
+            Err(_) => (None, None),
+        });
+        let up = match up {
+            Some(pipe) => pipe,
+            None => new_pipe(size)?,
+        };
+        let down = match down {
+            Some(pipe) => pipe,
+            None => new_pipe(size)?,
+        };
         Ok(Pipes { up: Some(up), down: Some(down) })
     }
 }
 
 impl Drop for Pipes {
     fn drop(&mut self) {
-        for pipe in [self.up.take(), self.down.take()].into_iter().flatten() {
-            if pipe.held > 0 {
-                continue; // bytes of a failed transfer: closing the pipe discards them
-            }
-            POOL.with(|pool| {
-                if let Ok(mut pool) = pool.try_borrow_mut()
-                    && pool.len() < POOL_PER_THREAD
-                {
+        let pipes = [self.up.take(), self.down.take()];
+        POOL.with(|pool| {
+            let Ok(mut pool) = pool.try_borrow_mut() else { return };
+            for pipe in pipes.into_iter().flatten() {
+                // A pipe holding bytes of a failed transfer is closed (dropped): that discards them.
+                if pipe.held == 0 && pool.len() < POOL_PER_THREAD {
                     pool.push(pipe);
                 }
-            });
-        }
+            }
+        });
     }
 }
 
@@ -110,15 +122,14 @@ fn cap() -> usize {
     })
 }
 
-fn take_one(size: usize) -> io::Result<Pipe> {
-    let pooled = POOL.with(|pool| {
-        let mut pool = pool.try_borrow_mut().ok()?;
-        let at = pool.iter().rposition(|p| p.size >= size)?;
-        Some(pool.swap_remove(at))
-    });
-    if let Some(pipe) = pooled {
-        return Ok(pipe);
-    }
+/// A pooled pipe of at least `size` bytes (the last one pooled, when it is large enough).
+fn pooled(pool: &mut Vec<Pipe>, size: usize) -> Option<Pipe> {
+    let at = pool.iter().rposition(|p| p.size >= size)?;
+    Some(pool.swap_remove(at))
+}
+
+/// A new pipe of `size` bytes, within the cap.
+fn new_pipe(size: usize) -> io::Result<Pipe> {
     if ALIVE.fetch_add(1, Relaxed) >= cap() {
         ALIVE.fetch_sub(1, Relaxed);
         return Err(io::Error::other("pipe cap reached (a share of the open-file limit)"));
@@ -174,7 +185,7 @@ async fn pump(from: &TcpStream, to: &TcpStream, pipe: &mut Pipe, meter: Meter<'_
     loop {
         // The pipe is empty here: an EAGAIN means the socket has nothing to read.
         let n = loop {
-            from.readable().await?;
+            std::future::poll_fn(|cx| from.poll_read_ready(cx)).await?;
             let spliced = from.try_io(Interest::READABLE, || {
                 Ok(rustix::pipe::splice(from, None, &pipe.write, None, pipe.size, flags)?)
             });
@@ -189,7 +200,7 @@ async fn pump(from: &TcpStream, to: &TcpStream, pipe: &mut Pipe, meter: Meter<'_
         }
         pipe.held = n;
         while pipe.held > 0 {
-            to.writable().await?;
+            std::future::poll_fn(|cx| to.poll_write_ready(cx)).await?;
             let spliced = to.try_io(Interest::WRITABLE, || {
                 Ok(rustix::pipe::splice(&pipe.read, None, to, None, pipe.held, flags)?)
             });

@@ -4,14 +4,17 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio::time::Sleep;
 
 use super::header;
 use super::heartbeat::Heartbeat;
@@ -53,6 +56,16 @@ pub(crate) enum Error {
     Io(#[from] io::Error),
 }
 
+/// What woke the accept loop.
+enum Next {
+    Accepted(io::Result<(TcpStream, SocketAddr)>),
+    Stop,
+    Beat,
+}
+
+/// Accepts in a row after which the accept loop polls its stop before the listener.
+const STOP_CHECK: u32 = 32;
+
 /// Accepts connections on `listener` until `stop`, each served with the live service.
 pub(crate) async fn accept_loop(
     listener: TcpListener,
@@ -66,24 +79,49 @@ pub(crate) async fn accept_loop(
     let inherit = nodelay_inherited(&listener);
     let mut backoff = AcceptBackoff::default();
     let mut heartbeat = Heartbeat::default();
+    // One stop future for the loop's life: made anew per accept it cost a lock of the watch.
+    let stop = stopped(&mut stop);
+    tokio::pin!(stop);
+    let mut in_a_row = 0u32;
     loop {
-        let (stream, peer) = tokio::select! {
-            () = stopped(&mut stop) => return,
-            () = heartbeat.beat() => continue,
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(error) => {
-                    let wait = backoff.failed(local, &error);
-                    if !wait.is_zero() {
-                        tokio::select! {
-                            () = stopped(&mut stop) => return,
-                            () = tokio::time::sleep(wait) => {}
-                        }
+        // The accept first: while connections are ready the stop and the heartbeat are not
+        // polled at all. But the stop first every STOP_CHECK accepts: both are cooperative
+        // (tokio's task budget), so under a flood that never drains the backlog a stop polled
+        // after the accept only would see an exhausted budget, every time.
+        let stop_first = in_a_row >= STOP_CHECK;
+        let next = std::future::poll_fn(|cx| {
+            if stop_first && stop.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Next::Stop);
+            }
+            if let Poll::Ready(accepted) = listener.poll_accept(cx) {
+                return Poll::Ready(Next::Accepted(accepted));
+            }
+            if !stop_first && stop.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Next::Stop);
+            }
+            heartbeat.poll_beat(cx).map(|()| Next::Beat)
+        })
+        .await;
+        let (stream, peer) = match next {
+            Next::Stop => return,
+            Next::Beat => {
+                in_a_row = 0;
+                continue;
+            }
+            Next::Accepted(Ok(pair)) => pair,
+            Next::Accepted(Err(error)) => {
+                in_a_row = 0;
+                let wait = backoff.failed(local, &error);
+                if !wait.is_zero() {
+                    tokio::select! {
+                        () = &mut stop => return,
+                        () = tokio::time::sleep(wait) => {}
                     }
-                    continue;
                 }
-            },
+                continue;
+            }
         };
+        in_a_row = if stop_first { 0 } else { in_a_row + 1 };
         backoff.reset();
         // Before the connection's task sets its timers.
         heartbeat.accepted();
@@ -98,7 +136,9 @@ pub(crate) async fn accept_loop(
         };
         let service = live.load_full();
         let (stats, conns) = (stats.clone(), conns.clone());
-        tokio::spawn(async move {
+        // Boxed: the task then moves a pointer where it moved the whole connection future (its
+        // largest state) on spawn and at each stage change.
+        tokio::spawn(Box::pin(async move {
             let _open = stats.open();
             let port = local.port();
             // Only the access log needs the clocks.
@@ -124,7 +164,7 @@ pub(crate) async fn accept_loop(
                     upstream: conn.upstream.get().cloned(),
                 });
             }
-        });
+        }));
     }
 }
 
@@ -166,11 +206,19 @@ async fn serve(
     relay: Relay,
     conn: &Conn,
 ) -> Result<(), Error> {
+    // The connection's one timer: the PROXY header's deadline, then each connect's, then the
+    // idle timeout (one timer registered and removed per connection, not one per phase).
+    let first = if service.spec.proxy_protocol_in { HEADER_TIMEOUT } else { service.stream.connect_timeout };
+    let timer = tokio::time::sleep(first);
+    tokio::pin!(timer);
     let source = if service.spec.proxy_protocol_in {
-        match tokio::time::timeout(HEADER_TIMEOUT, proxy_protocol::read_header(&mut client)).await {
-            Ok(header) => header?.unwrap_or(peer),
-            Err(_) => return Err(Error::HeaderTimeout),
-        }
+        let header = tokio::select! {
+            biased;
+            header = proxy_protocol::read_header(&mut client) => header,
+            () = timer.as_mut() => return Err(Error::HeaderTimeout),
+        };
+        timer.as_mut().reset(tokio::time::Instant::now() + service.stream.connect_timeout);
+        header?.unwrap_or(peer)
     } else {
         peer
     };
@@ -180,7 +228,7 @@ async fn serve(
         let _ = client.set_zero_linger();
         return Ok(());
     }
-    let mut upstream = connect(service, stats, source.ip()).await?;
+    let mut upstream = connect(service, stats, source.ip(), timer.as_mut()).await?;
     // Only the access log names the endpoint (a system call and a string saved otherwise).
     if service.log.is_some()
         && let Ok(addr) = upstream.peer_addr()
@@ -191,14 +239,20 @@ async fn serve(
         let local = client.local_addr()?;
         upstream.write_all(&header::encode(source, local, service.stream.v2)).await?;
     }
-    relay_both(client, upstream, service.stream.idle, relay, stats, conn, &mut admission).await?;
+    relay_both(client, upstream, service.stream.idle, relay, stats, conn, &mut admission, timer).await?;
     Ok(())
 }
 
 /// Connects an endpoint in round-robin order (first the one `client` sticks to, with ClientIP
 /// affinity); a refused or timed-out connect moves to the next endpoint not tried yet, up to
-/// the service's tries and next-upstream timeout.
-async fn connect(service: &Service, stats: &Stats, client: IpAddr) -> Result<TcpStream, Error> {
+/// the service's tries and next-upstream timeout. `timer` is due at the first try's connect
+/// timeout; it is set again for each further try.
+async fn connect(
+    service: &Service,
+    stats: &Stats,
+    client: IpAddr,
+    mut timer: Pin<&mut Sleep>,
+) -> Result<TcpStream, Error> {
     let balancer = &service.balancer;
     let endpoints = balancer.endpoints();
     if endpoints.is_empty() {
@@ -208,22 +262,39 @@ async fn connect(service: &Service, stats: &Stats, client: IpAddr) -> Result<Tcp
     let stream = &service.stream;
     let tries = if stream.tries == 0 { endpoints.len() } else { stream.tries.min(endpoints.len()) };
     let deadline = stream.next_upstream_timeout.map(|t| Instant::now() + t);
-    let mut tried: Vec<usize> = Vec::with_capacity(tries);
+    // The endpoints tried, on the stack unless the service tries more than a few.
+    let (mut inline, mut spilled) = ([0usize; 8], Vec::new());
+    let tried: &mut [usize] = if tries <= inline.len() {
+        &mut inline[..tries]
+    } else {
+        spilled.resize(tries, 0);
+        &mut spilled
+    };
+    let mut count = 0;
     let mut last = None;
-    while tried.len() < tries {
-        if !tried.is_empty() && deadline.is_some_and(|d| Instant::now() >= d) {
-            break;
+    while count < tries {
+        if count > 0 {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
+            timer.as_mut().reset(tokio::time::Instant::now() + stream.connect_timeout);
         }
-        let Some(i) = service.pick_for(client, &tried) else { break };
-        tried.push(i);
+        let Some(i) = service.pick_for(client, &tried[..count]) else { break };
+        tried[count] = i;
+        count += 1;
         let endpoint = &endpoints[i];
-        let error = match tokio::time::timeout(stream.connect_timeout, connect_to(endpoint.key())).await {
-            Ok(Ok(upstream)) => {
+        let connected = tokio::select! {
+            biased;
+            connected = connect_to(endpoint.key()) => Some(connected),
+            () = timer.as_mut() => None,
+        };
+        let error = match connected {
+            Some(Ok(upstream)) => {
                 service.reached(client, i);
                 return Ok(upstream);
             }
-            Ok(Err(error)) => error,
-            Err(_) => io::Error::new(
+            Some(Err(error)) => error,
+            None => io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!("no connection within {:?} (proxy-connect-timeout)", stream.connect_timeout),
             ),
@@ -234,7 +305,7 @@ async fn connect(service: &Service, stats: &Stats, client: IpAddr) -> Result<Tcp
         last = Some((endpoint.key().to_string(), error));
     }
     let (endpoint, error) = last.unwrap_or_else(|| (String::new(), io::Error::other("no endpoint tried")));
-    Err(Error::Connect { endpoint, tries: tried.len(), error })
+    Err(Error::Connect { endpoint, tries: count, error })
 }
 
 /// A connection to `key`, with `TCP_NODELAY` (both sides of a relay pass small writes on at
@@ -290,7 +361,9 @@ pub(crate) struct Relay {
 /// Relays both ways until both directions reached end of stream (each end passed on as a
 /// half-close), a side failed, or nothing moved for `idle`: with splice(2) when `relay` allows
 /// it and pipes are to be had (their descriptors counted in `admission` while they are held),
-/// else through a bounded copy buffer per direction.
+/// else through a bounded copy buffer per direction. `timer` (the connection's) keeps the idle
+/// timeout.
+#[allow(clippy::too_many_arguments)]
 async fn relay_both(
     client: TcpStream,
     upstream: TcpStream,
@@ -299,12 +372,13 @@ async fn relay_both(
     stats: &Stats,
     conn: &Conn,
     admission: &mut ConnGuard,
+    timer: Pin<&mut Sleep>,
 ) -> io::Result<()> {
     #[cfg(target_os = "linux")]
     if relay.zero_copy {
         if !admission.hold_pipes() {
             tracing::debug!("L4 connection copied: the connection limit has no room for its pipes");
-            return copy(client, upstream, idle, relay.buffer, stats, conn).await;
+            return copy(client, upstream, idle, relay.buffer, stats, conn, timer).await;
         }
         match super::splice::Pipes::take(relay.buffer) {
             Ok(mut pipes) => {
@@ -316,8 +390,9 @@ async fn relay_both(
                 let down = meter([&stats.bytes_down, &conn.sent]);
                 let relayed = super::splice::relay(&client, &upstream, &mut pipes, up, down);
                 return tokio::select! {
+                    biased;
                     done = relayed => done,
-                    () = idle_for(idle, &activity, base) => Err(idle_error(idle)),
+                    () = idle_for(idle, &activity, base, timer) => Err(idle_error(idle)),
                 };
             }
             Err(error) => {
@@ -326,7 +401,7 @@ async fn relay_both(
             }
         }
     }
-    copy(client, upstream, idle, relay.buffer, stats, conn).await
+    copy(client, upstream, idle, relay.buffer, stats, conn, timer).await
 }
 
 fn idle_error(idle: Duration) -> io::Error {
@@ -341,6 +416,7 @@ async fn copy(
     buffer: usize,
     stats: &Stats,
     conn: &Conn,
+    timer: Pin<&mut Sleep>,
 ) -> io::Result<()> {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut upstream_read, mut upstream_write) = upstream.into_split();
@@ -357,8 +433,9 @@ async fn copy(
     let down =
         pump(&mut upstream_read, &mut client_write, buffer, &activity, base, [&stats.bytes_down, &conn.sent]);
     tokio::select! {
+        biased;
         done = async { tokio::try_join!(up, down) } => done.map(|_| ()),
-        () = idle_for(idle, &activity, base) => Err(idle_error(idle)),
+        () = idle_for(idle, &activity, base, timer) => Err(idle_error(idle)),
     }
 }
 
@@ -391,14 +468,20 @@ where
     }
 }
 
-/// Resolves once nothing was copied for `idle` (`activity`: the last copy, in ms after `base`).
-async fn idle_for(idle: Duration, activity: &AtomicU64, base: Instant) {
+/// Resolves once nothing was copied for `idle` (`activity`: the last copy, in ms after `base`),
+/// with `timer` set to `idle` after the last copy seen (moved later, which costs no timer-wheel
+/// work until it comes due, as each copy pushes it).
+async fn idle_for(idle: Duration, activity: &AtomicU64, base: Instant, mut timer: Pin<&mut Sleep>) {
+    let mut last = activity.load(Relaxed);
     loop {
-        let since = base.elapsed().saturating_sub(Duration::from_millis(activity.load(Relaxed)));
-        if since >= idle {
+        timer.as_mut().reset(tokio::time::Instant::from_std(base + Duration::from_millis(last) + idle));
+        timer.as_mut().await;
+        // Due: `idle` passed since `last`; nothing new since then means idle.
+        let now = activity.load(Relaxed);
+        if now == last {
             return;
         }
-        tokio::time::sleep(idle - since).await;
+        last = now;
     }
 }
 
@@ -406,6 +489,80 @@ async fn idle_for(idle: Duration, activity: &AtomicU64, base: Instant) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// A port removed while its backlog stays full still stops: the accept loop polls its stop
+    /// before the listener every `STOP_CHECK` accepts. (Both are cooperative: with the accept
+    /// always polled first, a stop never got a task budget while connections kept coming, and
+    /// here all 300 queued connections were taken before the stop was seen.) The connection
+    /// limit is full, so each accepted connection is refused and counted, not served.
+    #[test]
+    fn a_stop_is_seen_while_connections_keep_coming() {
+        use crate::model::{Endpoint, L4Protocol, L4Service, Settings, Target};
+        use crate::proxy::limits::{ConnLimitConfig, ConnLimits};
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let listener = crate::proxy::limits::bind("127.0.0.1:0".parse().unwrap(), Some(1024)).unwrap();
+            let addr = listener.local_addr().unwrap();
+            // More than tokio's task budget (128) queued before the loop runs.
+            let clients: Vec<std::net::TcpStream> =
+                (0..300).map(|_| std::net::TcpStream::connect(addr).unwrap()).collect();
+            let spec = L4Service {
+                port: addr.port(),
+                protocol: L4Protocol::Tcp,
+                backend: "default/svc:9000".parse().unwrap(),
+                target: Target::Endpoints(vec![Endpoint::new("127.0.0.1:9".parse().unwrap())]),
+                proxy_protocol_in: false,
+                proxy_protocol_out: false,
+                client_ip_affinity_s: None,
+            };
+            let backend = crate::model::Backend {
+                protocol: Default::default(),
+                target: spec.target.clone(),
+                tls: None,
+            };
+            let service = Service {
+                balancer: Arc::new(crate::state::balance::Balancer::next(None, &spec.backend, &backend)),
+                spec,
+                stream: super::super::service::Stream::of(&Settings::default(), &Default::default()),
+                log: None,
+                affinity: Default::default(),
+            };
+            let conns = Arc::new(ConnLimits::new(ConnLimitConfig { max: 1, ..Default::default() }));
+            let _full = conns.admit().unwrap();
+            let (stop_tx, stop) = watch::channel(false);
+            let relay = Relay { buffer: 16 * 1024, zero_copy: false };
+            let live = Arc::new(ArcSwap::from_pointee(service));
+            let run = tokio::spawn(accept_loop(
+                listener,
+                live,
+                Arc::new(Stats::default()),
+                conns.clone(),
+                relay,
+                stop,
+            ));
+            // The loop's first turn: it takes connections until its task budget runs out.
+            while conns.stats().refused_total == 0 {
+                tokio::task::yield_now().await;
+            }
+            let before = conns.stats().refused_total;
+            stop_tx.send(true).unwrap();
+            tokio::time::timeout(Duration::from_secs(10), run)
+                .await
+                .expect("the accept loop did not stop")
+                .unwrap();
+            let after = conns.stats().refused_total;
+            assert!(
+                before < 300,
+                "the first turn took every queued connection ({before}): no backlog left to test"
+            );
+            assert!(
+                after - before <= u64::from(STOP_CHECK),
+                "{} connections accepted after the stop ({before} before it)",
+                after - before
+            );
+            drop(clients);
+        });
+    }
 
     /// The listener's `TCP_NODELAY` reaches the connections it accepts (so no connection sets
     /// it), and an upstream connection has it too.

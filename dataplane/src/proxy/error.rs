@@ -124,6 +124,18 @@ pub enum ProxyError {
 }
 
 impl ProxyError {
+    /// The gRPC status a gRPC client gets for this error: its HTTP status's ([`grpc_status`]),
+    /// but `UNAVAILABLE` (14) for a backend reference that did not resolve, as Gateway API's
+    /// `GRPCRouteRule.backendRefs` requires ("`UNAVAILABLE` statuses MUST be returned for
+    /// requests that would have otherwise been routed to an invalid backend"), where an HTTP
+    /// client gets 500 (`HTTPRouteRule.backendRefs`).
+    pub fn grpc_code(&self) -> u8 {
+        match self {
+            ProxyError::UnresolvedBackend => 14,
+            _ => grpc_status(self.status()),
+        }
+    }
+
     /// Where the error came from.
     pub fn source_kind(&self) -> ErrorSource {
         match self {
@@ -246,13 +258,17 @@ pub fn grpc_status(status: StatusCode) -> u8 {
 }
 
 /// A gRPC "trailers-only" answer for a request the proxy answers itself: HTTP 200, the status in
-/// `grpc-status` and the reason in `grpc-message`, so gRPC clients see a gRPC error, not a
-/// protocol error.
-pub(super) fn grpc_local_response(status: StatusCode, request_id: HeaderValue) -> Response<ProxyBody> {
+/// `grpc-status` (`code`) and the reason in `grpc-message`, so gRPC clients see a gRPC error,
+/// not a protocol error.
+pub(super) fn grpc_local_response(
+    status: StatusCode,
+    code: u8,
+    request_id: HeaderValue,
+) -> Response<ProxyBody> {
     let mut resp = Response::new(Either::Right(Full::new(Bytes::new())));
     let headers = resp.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    headers.insert("grpc-status", HeaderValue::from(u16::from(grpc_status(status))));
+    headers.insert("grpc-status", HeaderValue::from(u16::from(code)));
     let message = format!("{} {} (weir)", status.as_u16(), status.canonical_reason().unwrap_or("error"));
     if let Ok(message) = HeaderValue::from_str(&message.replace(' ', "%20")) {
         headers.insert("grpc-message", message);
@@ -267,6 +283,17 @@ mod tests {
     use http_body_util::BodyExt;
 
     use super::*;
+
+    /// A gRPC client gets the gRPC HTTP mapping of the error's status, except `UNAVAILABLE` for
+    /// an unresolved backend reference (Gateway API `GRPCRouteRule.backendRefs`), which an HTTP
+    /// client gets as 500.
+    #[test]
+    fn grpc_codes_of_errors() {
+        assert_eq!(ProxyError::UnresolvedBackend.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(ProxyError::UnresolvedBackend.grpc_code(), 14);
+        assert_eq!(ProxyError::NoRoute.grpc_code(), 12);
+        assert_eq!(ProxyError::BadRewrite.grpc_code(), 2);
+    }
 
     #[test]
     fn errors_map_to_status_and_source() {

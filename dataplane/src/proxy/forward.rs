@@ -148,7 +148,7 @@ impl ConnCtx {
                     "request answered locally"
                 );
                 let mut resp = if grpc {
-                    grpc_local_response(status, request_id.clone())
+                    grpc_local_response(status, err.grpc_code(), request_id.clone())
                 } else {
                     local_response(status, request_id.clone())
                 };
