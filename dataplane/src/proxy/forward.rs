@@ -61,7 +61,6 @@ use crate::model::{ClientVerify, RetryOn};
 use crate::route::auth;
 use crate::route::cors::CompiledCors;
 use crate::route::filters::CompiledEdits;
-use crate::route::mirror::CompiledMirror;
 use crate::route::policy::{CompiledBalance, CompiledPolicy, Verdict, set_headers};
 use crate::route::retry::Retry;
 use crate::route::router::CompiledRoute;
@@ -659,10 +658,10 @@ impl ConnCtx {
         let policy = ctx.policy;
         let protocol = peer.balancer.protocol();
         let h2 = protocol.is_h2();
-        // `mirror-*`: the copy's URL is filled in from the request as the client sent it.
+        // `mirror-*`: the copies' URLs are filled in from the request as the client sent it.
         let mirrored = policy
-            .and_then(|p| p.mirror.as_deref())
-            .map(|m| (m, req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned()));
+            .filter(|p| !p.mirrors.is_empty())
+            .map(|_| req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned());
         // A WebSocket over HTTP/2 (RFC 8441 extended CONNECT) goes to an HTTP/1.1 upstream as
         // the classic GET + Upgrade handshake; the upstream's 101 becomes the client's 200.
         let h2_websocket = !h2 && is_h2_websocket(req);
@@ -788,9 +787,9 @@ impl ConnCtx {
             body.count_into(counter.clone());
         }
         let head = replay.as_ref().map(|_| Head::of(&parts));
-        if let Some(mirrored) = outgoing.mirrored.filter(|_| !outgoing.is_upgrade) {
+        if let Some(request_uri) = outgoing.mirrored.filter(|_| !outgoing.is_upgrade) {
             let wait = plan.opts.connect_timeout + plan.head_timeout;
-            self.mirror(ctx, mirrored, &parts, &mut body, wait);
+            self.mirror(ctx, request_uri, &parts, &mut body, wait);
         }
         // A connect error hands the request back, unsent, for the next endpoint.
         let mut attempt = Request::from_parts(parts, body);
@@ -911,12 +910,13 @@ impl ConnCtx {
         }
     }
 
-    /// `mirror-*`: a copy of the request goes to the mirror target, its body teed from `body`;
-    /// the copy may take `wait`.
+    /// `mirror-*`, `RequestMirror`: a copy of the request goes to each mirror of the route
+    /// (`request_uri` as the client sent it), their bodies teed from `body`; a copy may take
+    /// `wait`.
     fn mirror(
         &self,
         ctx: &RequestCtx<'_>,
-        (target, request_uri): (&CompiledMirror, String),
+        request_uri: String,
         parts: &http::request::Parts,
         body: &mut UpstreamBody,
         wait: std::time::Duration,
@@ -929,7 +929,9 @@ impl ConnCtx {
             client: ctx.client.ip,
             headers: &parts.headers,
         };
-        mirror::start(&self.proxy, target, &original, body, wait);
+        for target in ctx.policy.map_or(&[][..], |p| &p.mirrors[..]) {
+            mirror::start(&self.proxy, target, &original, body, wait);
+        }
     }
 
     // --- phase 5: the response filter ---
@@ -1452,8 +1454,8 @@ struct Outgoing<'a> {
     /// HTTP/1 (one request at a time on the connection), not an h2 stream.
     one_at_a_time: bool,
     downstream_upgrade: Option<hyper::upgrade::OnUpgrade>,
-    /// `mirror-*`: the copy's target and the request URI as the client sent it.
-    mirrored: Option<(&'a CompiledMirror, String)>,
+    /// `mirror-*`: the request URI as the client sent it, when the route has mirrors.
+    mirrored: Option<String>,
 }
 
 /// How the exchange may retry (`proxy-next-upstream*`) and its timeouts, from the route and

@@ -112,8 +112,9 @@ pub struct CompiledPolicy {
     pub host_redirect: Option<String>,
     /// `custom-headers`: set on the route's responses.
     pub response_headers: HeaderList,
-    /// `mirror-*`: where copies of the requests go.
-    pub mirror: Option<Box<crate::route::mirror::CompiledMirror>>,
+    /// `mirror-*`, `RequestMirror`: where copies of the requests go, one copy per mirror
+    /// (empty: none).
+    pub mirrors: Box<[crate::route::mirror::CompiledMirror]>,
     /// `limit-connections`: the requests in flight of this route's Ingress, per client.
     pub conn_limit: Option<Arc<crate::state::connlimit::ConnLimiter>>,
     /// `limit-rate`, `limit-rate-after`: the pace of each response body.
@@ -353,10 +354,12 @@ impl CompiledPolicy {
                 other => other.clone(),
             },
             response_headers: compile_headers("custom-headers", &policy.response_headers)?,
-            mirror: match &policy.mirror {
-                Some(m) => Some(Box::new(crate::route::mirror::CompiledMirror::compile(m)?)),
-                None => None,
-            },
+            mirrors: policy
+                .mirrors
+                .iter()
+                .flat_map(|m| m.iter())
+                .map(crate::route::mirror::CompiledMirror::compile)
+                .collect::<Result<_, _>>()?,
             conn_limit: policy.conn_limit.as_deref().map(|l| limiters.connections(origin, l)),
             response_rate: policy.response_rate.as_deref().cloned().filter(|r| r.bytes_per_sec > 0),
             response_rewrite: crate::route::rewrite_response::ResponseRewrite::new(policy),

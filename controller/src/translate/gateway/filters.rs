@@ -5,7 +5,10 @@
 //!   status code (302 by default);
 //! - `URLRewrite`: hostname (the `Host` sent upstream) and path;
 //! - `RequestMirror`: a copy of each request to the Service's first ready endpoint; with
-//!   `percent` or `fraction`, of that share of the requests, each drawn at random;
+//!   `percent` or `fraction`, of that share of the requests, each drawn at random. "This filter
+//!   can be used multiple times within the same rule": each mirror gets its own copy, drawn by
+//!   its own share (the body is read once and shared by the copies, see the dataplane's
+//!   `proxy/mirror.rs`). Over h2c for a GRPCRoute or an `appProtocol: kubernetes.io/h2c` port;
 //! - `timeouts.request` / `timeouts.backendRequest` (GEP-2257 durations): the time the upstream
 //!   gets to answer (the shorter of the two; `0s`: a day, the longest weir waits).
 //!
@@ -33,25 +36,21 @@ pub struct RulePolicy {
     pub policy: RoutePolicy,
     /// Why the rule answers 500, one entry per refused filter.
     pub refused: Vec<String>,
-    /// Accepted but not applied as written (warnings).
-    pub notes: Vec<String>,
 }
 
-/// The policy of rule `ri`; `mirror` turns a mirror's `backendRef` into the target URL (`None`:
-/// no ready endpoint), or says why the reference is refused.
+/// The policy of rule `ri`; `mirror` turns the `RequestMirror` filter at a field into its
+/// mirror (its share is set here), or `None` when the mirror is dropped (it says why).
 pub fn rule_policy(
     ri: usize,
     rule: &HttpRouteRule,
     config: &GatewayConfig,
-    mut mirror: impl FnMut(&str, &BackendRef) -> Result<Option<String>, String>,
+    mut mirror: impl FnMut(&str, &BackendRef) -> Option<Mirror>,
 ) -> RulePolicy {
     let mut out = RulePolicy::default();
     let mut filters = RouteFilters::default();
     for (fi, f) in rule.filters.iter().enumerate() {
         let field = format!("spec.rules[{ri}].filters[{fi}]");
-        if let Err(why) =
-            apply(&field, f, rule, config, &mut out.policy, &mut filters, &mut mirror, &mut out.notes)
-        {
+        if let Err(why) = apply(&field, f, rule, config, &mut out.policy, &mut filters, &mut mirror) {
             out.refused.push(format!("{field}: {why}"));
         }
     }
@@ -114,7 +113,6 @@ pub fn backend_edits(filters: &[HttpRouteFilter]) -> Result<Option<Box<HeaderEdi
     Ok(out)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn apply(
     field: &str,
     f: &HttpRouteFilter,
@@ -122,8 +120,7 @@ fn apply(
     config: &GatewayConfig,
     policy: &mut RoutePolicy,
     filters: &mut RouteFilters,
-    mirror: &mut impl FnMut(&str, &BackendRef) -> Result<Option<String>, String>,
-    notes: &mut Vec<String>,
+    mirror: &mut impl FnMut(&str, &BackendRef) -> Option<Mirror>,
 ) -> Result<(), String> {
     let missing = |what: &str| format!("type {} without {what}", f.type_);
     match f.type_.as_str() {
@@ -173,18 +170,10 @@ fn apply(
         }
         "RequestMirror" => {
             let m = f.request_mirror.as_ref().ok_or_else(|| missing("requestMirror"))?;
-            if policy.mirror.is_some() {
-                return Err("more than one RequestMirror is not supported yet".into());
-            }
             let share_ppm = mirror_share(m)?;
-            match mirror(field, &m.backend_ref)? {
-                Some(target) => {
-                    policy.mirror =
-                        Some(Box::new(Mirror { target, host: None, request_body: true, share_ppm }))
-                }
-                None => {
-                    notes.push(format!("{field}: the mirror's Service has no ready endpoint; not mirrored"))
-                }
+            // "This filter can be used multiple times within the same rule": one copy each.
+            if let Some(to) = mirror(field, &m.backend_ref) {
+                policy.mirrors.get_or_insert_default().push(Mirror { share_ppm, ..to });
             }
         }
         "CORS" => {
