@@ -85,6 +85,54 @@ fn answer(mut stream: TcpStream, name: &str, seen: &Seen) {
     }
 }
 
+/// Tries per request id a [`flaky_backend`] got.
+type Tries = std::sync::Arc<std::sync::Mutex<BTreeMap<String, usize>>>;
+
+/// A backend simulating failures as the conformance suite's does (`responseCode`,
+/// `succeedAfter`): a request `?id=ID&code=CODE&fail=N` is answered `CODE` the first `N` times
+/// that `ID` comes, then `200`; counts the tries per id. One request per connection.
+fn flaky_backend() -> (SocketAddr, Tries) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tries = Tries::default();
+    let counted = tries.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                continue;
+            }
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                    break;
+                }
+            }
+            let query = line.split_whitespace().nth(1).and_then(|t| t.split_once('?')).map_or("", |(_, q)| q);
+            let param = |name: &str| {
+                query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
+                    .unwrap_or("")
+            };
+            let n = {
+                let mut tries = counted.lock().unwrap();
+                let n = tries.entry(param("id").to_string()).or_default();
+                *n += 1;
+                *n
+            };
+            let fail: usize = param("fail").parse().unwrap_or(0);
+            let code = if n <= fail { param("code") } else { "200" };
+            let head = format!(
+                "HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\nX-Backend: flaky\r\n\r\n"
+            );
+            let _ = stream.write_all(head.as_bytes());
+        }
+    });
+    (addr, tries)
+}
+
 const GATEWAY: &str = "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: weir}\n\
 spec: {controllerName: weir.dev/gateway-controller}\n---\n\
 apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: edge, namespace: default}\n\
@@ -501,5 +549,56 @@ fn httproute_request_multiple_mirrors() {
         assert!(copy.contains("x-header-set: set-overwrites-values\n"), "{copy}");
         assert!(copy.contains("x-header-add: header-val-1\n"), "{copy}");
         assert!(!copy.contains("x-header-remove"), "{copy}");
+    }
+}
+
+/// `HTTPRouteRule.retry` (`HTTPRouteRetry`, experimental channel in v1.6; conformance
+/// `HTTPRouteRetry`, its manifest and cases): an answer with a listed code is retried up to
+/// `attempts` times ("If the maximum number of retries has been attempted without a successful
+/// response from the backend, the Gateway MUST return an error": the last answer), an unlisted
+/// code is not; the backend counts the tries. A non-idempotent request that went out is not sent
+/// again (weir's rule, as for `proxy-next-upstream`); `backoff` delays the retries.
+#[test]
+fn httproute_retry_codes_and_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (flaky, tries) = flaky_backend();
+    write(dir.path(), "services.yaml", &format!("{GATEWAY}{}", service("infra-backend-v3", flaky)));
+    let rule = |path: &str, retry: &str| {
+        format!(
+            "  - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]\n    retry: {retry}\n    backendRefs: [{{name: infra-backend-v3, port: 80}}]\n"
+        )
+    };
+    let spec = [
+        "  hostnames: [r.test]\n  rules:\n".to_string(),
+        rule("/retry/code-500-attempts-3", "{codes: [500], attempts: 3}"),
+        rule("/retry/code-all-attempts-2", "{codes: [500, 502, 503, 504], attempts: 2}"),
+        rule("/retry/backoff", "{codes: [500], attempts: 1, backoff: 300ms}"),
+    ]
+    .concat();
+    write(dir.path(), "routes.yaml", &http_route("retries", "2024-01-01T00:00:00Z", &spec));
+    let (_weir, http) = weir(dir.path());
+    wait_until("the route to serve", || get(http, "r.test", "/retry/backoff?id=warm").status == 200);
+    // (method, path, code, failures before success, expected status, expected tries)
+    let cases: &[(&str, &str, u16, usize, u16, usize)] = &[
+        ("GET", "/retry/code-500-attempts-3", 500, 2, 200, 3),
+        ("GET", "/retry/code-500-attempts-3", 500, 4, 500, 4),
+        ("GET", "/retry/code-500-attempts-3", 503, 2, 503, 1),
+        ("GET", "/retry/code-all-attempts-2", 500, 1, 200, 2),
+        ("GET", "/retry/code-all-attempts-2", 500, 3, 500, 3),
+        ("GET", "/retry/code-all-attempts-2", 502, 1, 200, 2),
+        ("GET", "/retry/code-all-attempts-2", 502, 3, 502, 3),
+        ("GET", "/retry/code-all-attempts-2", 503, 1, 200, 2),
+        ("GET", "/retry/code-all-attempts-2", 503, 3, 503, 3),
+        ("GET", "/retry/code-all-attempts-2", 504, 1, 200, 2),
+        ("GET", "/retry/code-all-attempts-2", 504, 3, 504, 3),
+        ("HEAD", "/retry/code-500-attempts-3", 500, 1, 200, 2),
+        ("POST", "/retry/code-500-attempts-3", 500, 1, 500, 1),
+        ("GET", "/retry/backoff", 500, 1, 200, 2),
+    ];
+    for (i, (method, path, code, fail, want, want_tries)) in cases.iter().enumerate() {
+        let target = format!("{path}?id={i}&code={code}&fail={fail}");
+        let a = send(http, method, "r.test", &target, &[]);
+        let got = tries.lock().unwrap().get(&i.to_string()).copied().unwrap_or(0);
+        assert_eq!((a.status, got), (*want, *want_tries), "case {i}: {method} {target}");
     }
 }

@@ -806,7 +806,11 @@ impl ConnCtx {
         let again = |on: RetryOn, tries: usize, sent: bool| plan.retry.on(on) && more(tries, sent);
 
         loop {
-            let Some(idx) = peer.pick_untried(&tried[..tries]) else {
+            // Gateway API retries go to an endpoint already tried once every one was.
+            let Some(idx) = peer
+                .pick_untried(&tried[..tries])
+                .or_else(|| gateway_retries(ctx).and_then(|_| peer.pick_untried(&[])))
+            else {
                 return Err(ProxyError::NoEndpoints);
             };
             tried[tries] = idx;
@@ -822,20 +826,28 @@ impl ConnCtx {
             // Boxed: this future would otherwise be part of every enclosing one, each moved
             // (copied whole) as the request's future is built and handed to hyper.
             let target = Target { protocol, endpoint, tls: balancer.tls(), host: tls_host };
-            let exchange = Box::pin(self.proxy.inner.clients.send(
-                target,
-                attempt,
-                plan.opts,
-                outgoing.encoded.then_some(&outgoing.forwarded),
-            ));
+            // Gateway API `retry.backoff`: "unsuccessful backend requests are not retried before
+            // the configured minimum duration": a retry waits first, inside the boxed exchange
+            // (an await out here would grow every request's future), the wait added to its
+            // timeout below.
+            let backoff = gateway_retries(ctx).map(|g| g.backoff).filter(|w| tries > 1 && !w.is_zero());
+            let (clients, opts) = (&self.proxy.inner.clients, plan.opts);
+            let forwarded = outgoing.encoded.then_some(&outgoing.forwarded);
+            let exchange = Box::pin(async move {
+                if let Some(wait) = backoff {
+                    Box::pin(tokio::time::sleep(wait)).await;
+                }
+                clients.send(target, attempt, opts, forwarded).await
+            });
+            let head_timeout = plan.head_timeout + backoff.unwrap_or_default();
             // An HTTP/1 client connection has one request at a time: its own lazily armed
             // timer waits for the response head (no timer-wheel work per request). HTTP/2
             // streams run concurrently, each with a timer lent by the connection for the wait.
             let sent = if outgoing.one_at_a_time {
-                self.upstream_deadline.timeout(plan.head_timeout, exchange).await.map_err(|_| ())
+                self.upstream_deadline.timeout(head_timeout, exchange).await.map_err(|_| ())
             } else {
                 let deadline = self.stream_deadlines.lend();
-                deadline.timeout(plan.head_timeout, exchange).await.map_err(|_| ())
+                deadline.timeout(head_timeout, exchange).await.map_err(|_| ())
             };
             let (on, failure) = match sent {
                 Ok(Ok(resp)) => {
@@ -845,7 +857,8 @@ impl ConnCtx {
                     let status = resp.status();
                     // `http_5xx` and friends: the answer is dropped (its connection closed unless
                     // it was complete) and the next endpoint asked; the last one's stands.
-                    if plan.retry.on_status(status)
+                    if (plan.retry.on_status(status)
+                        || gateway_retries(ctx).is_some_and(|g| g.on_status(status)))
                         && more(tries, true)
                         && let Some((head, bytes)) = head.as_ref().zip(replay.as_ref())
                     {
@@ -1458,8 +1471,14 @@ struct Outgoing<'a> {
     mirrored: Option<String>,
 }
 
-/// How the exchange may retry (`proxy-next-upstream*`) and its timeouts, from the route and
-/// the table.
+/// The route's Gateway API `retry` (its statuses and backoff; its attempts are the plan's
+/// `max_tries`). Looked up where needed rather than kept: every request's future would carry it.
+fn gateway_retries<'a>(ctx: &RequestCtx<'a>) -> Option<&'a crate::route::retry::Retries> {
+    ctx.policy.and_then(|p| p.retries.as_deref())
+}
+
+/// How the exchange may retry (`proxy-next-upstream*`, or the Gateway API `retry`) and its
+/// timeouts, from the route and the table.
 struct RetryPlan {
     retry: Retry,
     max_tries: usize,
@@ -1474,17 +1493,28 @@ struct RetryPlan {
 impl RetryPlan {
     fn of(ctx: &RequestCtx<'_>, balancer: &Balancer, method: &http::Method, is_upgrade: bool) -> RetryPlan {
         let (config, policy) = (&ctx.state.config, ctx.policy);
+        let gateway = gateway_retries(ctx);
         // `proxy-next-upstream`: the route's conditions (with `retry-non-idempotent`), else the
-        // table's.
-        let retry = policy
-            .and_then(|p| p.next_upstream)
-            .map_or(config.next_upstream, |r| r.with_non_idempotent(config.retry_non_idempotent));
-        let tries_wanted = match policy.and_then(|p| p.connect_tries) {
-            Some(0) => MAX_TRIES,
-            Some(n) => n as usize,
-            None => config.connect_tries,
+        // table's. Gateway API `retry`: "Implementations SHOULD retry on connection errors
+        // (disconnect, reset, timeout, TCP failure) if a retry stanza is configured".
+        let retry = match gateway {
+            Some(_) => Retry::new(&[RetryOn::Error, RetryOn::Timeout]),
+            None => policy
+                .and_then(|p| p.next_upstream)
+                .map_or(config.next_upstream, |r| r.with_non_idempotent(config.retry_non_idempotent)),
         };
-        let max_tries = tries_wanted.clamp(1, balancer.endpoints().len().min(MAX_TRIES));
+        let max_tries = match gateway {
+            // `attempts` retries, to the same endpoints again when there are fewer.
+            Some(g) => (g.attempts as usize).saturating_add(1).clamp(1, MAX_TRIES),
+            None => {
+                let tries_wanted = match policy.and_then(|p| p.connect_tries) {
+                    Some(0) => MAX_TRIES,
+                    Some(n) => n as usize,
+                    None => config.connect_tries,
+                };
+                tries_wanted.clamp(1, balancer.endpoints().len().min(MAX_TRIES))
+            }
+        };
         let head_timeout = policy.and_then(|p| p.read_timeout).unwrap_or(config.upstream_timeout);
         let mut opts = Exchange::of(config);
         if let Some(timeout) = policy.and_then(|p| p.connect_timeout) {

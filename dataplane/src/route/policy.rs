@@ -91,6 +91,8 @@ pub struct CompiledPolicy {
     pub connect_tries: Option<u32>,
     /// When a request goes to the next endpoint, when the route sets it.
     pub next_upstream: Option<crate::route::retry::Retry>,
+    /// Gateway API `retry`: in place of `next_upstream` and `connect_tries`.
+    pub retries: Option<Box<crate::route::retry::Retries>>,
     /// How long after the first try further tries may start, when the route sets it (`Some(None)`:
     /// no limit).
     pub next_upstream_timeout: Option<Option<std::time::Duration>>,
@@ -330,6 +332,11 @@ impl CompiledPolicy {
             connect_timeout: policy.connect_timeout_ms.map(std::time::Duration::from_millis),
             connect_tries: policy.connect_tries,
             next_upstream: policy.next_upstream.as_deref().map(crate::route::retry::Retry::new),
+            retries: policy
+                .filters
+                .as_deref()
+                .and_then(|f| f.retries.as_ref())
+                .map(|r| Box::new(crate::route::retry::Retries::new(r))),
             next_upstream_timeout: policy
                 .next_upstream_timeout_ms
                 .map(|ms| (ms > 0).then(|| std::time::Duration::from_millis(ms))),

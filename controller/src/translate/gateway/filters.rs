@@ -10,7 +10,9 @@
 //!   its own share (the body is read once and shared by the copies, see the dataplane's
 //!   `proxy/mirror.rs`). Over h2c for a GRPCRoute or an `appProtocol: kubernetes.io/h2c` port;
 //! - `timeouts.request` / `timeouts.backendRequest` (GEP-2257 durations): the time the upstream
-//!   gets to answer (the shorter of the two; `0s`: a day, the longest weir waits).
+//!   gets to answer (the shorter of the two; `0s`: a day, the longest weir waits);
+//! - `retry` (`HTTPRouteRetry`, experimental channel in v1.6): `codes`, `attempts` (1 when
+//!   unset), `backoff` (none when unset) onto the proxy's retries ([`retries`]).
 //!
 //! - `CORS`: onto weir's CORS machinery (`cors.rs`).
 //!
@@ -23,11 +25,13 @@
 //! that would have been processed by that filter MUST receive a HTTP error response",
 //! `HTTPRouteFilter.type`) and the route not `Accepted` (`UnsupportedValue`).
 
-use weir_dataplane::model::filters::{HeaderEdits, PathRewrite, RequestRedirect, RouteFilters};
+use weir_dataplane::model::filters::{HeaderEdits, PathRewrite, RequestRedirect, Retries, RouteFilters};
 use weir_dataplane::model::{Mirror, RoutePolicy};
 
 use super::GatewayConfig;
-use crate::gateway::{BackendRef, HttpHeaderFilter, HttpPathModifier, HttpRouteFilter, HttpRouteRule};
+use crate::gateway::{
+    BackendRef, HttpHeaderFilter, HttpPathModifier, HttpRouteFilter, HttpRouteRetry, HttpRouteRule,
+};
 
 /// The policy of one rule, and what in it cannot be served (the rule then answers 500).
 #[derive(Debug, Default)]
@@ -74,6 +78,12 @@ pub fn rule_policy(
             }
         }
         out.policy.read_timeout_ms = shortest;
+    }
+    if let Some(r) = &rule.retry {
+        match retries(r) {
+            Ok(retries) => filters.retries = Some(retries),
+            Err(why) => out.refused.push(format!("spec.rules[{ri}].retry: {why}")),
+        }
     }
     if !out.refused.is_empty() {
         filters = RouteFilters { respond: Some(500), ..RouteFilters::default() };
@@ -208,6 +218,32 @@ fn mirror_share(m: &crate::gateway::HttpRequestMirrorFilter) -> Result<Option<u3
     Ok(Some(u32::try_from(ppm).unwrap_or(1_000_000)))
 }
 
+/// `HTTPRouteRetry`: `codes` from 400 to 599 (`HTTPRouteRetryStatusCode`'s bounds), `attempts`
+/// 1 or more ("When this field is unspecified, the number of times to attempt to retry a backend
+/// request is implementation-specific": weir retries once), `backoff` a GEP-2257 duration
+/// ("When this field is unspecified, the time to wait between retry attempts is
+/// implementation-specific": weir does not wait).
+fn retries(r: &HttpRouteRetry) -> Result<Retries, String> {
+    let mut codes = Vec::with_capacity(r.codes.len());
+    for c in &r.codes {
+        match u16::try_from(*c) {
+            Ok(code @ 400..=599) => codes.push(code),
+            _ => return Err(format!("code {c} is not from 400 to 599")),
+        }
+    }
+    codes.sort_unstable();
+    codes.dedup();
+    let attempts = match r.attempts {
+        None => 1,
+        Some(n) => u32::try_from(n).ok().filter(|n| *n >= 1).ok_or(format!("attempts {n} is less than 1"))?,
+    };
+    let backoff_ms = match &r.backoff {
+        None => 0,
+        Some(b) => duration_ms(b).ok_or_else(|| format!("backoff {b:?} is not a duration"))?,
+    };
+    Ok(Retries { codes, attempts, backoff_ms })
+}
+
 fn port_u16(p: i32) -> u16 {
     u16::try_from(p).unwrap_or(0)
 }
@@ -325,6 +361,24 @@ mod tests {
         assert!(share(Some(-1), None).is_err());
         assert!(share(None, Some((1, Some(0)))).is_err());
         assert!(share(Some(10), Some((1, Some(2)))).is_err(), "only one of them");
+    }
+
+    /// `HTTPRouteRetry`: codes within `HTTPRouteRetryStatusCode`'s 400 to 599, `attempts`
+    /// "Minimum:=1" (1 when unset), `backoff` a duration (none when unset).
+    #[test]
+    fn http_route_retry() {
+        let r = |codes: Vec<i32>, attempts: Option<i32>, backoff: Option<&str>| {
+            retries(&HttpRouteRetry { codes, attempts, backoff: backoff.map(str::to_string) })
+        };
+        assert_eq!(
+            r(vec![503, 500, 500], Some(3), Some("100ms")),
+            Ok(Retries { codes: vec![500, 503], attempts: 3, backoff_ms: 100 })
+        );
+        assert_eq!(r(vec![], None, None), Ok(Retries { codes: vec![], attempts: 1, backoff_ms: 0 }));
+        assert!(r(vec![600], None, None).is_err());
+        assert!(r(vec![399], None, None).is_err());
+        assert!(r(vec![500], Some(0), None).is_err());
+        assert!(r(vec![500], None, Some("1d")).is_err());
     }
 
     /// GEP-2257 (`Duration` in `shared_types.go`): `^([0-9]{1,5}(h|m|s|ms)){1,4}$`.

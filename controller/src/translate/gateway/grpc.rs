@@ -307,6 +307,7 @@ fn http_rule(rule: &GrpcRouteRule) -> HttpRouteRule {
         filters: rule.filters.clone(),
         backend_refs: rule.backend_refs.clone(),
         timeouts: None,
+        retry: None,
     }
 }
 
