@@ -476,6 +476,25 @@ pub struct HttpRouteRule {
     /// Timeouts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeouts: Option<HttpRouteTimeouts>,
+    /// When a request is sent to the backend again (experimental channel in v1.6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<HttpRouteRetry>,
+}
+
+/// `HTTPRouteRetry` (experimental channel in v1.6.1): the statuses whose answers are retried,
+/// how many retries at most, the least wait before each.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteRetry {
+    /// Statuses (400 to 599) whose answers are retried.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub codes: Vec<i32>,
+    /// Retries at most (1 or more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<i32>,
+    /// Least wait before a retry, a GEP-2257 duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<String>,
 }
 
 /// `HTTPRouteTimeouts`: Gateway API durations (`10s`, `1h2m`, `500ms`).

@@ -34,18 +34,9 @@ struct Msg {
 
 // === backends ===
 
-/// A gRPC backend (HTTP/2 only, as gRPC servers are) answering every unary call with
-/// `NAME PATH [x-added=VALUE]`; counts calls.
+/// A gRPC backend (HTTP/2 only, as gRPC servers are: an HTTP/1.1 request never reaches it)
+/// answering every unary call with `NAME PATH [x-added=VALUE]`; counts calls.
 async fn grpc_backend(name: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
-    serve(name, true).await
-}
-
-/// A backend that takes HTTP/1.1 and HTTP/2 and only counts requests (a mirror target).
-async fn counting_backend(name: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
-    serve(name, false).await
-}
-
-async fn serve(name: &'static str, h2_only: bool) -> (SocketAddr, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
@@ -59,10 +50,7 @@ async fn serve(name: &'static str, h2_only: bool) -> (SocketAddr, Arc<AtomicUsiz
                     counted.fetch_add(1, Ordering::SeqCst);
                     async move { Ok::<_, Infallible>(answer(name, req).await) }
                 });
-                let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                if h2_only {
-                    builder = builder.http2_only();
-                }
+                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new()).http2_only();
                 let _ = builder.serve_connection(TokioIo::new(stream), service).await;
             });
         }
@@ -343,58 +331,79 @@ async fn grpcroute_header_modifiers() {
     assert_eq!(meta.get("x-resp").map(|v| v.to_str().unwrap()), Some("from-weir"));
 }
 
-/// Makes `calls` calls through a GRPCRoute whose rule mirrors to a counting backend (with
-/// `percent`, if given); every call must be answered by the backend. Returns the copies that
-/// arrived once at least `at_least` did and none came for two seconds (or after 30 seconds).
-async fn mirrored_calls(percent: Option<u32>, calls: usize, at_least: usize) -> usize {
+/// Makes `calls` calls through a GRPCRoute whose rule mirrors to one gRPC backend (HTTP/2 only,
+/// as gRPC servers are; counting calls) per entry of `percents` (with that `percent`, if
+/// given); every call must be answered by the route's backend. Returns the copies each mirror
+/// got once each had at least `at_least[i]` and none came for two seconds (or after 30 seconds).
+async fn mirrored_calls(percents: &[Option<u32>], calls: usize, at_least: &[usize]) -> Vec<usize> {
     let dir = tempfile::tempdir().unwrap();
-    let (mirror_addr, mirrored) = counting_backend("mirror").await;
+    let mut counts = Vec::new();
+    let mut filters = Vec::new();
+    let mut yaml = String::new();
+    for (i, percent) in percents.iter().enumerate() {
+        let name: &'static str = ["mirror-a", "mirror-b", "mirror-c"][i];
+        let (addr, count) = grpc_backend(name).await;
+        counts.push(count);
+        yaml.push_str(&service(name, addr, None));
+        let percent = percent.map(|p| format!(", percent: {p}")).unwrap_or_default();
+        filters.push(format!(
+            "{{type: RequestMirror, requestMirror: {{backendRef: {{name: {name}, port: 80}}{percent}}}}}"
+        ));
+    }
     backends(dir.path(), &["main"]).await;
-    let percent = percent.map(|p| format!(", percent: {p}")).unwrap_or_default();
     let route = grpc_route(
         "m",
         "2026-01-01T00:00:00Z",
         &format!(
-            "  rules:\n  - filters: [{{type: RequestMirror, requestMirror: {{backendRef: {{name: mirror, port: 80}}{percent}}}}}]\n    backendRefs: [{{name: main, port: 80}}]\n"
+            "  rules:\n  - filters: [{}]\n    backendRefs: [{{name: main, port: 80}}]\n",
+            filters.join(", ")
         ),
     );
-    write(dir.path(), "routes.yaml", &format!("{}{route}", service("mirror", mirror_addr, None)));
+    write(dir.path(), "routes.yaml", &format!("{yaml}{route}"));
     let (_weir, addr) = weir(dir.path());
     let ch = channel(addr, "grpc.test").await;
     wait_for(&ch, "/t.Test/Echo", "main").await;
-    let before = mirrored.load(Ordering::SeqCst);
+    let now = || counts.iter().map(|c| c.load(Ordering::SeqCst)).collect::<Vec<_>>();
+    let before = now();
     for _ in 0..calls {
         assert_eq!(who(&ch, "/t.Test/Echo", &[]).await, "main");
     }
     // The copies run beside the calls.
+    let copied = |now: Vec<usize>| now.iter().zip(&before).map(|(n, b)| n - b).collect::<Vec<_>>();
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut last = (mirrored.load(Ordering::SeqCst), Instant::now());
-    while (last.0 - before < at_least || last.1.elapsed() < Duration::from_secs(2))
+    let mut last = (copied(now()), Instant::now());
+    while (last.0.iter().zip(at_least).any(|(got, want)| got < want)
+        || last.1.elapsed() < Duration::from_secs(2))
         && Instant::now() < deadline
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let now = mirrored.load(Ordering::SeqCst);
-        if now != last.0 {
-            last = (now, Instant::now());
+        let got = copied(now());
+        if got != last.0 {
+            last = (got, Instant::now());
         }
     }
-    last.0 - before
+    last.0
 }
 
 /// `GRPCRouteFilter.requestMirror` ("responses from this backend MUST be ignored"): every call
-/// is answered by the backend and copied to the mirror.
+/// is answered by the backend and copied to the mirror, a gRPC server that speaks HTTP/2 only:
+/// the copies go over h2c, as the route's own backends do ("Implementations MUST support
+/// HTTP/2 over cleartext TCP (h2c) for GRPCRoute backends", `GRPCRoute` doc).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpcroute_request_mirror() {
-    assert_eq!(mirrored_calls(None, 10, 10).await, 10);
+    assert_eq!(mirrored_calls(&[None], 10, &[10]).await, [10]);
 }
 
 /// `HTTPRequestMirrorFilter.percent`: "the percentage of requests that should be mirrored to
-/// BackendRef": 25 percent of 400 calls are copied (loose bounds: each call is drawn at random),
-/// and every call is still answered by the backend.
+/// BackendRef", and the filter "can be used multiple times within the same rule" (feature
+/// `HTTPRouteRequestMultipleMirrors`, here on a GRPCRoute): of 400 calls, one mirror gets every
+/// one and the other, at 25 percent, its own share (loose bounds: each call is drawn at
+/// random); every call is still answered by the backend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grpcroute_request_mirror_percent() {
-    let copies = mirrored_calls(Some(25), 400, 50).await;
-    assert!((50..=160).contains(&copies), "25% of 400 expected, {copies} copied");
+async fn grpcroute_request_multiple_mirrors_each_with_its_percent() {
+    let copies = mirrored_calls(&[None, Some(25)], 400, &[400, 50]).await;
+    assert_eq!(copies[0], 400, "{copies:?}");
+    assert!((50..=160).contains(&copies[1]), "25% of 400 expected: {copies:?}");
 }
 
 /// `GRPCBackendRef`: "If a Route is not able to send traffic to the backend ... the backend is
@@ -573,4 +582,41 @@ async fn httproute_backend_app_protocol_h2c_and_ws() {
     let mut echoed = [0u8; 17];
     tokio::time::timeout(Duration::from_secs(15), s.read_exact(&mut echoed)).await.unwrap().unwrap();
     assert_eq!(&echoed, b"ping through weir");
+}
+
+/// `HTTPBackendRef`'s appProtocol on a `RequestMirror`'s `backendRef` (KEP-3726
+/// `kubernetes.io/h2c`): an HTTPRoute's copies to such a port go over HTTP/2 prior knowledge,
+/// and reach a server that speaks nothing else (a gRPC server counting what it got).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_request_mirror_to_app_protocol_h2c() {
+    let dir = tempfile::tempdir().unwrap();
+    let h2 = h2_only_backend("h2").await;
+    let (mirror, copies) = grpc_backend("mirror").await;
+    let yaml = [
+        GATEWAY.to_string(),
+        service("app", h2, Some("kubernetes.io/h2c")),
+        service("shadow", mirror, Some("kubernetes.io/h2c")),
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: m, namespace: default}\n\
+         spec:\n  parentRefs: [{name: edge}]\n  hostnames: [m.test]\n  rules:\n\
+         \x20 - filters: [{type: RequestMirror, requestMirror: {backendRef: {name: shadow, port: 80}}}]\n\
+         \x20   backendRefs: [{name: app, port: 80}]\n---\n"
+            .to_string(),
+    ]
+    .concat();
+    write(dir.path(), "all.yaml", &yaml);
+    let (_weir, addr) = weir(dir.path());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http1_get(addr, "m.test").await.0 != 200 {
+        assert!(Instant::now() < deadline, "m.test never answered 200");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for _ in 0..5 {
+        assert_eq!(http1_get(addr, "m.test").await, (200, "h2 HTTP/2.0".to_string()));
+    }
+    // Six requests answered by the backend, each copied.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while copies.load(Ordering::SeqCst) < 6 {
+        assert!(Instant::now() < deadline, "the mirror got {} copies of 6", copies.load(Ordering::SeqCst));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -28,8 +28,9 @@ fn backend(name: &'static str) -> SocketAddr {
 /// The request lines a backend received.
 type Seen = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
 
-/// [`backend`], noting each request line in `seen`; a path containing `/slow` is answered
-/// after two seconds.
+/// [`backend`], noting each request line in `seen` when it arrives and then, once the request
+/// is read, what it answers (request line and headers) followed by `body=` and the request's
+/// body; a path containing `/slow` is answered after two seconds.
 fn recording_backend(name: &'static str, seen: Seen) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -69,10 +70,11 @@ fn answer(mut stream: TcpStream, name: &str, seen: &Seen) {
                 body.push_str(&format!("{n}: {}\n", v.trim()));
             }
         }
-        let mut skip = vec![0u8; length];
-        if reader.read_exact(&mut skip).is_err() {
+        let mut request_body = vec![0u8; length];
+        if reader.read_exact(&mut request_body).is_err() {
             return;
         }
+        seen.lock().unwrap().push(format!("{body}body={}", String::from_utf8_lossy(&request_body)));
         let head = format!(
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nX-Backend: {name}\r\n\r\n",
             body.len()
@@ -81,6 +83,54 @@ fn answer(mut stream: TcpStream, name: &str, seen: &Seen) {
             return;
         }
     }
+}
+
+/// Tries per request id a [`flaky_backend`] got.
+type Tries = std::sync::Arc<std::sync::Mutex<BTreeMap<String, usize>>>;
+
+/// A backend simulating failures as the conformance suite's does (`responseCode`,
+/// `succeedAfter`): a request `?id=ID&code=CODE&fail=N` is answered `CODE` the first `N` times
+/// that `ID` comes, then `200`; counts the tries per id. One request per connection.
+fn flaky_backend() -> (SocketAddr, Tries) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tries = Tries::default();
+    let counted = tries.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                continue;
+            }
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                    break;
+                }
+            }
+            let query = line.split_whitespace().nth(1).and_then(|t| t.split_once('?')).map_or("", |(_, q)| q);
+            let param = |name: &str| {
+                query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
+                    .unwrap_or("")
+            };
+            let n = {
+                let mut tries = counted.lock().unwrap();
+                let n = tries.entry(param("id").to_string()).or_default();
+                *n += 1;
+                *n
+            };
+            let fail: usize = param("fail").parse().unwrap_or(0);
+            let code = if n <= fail { param("code") } else { "200" };
+            let head = format!(
+                "HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\nX-Backend: flaky\r\n\r\n"
+            );
+            let _ = stream.write_all(head.as_bytes());
+        }
+    });
+    (addr, tries)
 }
 
 const GATEWAY: &str = "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: weir}\n\
@@ -126,14 +176,29 @@ impl Answer {
 
 /// `METHOD target` for `host` with `headers`, over a new connection.
 fn send(addr: SocketAddr, method: &str, host: &str, target: &str, headers: &[(&str, &str)]) -> Answer {
+    send_body(addr, method, host, target, headers, "")
+}
+
+/// [`send`] with a request body.
+fn send_body(
+    addr: SocketAddr,
+    method: &str,
+    host: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut req =
-        format!("{method} {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: 0\r\n");
+    let mut req = format!(
+        "{method} {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     for (n, v) in headers {
         req.push_str(&format!("{n}: {v}\r\n"));
     }
     req.push_str("\r\n");
+    req.push_str(body);
     s.write_all(req.as_bytes()).unwrap();
     let mut buf = String::new();
     s.read_to_string(&mut buf).unwrap();
@@ -420,4 +485,120 @@ fn httproute_filters_and_timeouts() {
 
     // The backend answers after 2 s; without the rule's timeout weir would wait 60 s.
     assert_eq!(get(http, "f.test", "/slow").status, 504, "timeouts.backendRequest: 300ms");
+}
+
+/// `HTTPRouteFilter.requestMirror`: "This filter can be used multiple times within the same
+/// rule" (conformance `HTTPRouteRequestMultipleMirrors`, its two rules): the client is answered
+/// by infra-backend-v1, and infra-backend-v2 and infra-backend-v3 each get their own copy of the
+/// request, body included; with `RequestHeaderModifier` in the rule the copies carry the
+/// modified headers, as the backend does.
+#[test]
+fn httproute_request_multiple_mirrors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (v2_seen, v3_seen) = (Seen::default(), Seen::default());
+    let services = [
+        service("infra-backend-v1", backend("infra-backend-v1")),
+        service("infra-backend-v2", recording_backend("infra-backend-v2", v2_seen.clone())),
+        service("infra-backend-v3", recording_backend("infra-backend-v3", v3_seen.clone())),
+    ];
+    write(dir.path(), "services.yaml", &format!("{GATEWAY}{}", services.concat()));
+    let mirrors = "    - {type: RequestMirror, requestMirror: {backendRef: {name: infra-backend-v2, port: 80}}}\n\
+                   \x20   - {type: RequestMirror, requestMirror: {backendRef: {name: infra-backend-v3, port: 80}}}\n";
+    let spec = format!(
+        "  hostnames: [m.test]\n  rules:\n\
+         \x20 - matches: [{{path: {{type: PathPrefix, value: /multi-mirror}}}}]\n    filters:\n{mirrors}\
+         \x20   backendRefs: [{{name: infra-backend-v1, port: 80}}]\n\
+         \x20 - matches: [{{path: {{type: PathPrefix, value: /multi-mirror-and-modify-request-headers}}}}]\n    filters:\n\
+         \x20   - {{type: RequestHeaderModifier, requestHeaderModifier: {{set: [{{name: X-Header-Set, value: set-overwrites-values}}], \
+         add: [{{name: X-Header-Add, value: header-val-1}}, {{name: X-Header-Add-Append, value: header-val-2}}], remove: [X-Header-Remove]}}}}\n\
+         {mirrors}\
+         \x20   backendRefs: [{{name: infra-backend-v1, port: 80}}]\n"
+    );
+    write(dir.path(), "routes.yaml", &http_route("request-multiple-mirrors", "2024-01-01T00:00:00Z", &spec));
+    let (_weir, http) = weir(dir.path());
+
+    let copied = |seen: &Seen, line: &str, body: &str| {
+        seen.lock().unwrap().iter().any(|l| l.contains(&format!("request={line}\n")) && l.ends_with(body))
+    };
+    let a = send_body(http, "POST", "m.test", "/multi-mirror?id=1", &[], "hello");
+    assert_eq!((a.status, a.backend()), (200, "infra-backend-v1"), "{}", a.body);
+    for (name, seen) in [("v2", &v2_seen), ("v3", &v3_seen)] {
+        wait_until(&format!("infra-backend-{name} to get its copy"), || {
+            copied(seen, "POST /multi-mirror?id=1 HTTP/1.1", "body=hello")
+        });
+    }
+
+    let headers = [("X-Header-Remove", "remove-val"), ("X-Header-Add-Append", "append-val-1")];
+    let a =
+        send_body(http, "PUT", "m.test", "/multi-mirror-and-modify-request-headers?id=2", &headers, "data");
+    assert_eq!((a.status, a.backend()), (200, "infra-backend-v1"), "{}", a.body);
+    for want in [
+        "x-header-set: set-overwrites-values\n",
+        "x-header-add: header-val-1\n",
+        "x-header-add-append: append-val-1\n",
+        "x-header-add-append: header-val-2\n",
+    ] {
+        assert!(a.body.contains(want), "{want}: {}", a.body);
+    }
+    assert!(!a.body.contains("x-header-remove"), "{}", a.body);
+    for (name, seen) in [("v2", &v2_seen), ("v3", &v3_seen)] {
+        let line = "PUT /multi-mirror-and-modify-request-headers?id=2 HTTP/1.1";
+        wait_until(&format!("infra-backend-{name} to get its copy"), || copied(seen, line, "body=data"));
+        let seen = seen.lock().unwrap();
+        let copy = seen.iter().find(|l| l.contains(line) && l.contains("body=")).unwrap();
+        assert!(copy.contains("x-header-set: set-overwrites-values\n"), "{copy}");
+        assert!(copy.contains("x-header-add: header-val-1\n"), "{copy}");
+        assert!(!copy.contains("x-header-remove"), "{copy}");
+    }
+}
+
+/// `HTTPRouteRule.retry` (`HTTPRouteRetry`, experimental channel in v1.6; conformance
+/// `HTTPRouteRetry`, its manifest and cases): an answer with a listed code is retried up to
+/// `attempts` times ("If the maximum number of retries has been attempted without a successful
+/// response from the backend, the Gateway MUST return an error": the last answer), an unlisted
+/// code is not; the backend counts the tries. A non-idempotent request that went out is not sent
+/// again (weir's rule, as for `proxy-next-upstream`); `backoff` delays the retries.
+#[test]
+fn httproute_retry_codes_and_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (flaky, tries) = flaky_backend();
+    write(dir.path(), "services.yaml", &format!("{GATEWAY}{}", service("infra-backend-v3", flaky)));
+    let rule = |path: &str, retry: &str| {
+        format!(
+            "  - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]\n    retry: {retry}\n    backendRefs: [{{name: infra-backend-v3, port: 80}}]\n"
+        )
+    };
+    let spec = [
+        "  hostnames: [r.test]\n  rules:\n".to_string(),
+        rule("/retry/code-500-attempts-3", "{codes: [500], attempts: 3}"),
+        rule("/retry/code-all-attempts-2", "{codes: [500, 502, 503, 504], attempts: 2}"),
+        rule("/retry/backoff", "{codes: [500], attempts: 1, backoff: 300ms}"),
+    ]
+    .concat();
+    write(dir.path(), "routes.yaml", &http_route("retries", "2024-01-01T00:00:00Z", &spec));
+    let (_weir, http) = weir(dir.path());
+    wait_until("the route to serve", || get(http, "r.test", "/retry/backoff?id=warm").status == 200);
+    // (method, path, code, failures before success, expected status, expected tries)
+    let cases: &[(&str, &str, u16, usize, u16, usize)] = &[
+        ("GET", "/retry/code-500-attempts-3", 500, 2, 200, 3),
+        ("GET", "/retry/code-500-attempts-3", 500, 4, 500, 4),
+        ("GET", "/retry/code-500-attempts-3", 503, 2, 503, 1),
+        ("GET", "/retry/code-all-attempts-2", 500, 1, 200, 2),
+        ("GET", "/retry/code-all-attempts-2", 500, 3, 500, 3),
+        ("GET", "/retry/code-all-attempts-2", 502, 1, 200, 2),
+        ("GET", "/retry/code-all-attempts-2", 502, 3, 502, 3),
+        ("GET", "/retry/code-all-attempts-2", 503, 1, 200, 2),
+        ("GET", "/retry/code-all-attempts-2", 503, 3, 503, 3),
+        ("GET", "/retry/code-all-attempts-2", 504, 1, 200, 2),
+        ("GET", "/retry/code-all-attempts-2", 504, 3, 504, 3),
+        ("HEAD", "/retry/code-500-attempts-3", 500, 1, 200, 2),
+        ("POST", "/retry/code-500-attempts-3", 500, 1, 500, 1),
+        ("GET", "/retry/backoff", 500, 1, 200, 2),
+    ];
+    for (i, (method, path, code, fail, want, want_tries)) in cases.iter().enumerate() {
+        let target = format!("{path}?id={i}&code={code}&fail={fail}");
+        let a = send(http, method, "r.test", &target, &[]);
+        let got = tries.lock().unwrap().get(&i.to_string()).copied().unwrap_or(0);
+        assert_eq!((a.status, got), (*want, *want_tries), "case {i}: {method} {target}");
+    }
 }

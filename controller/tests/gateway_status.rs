@@ -498,6 +498,12 @@ fn grpcroute_status_written_by_the_leader() {
         gw("GRPCRoute", "grpcroutes", route("bad", "bad.example", rule("missing", json!([])))).await.unwrap();
         let extension = json!([{"type": "ExtensionRef", "extensionRef": {"group": "example.com", "kind": "Plugin", "name": "p"}}]);
         gw("GRPCRoute", "grpcroutes", route("ext", "ext.example", rule("web", extension))).await.unwrap();
+        // Two mirrors (HTTPRouteRequestMultipleMirrors), one to a missing Service.
+        let mirror = |to: &str| json!({"type": "RequestMirror", "requestMirror": {"backendRef": {"name": to, "port": 80}}});
+        let mirrors = json!([mirror("web"), mirror("missing")]);
+        gw("GRPCRoute", "grpcroutes", route("mirrors", "mirrors.example", rule("web", mirrors)))
+            .await
+            .unwrap();
 
         let weir = Weir::start(&api.kubeconfig, &["--publish-status-address", "192.0.2.10"]);
         weir.wait_ready(Duration::from_secs(30)).await;
@@ -523,6 +529,21 @@ fn grpcroute_status_written_by_the_leader() {
             s("False", "BackendNotFound", 1),
             "{bad}"
         );
+        // `HTTPRequestMirrorFilter.backendRef`: "If the referent cannot be found, this BackendRef
+        // is invalid and must be dropped from the Gateway. The controller must ensure the
+        // "ResolvedRefs" condition on the Route status is set to `status: False`"; the route is
+        // still accepted, its other mirror kept.
+        let mirrors = eventually("mirrors' status", Duration::from_secs(15), || parent("mirrors")).await;
+        assert_eq!(summary(cond(&mirrors["conditions"], "Accepted")), s("True", "Accepted", 1), "{mirrors}");
+        assert_eq!(
+            summary(cond(&mirrors["conditions"], "ResolvedRefs")),
+            s("False", "BackendNotFound", 1),
+            "{mirrors}"
+        );
+        assert!(
+            mirrors["conditions"].to_string().contains("filters[1].requestMirror.backendRef"),
+            "{mirrors}"
+        );
         // `GRPCRouteFilter.type`: an ExtensionRef weir has none of is not skipped.
         let ext = eventually("ext's status", Duration::from_secs(15), || parent("ext")).await;
         assert_eq!(summary(cond(&ext["conditions"], "Accepted")), s("False", "UnsupportedValue", 1), "{ext}");
@@ -535,12 +556,12 @@ fn grpcroute_status_written_by_the_leader() {
         assert!(lost["conditions"].to_string().contains("default/a-http"), "{lost}");
 
         // `ListenerStatus.attachedRoutes`: "Routes with any other value for the Accepted
-        // condition MUST NOT be included in this count": a-http, ok and bad, not z-grpc (the
-        // conflict) nor ext (its filter).
+        // condition MUST NOT be included in this count": a-http, ok, bad and mirrors, not z-grpc
+        // (the conflict) nor ext (its filter).
         let status = eventually("the Gateway status", Duration::from_secs(15), || async {
             let g = gateways.get("edge").await.ok()?;
             let status = serde_json::to_value(g.status?).ok()?;
-            (status["listeners"][0]["attachedRoutes"] == 3).then_some(status)
+            (status["listeners"][0]["attachedRoutes"] == 4).then_some(status)
         })
         .await;
         assert_eq!(

@@ -662,10 +662,13 @@ pub struct RoutePolicy {
     /// (`custom-headers`, nginx's `more_set_headers`); names in lower case.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub response_headers: BTreeMap<String, String>,
-    /// A copy of every request goes to another URL too; its answer is dropped and never delays
-    /// or changes the client's (`mirror-target`, `mirror-host`, `mirror-request-body`).
+    /// Copies of the requests go to other URLs too, one copy per mirror (each with its own
+    /// share); their answers are dropped and never delay or change the client's
+    /// (`mirror-target`, `mirror-host`, `mirror-request-body`; Gateway API `RequestMirror`,
+    /// which may be repeated). `None`: no mirror (never an empty list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mirror: Option<Box<Mirror>>,
+    #[allow(clippy::box_collection)] // 8 bytes inline, as `route_size_stays_bounded` wants
+    pub mirrors: Option<Box<Vec<Mirror>>>,
     /// When a request goes to the next endpoint (`proxy-next-upstream`); an empty list is
     /// `off`; `None` keeps the proxy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -716,7 +719,7 @@ pub struct RoutePolicy {
     pub trace: Option<Box<otel::RouteTrace>>,
 }
 
-/// Request mirroring (ingress-nginx `mirror-*`).
+/// One mirror of a route (ingress-nginx `mirror-*`, Gateway API `RequestMirror`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Mirror {
@@ -734,6 +737,11 @@ pub struct Mirror {
     /// (Gateway API `RequestMirror` `percent`/`fraction`); `None`: every request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share_ppm: Option<u32>,
+    /// The copies go over HTTP/2 prior knowledge (h2c) rather than HTTP/1.1: a GRPCRoute's
+    /// mirror, or one to a Service port with `appProtocol: kubernetes.io/h2c`. Only with an
+    /// `http://` target.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub h2c: bool,
 }
 
 /// A condition under which a request goes to the next endpoint (`proxy-next-upstream`, with

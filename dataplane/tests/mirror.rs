@@ -1,6 +1,7 @@
-//! Request mirroring (ingress-nginx `mirror-target`, `mirror-host`, `mirror-request-body`)
-//! through a real proxy: the mirror target gets a copy of each request (URL from the template,
-//! the request's headers and body), the client gets the route's own answer, and a mirror that
+//! Request mirroring (ingress-nginx `mirror-target`, `mirror-host`, `mirror-request-body`;
+//! Gateway API `RequestMirror`, repeated) through a real proxy: the mirror target gets a copy of
+//! each request (URL from the template, the request's headers and body), each of several mirrors
+//! its own, over HTTP/1.1 or h2c; the client gets the route's own answer, and a mirror that
 //! stalls, refuses connections or cannot be trusted changes nothing for the client.
 #![allow(clippy::unwrap_used)]
 
@@ -23,6 +24,7 @@ use weir_dataplane::model::{Mirror, RoutePolicy, SourceFilter};
 /// What a mirror target saw of one request.
 #[derive(Debug)]
 struct Seen {
+    version: http::Version,
     method: String,
     uri: String,
     headers: HeaderMap,
@@ -33,6 +35,16 @@ struct Seen {
 /// A mirror target on loopback that reports every request it gets. When `stall` is set it
 /// reports the request head, then neither reads the body nor answers.
 async fn target(stall: bool) -> (SocketAddr, mpsc::UnboundedReceiver<Seen>) {
+    serve_target(stall, false).await
+}
+
+/// [`target`] speaking HTTP/2 only (prior knowledge), as gRPC servers do: an HTTP/1.1 request
+/// is refused.
+async fn h2_only_target() -> (SocketAddr, mpsc::UnboundedReceiver<Seen>) {
+    serve_target(false, true).await
+}
+
+async fn serve_target(stall: bool, h2_only: bool) -> (SocketAddr, mpsc::UnboundedReceiver<Seen>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = mpsc::unbounded_channel();
@@ -46,6 +58,7 @@ async fn target(stall: bool) -> (SocketAddr, mpsc::UnboundedReceiver<Seen>) {
                     async move {
                         let (parts, body) = req.into_parts();
                         let mut seen = Seen {
+                            version: parts.version,
                             method: parts.method.to_string(),
                             uri: parts.uri.to_string(),
                             headers: parts.headers,
@@ -63,9 +76,11 @@ async fn target(stall: bool) -> (SocketAddr, mpsc::UnboundedReceiver<Seen>) {
                         )))
                     }
                 });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tcp), service)
-                    .await;
+                let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                if h2_only {
+                    builder = builder.http2_only();
+                }
+                let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
             });
         }
     });
@@ -73,15 +88,23 @@ async fn target(stall: bool) -> (SocketAddr, mpsc::UnboundedReceiver<Seen>) {
 }
 
 fn mirror(target: String, host: Option<&str>, request_body: bool) -> RoutePolicy {
-    RoutePolicy {
-        mirror: Some(Box::new(Mirror {
-            target,
-            host: host.map(str::to_string),
-            request_body,
-            share_ppm: None,
-        })),
-        ..RoutePolicy::default()
-    }
+    mirrors(vec![Mirror {
+        target,
+        host: host.map(str::to_string),
+        request_body,
+        share_ppm: None,
+        h2c: false,
+    }])
+}
+
+fn mirrors(mirrors: Vec<Mirror>) -> RoutePolicy {
+    RoutePolicy { mirrors: Some(Box::new(mirrors)), ..RoutePolicy::default() }
+}
+
+/// A Gateway API mirror (`RequestMirror`: the request's URI, the body) of `share_ppm` of the
+/// requests (`None`: all), over h2c when `h2c`.
+fn to_service(addr: SocketAddr, share_ppm: Option<u32>, h2c: bool) -> Mirror {
+    Mirror { target: format!("http://{addr}$request_uri"), host: None, request_body: true, share_ppm, h2c }
 }
 
 /// The next request the target reports; a test that waits too long fails instead of hanging.
@@ -153,6 +176,90 @@ async fn the_target_gets_a_copy_with_headers_and_body() {
     let copy = next(&mut copies).await;
     assert_eq!((copy.method.as_str(), copy.uri.as_str()), ("GET", "/shadow/page"));
     assert!(copy.body.unwrap().is_empty());
+}
+
+/// Gateway API `HTTPRouteFilter.requestMirror`: "This filter can be used multiple times within
+/// the same rule" (conformance `HTTPRouteRequestMultipleMirrors`). Each mirror gets its own copy,
+/// body included (a streamed one of 40 frames too), and each is drawn by its own share: one at
+/// 0 % gets none.
+#[tokio::test]
+async fn each_of_several_mirrors_gets_its_own_copy_with_the_body() {
+    let e = echo("e").await;
+    let (a, mut copies_a) = target(false).await;
+    let (b, mut copies_b) = target(false).await;
+    let (never, mut copies_never) = target(false).await;
+    let p = proxy(
+        table()
+            .host("app.test")
+            .prefix("/", &to(&e))
+            .policy(mirrors(vec![
+                to_service(a, None, false),
+                to_service(never, Some(0), false),
+                to_service(b, None, false),
+            ]))
+            .build(),
+    )
+    .await;
+    let r = p
+        .send(p.req("app.test", "/multi-mirror?x=1").method("POST").body(full(&b"hello"[..])).unwrap())
+        .await;
+    assert_eq!(r.echo().body_bytes, 5);
+    for copies in [&mut copies_a, &mut copies_b] {
+        let copy = next(copies).await;
+        assert_eq!((copy.method.as_str(), copy.uri.as_str()), ("POST", "/multi-mirror?x=1"));
+        assert_eq!(copy.body.as_deref().unwrap(), b"hello");
+    }
+    let r = p.send(p.req("app.test", "/upload").method("PUT").body(streamed(40, 1000)).unwrap()).await;
+    assert_eq!(r.echo().body_bytes, 40_000);
+    for copies in [&mut copies_a, &mut copies_b] {
+        let copy = next(copies).await;
+        assert_eq!(copy.uri, "/upload");
+        let body = copy.body.unwrap();
+        assert_eq!((body.len(), body[0], body[39_999]), (40_000, b'a', b'a' + 13));
+    }
+    // Copies go in the order of the requests: a later request's copy at the others shows the
+    // 0 % mirror had its chance at the first two.
+    p.get("app.test", "/last").await.echo();
+    assert_eq!(next(&mut copies_a).await.uri, "/last");
+    assert_eq!(next(&mut copies_b).await.uri, "/last");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(copies_never.try_recv().is_err(), "a mirror whose share is 0 got a copy");
+}
+
+/// A mirror spoken to over h2c (a GRPCRoute's, or `appProtocol: kubernetes.io/h2c`): the copy
+/// reaches a target that speaks HTTP/2 only, as HTTP/2, with its body and the target's address
+/// as `:authority`; beside it an HTTP/1.1 mirror gets the same request as HTTP/1.1.
+#[tokio::test]
+async fn an_h2c_mirror_sends_its_copy_over_http2() {
+    let e = echo("e").await;
+    let (h2, mut copies_h2) = h2_only_target().await;
+    let (h1, mut copies_h1) = target(false).await;
+    let p = proxy(
+        table()
+            .host("app.test")
+            .prefix("/", &to(&e))
+            .policy(mirrors(vec![to_service(h2, None, true), to_service(h1, None, false)]))
+            .build(),
+    )
+    .await;
+    for i in 0..3 {
+        let r = p
+            .send(
+                p.req("app.test", &format!("/t.Svc/Call{i}")).method("POST").body(streamed(8, 100)).unwrap(),
+            )
+            .await;
+        assert_eq!(r.echo().body_bytes, 800);
+        let copy = next(&mut copies_h2).await;
+        assert_eq!(copy.version, http::Version::HTTP_2);
+        assert_eq!(
+            (copy.method.as_str(), copy.uri.as_str()),
+            ("POST", format!("http://{h2}/t.Svc/Call{i}").as_str())
+        );
+        assert_eq!(copy.body.unwrap().len(), 800);
+        let copy = next(&mut copies_h1).await;
+        assert_eq!((copy.version, copy.uri), (http::Version::HTTP_11, format!("/t.Svc/Call{i}")));
+        assert_eq!(copy.body.unwrap().len(), 800);
+    }
 }
 
 #[tokio::test]

@@ -27,6 +27,31 @@ pub struct RouteFilters {
     /// support answers 500).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub respond: Option<u16>,
+    /// `HTTPRouteRule.retry`: in place of `proxy-next-upstream` and its tries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<Retries>,
+}
+
+/// `HTTPRouteRetry` (not a filter, but Gateway API's alone): a try that fails (connecting or sending fails, the response
+/// head times out, or the answer has one of `codes`) is followed by another, to an endpoint
+/// not tried yet while there is one, then to any, at most `attempts` times, each at least
+/// `backoff_ms` after the failed one. As with `proxy-next-upstream`, a request that went out is
+/// sent again only when its method is idempotent and its body small enough to keep.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retries {
+    /// Statuses (400 to 599) whose answers are retried; the last try's answer stands.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub codes: Vec<u16>,
+    /// Retries after the first try (the proxy makes at most 8 tries in all).
+    pub attempts: u32,
+    /// Least wait before each retry, in milliseconds.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub backoff_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// `HTTPHeaderFilter`: headers set (replacing), added (appended) and removed, in that order;

@@ -61,7 +61,6 @@ use crate::model::{ClientVerify, RetryOn};
 use crate::route::auth;
 use crate::route::cors::CompiledCors;
 use crate::route::filters::CompiledEdits;
-use crate::route::mirror::CompiledMirror;
 use crate::route::policy::{CompiledBalance, CompiledPolicy, Verdict, set_headers};
 use crate::route::retry::Retry;
 use crate::route::router::CompiledRoute;
@@ -659,10 +658,10 @@ impl ConnCtx {
         let policy = ctx.policy;
         let protocol = peer.balancer.protocol();
         let h2 = protocol.is_h2();
-        // `mirror-*`: the copy's URL is filled in from the request as the client sent it.
+        // `mirror-*`: the copies' URLs are filled in from the request as the client sent it.
         let mirrored = policy
-            .and_then(|p| p.mirror.as_deref())
-            .map(|m| (m, req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned()));
+            .filter(|p| !p.mirrors.is_empty())
+            .map(|_| req.uri().path_and_query().map_or("/", |pq| pq.as_str()).to_owned());
         // A WebSocket over HTTP/2 (RFC 8441 extended CONNECT) goes to an HTTP/1.1 upstream as
         // the classic GET + Upgrade handshake; the upstream's 101 becomes the client's 200.
         let h2_websocket = !h2 && is_h2_websocket(req);
@@ -788,9 +787,9 @@ impl ConnCtx {
             body.count_into(counter.clone());
         }
         let head = replay.as_ref().map(|_| Head::of(&parts));
-        if let Some(mirrored) = outgoing.mirrored.filter(|_| !outgoing.is_upgrade) {
+        if let Some(request_uri) = outgoing.mirrored.filter(|_| !outgoing.is_upgrade) {
             let wait = plan.opts.connect_timeout + plan.head_timeout;
-            self.mirror(ctx, mirrored, &parts, &mut body, wait);
+            self.mirror(ctx, request_uri, &parts, &mut body, wait);
         }
         // A connect error hands the request back, unsent, for the next endpoint.
         let mut attempt = Request::from_parts(parts, body);
@@ -807,7 +806,11 @@ impl ConnCtx {
         let again = |on: RetryOn, tries: usize, sent: bool| plan.retry.on(on) && more(tries, sent);
 
         loop {
-            let Some(idx) = peer.pick_untried(&tried[..tries]) else {
+            // Gateway API retries go to an endpoint already tried once every one was.
+            let Some(idx) = peer
+                .pick_untried(&tried[..tries])
+                .or_else(|| gateway_retries(ctx).and_then(|_| peer.pick_untried(&[])))
+            else {
                 return Err(ProxyError::NoEndpoints);
             };
             tried[tries] = idx;
@@ -823,20 +826,28 @@ impl ConnCtx {
             // Boxed: this future would otherwise be part of every enclosing one, each moved
             // (copied whole) as the request's future is built and handed to hyper.
             let target = Target { protocol, endpoint, tls: balancer.tls(), host: tls_host };
-            let exchange = Box::pin(self.proxy.inner.clients.send(
-                target,
-                attempt,
-                plan.opts,
-                outgoing.encoded.then_some(&outgoing.forwarded),
-            ));
+            // Gateway API `retry.backoff`: "unsuccessful backend requests are not retried before
+            // the configured minimum duration": a retry waits first, inside the boxed exchange
+            // (an await out here would grow every request's future), the wait added to its
+            // timeout below.
+            let backoff = gateway_retries(ctx).map(|g| g.backoff).filter(|w| tries > 1 && !w.is_zero());
+            let (clients, opts) = (&self.proxy.inner.clients, plan.opts);
+            let forwarded = outgoing.encoded.then_some(&outgoing.forwarded);
+            let exchange = Box::pin(async move {
+                if let Some(wait) = backoff {
+                    Box::pin(tokio::time::sleep(wait)).await;
+                }
+                clients.send(target, attempt, opts, forwarded).await
+            });
+            let head_timeout = plan.head_timeout + backoff.unwrap_or_default();
             // An HTTP/1 client connection has one request at a time: its own lazily armed
             // timer waits for the response head (no timer-wheel work per request). HTTP/2
             // streams run concurrently, each with a timer lent by the connection for the wait.
             let sent = if outgoing.one_at_a_time {
-                self.upstream_deadline.timeout(plan.head_timeout, exchange).await.map_err(|_| ())
+                self.upstream_deadline.timeout(head_timeout, exchange).await.map_err(|_| ())
             } else {
                 let deadline = self.stream_deadlines.lend();
-                deadline.timeout(plan.head_timeout, exchange).await.map_err(|_| ())
+                deadline.timeout(head_timeout, exchange).await.map_err(|_| ())
             };
             let (on, failure) = match sent {
                 Ok(Ok(resp)) => {
@@ -846,7 +857,8 @@ impl ConnCtx {
                     let status = resp.status();
                     // `http_5xx` and friends: the answer is dropped (its connection closed unless
                     // it was complete) and the next endpoint asked; the last one's stands.
-                    if plan.retry.on_status(status)
+                    if (plan.retry.on_status(status)
+                        || gateway_retries(ctx).is_some_and(|g| g.on_status(status)))
                         && more(tries, true)
                         && let Some((head, bytes)) = head.as_ref().zip(replay.as_ref())
                     {
@@ -911,12 +923,13 @@ impl ConnCtx {
         }
     }
 
-    /// `mirror-*`: a copy of the request goes to the mirror target, its body teed from `body`;
-    /// the copy may take `wait`.
+    /// `mirror-*`, `RequestMirror`: a copy of the request goes to each mirror of the route
+    /// (`request_uri` as the client sent it), their bodies teed from `body`; a copy may take
+    /// `wait`.
     fn mirror(
         &self,
         ctx: &RequestCtx<'_>,
-        (target, request_uri): (&CompiledMirror, String),
+        request_uri: String,
         parts: &http::request::Parts,
         body: &mut UpstreamBody,
         wait: std::time::Duration,
@@ -929,7 +942,9 @@ impl ConnCtx {
             client: ctx.client.ip,
             headers: &parts.headers,
         };
-        mirror::start(&self.proxy, target, &original, body, wait);
+        for target in ctx.policy.map_or(&[][..], |p| &p.mirrors[..]) {
+            mirror::start(&self.proxy, target, &original, body, wait);
+        }
     }
 
     // --- phase 5: the response filter ---
@@ -1453,12 +1468,18 @@ struct Outgoing<'a> {
     /// HTTP/1 (one request at a time on the connection), not an h2 stream.
     one_at_a_time: bool,
     downstream_upgrade: Option<hyper::upgrade::OnUpgrade>,
-    /// `mirror-*`: the copy's target and the request URI as the client sent it.
-    mirrored: Option<(&'a CompiledMirror, String)>,
+    /// `mirror-*`: the request URI as the client sent it, when the route has mirrors.
+    mirrored: Option<String>,
 }
 
-/// How the exchange may retry (`proxy-next-upstream*`) and its timeouts, from the route and
-/// the table.
+/// The route's Gateway API `retry` (its statuses and backoff; its attempts are the plan's
+/// `max_tries`). Looked up where needed rather than kept: every request's future would carry it.
+fn gateway_retries<'a>(ctx: &RequestCtx<'a>) -> Option<&'a crate::route::retry::Retries> {
+    ctx.policy.and_then(|p| p.retries.as_deref())
+}
+
+/// How the exchange may retry (`proxy-next-upstream*`, or the Gateway API `retry`) and its
+/// timeouts, from the route and the table.
 struct RetryPlan {
     retry: Retry,
     max_tries: usize,
@@ -1473,17 +1494,28 @@ struct RetryPlan {
 impl RetryPlan {
     fn of(ctx: &RequestCtx<'_>, balancer: &Balancer, method: &http::Method, is_upgrade: bool) -> RetryPlan {
         let (config, policy) = (&ctx.state.config, ctx.policy);
+        let gateway = gateway_retries(ctx);
         // `proxy-next-upstream`: the route's conditions (with `retry-non-idempotent`), else the
-        // table's.
-        let retry = policy
-            .and_then(|p| p.next_upstream)
-            .map_or(config.next_upstream, |r| r.with_non_idempotent(config.retry_non_idempotent));
-        let tries_wanted = match policy.and_then(|p| p.connect_tries) {
-            Some(0) => MAX_TRIES,
-            Some(n) => n as usize,
-            None => config.connect_tries,
+        // table's. Gateway API `retry`: "Implementations SHOULD retry on connection errors
+        // (disconnect, reset, timeout, TCP failure) if a retry stanza is configured".
+        let retry = match gateway {
+            Some(_) => Retry::new(&[RetryOn::Error, RetryOn::Timeout]),
+            None => policy
+                .and_then(|p| p.next_upstream)
+                .map_or(config.next_upstream, |r| r.with_non_idempotent(config.retry_non_idempotent)),
         };
-        let max_tries = tries_wanted.clamp(1, balancer.endpoints().len().min(MAX_TRIES));
+        let max_tries = match gateway {
+            // `attempts` retries, to the same endpoints again when there are fewer.
+            Some(g) => (g.attempts as usize).saturating_add(1).clamp(1, MAX_TRIES),
+            None => {
+                let tries_wanted = match policy.and_then(|p| p.connect_tries) {
+                    Some(0) => MAX_TRIES,
+                    Some(n) => n as usize,
+                    None => config.connect_tries,
+                };
+                tries_wanted.clamp(1, balancer.endpoints().len().min(MAX_TRIES))
+            }
+        };
         let head_timeout = policy.and_then(|p| p.read_timeout).unwrap_or(config.upstream_timeout);
         let mut opts = Exchange::of(config);
         if let Some(timeout) = policy.and_then(|p| p.connect_timeout) {

@@ -1,5 +1,6 @@
-//! The mirror of a route (ingress-nginx `mirror-target`, `mirror-host`, `mirror-request-body`),
-//! compiled with the table; the proxy starts the copies (`proxy/mirror.rs`).
+//! The mirrors of a route (ingress-nginx `mirror-target`, `mirror-host`, `mirror-request-body`;
+//! Gateway API `RequestMirror`, one or more per rule), compiled with the table; the proxy starts
+//! the copies (`proxy/mirror.rs`).
 
 use std::sync::{Arc, OnceLock};
 
@@ -11,8 +12,8 @@ use crate::vars::{Dialect, Template};
 /// A mirror that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum InvalidMirror {
-    /// The target is not an absolute `http://` or `https://` URL, or no TLS client config could
-    /// be built for an `https://` one.
+    /// The target is not an absolute `http://` or `https://` URL, no TLS client config could
+    /// be built for an `https://` one, or h2c was asked of an `https://` one.
     #[error("mirror: {0}")]
     Target(String),
     /// The `mirror-host` value cannot be sent as a header.
@@ -34,6 +35,8 @@ pub struct CompiledMirror {
     pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
     /// Parts per million of the requests copied; `None`: all.
     pub(crate) share_ppm: Option<u32>,
+    /// The copies go over h2c (HTTP/2 prior knowledge), not HTTP/1.1.
+    pub(crate) h2c: bool,
 }
 
 impl std::fmt::Debug for CompiledMirror {
@@ -43,6 +46,8 @@ impl std::fmt::Debug for CompiledMirror {
             .field("host", &self.host)
             .field("request_body", &self.request_body)
             .field("tls", &self.tls.is_some())
+            .field("share_ppm", &self.share_ppm)
+            .field("h2c", &self.h2c)
             .finish()
     }
 }
@@ -62,6 +67,12 @@ impl CompiledMirror {
                 )));
             }
         };
+        if mirror.h2c && tls.is_some() {
+            return Err(InvalidMirror::Target(format!(
+                "target {:?}: h2c (HTTP/2 prior knowledge) is spoken to http:// targets only",
+                mirror.target
+            )));
+        }
         let host = match &mirror.host {
             Some(h) => Some(HeaderValue::from_str(h).map_err(|_| InvalidMirror::Host(h.clone()))?),
             None => None,
@@ -73,6 +84,7 @@ impl CompiledMirror {
             request_body: mirror.request_body,
             tls,
             share_ppm: mirror.share_ppm,
+            h2c: mirror.h2c,
         })
     }
 

@@ -91,6 +91,8 @@ pub struct CompiledPolicy {
     pub connect_tries: Option<u32>,
     /// When a request goes to the next endpoint, when the route sets it.
     pub next_upstream: Option<crate::route::retry::Retry>,
+    /// Gateway API `retry`: in place of `next_upstream` and `connect_tries`.
+    pub retries: Option<Box<crate::route::retry::Retries>>,
     /// How long after the first try further tries may start, when the route sets it (`Some(None)`:
     /// no limit).
     pub next_upstream_timeout: Option<Option<std::time::Duration>>,
@@ -112,8 +114,9 @@ pub struct CompiledPolicy {
     pub host_redirect: Option<String>,
     /// `custom-headers`: set on the route's responses.
     pub response_headers: HeaderList,
-    /// `mirror-*`: where copies of the requests go.
-    pub mirror: Option<Box<crate::route::mirror::CompiledMirror>>,
+    /// `mirror-*`, `RequestMirror`: where copies of the requests go, one copy per mirror
+    /// (empty: none).
+    pub mirrors: Box<[crate::route::mirror::CompiledMirror]>,
     /// `limit-connections`: the requests in flight of this route's Ingress, per client.
     pub conn_limit: Option<Arc<crate::state::connlimit::ConnLimiter>>,
     /// `limit-rate`, `limit-rate-after`: the pace of each response body.
@@ -329,6 +332,11 @@ impl CompiledPolicy {
             connect_timeout: policy.connect_timeout_ms.map(std::time::Duration::from_millis),
             connect_tries: policy.connect_tries,
             next_upstream: policy.next_upstream.as_deref().map(crate::route::retry::Retry::new),
+            retries: policy
+                .filters
+                .as_deref()
+                .and_then(|f| f.retries.as_ref())
+                .map(|r| Box::new(crate::route::retry::Retries::new(r))),
             next_upstream_timeout: policy
                 .next_upstream_timeout_ms
                 .map(|ms| (ms > 0).then(|| std::time::Duration::from_millis(ms))),
@@ -353,10 +361,12 @@ impl CompiledPolicy {
                 other => other.clone(),
             },
             response_headers: compile_headers("custom-headers", &policy.response_headers)?,
-            mirror: match &policy.mirror {
-                Some(m) => Some(Box::new(crate::route::mirror::CompiledMirror::compile(m)?)),
-                None => None,
-            },
+            mirrors: policy
+                .mirrors
+                .iter()
+                .flat_map(|m| m.iter())
+                .map(crate::route::mirror::CompiledMirror::compile)
+                .collect::<Result<_, _>>()?,
             conn_limit: policy.conn_limit.as_deref().map(|l| limiters.connections(origin, l)),
             response_rate: policy.response_rate.as_deref().cloned().filter(|r| r.bytes_per_sec > 0),
             response_rewrite: crate::route::rewrite_response::ResponseRewrite::new(policy),

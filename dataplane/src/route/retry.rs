@@ -5,6 +5,8 @@
 //! that was sent goes again only when its method is idempotent (or `non_idempotent` is listed)
 //! and its body can be sent again (see `forward`).
 
+use std::time::Duration;
+
 use http::{Method, StatusCode};
 
 use crate::model::RetryOn;
@@ -67,9 +69,64 @@ impl Retry {
     }
 }
 
+/// Gateway API `HTTPRouteRetry`, compiled: the statuses retried (a bit per status from 400 to
+/// 599), the retries and the wait before each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retries {
+    codes: [u64; 4],
+    /// Retries after the first try.
+    pub attempts: u32,
+    /// Least wait before each retry.
+    pub backoff: Duration,
+}
+
+impl Retries {
+    /// From the table's; statuses outside 400 to 599 are ignored (translation refuses them).
+    pub fn new(r: &crate::model::filters::Retries) -> Retries {
+        let mut codes = [0u64; 4];
+        for code in r.codes.iter().filter(|c| (400..=599).contains(*c)) {
+            let bit = usize::from(code - 400);
+            codes[bit / 64] |= 1 << (bit % 64);
+        }
+        Retries { codes, attempts: r.attempts, backoff: Duration::from_millis(r.backoff_ms) }
+    }
+
+    /// Whether an answer with `status` is retried.
+    pub fn on_status(&self, status: StatusCode) -> bool {
+        let Some(bit) = status.as_u16().checked_sub(400).map(usize::from).filter(|b| *b < 200) else {
+            return false;
+        };
+        self.codes[bit / 64] & (1 << (bit % 64)) != 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `HTTPRouteRetryStatusCode`: "Implementations MUST support the following status codes as
+    /// retriable: 500 502 503 504", and "MAY support" others from 400 to 599.
+    #[test]
+    fn gateway_retry_codes() {
+        let r = Retries::new(&crate::model::filters::Retries {
+            codes: vec![400, 463, 500, 503, 599, 600],
+            attempts: 2,
+            backoff_ms: 5,
+        });
+        for (code, retried) in [
+            (400, true),
+            (463, true),
+            (500, true),
+            (503, true),
+            (599, true),
+            (502, false),
+            (404, false),
+            (200, false),
+        ] {
+            assert_eq!(r.on_status(StatusCode::from_u16(code).unwrap()), retried, "{code}");
+        }
+        assert_eq!((r.attempts, r.backoff), (2, Duration::from_millis(5)));
+    }
 
     #[test]
     fn conditions_and_methods() {

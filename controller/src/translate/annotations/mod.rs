@@ -462,7 +462,7 @@ pub(crate) fn parse(
     parsed.server_aliases = ctx.value("server-alias", values::host_list).unwrap_or_default();
     parsed.from_to_www = ctx.value("from-to-www-redirect", values::boolean).unwrap_or(false);
     parsed.policy.response_headers = ctx.custom_headers(refs);
-    parsed.policy.mirror = ctx.mirror().map(Box::new);
+    parsed.policy.mirrors = ctx.mirror().map(|m| Box::new(vec![m]));
     parsed.policy.trace = ctx.trace().map(Box::new);
     parsed.global_auth = ctx.value("enable-global-auth", values::boolean).unwrap_or(true);
     parsed.policy.access_log_off = ctx.value("enable-access-log", values::boolean) == Some(false);
@@ -606,6 +606,7 @@ impl Ctx<'_, '_> {
             host: self.value("mirror-host", values::host_and_port),
             request_body: self.value("mirror-request-body", values::on_off).unwrap_or(true),
             share_ppm: None,
+            h2c: false,
         })
     }
 

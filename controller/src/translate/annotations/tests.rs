@@ -576,13 +576,14 @@ fn custom_headers_limited_by_global_allowed_response_headers() {
 fn mirror_accepted_and_rejected() {
     let (p, w) = one("mirror-target", "https://test.env.com$request_uri");
     assert_eq!(
-        p.mirror,
-        Some(Box::new(Mirror {
+        p.mirrors,
+        Some(Box::new(vec![Mirror {
             target: "https://test.env.com$request_uri".into(),
             host: None,
             request_body: true,
             share_ppm: None,
-        }))
+            h2c: false,
+        }]))
     );
     assert!(w.is_empty(), "{w:?}");
 
@@ -592,13 +593,14 @@ fn mirror_accepted_and_rejected() {
         (&nginx("mirror-request-body"), "off"),
     ]);
     assert_eq!(
-        p.mirror,
-        Some(Box::new(Mirror {
+        p.mirrors,
+        Some(Box::new(vec![Mirror {
             target: "http://copy.ns.svc:8080/shadow$uri".into(),
             host: Some("shadow.example.com".into()),
             request_body: false,
             share_ppm: None,
-        }))
+            h2c: false,
+        }]))
     );
     assert!(w.is_empty(), "{w:?}");
 
@@ -607,7 +609,7 @@ fn mirror_accepted_and_rejected() {
         (&nginx("mirror-target"), "$scheme://copy.svc$request_uri"),
         (&nginx("proxy-body-size"), "1m"),
     ]);
-    assert_eq!(p.mirror, None);
+    assert_eq!(p.mirrors, None);
     assert_eq!(p.max_body_bytes, Some(1 << 20));
     assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation)]);
     assert!(w[0].message.contains("nginx.ingress.kubernetes.io/mirror-target"), "{}", w[0].message);
@@ -619,19 +621,20 @@ fn mirror_accepted_and_rejected() {
         (&nginx("mirror-request-body"), "maybe"),
     ]);
     assert_eq!(
-        p.mirror,
-        Some(Box::new(Mirror {
+        p.mirrors,
+        Some(Box::new(vec![Mirror {
             target: "http://copy.svc$request_uri".into(),
             host: None,
             request_body: true,
             share_ppm: None,
-        }))
+            h2c: false,
+        }]))
     );
     assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation); 2]);
 
     // Settings without a target do nothing, which is said.
     let (p, w) = one("mirror-request-body", "off");
-    assert_eq!(p.mirror, None);
+    assert_eq!(p.mirrors, None);
     assert_eq!(reasons(&w), [(Severity::Warning, Reason::InvalidAnnotation)]);
     assert!(w[0].message.contains("without mirror-target"), "{}", w[0].message);
 }

@@ -5,9 +5,14 @@
 //!   status code (302 by default);
 //! - `URLRewrite`: hostname (the `Host` sent upstream) and path;
 //! - `RequestMirror`: a copy of each request to the Service's first ready endpoint; with
-//!   `percent` or `fraction`, of that share of the requests, each drawn at random;
+//!   `percent` or `fraction`, of that share of the requests, each drawn at random. "This filter
+//!   can be used multiple times within the same rule": each mirror gets its own copy, drawn by
+//!   its own share (the body is read once and shared by the copies, see the dataplane's
+//!   `proxy/mirror.rs`). Over h2c for a GRPCRoute or an `appProtocol: kubernetes.io/h2c` port;
 //! - `timeouts.request` / `timeouts.backendRequest` (GEP-2257 durations): the time the upstream
-//!   gets to answer (the shorter of the two; `0s`: a day, the longest weir waits).
+//!   gets to answer (the shorter of the two; `0s`: a day, the longest weir waits);
+//! - `retry` (`HTTPRouteRetry`, experimental channel in v1.6): `codes`, `attempts` (1 when
+//!   unset), `backoff` (none when unset) onto the proxy's retries ([`retries`]).
 //!
 //! - `CORS`: onto weir's CORS machinery (`cors.rs`).
 //!
@@ -20,11 +25,13 @@
 //! that would have been processed by that filter MUST receive a HTTP error response",
 //! `HTTPRouteFilter.type`) and the route not `Accepted` (`UnsupportedValue`).
 
-use weir_dataplane::model::filters::{HeaderEdits, PathRewrite, RequestRedirect, RouteFilters};
+use weir_dataplane::model::filters::{HeaderEdits, PathRewrite, RequestRedirect, Retries, RouteFilters};
 use weir_dataplane::model::{Mirror, RoutePolicy};
 
 use super::GatewayConfig;
-use crate::gateway::{BackendRef, HttpHeaderFilter, HttpPathModifier, HttpRouteFilter, HttpRouteRule};
+use crate::gateway::{
+    BackendRef, HttpHeaderFilter, HttpPathModifier, HttpRouteFilter, HttpRouteRetry, HttpRouteRule,
+};
 
 /// The policy of one rule, and what in it cannot be served (the rule then answers 500).
 #[derive(Debug, Default)]
@@ -33,25 +40,21 @@ pub struct RulePolicy {
     pub policy: RoutePolicy,
     /// Why the rule answers 500, one entry per refused filter.
     pub refused: Vec<String>,
-    /// Accepted but not applied as written (warnings).
-    pub notes: Vec<String>,
 }
 
-/// The policy of rule `ri`; `mirror` turns a mirror's `backendRef` into the target URL (`None`:
-/// no ready endpoint), or says why the reference is refused.
+/// The policy of rule `ri`; `mirror` turns the `RequestMirror` filter at a field into its
+/// mirror (its share is set here), or `None` when the mirror is dropped (it says why).
 pub fn rule_policy(
     ri: usize,
     rule: &HttpRouteRule,
     config: &GatewayConfig,
-    mut mirror: impl FnMut(&str, &BackendRef) -> Result<Option<String>, String>,
+    mut mirror: impl FnMut(&str, &BackendRef) -> Option<Mirror>,
 ) -> RulePolicy {
     let mut out = RulePolicy::default();
     let mut filters = RouteFilters::default();
     for (fi, f) in rule.filters.iter().enumerate() {
         let field = format!("spec.rules[{ri}].filters[{fi}]");
-        if let Err(why) =
-            apply(&field, f, rule, config, &mut out.policy, &mut filters, &mut mirror, &mut out.notes)
-        {
+        if let Err(why) = apply(&field, f, rule, config, &mut out.policy, &mut filters, &mut mirror) {
             out.refused.push(format!("{field}: {why}"));
         }
     }
@@ -75,6 +78,12 @@ pub fn rule_policy(
             }
         }
         out.policy.read_timeout_ms = shortest;
+    }
+    if let Some(r) = &rule.retry {
+        match retries(r) {
+            Ok(retries) => filters.retries = Some(retries),
+            Err(why) => out.refused.push(format!("spec.rules[{ri}].retry: {why}")),
+        }
     }
     if !out.refused.is_empty() {
         filters = RouteFilters { respond: Some(500), ..RouteFilters::default() };
@@ -114,7 +123,6 @@ pub fn backend_edits(filters: &[HttpRouteFilter]) -> Result<Option<Box<HeaderEdi
     Ok(out)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn apply(
     field: &str,
     f: &HttpRouteFilter,
@@ -122,8 +130,7 @@ fn apply(
     config: &GatewayConfig,
     policy: &mut RoutePolicy,
     filters: &mut RouteFilters,
-    mirror: &mut impl FnMut(&str, &BackendRef) -> Result<Option<String>, String>,
-    notes: &mut Vec<String>,
+    mirror: &mut impl FnMut(&str, &BackendRef) -> Option<Mirror>,
 ) -> Result<(), String> {
     let missing = |what: &str| format!("type {} without {what}", f.type_);
     match f.type_.as_str() {
@@ -173,18 +180,10 @@ fn apply(
         }
         "RequestMirror" => {
             let m = f.request_mirror.as_ref().ok_or_else(|| missing("requestMirror"))?;
-            if policy.mirror.is_some() {
-                return Err("more than one RequestMirror is not supported yet".into());
-            }
             let share_ppm = mirror_share(m)?;
-            match mirror(field, &m.backend_ref)? {
-                Some(target) => {
-                    policy.mirror =
-                        Some(Box::new(Mirror { target, host: None, request_body: true, share_ppm }))
-                }
-                None => {
-                    notes.push(format!("{field}: the mirror's Service has no ready endpoint; not mirrored"))
-                }
+            // "This filter can be used multiple times within the same rule": one copy each.
+            if let Some(to) = mirror(field, &m.backend_ref) {
+                policy.mirrors.get_or_insert_default().push(Mirror { share_ppm, ..to });
             }
         }
         "CORS" => {
@@ -217,6 +216,32 @@ fn mirror_share(m: &crate::gateway::HttpRequestMirrorFilter) -> Result<Option<u3
     }
     let ppm = i64::from(numerator) * 1_000_000 / i64::from(denominator);
     Ok(Some(u32::try_from(ppm).unwrap_or(1_000_000)))
+}
+
+/// `HTTPRouteRetry`: `codes` from 400 to 599 (`HTTPRouteRetryStatusCode`'s bounds), `attempts`
+/// 1 or more ("When this field is unspecified, the number of times to attempt to retry a backend
+/// request is implementation-specific": weir retries once), `backoff` a GEP-2257 duration
+/// ("When this field is unspecified, the time to wait between retry attempts is
+/// implementation-specific": weir does not wait).
+fn retries(r: &HttpRouteRetry) -> Result<Retries, String> {
+    let mut codes = Vec::with_capacity(r.codes.len());
+    for c in &r.codes {
+        match u16::try_from(*c) {
+            Ok(code @ 400..=599) => codes.push(code),
+            _ => return Err(format!("code {c} is not from 400 to 599")),
+        }
+    }
+    codes.sort_unstable();
+    codes.dedup();
+    let attempts = match r.attempts {
+        None => 1,
+        Some(n) => u32::try_from(n).ok().filter(|n| *n >= 1).ok_or(format!("attempts {n} is less than 1"))?,
+    };
+    let backoff_ms = match &r.backoff {
+        None => 0,
+        Some(b) => duration_ms(b).ok_or_else(|| format!("backoff {b:?} is not a duration"))?,
+    };
+    Ok(Retries { codes, attempts, backoff_ms })
 }
 
 fn port_u16(p: i32) -> u16 {
@@ -336,6 +361,24 @@ mod tests {
         assert!(share(Some(-1), None).is_err());
         assert!(share(None, Some((1, Some(0)))).is_err());
         assert!(share(Some(10), Some((1, Some(2)))).is_err(), "only one of them");
+    }
+
+    /// `HTTPRouteRetry`: codes within `HTTPRouteRetryStatusCode`'s 400 to 599, `attempts`
+    /// "Minimum:=1" (1 when unset), `backoff` a duration (none when unset).
+    #[test]
+    fn http_route_retry() {
+        let r = |codes: Vec<i32>, attempts: Option<i32>, backoff: Option<&str>| {
+            retries(&HttpRouteRetry { codes, attempts, backoff: backoff.map(str::to_string) })
+        };
+        assert_eq!(
+            r(vec![503, 500, 500], Some(3), Some("100ms")),
+            Ok(Retries { codes: vec![500, 503], attempts: 3, backoff_ms: 100 })
+        );
+        assert_eq!(r(vec![], None, None), Ok(Retries { codes: vec![], attempts: 1, backoff_ms: 0 }));
+        assert!(r(vec![600], None, None).is_err());
+        assert!(r(vec![399], None, None).is_err());
+        assert!(r(vec![500], Some(0), None).is_err());
+        assert!(r(vec![500], None, Some("1d")).is_err());
     }
 
     /// GEP-2257 (`Duration` in `shared_types.go`): `^([0-9]{1,5}(h|m|s|ms)){1,4}$`.

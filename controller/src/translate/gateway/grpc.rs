@@ -23,8 +23,9 @@
 //!   reference that does not resolve makes its share answer an error (`UNAVAILABLE` for a
 //!   gRPC client) and `ResolvedRefs` false.
 //! - Filters (`GRPCRouteFilter`): `RequestHeaderModifier`, `ResponseHeaderModifier`,
-//!   `RequestMirror` (with `percent`/`fraction`), as for HTTPRoute; any other type makes the
-//!   rule answer an error and the route not `Accepted` (`UnsupportedValue`).
+//!   `RequestMirror` (with `percent`/`fraction`, repeatable; the copies go over h2c, as the
+//!   backends do, unless the port's `appProtocol` says otherwise), as for HTTPRoute; any other
+//!   type makes the rule answer an error and the route not `Accepted` (`UnsupportedValue`).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
@@ -210,9 +211,6 @@ pub(crate) fn apply(
                 p
             };
             rule_policy.refused.extend(refused);
-            for note in &rule_policy.notes {
-                ctx.warnings.warn_on(ObjectKind::GrpcRoute, key, Reason::UnsupportedFilter, note.clone());
-            }
             for why in &rule_policy.refused {
                 ctx.warnings.error_on(
                     ObjectKind::GrpcRoute,
@@ -309,6 +307,7 @@ fn http_rule(rule: &GrpcRouteRule) -> HttpRouteRule {
         filters: rule.filters.clone(),
         backend_refs: rule.backend_refs.clone(),
         timeouts: None,
+        retry: None,
     }
 }
 

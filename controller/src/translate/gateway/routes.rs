@@ -36,8 +36,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::jiff::Timestamp;
 use weir_dataplane::model::{
-    Backend, BackendId, Fallback, HostMatch, ObjectRef, PathMatch, RequestConditions, Route, RouteAction,
-    ServicePort, StringMatch, ValueMatch, VirtualHost, WeightedBackend,
+    Backend, BackendId, Fallback, HostMatch, Mirror, ObjectRef, PathMatch, RequestConditions, Route,
+    RouteAction, ServicePort, StringMatch, UpstreamProtocol, ValueMatch, VirtualHost, WeightedBackend,
 };
 
 use super::attach::ParentOut;
@@ -163,9 +163,6 @@ pub(crate) fn apply(
             let action = ctx.action(ri, rule);
             let rule_policy =
                 super::filters::rule_policy(ri, rule, config, |field, r| ctx.mirror_target(field, r));
-            for note in &rule_policy.notes {
-                ctx.warnings.warn_on(ObjectKind::HttpRoute, key, Reason::UnsupportedFilter, note.clone());
-            }
             for why in &rule_policy.refused {
                 ctx.warnings.error_on(
                     ObjectKind::HttpRoute,
@@ -583,11 +580,16 @@ impl<'a, 'w> RouteCtx<'a, 'w> {
     /// Notes a reference that did not resolve: a warning, and `ResolvedRefs` false (the first
     /// reason wins).
     fn unresolved(&mut self, field: String, reason: &'static str, message: String) {
+        self.unresolved_then(field, reason, message, "its share of the requests answers 500");
+    }
+
+    /// [`RouteCtx::unresolved`], saying what follows for the requests.
+    fn unresolved_then(&mut self, field: String, reason: &'static str, message: String, then: &str) {
         self.warnings.error_on(
             self.object_kind(),
             self.key,
             Reason::BackendNotResolved,
-            format!("{field}: {message}; its share of the requests answers 500"),
+            format!("{field}: {message}; {then}"),
         );
         if self.refs.is_none() {
             self.refs = Some(Cond::no(types::RESOLVED_REFS, reason, format!("{field}: {message}")));
@@ -651,22 +653,63 @@ impl<'a, 'w> RouteCtx<'a, 'w> {
         Some(id)
     }
 
-    /// The URL a `RequestMirror` copies requests to: the first ready endpoint of the Service
-    /// port (`None`: none is ready); `Err` when the reference is refused.
-    pub(super) fn mirror_target(&mut self, field: &str, r: &BackendRef) -> Result<Option<String>, String> {
-        let id = self.service_port(r).map_err(|(_, why)| format!("backendRef: {why}"))?;
+    /// Where a `RequestMirror` (at `field`) copies requests to: the first ready endpoint of the
+    /// Service port, spoken to over h2c for a GRPCRoute or a port whose `appProtocol` says
+    /// `kubernetes.io/h2c`, else HTTP/1.1 (the share is left to the caller). `None`: no ready
+    /// endpoint (warned), or the reference does not resolve or names a protocol weir does not
+    /// mirror over: `HTTPRequestMirrorFilter.backendRef` "is invalid and must be dropped from
+    /// the Gateway. The controller must ensure the "ResolvedRefs" condition on the Route status
+    /// is set to `status: False`" (`RefNotPermitted` across namespaces without a grant); the
+    /// rule serves without that mirror.
+    pub(super) fn mirror_target(&mut self, field: &str, r: &BackendRef) -> Option<Mirror> {
+        let field = format!("{field}.requestMirror.backendRef");
+        let id = match self.service_port(r) {
+            Ok(id) => id,
+            Err((reason, why)) => {
+                self.unresolved_then(field, reason, why, "this mirror is dropped");
+                return None;
+            }
+        };
         let (backend, error) = self.resolver.resolve(&id);
         if let Some(e) = error {
-            return Err(format!("backendRef: {e} ({field})"));
+            self.unresolved_then(field, reasons::BACKEND_NOT_FOUND, e.to_string(), "this mirror is dropped");
+            return None;
         }
-        Ok(match backend.target {
+        // `HTTPBackendRef`: "implementations SHOULD honor the appProtocol field"; without it a
+        // GRPCRoute's backends speak HTTP/2, and so do its copies.
+        let h2c = match super::app_protocol::of(self.snapshot, &id) {
+            Ok(None) => self.kind == RouteKind::Grpc,
+            Ok(Some((UpstreamProtocol::H2c, _))) => true,
+            Ok(Some((UpstreamProtocol::Http1, _))) => false,
+            Ok(Some((other, _))) => {
+                let why = format!(
+                    "Service port {id} speaks {other:?} by its appProtocol, which weir does not mirror over (HTTP/1.1 or h2c only)"
+                );
+                self.unresolved_then(field, reasons::UNSUPPORTED_PROTOCOL_REF, why, "this mirror is dropped");
+                return None;
+            }
+            Err(why) => {
+                self.unresolved_then(field, reasons::UNSUPPORTED_PROTOCOL_REF, why, "this mirror is dropped");
+                return None;
+            }
+        };
+        let target = match backend.target {
             weir_dataplane::model::Target::Endpoints(eps) => {
                 eps.first().map(|e| format!("http://{}$request_uri", e.address))
             }
             weir_dataplane::model::Target::Dns { host, port } => {
                 Some(format!("http://{host}:{port}$request_uri"))
             }
-        })
+        };
+        if target.is_none() {
+            self.warnings.warn_on(
+                self.object_kind(),
+                self.key,
+                Reason::UnsupportedFilter,
+                format!("{field}: Service port {id} has no ready endpoint; not mirrored"),
+            );
+        }
+        Some(Mirror { target: target?, host: None, request_body: true, share_ppm: None, h2c })
     }
 
     /// One `HTTPRouteMatch`: its path and conditions; `None` (with a warning) when it cannot

@@ -1,5 +1,10 @@
-//! The request body sent upstream ([`UpstreamBody`]) and the tee that hands its frames to a
-//! mirrored copy as they pass ([`UpstreamBody::tee`]).
+//! The request body sent upstream ([`UpstreamBody`]) and the tee that hands its frames to the
+//! mirrored copies as they pass ([`UpstreamBody::tee`]).
+//!
+//! However many copies a request has, its body is read once and held once: each copy's
+//! channel holds references to the same frames (`Bytes`, reference-counted), so the memory a
+//! request's copies hold is at most [`crate::proxy::mirror::LAG_FRAMES`] frames of its body,
+//! shared, not that per copy.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -38,7 +43,7 @@ pub(crate) struct UpstreamBody {
     stall: Stall,
     /// A whole body, sent as one frame.
     buffered: Option<Bytes>,
-    /// `mirror-*`: on a request's body, the copy its frames go to; on a copy's body (no
+    /// `mirror-*`: on a request's body, the copies its frames go to; on a copy's body (no
     /// `body`), where its frames come from. Boxed: rare, and every request carries this type.
     mirror: Option<Box<Side>>,
     /// Where the data bytes read from the client are added (`$request_length` of a body of
@@ -97,7 +102,8 @@ impl UpstreamBody {
 
     /// From now on this body's data frames also go to the body returned, which may lag `lag`
     /// frames behind before it is cut off (with an error, as when this body fails or is dropped
-    /// before its end). A body read whole beforehand is simply shared.
+    /// before its end). Called again, it adds another copy fed the same frames (shared, not
+    /// copied). A body read whole beforehand is simply shared.
     pub(crate) fn tee(&mut self, lag: usize) -> UpstreamBody {
         if self.body.is_none()
             && let Some(bytes) = &self.buffered
@@ -105,22 +111,27 @@ impl UpstreamBody {
             return UpstreamBody::buffered(bytes.clone());
         }
         let (tee, feed) = channel(lag, self.size_hint());
-        self.mirror = Some(Box::new(Side::Tee(tee)));
+        match self.mirror.as_deref_mut() {
+            Some(Side::Tees(tees)) => tees.push(tee),
+            _ => self.mirror = Some(Box::new(Side::Tees(vec![tee]))),
+        }
         UpstreamBody { mirror: Some(Box::new(Side::Feed(feed))), ..UpstreamBody::empty() }
     }
 
-    /// The copy's share of a frame that passed: a copy that cannot keep up is cut off; at the
-    /// body's end it ends too.
+    /// The copies' share of a frame that passed: a copy that cannot keep up is cut off (the
+    /// others go on); at the body's end they end too.
     fn tee_frame(&mut self, data: Option<&Bytes>, at_end: bool) {
-        let Some(side) = self.mirror.as_deref() else { return };
-        let Side::Tee(tee) = side else { return };
-        if data.is_some_and(|d| !tee.offer(d)) {
+        let Some(Side::Tees(tees)) = self.mirror.as_deref_mut() else { return };
+        if let Some(data) = data {
+            tees.retain(|tee| tee.offer(data));
+        }
+        if tees.is_empty() {
             self.mirror = None;
         } else if at_end
             && let Some(side) = self.mirror.take()
-            && let Side::Tee(tee) = *side
+            && let Side::Tees(tees) = *side
         {
-            tee.finish();
+            tees.into_iter().for_each(Tee::finish);
         }
     }
 }
@@ -210,10 +221,10 @@ impl Body for UpstreamBody {
 
 // === impl Tee ===
 
-/// The copy's side of a request body: the request's body hands each data frame to its copy.
+/// The copies' side of a request body: the request's body hands each data frame to its copies.
 pub(crate) enum Side {
-    /// On the request's body: where its frames are offered.
-    Tee(Tee),
+    /// On the request's body: where its frames are offered, one tee per copy.
+    Tees(Vec<Tee>),
     /// The copy's body, fed by the request's.
     Feed(Feed),
 }
@@ -279,6 +290,7 @@ impl Feed {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use http_body_util::BodyExt;
     use std::future::poll_fn;
 
     #[tokio::test]
@@ -299,5 +311,31 @@ mod tests {
         drop(tee);
         assert!(poll_fn(|cx| feed.poll_frame(cx)).await.unwrap().is_ok());
         assert!(poll_fn(|cx| feed.poll_frame(cx)).await.unwrap().is_err(), "an abandoned body is an error");
+    }
+
+    /// Two copies of one body (Gateway API `RequestMirror` repeated): both are fed the very
+    /// same frames (shared, not copied); the one that falls behind is cut off alone.
+    #[tokio::test]
+    async fn copies_share_the_frames_and_a_lagging_one_is_cut_off_alone() {
+        let mut body = UpstreamBody::empty();
+        let mut keeps_up = body.tee(4);
+        let mut lags = body.tee(1);
+        let first = Bytes::from(vec![b'a'; 64]);
+        body.tee_frame(Some(&first), false);
+        body.tee_frame(Some(&Bytes::from_static(b"b")), false);
+        body.tee_frame(Some(&Bytes::from_static(b"c")), true);
+        let mut got = Vec::new();
+        while let Some(frame) = keeps_up.frame().await {
+            let data = frame.unwrap().into_data().unwrap();
+            if got.is_empty() {
+                assert_eq!(data.as_ptr(), first.as_ptr(), "the copy holds the request's own frame");
+            }
+            got.extend_from_slice(&data);
+        }
+        assert_eq!(got.len(), 66);
+        assert_eq!(&got[64..], b"bc");
+        let data = lags.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(data.as_ptr(), first.as_ptr());
+        assert!(lags.frame().await.unwrap().is_err(), "the lagging copy is cut short");
     }
 }

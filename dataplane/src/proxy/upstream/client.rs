@@ -23,7 +23,9 @@
 //!
 //! h2c (and h2 over TLS) use one multiplexed connection per endpoint ([`H2Pool`]); `:authority`
 //! is the request's host (as nginx's `grpc_pass` does) while the connection goes to the
-//! endpoint address.
+//! endpoint address. Services named by URL that speak only h2c (the mirrors of a GRPCRoute)
+//! get one multiplexed connection per address too ([`Clients::send_url_h2c`]), closed once
+//! idle for the pool's idle timeout.
 
 use std::collections::HashMap;
 use std::io;
@@ -134,6 +136,9 @@ pub(crate) struct Clients {
     /// The same over TLS (`https://` URLs), apart so that a name's plain and TLS connections
     /// never mix; by the verified name and the verification profile too (see [`UrlTls`]).
     by_name_tls: Mutex<HashMap<(EndpointKey, ServerName<'static>, u64), Arc<Http1Pool>>>,
+    /// h2c to services named by URL (mirrors speaking HTTP/2), one multiplexed connection per
+    /// host and port, with when it was last used (for [`Clients::sweep`]).
+    by_name_h2c: Mutex<HashMap<EndpointKey, (Instant, http2::SendRequest<UpstreamBody>)>>,
     /// The proxy's own values, for services named by URL.
     exchange: Exchange,
 }
@@ -145,6 +150,7 @@ impl Clients {
             https: Mutex::default(),
             by_name: Mutex::default(),
             by_name_tls: Mutex::default(),
+            by_name_h2c: Mutex::default(),
             exchange,
         }
     }
@@ -196,6 +202,36 @@ impl Clients {
             None => (lock(&self.by_name).entry(key.clone()).or_default().clone(), None),
         };
         self.http1(PoolRef::Keyed(pool), &key, tls, req, self.exchange, None).await
+    }
+
+    /// Sends `req` over h2c (HTTP/2 prior knowledge) to `to`, a URL's host and port (a name is
+    /// resolved when connecting); `req`'s URI is absolute, its authority the `:authority` sent.
+    /// For services named by URL that speak HTTP/2 only (a GRPCRoute's mirror).
+    pub(crate) async fn send_url_h2c(
+        &self,
+        to: &http::uri::Authority,
+        req: Request<UpstreamBody>,
+    ) -> Result<Response<ResponseBody>, SendError> {
+        let Some(key) = authority_key(to.host(), Some(to.port_u16().unwrap_or(80))) else {
+            return Err(ConnectFailed::new("the URL names no host to connect to").with(req));
+        };
+        let (key, connect_timeout) = (&key, self.exchange.connect_timeout);
+        let cached = || {
+            let mut conns = lock(&self.by_name_h2c);
+            let (used, sender) = conns.get_mut(key).filter(|(_, s)| !s.is_closed())?;
+            *used = Instant::now();
+            Some(sender.clone())
+        };
+        let connect = move || async move {
+            let stream = connect_tcp(key, connect_timeout).await?;
+            let sender = h2c_handshake(stream, key.clone()).await?;
+            lock(&self.by_name_h2c).insert(key.clone(), (Instant::now(), sender.clone()));
+            Ok::<_, ConnectFailed>(sender)
+        };
+        let evict = || {
+            lock(&self.by_name_h2c).remove(key);
+        };
+        h2_exchange(cached, connect, evict, req).await
     }
 
     /// Sends `req` to `target`'s endpoint: its URI is origin-form for HTTP/1.1, absolute with
@@ -329,6 +365,9 @@ impl Clients {
         lock(&self.https).retain(|_, (endpoint, pool)| endpoint.strong_count() > 0 && in_use(pool));
         lock(&self.by_name).retain(|_, pool| in_use(pool));
         lock(&self.by_name_tls).retain(|_, pool| in_use(pool));
+        // Dropping the last sender closes an h2c connection once its streams are done.
+        lock(&self.by_name_h2c)
+            .retain(|_, (used, sender)| !sender.is_closed() && expiry.is_none_or(|e| *used > e));
         released
     }
 }
@@ -499,51 +538,12 @@ impl H2Pool {
         &self,
         endpoint: &Arc<EndpointState>,
         tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
-        mut req: Request<UpstreamBody>,
+        req: Request<UpstreamBody>,
         connect_timeout: Duration,
     ) -> Result<Response<ResponseBody>, SendError> {
         let key: H2Key = (endpoint.key().clone(), tls.as_ref().map(|(_, name)| name.clone()));
-        // A cached connection may have been closed (GOAWAY, idle close) since; hyper hands the
-        // request back when it was not sent, and it goes once more on a fresh connection.
-        loop {
-            let (mut sender, fresh) = match self.cached(&key) {
-                Some(s) => (s, None),
-                // Boxed: connecting is a large future, and rare.
-                None => {
-                    let begun = Instant::now();
-                    match Box::pin(self.connect(endpoint, &key, tls.clone(), connect_timeout)).await {
-                        Ok(s) => (s, Some(ConnectTime(begun.elapsed()))),
-                        Err(e) => return Err(e.with(req)),
-                    }
-                }
-            };
-            if let Err(error) = sender.ready().await {
-                self.evict(&key);
-                if fresh.is_some() {
-                    return Err(ConnectFailed::new(error).with(req));
-                }
-                continue;
-            }
-            match sender.try_send_request(req).await {
-                Ok(resp) => {
-                    let mut resp = resp.map(ResponseBody::H2);
-                    if let Some(took) = fresh {
-                        resp.extensions_mut().insert(took);
-                    }
-                    return Ok(resp);
-                }
-                Err(mut err) => match err.take_message() {
-                    Some(unsent) => {
-                        self.evict(&key);
-                        if fresh.is_some() {
-                            return Err(ConnectFailed::new(err.into_error()).with(unsent));
-                        }
-                        req = unsent;
-                    }
-                    None => return Err(SendError::Request(Box::new(err.into_error()))),
-                },
-            }
-        }
+        let connect = || self.connect(endpoint, &key, tls.clone(), connect_timeout);
+        h2_exchange(|| self.cached(&key), connect, || self.evict(&key), req).await
     }
 
     fn cached(&self, key: &H2Key) -> Option<http2::SendRequest<UpstreamBody>> {
@@ -565,31 +565,18 @@ impl H2Pool {
         connect_timeout: Duration,
     ) -> Result<http2::SendRequest<UpstreamBody>, ConnectFailed> {
         let stream = connect_tcp(endpoint.key(), connect_timeout).await?;
-        let builder = {
-            let mut b = http2::Builder::new(TokioExecutor::new());
-            b.timer(TokioTimer::new());
-            b
-        };
         let upstream = endpoint.key().clone();
-        let handshake_error = |e: hyper::Error| ConnectFailed::new(e);
         let sender = match tls {
-            None => {
-                let (sender, conn) =
-                    builder.handshake(TokioIo::new(stream)).await.map_err(handshake_error)?;
-                tokio::spawn(async move {
-                    if let Err(error) = conn.await {
-                        tracing::debug!(%upstream, %error, "h2c upstream connection closed");
-                    }
-                });
-                sender
-            }
+            None => h2c_handshake(stream, upstream).await?,
             Some((config, name)) => {
                 let stream = tls_handshake(config, name, stream, connect_timeout).await?;
                 if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
                     return Err(ConnectFailed::new("the upstream did not negotiate h2 (ALPN)"));
                 }
+                let mut builder = http2::Builder::new(TokioExecutor::new());
+                builder.timer(TokioTimer::new());
                 let (sender, conn) =
-                    builder.handshake(TokioIo::new(stream)).await.map_err(handshake_error)?;
+                    builder.handshake(TokioIo::new(stream)).await.map_err(ConnectFailed::new)?;
                 tokio::spawn(async move {
                     if let Err(error) = conn.await {
                         tracing::debug!(%upstream, %error, "h2 upstream connection closed");
@@ -606,6 +593,77 @@ impl H2Pool {
     /// Drops connections of endpoints that no table refers to any more.
     fn prune(&self) {
         lock(&self.conns).retain(|_, (state, sender)| state.strong_count() > 0 && !sender.is_closed());
+    }
+}
+
+/// The HTTP/2 client handshake over a plain connection to `upstream` (h2c prior knowledge);
+/// the connection runs in a task of its own.
+async fn h2c_handshake(
+    stream: TcpStream,
+    upstream: EndpointKey,
+) -> Result<http2::SendRequest<UpstreamBody>, ConnectFailed> {
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder.timer(TokioTimer::new());
+    let (sender, conn) = builder.handshake(TokioIo::new(stream)).await.map_err(ConnectFailed::new)?;
+    tokio::spawn(async move {
+        if let Err(error) = conn.await {
+            tracing::debug!(%upstream, %error, "h2c upstream connection closed");
+        }
+    });
+    Ok(sender)
+}
+
+/// One request over a pooled HTTP/2 connection (`cached`), else a new one (`connect`, which
+/// pools it). A cached connection may have been closed (GOAWAY, idle close) since: it is
+/// forgotten (`evict`) and, as hyper hands the request back when it was not sent, the request
+/// goes once more on a fresh connection.
+async fn h2_exchange<F>(
+    cached: impl Fn() -> Option<http2::SendRequest<UpstreamBody>>,
+    connect: impl Fn() -> F,
+    evict: impl Fn(),
+    mut req: Request<UpstreamBody>,
+) -> Result<Response<ResponseBody>, SendError>
+where
+    F: Future<Output = Result<http2::SendRequest<UpstreamBody>, ConnectFailed>>,
+{
+    loop {
+        let (mut sender, fresh) = match cached() {
+            Some(s) => (s, None),
+            // Boxed: connecting is a large future, and rare.
+            None => {
+                let begun = Instant::now();
+                match Box::pin(connect()).await {
+                    Ok(s) => (s, Some(ConnectTime(begun.elapsed()))),
+                    Err(e) => return Err(e.with(req)),
+                }
+            }
+        };
+        if let Err(error) = sender.ready().await {
+            evict();
+            if fresh.is_some() {
+                return Err(ConnectFailed::new(error).with(req));
+            }
+            continue;
+        }
+        match sender.try_send_request(req).await {
+            Ok(resp) => {
+                let mut resp = resp.map(ResponseBody::H2);
+                if let Some(took) = fresh {
+                    resp.extensions_mut().insert(took);
+                }
+                return Ok(resp);
+            }
+            Err(mut err) => match err.take_message() {
+                Some(unsent) => {
+                    evict();
+                    if fresh.is_some() {
+                        return Err(ConnectFailed::new(err.into_error()).with(unsent));
+                    }
+                    req = unsent;
+                }
+                None => return Err(SendError::Request(Box::new(err.into_error()))),
+            },
+        }
     }
 }
 
