@@ -17,57 +17,8 @@ use base64::Engine as _;
 mod support_gateway;
 mod support_proc;
 
-use support_gateway::{service, write};
-use support_proc::{Proc, spawn, spawn_serve};
-
-/// A `weir echo --name NAME` backend.
-fn echo(name: &str) -> (Proc, SocketAddr) {
-    let (proc, addrs) = spawn(&["echo", "--listen", "127.0.0.1:0", "--name", name], &["listen"]);
-    (proc, addrs[0])
-}
-
-/// A test CA: its PEM and the issuer of its leaves.
-struct Ca {
-    pem: String,
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params.distinguished_name.push(rcgen::DnType::CommonName, format!("{name} test CA"));
-        let pem = params.self_signed(&key).unwrap().pem();
-        Ca { pem, issuer: rcgen::Issuer::new(params, key) }
-    }
-
-    /// A leaf for `names` (the first also its common name): (certificate PEM, key PEM).
-    fn leaf(&self, names: &[&str]) -> (String, String) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params =
-            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
-        params.distinguished_name.push(rcgen::DnType::CommonName, names[0]);
-        (params.signed_by(&key, &self.issuer).unwrap().pem(), key.serialize_pem())
-    }
-
-    /// A client certificate and key written under `dir` as `name.crt`, `name.key`.
-    fn client(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-        let (cert, key) = self.leaf(&[name]);
-        let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
-        std::fs::write(&c, cert).unwrap();
-        std::fs::write(&k, key).unwrap();
-        (c, k)
-    }
-
-    /// The ConfigMap `default/name` with this CA in `ca.crt`.
-    fn config_map(&self, name: &str) -> String {
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: default}}\ndata:\n  ca.crt: {}\n---\n",
-            serde_json::to_string(&self.pem).unwrap()
-        )
-    }
-}
+use support_gateway::{CLASS, Ca, echo, have_curl, service, write};
+use support_proc::spawn_serve;
 
 /// What curl saw: `Ok((status, body))` or `Err(curl's message)` (a failed handshake).
 type Seen = Result<(u16, String), String>;
@@ -115,9 +66,6 @@ fn wait_for(what: &str, probe: impl Fn() -> Seen, done: impl Fn(&Seen) -> bool) 
     }
 }
 
-const CLASS: &str = "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: weir}\n\
-spec: {controllerName: weir.dev/gateway-controller}\n---\n";
-
 /// The Gateway `default/name` of class `weir` with `tls` (a YAML mapping) and `listeners`
 /// (YAML list items), and an HTTPRoute of the same name on all its listeners to Service `to`.
 fn gateway(name: &str, tls: &str, listeners: &str, to: &str) -> String {
@@ -127,10 +75,6 @@ fn gateway(name: &str, tls: &str, listeners: &str, to: &str) -> String {
          apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: default}}\n\
          spec: {{parentRefs: [{{name: {name}}}], rules: [{{backendRefs: [{{name: {to}, port: 80}}]}}]}}\n---\n"
     )
-}
-
-fn have_curl() -> bool {
-    support_proc::have("curl", "scripts/test.sh install")
 }
 
 /// Conformance `GatewayFrontendClientCertificateValidation` (`perPort` overrides `default` for

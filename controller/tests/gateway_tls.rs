@@ -16,48 +16,21 @@ use base64::Engine as _;
 mod support_gateway;
 mod support_proc;
 
-use support_gateway::{service, write};
-use support_proc::{Proc, spawn, spawn_serve};
-
-/// A `weir echo --name NAME` backend.
-fn echo(name: &str) -> (Proc, SocketAddr) {
-    let (proc, addrs) = spawn(&["echo", "--listen", "127.0.0.1:0", "--name", name], &["listen"]);
-    (proc, addrs[0])
-}
-
-/// A test CA named `name`: (its PEM, the issuer of its leaves).
-fn test_ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    // Distinct subjects: a leaf whose issuer equals its subject looks self-signed to clients.
-    params.distinguished_name.push(rcgen::DnType::CommonName, format!("{name} test CA"));
-    let pem = params.self_signed(&key).unwrap().pem();
-    (pem, rcgen::Issuer::new(params, key))
-}
-
-/// A leaf for `names` signed by `issuer`: (certificate PEM, key PEM).
-fn leaf(issuer: &rcgen::Issuer<'static, rcgen::KeyPair>, names: &[&str]) -> (String, String) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-        .unwrap()
-        .signed_by(&key, issuer)
-        .unwrap();
-    (cert.pem(), key.serialize_pem())
-}
+use support_gateway::{CLASS, Ca, echo, have_curl, service, write};
+use support_proc::spawn_serve;
 
 /// A CA and a `kubernetes.io/tls` Secret `namespace/name` with a leaf it signed for `names`:
 /// (CA PEM, Secret YAML).
 fn tls_secret(namespace: &str, name: &str, names: &[&str]) -> (String, String) {
-    let (ca, issuer) = test_ca(&format!("{namespace}/{name}"));
-    let (cert, key) = leaf(&issuer, names);
+    let ca = Ca::new(&format!("{namespace}/{name}"));
+    let (cert, key) = ca.leaf(names);
     let b64 = |s: String| base64::engine::general_purpose::STANDARD.encode(s);
     let secret = format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: {namespace}}}\ntype: kubernetes.io/tls\ndata:\n  tls.crt: {}\n  tls.key: {}\n---\n",
         b64(cert),
         b64(key),
     );
-    (ca, secret)
+    (ca.pem, secret)
 }
 
 /// What curl saw: `Ok((status, echo name))` or `Err(curl's message)` (a failed handshake).
@@ -97,13 +70,6 @@ fn ok(name: &str) -> Seen {
 fn not_found() -> Seen {
     Ok((404, "-".to_string()))
 }
-
-fn have_curl() -> bool {
-    support_proc::have("curl", "scripts/test.sh install")
-}
-
-const CLASS: &str = "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: weir}\n\
-spec: {controllerName: weir.dev/gateway-controller}\n---\n";
 
 /// The Gateway `default/name` of class `weir` with `listeners` (YAML list items).
 fn gateway(name: &str, listeners: &str) -> String {
@@ -361,9 +327,9 @@ impl Drop for TlsBackend {
     }
 }
 
-fn tls_backend(name: &str, issuer: &rcgen::Issuer<'static, rcgen::KeyPair>, names: &[&str]) -> TlsBackend {
+fn tls_backend(name: &str, ca: &Ca, names: &[&str]) -> TlsBackend {
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = leaf(issuer, names);
+    let (cert, key) = ca.leaf(names);
     std::fs::write(dir.path().join("cert.pem"), cert).unwrap();
     std::fs::write(dir.path().join("key.pem"), key).unwrap();
     std::fs::write(dir.path().join("who"), name).unwrap();
@@ -413,14 +379,14 @@ fn tlsroute_passthrough_reaches_weighted_backends_with_their_certificates() {
     if !have_curl() || !support_proc::have("openssl", "scripts/test.sh install") {
         return;
     }
-    let (ca_pem, issuer) = test_ca("passthrough backends");
+    let ca = Ca::new("passthrough backends");
     let names = ["a.pass.example.com", "x.deep.pass.example.com"];
-    let one = tls_backend("one", &issuer, &names);
-    let two = tls_backend("two", &issuer, &names);
+    let one = tls_backend("one", &ca, &names);
+    let two = tls_backend("two", &ca, &names);
     let (_web, web) = echo("backend-web");
     let dir = tempfile::tempdir().unwrap();
     let cas = tempfile::tempdir().unwrap();
-    let backends_ca = ca_file(cas.path(), "backends", &ca_pem);
+    let backends_ca = ca_file(cas.path(), "backends", &ca.pem);
     let (web_ca, web_secret) = tls_secret("default", "web-tls", &["web.example.com"]);
     let web_ca = ca_file(cas.path(), "web", &web_ca);
     let (inner_ca, inner_secret) = tls_secret("default", "inner-tls", &["inner.deep.pass.example.com"]);
