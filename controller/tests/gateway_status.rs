@@ -48,6 +48,12 @@ where
     route["status"]["parents"].as_array()?.iter().find(|p| p["controllerName"] == CONTROLLER).cloned()
 }
 
+/// The status of the listener `name` of the Gateway `gateway`.
+async fn listener_status(gateways: &Api<Gateway>, gateway: &str, name: &str) -> Option<Value> {
+    let status = gateways.get(gateway).await.ok()?.status.value();
+    status["listeners"].as_array()?.iter().find(|l| l["name"] == name).cloned()
+}
+
 /// The API server with the Gateway API CRDs, a Service `web` in `default` whose one endpoint is
 /// the echo backend `a`, and the GatewayClass `weir` of weir's controller.
 async fn cluster_with_class() -> (ApiServer, kube::Client, Echo) {
@@ -254,14 +260,7 @@ fn gateway_api_tls_listener_and_tlsroute_status() {
         let gateways: Api<Gateway> = Api::namespaced(admin.clone(), ns);
         let routes: Api<TlsRoute> = Api::namespaced(admin.clone(), ns);
 
-        let listener = |gateway: &'static str, name: &'static str| {
-            let gateways = gateways.clone();
-            async move {
-                let g = gateways.get(gateway).await.ok()?;
-                let status = g.status.value();
-                status["listeners"].as_array()?.iter().find(|l| l["name"] == name).cloned()
-            }
-        };
+        let listener = |gateway: &'static str, name: &'static str| listener_status(&gateways, gateway, name);
         let refused =
             eventually("first/refused", Duration::from_secs(15), || listener("first", "refused")).await;
         assert_eq!(
@@ -389,14 +388,7 @@ fn gateway_api_frontend_client_certificate_validation_status() {
         let weir = Weir::start(&api.kubeconfig, &["--publish-status-address", "192.0.2.10"]);
         weir.wait_ready(Duration::from_secs(30)).await;
         let gateways: Api<Gateway> = Api::namespaced(admin.clone(), ns);
-        let listener = |gateway: &'static str, name: &'static str| {
-            let gateways = gateways.clone();
-            async move {
-                let g = gateways.get(gateway).await.ok()?;
-                let status = g.status.value();
-                status["listeners"].as_array()?.iter().find(|l| l["name"] == name).cloned()
-            }
-        };
+        let listener = |gateway: &'static str, name: &'static str| listener_status(&gateways, gateway, name);
         for (gateway, reason) in [
             ("unresolved", "InvalidCACertificateRef"),
             ("wrong-kind", "InvalidCACertificateKind"),
