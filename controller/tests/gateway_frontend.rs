@@ -10,14 +10,13 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
 mod support_gateway;
 mod support_proc;
 
-use support_gateway::{CLASS, Ca, echo, have_curl, service, write};
+use support_gateway::{CLASS, Ca, echo, have_curl, service, wait_until, write};
 use support_proc::spawn_serve;
 
 /// What curl saw: `Ok((status, body))` or `Err(curl's message)` (a failed handshake).
@@ -50,20 +49,6 @@ fn served(seen: &Seen) -> Option<(String, String)> {
     let v: serde_json::Value = serde_json::from_str(body).ok()?;
     let verify = v["headers"]["ssl-client-verify"].as_str().unwrap_or("-");
     Some((v["name"].as_str()?.to_string(), verify.to_string()))
-}
-
-/// Retries `probe` until `done` holds for its answer (a published table takes effect
-/// asynchronously), or fails after 20 s with the last answer.
-fn wait_for(what: &str, probe: impl Fn() -> Seen, done: impl Fn(&Seen) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let got = probe();
-        if done(&got) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}: last answer {got:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 /// The Gateway `default/name` of class `weir` with `tls` (a YAML mapping) and `listeners`
@@ -166,7 +151,7 @@ fn frontend_client_certificate_validation_modes_per_port_and_an_invalid_default(
     let (_weir, addrs) = spawn_serve(dir.path(), &[], &["http", "https"]);
     let (http, https) = (addrs[0], addrs[1]);
     let ca = server_ca_file.as_path();
-    wait_for(
+    wait_until(
         "secure.example.org with the port's client certificate",
         || curl(https, "secure.example.org", ca, Some(&port_client), true),
         |seen| served(seen).is_some(),
@@ -209,7 +194,7 @@ fn frontend_client_certificate_validation_modes_per_port_and_an_invalid_default(
 
     // The missing ConfigMap appears (with the default CA): the listener serves, validating.
     write(dir.path(), "late-ca.yaml", &default_ca.config_map("does-not-exist"));
-    wait_for(
+    wait_until(
         "broken.example.org once its CA exists",
         || curl(https, "broken.example.org", ca, Some(&default_client), false),
         |seen| served(seen).is_some(),

@@ -16,7 +16,7 @@ use base64::Engine as _;
 mod support_gateway;
 mod support_proc;
 
-use support_gateway::{CLASS, Ca, echo, have_curl, service, write};
+use support_gateway::{CLASS, Ca, echo, have_curl, service, wait_until, write};
 use support_proc::spawn_serve;
 
 /// A CA and a `kubernetes.io/tls` Secret `namespace/name` with a leaf it signed for `names`:
@@ -49,18 +49,9 @@ fn curl(addr: SocketAddr, host: &str, path: &str, ca: Option<&Path>) -> Seen {
     answer(out)
 }
 
-/// Retries `probe` until it returns `want` (a published table takes effect asynchronously), or
-/// fails after 20 s with the last answer.
+/// Retries `probe` until it returns `want`, or fails after 20 s with the last answer.
 fn wait_for(what: &str, want: &Seen, probe: impl Fn() -> Seen) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let got = probe();
-        if &got == want {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}: want {want:?}, last answer {got:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until(&format!("{what}: want {want:?}"), probe, |got| got == want);
 }
 
 fn ok(name: &str) -> Seen {

@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use super::support_proc::{self, Proc, spawn};
 
@@ -16,6 +17,20 @@ spec: {controllerName: weir.dev/gateway-controller}\n---\n";
 pub fn echo(name: &str) -> (Proc, SocketAddr) {
     let (proc, addrs) = spawn(&["echo", "--listen", "127.0.0.1:0", "--name", name], &["listen"]);
     (proc, addrs[0])
+}
+
+/// Retries `probe` until `done` holds for its answer (a published table takes effect
+/// asynchronously), or fails after 20 s with the last answer.
+pub fn wait_until<T: std::fmt::Debug>(what: &str, probe: impl Fn() -> T, done: impl Fn(&T) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = probe();
+        if done(&got) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: last answer {got:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Whether curl is installed (the tests that need it skip, or fail with `WEIR_REQUIRE_ALL`).
