@@ -2,8 +2,8 @@
 //!
 //! What translation decided ([`GatewayOutcome`]) becomes, per object:
 //! - GatewayClass: `Accepted`;
-//! - Gateway: `Accepted`, `Programmed`, `status.addresses` (the published addresses) and per
-//!   listener `attachedRoutes`, `supportedKinds` and its conditions (`Accepted`, `Programmed`,
+//! - Gateway: `Accepted`, `Programmed`, `status.addresses` (the published addresses, or those
+//!   `spec.addresses` asks for: `translate::gateway::addresses`) and per listener `attachedRoutes`, `supportedKinds` and its conditions (`Accepted`, `Programmed`,
 //!   `ResolvedRefs`, `Conflicted`);
 //! - HTTPRoute and GRPCRoute: one `parents` entry per parent of ours (`controllerName` weir's), with
 //!   `Accepted` and `ResolvedRefs`; entries of other controllers are kept.
@@ -24,9 +24,11 @@ use serde_json::{Value, json};
 use weir_dataplane::model::ObjectRef;
 
 use crate::gateway::{
-    Gateway, GatewayClass, GatewayClassStatus, GatewayStatus, GrpcRoute, HttpRoute, RouteStatus, TlsRoute,
+    Gateway, GatewayAddress, GatewayClass, GatewayClassStatus, GatewayStatus, GrpcRoute, HttpRoute,
+    RouteStatus, TlsRoute,
 };
 use crate::source::kube::Stores;
+use crate::translate::gateway::addresses;
 use crate::translate::gateway::conditions::{Cond, reasons, types};
 use crate::translate::gateway::{GatewayOutcome, RouteKind};
 
@@ -70,15 +72,19 @@ pub fn class_status(outcome: &GatewayOutcome, name: &str, current: &Value, now: 
     )
 }
 
-/// The desired `status` of a Gateway of ours, with `addresses` (`IPAddress` or `Hostname`).
+/// The desired `status` of a Gateway of ours: `addresses` assigned from weir's `published`
+/// ones as its `spec.addresses` asks ([`addresses::assign`], which may turn `Accepted` or
+/// `Programmed` false), conditions and listeners.
 pub fn gateway_status(
     outcome: &GatewayOutcome,
     key: &ObjectRef,
-    addresses: &[String],
+    spec_addresses: &[GatewayAddress],
+    published: &[String],
     current: &Value,
     now: &str,
 ) -> Option<Value> {
     let gw = outcome.attachments.gateways.get(key)?;
+    let assigned = addresses::assign(spec_addresses, published);
     let listeners: Vec<Value> = gw
         .listeners
         .iter()
@@ -104,16 +110,18 @@ pub fn gateway_status(
             })
         })
         .collect();
-    let addresses: Vec<Value> = addresses
-        .iter()
-        .map(|a| {
-            let type_ = if a.parse::<std::net::IpAddr>().is_ok() { "IPAddress" } else { "Hostname" };
-            json!({"type": type_, "value": a})
-        })
-        .collect();
+    let addresses: Vec<Value> =
+        assigned.status.iter().map(|a| json!({"type": a.type_, "value": a.value})).collect();
+    let mut gateway_conditions = gw.conditions.clone();
+    for cond in [assigned.accepted, assigned.programmed].into_iter().flatten() {
+        match gateway_conditions.iter_mut().find(|c| c.type_ == cond.type_) {
+            Some(c) => *c = cond,
+            None => gateway_conditions.push(cond),
+        }
+    }
     Some(json!({
         "addresses": addresses,
-        "conditions": conditions(&gw.conditions, gw.generation, &current["conditions"], now),
+        "conditions": conditions(&gateway_conditions, gw.generation, &current["conditions"], now),
         "listeners": listeners,
     }))
 }
@@ -402,7 +410,9 @@ pub async fn reconcile(
     for gw in stores.gateways.iter().flat_map(|s| s.state()) {
         let key = key_of(&gw.metadata);
         let current = || status_json(gw.status.as_ref());
-        let desired = |current: &Value, now: &str| gateway_status(outcome, &key, addresses, current, now);
+        let spec = &gw.spec.addresses;
+        let desired =
+            |current: &Value, now: &str| gateway_status(outcome, &key, spec, addresses, current, now);
         queue.decide::<GatewayStatus>("Gateway", Some(&key), &gw.metadata, current, desired);
     }
     let http = stores

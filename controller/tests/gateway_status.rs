@@ -461,6 +461,118 @@ mod erased {
     }
 }
 
+/// `GatewaySpec.addresses` against the addresses weir publishes (`--publish-status-address`),
+/// the steps of conformance `GatewayStaticAddresses` and `GatewayOptionalAddressValue`: an
+/// address type weir does not take is `Accepted: False, UnsupportedAddress`; once it is
+/// removed, an address that is not weir's is `Programmed: False, AddressNotUsable`; once that is
+/// removed, the Gateway is programmed and `status.addresses` is the usable one. An entry with a
+/// type and no value gets weir's address of that type. The listener serves throughout.
+#[test]
+fn gateway_static_addresses_status() {
+    isolated("gateway_static_addresses_status", || async {
+        let (api, admin, _echo) = cluster_with_class().await;
+        let ns = "default";
+        let gw = |kind, plural, value| create(&admin, Some(ns), "v1", kind, plural, value);
+        // Hostnames: two Gateways' listeners without one would conflict on weir's socket.
+        let listeners =
+            |host: &str| json!([{"name": "http", "port": 80, "protocol": "HTTP", "hostname": host}]);
+        let fake = json!({"type": "test/fake-invalid-type", "value": "fake address teehee!"});
+        let unusable = json!({"type": "IPAddress", "value": "198.51.100.7"});
+        let usable = json!({"type": "IPAddress", "value": "192.0.2.10"});
+        gw(
+            "Gateway",
+            "gateways",
+            json!({"metadata": {"name": "static"}, "spec": {"gatewayClassName": "weir",
+                "addresses": [fake, unusable, usable], "listeners": listeners("static.example")}}),
+        )
+        .await
+        .unwrap();
+        gw(
+            "Gateway",
+            "gateways",
+            json!({"metadata": {"name": "empty"}, "spec": {"gatewayClassName": "weir",
+                "addresses": [{"type": "IPAddress"}], "listeners": listeners("empty.example")}}),
+        )
+        .await
+        .unwrap();
+        gw(
+            "HTTPRoute",
+            "httproutes",
+            json!({"metadata": {"name": "web"}, "spec": {"parentRefs": [{"name": "static"}],
+                "hostnames": ["static.example"], "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}}),
+        )
+        .await
+        .unwrap();
+
+        let weir = Weir::start(&api.kubeconfig, &["--publish-status-address", "192.0.2.10"]);
+        weir.wait_ready(Duration::from_secs(30)).await;
+        weir.wait_route("static.example", "a", Duration::from_secs(10)).await;
+        let gateways: Api<Gateway> = Api::namespaced(admin.clone(), ns);
+        let status_at = |name: &'static str, generation: i64| {
+            let gateways = gateways.clone();
+            async move {
+                let status = gateways.get(name).await.ok()?.status.value();
+                let current = status["conditions"].as_array().is_some_and(|cs| {
+                    !cs.is_empty() && cs.iter().all(|c| c["observedGeneration"] == generation)
+                });
+                current.then_some(status)
+            }
+        };
+
+        let status =
+            eventually("static at generation 1", Duration::from_secs(15), || status_at("static", 1)).await;
+        assert_eq!(
+            summary(cond(&status["conditions"], "Accepted")),
+            s("False", "UnsupportedAddress", 1),
+            "{status}"
+        );
+        let status =
+            eventually("empty at generation 1", Duration::from_secs(15), || status_at("empty", 1)).await;
+        assert_eq!(status["addresses"], json!([usable]), "the empty IPAddress entry gets weir's: {status}");
+        assert_eq!(
+            summary(cond(&status["conditions"], "Programmed")),
+            s("True", "Programmed", 1),
+            "{status}"
+        );
+
+        let resource = kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "Gateway"),
+            "gateways",
+        );
+        let dynamic: Api<kube::api::DynamicObject> = Api::namespaced_with(admin.clone(), ns, &resource);
+        let set = |addresses: Value| {
+            let dynamic = dynamic.clone();
+            async move {
+                let patch = json!({"spec": {"addresses": addresses}});
+                dynamic
+                    .patch("static", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+                    .await
+                    .unwrap();
+            }
+        };
+        set(json!([unusable, usable])).await;
+        let status =
+            eventually("static at generation 2", Duration::from_secs(15), || status_at("static", 2)).await;
+        assert_eq!(summary(cond(&status["conditions"], "Accepted")), s("True", "Accepted", 2), "{status}");
+        let programmed = cond(&status["conditions"], "Programmed");
+        assert_eq!(summary(programmed), s("False", "AddressNotUsable", 2), "{status}");
+        assert!(programmed["message"].as_str().unwrap().contains("198.51.100.7"), "{programmed}");
+        assert_eq!(status["addresses"], json!([usable]), "{status}");
+        assert_eq!(weir.get("static.example", "/").map(|r| r.0), Some(200), "the listener still serves");
+
+        set(json!([usable])).await;
+        let status =
+            eventually("static at generation 3", Duration::from_secs(15), || status_at("static", 3)).await;
+        assert_eq!(summary(cond(&status["conditions"], "Accepted")), s("True", "Accepted", 3), "{status}");
+        assert_eq!(
+            summary(cond(&status["conditions"], "Programmed")),
+            s("True", "Programmed", 3),
+            "{status}"
+        );
+        assert_eq!(status["addresses"], json!([usable]), "{status}");
+    });
+}
+
 /// GRPCRoute status: per parent `Accepted` and `ResolvedRefs` with their reasons and
 /// `observedGeneration`, the listener's `attachedRoutes`, and the HTTPRoute/GRPCRoute hostname
 /// conflict of `GRPCRouteSpec.hostnames` ("The rejected Route MUST raise an 'Accepted'

@@ -97,4 +97,11 @@ pub mod reasons {
     pub const INVALID_KIND: &str = "InvalidKind";
     /// `UnsupportedProtocol` (route `ResolvedRefs`: a backend's `appProtocol`).
     pub const UNSUPPORTED_PROTOCOL_REF: &str = "UnsupportedProtocol";
+    /// `UnsupportedAddress` (Gateway `Accepted`: a `spec.addresses` type weir does not take).
+    pub const UNSUPPORTED_ADDRESS: &str = "UnsupportedAddress";
+    /// `AddressNotUsable` (Gateway `Programmed`: a `spec.addresses` value weir cannot use).
+    pub const ADDRESS_NOT_USABLE: &str = "AddressNotUsable";
+    /// `AddressNotAssigned` (Gateway `Programmed`: no address to assign for an entry without a
+    /// value).
+    pub const ADDRESS_NOT_ASSIGNED: &str = "AddressNotAssigned";
 }

@@ -7,6 +7,7 @@
 //! to them (`attach`). The result ([`GatewayAttachments`]) is what route building and the
 //! status writer read.
 
+pub mod addresses;
 pub mod app_protocol;
 pub mod attach;
 pub mod conditions;

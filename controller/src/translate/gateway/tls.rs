@@ -53,13 +53,16 @@ pub(crate) fn apply(table: &mut RouteTable, attachments: &GatewayAttachments, wa
                     )
                 })
                 .collect();
-            if !problems.is_empty() {
-                warnings.error_on(
-                    ObjectKind::Gateway,
-                    key,
-                    Reason::ListenerNotServed,
-                    format!("spec.listeners[{}]: {}", l.name, problems.join("; ")),
-                );
+            if problems.is_empty() {
+                continue;
+            }
+            let message = format!("spec.listeners[{}]: {}", l.name, problems.join("; "));
+            if l.ready {
+                // Served all the same (one certificate or CA reference of several does not
+                // resolve): a warning, not an error.
+                warnings.warn_on(ObjectKind::Gateway, key, Reason::ListenerDegraded, message);
+            } else {
+                warnings.error_on(ObjectKind::Gateway, key, Reason::ListenerNotServed, message);
             }
         }
         for l in gateway.listeners.iter().filter(|l| l.ready) {
