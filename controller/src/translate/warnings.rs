@@ -115,6 +115,9 @@ pub enum Reason {
     /// A Gateway listener is not served (not accepted, a certificate that does not resolve,
     /// a conflict with another listener).
     ListenerNotServed,
+    /// A Gateway API field is served otherwise than written, at a limit of weir's (an
+    /// HTTPRoute `retry.attempts` above the most retries weir makes).
+    ServedOtherwise,
     /// A Gateway listener is served, but a condition says part of it is not (a certificate or
     /// CA reference that does not resolve beside one that does).
     ListenerDegraded,

@@ -43,11 +43,17 @@ pub struct Retries {
     /// Statuses (400 to 599) whose answers are retried; the last try's answer stands.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub codes: Vec<u16>,
-    /// Retries after the first try (the proxy makes at most 8 tries in all).
+    /// Retries after the first try (at most [`Retries::MAX_ATTEMPTS`] are made).
     pub attempts: u32,
     /// Least wait before each retry, in milliseconds.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub backoff_ms: u64,
+}
+
+impl Retries {
+    /// The most retries the proxy makes after the first try: the endpoints a request tried
+    /// live on its stack.
+    pub const MAX_ATTEMPTS: u32 = 7;
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -80,7 +80,7 @@ static HTTPS: HeaderValue = HeaderValue::from_static("https");
 static HTTP: HeaderValue = HeaderValue::from_static("http");
 
 /// Upper bound on [`super::ProxyConfig::connect_tries`] (the tried endpoints live on the stack).
-pub(super) const MAX_TRIES: usize = 8;
+pub(super) const MAX_TRIES: usize = crate::model::filters::Retries::MAX_ATTEMPTS as usize + 1;
 
 /// Largest request body read whole before the first try so that a retry can send it again
 /// (declared by `Content-Length`); larger bodies are streamed, and retried only when nothing

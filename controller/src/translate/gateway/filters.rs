@@ -40,6 +40,8 @@ pub struct RulePolicy {
     pub policy: RoutePolicy,
     /// Why the rule answers 500, one entry per refused filter.
     pub refused: Vec<String>,
+    /// What the rule serves otherwise than written (a warning each).
+    pub notes: Vec<String>,
 }
 
 /// The policy of rule `ri`; `mirror` turns the `RequestMirror` filter at a field into its
@@ -81,7 +83,17 @@ pub fn rule_policy(
     }
     if let Some(r) = &rule.retry {
         match retries(r) {
-            Ok(retries) => filters.retries = Some(retries),
+            Ok(mut retries) => {
+                if retries.attempts > Retries::MAX_ATTEMPTS {
+                    out.notes.push(format!(
+                        "spec.rules[{ri}].retry.attempts: {} retries asked, weir makes at most {}",
+                        retries.attempts,
+                        Retries::MAX_ATTEMPTS
+                    ));
+                    retries.attempts = Retries::MAX_ATTEMPTS;
+                }
+                filters.retries = Some(retries);
+            }
             Err(why) => out.refused.push(format!("spec.rules[{ri}].retry: {why}")),
         }
     }

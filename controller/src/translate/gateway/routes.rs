@@ -172,6 +172,9 @@ pub(crate) fn apply(
                 );
                 ctx.invalid.push(why.clone());
             }
+            for note in &rule_policy.notes {
+                ctx.warnings.warn_on(ObjectKind::HttpRoute, key, Reason::ServedOtherwise, note.clone());
+            }
             let policy = rule_policy.policy;
             for (mi, m) in matches_of(rule).iter().enumerate() {
                 let Some((path, conditions)) = ctx.route_match(ri, mi, m) else { continue };
