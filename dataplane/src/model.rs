@@ -742,6 +742,11 @@ pub struct Mirror {
     /// `http://` target.
     #[serde(default, skip_serializing_if = "is_false")]
     pub h2c: bool,
+    /// More `host:port` authorities the copies take turns with the target's own, round robin
+    /// (a Gateway API mirror's Service with several ready endpoints: the target names the
+    /// first, these the others).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spread: Vec<String>,
 }
 
 /// A condition under which a request goes to the next endpoint (`proxy-next-upstream`, with

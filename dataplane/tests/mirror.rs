@@ -94,6 +94,7 @@ fn mirror(target: String, host: Option<&str>, request_body: bool) -> RoutePolicy
         request_body,
         share_ppm: None,
         h2c: false,
+        spread: Vec::new(),
     }])
 }
 
@@ -104,7 +105,14 @@ fn mirrors(mirrors: Vec<Mirror>) -> RoutePolicy {
 /// A Gateway API mirror (`RequestMirror`: the request's URI, the body) of `share_ppm` of the
 /// requests (`None`: all), over h2c when `h2c`.
 fn to_service(addr: SocketAddr, share_ppm: Option<u32>, h2c: bool) -> Mirror {
-    Mirror { target: format!("http://{addr}$request_uri"), host: None, request_body: true, share_ppm, h2c }
+    Mirror {
+        target: format!("http://{addr}$request_uri"),
+        host: None,
+        request_body: true,
+        share_ppm,
+        h2c,
+        spread: Vec::new(),
+    }
 }
 
 /// The next request the target reports; a test that waits too long fails instead of hanging.
@@ -224,6 +232,50 @@ async fn each_of_several_mirrors_gets_its_own_copy_with_the_body() {
     assert_eq!(next(&mut copies_b).await.uri, "/last");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(copies_never.try_recv().is_err(), "a mirror whose share is 0 got a copy");
+}
+
+/// A Gateway API mirror to a Service with several ready endpoints (`spread`): the copies take
+/// turns over them, round robin, each carrying its endpoint as `Host` (HTTP/1.1) or as the
+/// connection and `:authority` (h2c).
+#[tokio::test]
+async fn copies_take_turns_over_the_services_endpoints() {
+    let e = echo("e").await;
+    let mut targets = Vec::new();
+    for _ in 0..3 {
+        targets.push(target(false).await);
+    }
+    let mut h2_targets = Vec::new();
+    for _ in 0..2 {
+        h2_targets.push(h2_only_target().await);
+    }
+    let spread = |addrs: &[SocketAddr]| addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    let h1_addrs: Vec<SocketAddr> = targets.iter().map(|t| t.0).collect();
+    let h2_addrs: Vec<SocketAddr> = h2_targets.iter().map(|t| t.0).collect();
+    let p = proxy(
+        table()
+            .host("app.test")
+            .prefix("/", &to(&e))
+            .policy(mirrors(vec![
+                Mirror { spread: spread(&h1_addrs[1..]), ..to_service(h1_addrs[0], None, false) },
+                Mirror { spread: spread(&h2_addrs[1..]), ..to_service(h2_addrs[0], None, true) },
+            ]))
+            .build(),
+    )
+    .await;
+    for i in 0..6 {
+        p.get("app.test", &format!("/turn/{i}")).await.echo();
+        let (addr, copies) = &mut targets[i % 3];
+        let copy = next(copies).await;
+        assert_eq!(copy.uri, format!("/turn/{i}"), "copy {i} goes to endpoint {}", i % 3);
+        assert_eq!(copy.headers["host"], addr.to_string().as_str());
+        let (addr, copies) = &mut h2_targets[i % 2];
+        let copy = next(copies).await;
+        assert_eq!((copy.version, copy.uri), (http::Version::HTTP_2, format!("http://{addr}/turn/{i}")));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for (addr, copies) in targets.iter_mut().chain(h2_targets.iter_mut()) {
+        assert!(copies.try_recv().is_err(), "{addr} got more than its turns");
+    }
 }
 
 /// A mirror spoken to over h2c (a GRPCRoute's, or `appProtocol: kubernetes.io/h2c`): the copy

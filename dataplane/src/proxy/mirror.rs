@@ -76,13 +76,25 @@ pub(super) fn start(
         return;
     };
     let url = expand(&mirror.template, o);
-    let uri: Uri = match url.parse() {
+    let mut uri: Uri = match url.parse() {
         Ok(uri) => uri,
         Err(e) => {
             tracing::debug!(%url, "request not mirrored: invalid URL: {e}");
             return;
         }
     };
+    // A Service's other endpoints take their turns.
+    if let Some(authority) = mirror.next_authority() {
+        let mut parts = uri.into_parts();
+        parts.authority = Some(authority.clone());
+        uri = match Uri::from_parts(parts) {
+            Ok(uri) => uri,
+            Err(e) => {
+                tracing::debug!(%url, %authority, "request not mirrored: {e}");
+                return;
+            }
+        };
+    }
     let Some(host) = mirror.host.clone().or_else(|| {
         uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()).filter(|h| !h.is_empty())
     }) else {

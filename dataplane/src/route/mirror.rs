@@ -2,9 +2,11 @@
 //! Gateway API `RequestMirror`, one or more per rule), compiled with the table; the proxy starts
 //! the copies (`proxy/mirror.rs`).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use http::header::HeaderValue;
+use http::uri::Authority;
 
 use crate::model::{Mirror, UpstreamProtocol, UpstreamTls};
 use crate::vars::{Dialect, Template};
@@ -37,6 +39,10 @@ pub struct CompiledMirror {
     pub(crate) share_ppm: Option<u32>,
     /// The copies go over h2c (HTTP/2 prior knowledge), not HTTP/1.1.
     pub(crate) h2c: bool,
+    /// The authorities the copies take turns with the target's ([`Mirror::spread`]), and the
+    /// turn.
+    spread: Vec<Authority>,
+    turn: AtomicUsize,
 }
 
 impl std::fmt::Debug for CompiledMirror {
@@ -48,6 +54,7 @@ impl std::fmt::Debug for CompiledMirror {
             .field("tls", &self.tls.is_some())
             .field("share_ppm", &self.share_ppm)
             .field("h2c", &self.h2c)
+            .field("spread", &self.spread)
             .finish()
     }
 }
@@ -77,6 +84,14 @@ impl CompiledMirror {
             Some(h) => Some(HeaderValue::from_str(h).map_err(|_| InvalidMirror::Host(h.clone()))?),
             None => None,
         };
+        let spread = mirror
+            .spread
+            .iter()
+            .map(|a| {
+                a.parse::<Authority>()
+                    .map_err(|_| InvalidMirror::Target(format!("spread: {a:?} is not a host:port authority")))
+            })
+            .collect::<Result<_, _>>()?;
         Ok(CompiledMirror {
             target: mirror.target.clone(),
             template: Template::parse_lenient(&mirror.target, Dialect::Url),
@@ -85,7 +100,19 @@ impl CompiledMirror {
             tls,
             share_ppm: mirror.share_ppm,
             h2c: mirror.h2c,
+            spread,
+            turn: AtomicUsize::new(0),
         })
+    }
+
+    /// The authority this copy goes to in place of the target's: `None` for the target's own
+    /// (its turn, or no spread), else the next of the spread, round robin.
+    pub(crate) fn next_authority(&self) -> Option<&Authority> {
+        if self.spread.is_empty() {
+            return None;
+        }
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed) % (self.spread.len() + 1);
+        turn.checked_sub(1).and_then(|i| self.spread.get(i))
     }
 
     /// Whether this request is copied: always without a share, else drawn at random.

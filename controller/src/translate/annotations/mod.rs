@@ -607,6 +607,7 @@ impl Ctx<'_, '_> {
             request_body: self.value("mirror-request-body", values::on_off).unwrap_or(true),
             share_ppm: None,
             h2c: false,
+            spread: Vec::new(),
         })
     }
 

@@ -583,6 +583,7 @@ fn mirror_accepted_and_rejected() {
             request_body: true,
             share_ppm: None,
             h2c: false,
+            spread: Vec::new(),
         }]))
     );
     assert!(w.is_empty(), "{w:?}");
@@ -600,6 +601,7 @@ fn mirror_accepted_and_rejected() {
             request_body: false,
             share_ppm: None,
             h2c: false,
+            spread: Vec::new(),
         }]))
     );
     assert!(w.is_empty(), "{w:?}");
@@ -628,6 +630,7 @@ fn mirror_accepted_and_rejected() {
             request_body: true,
             share_ppm: None,
             h2c: false,
+            spread: Vec::new(),
         }]))
     );
     assert_eq!(reasons(&w), [(Severity::Error, Reason::InvalidAnnotation); 2]);

@@ -4,7 +4,7 @@
 //! - `RequestRedirect`: scheme, hostname, port, path (`ReplaceFullPath`, `ReplacePrefixMatch`),
 //!   status code (302 by default);
 //! - `URLRewrite`: hostname (the `Host` sent upstream) and path;
-//! - `RequestMirror`: a copy of each request to the Service's first ready endpoint; with
+//! - `RequestMirror`: a copy of each request to the Service's ready endpoints in turn; with
 //!   `percent` or `fraction`, of that share of the requests, each drawn at random. "This filter
 //!   can be used multiple times within the same rule": each mirror gets its own copy, drawn by
 //!   its own share (the body is read once and shared by the copies, see the dataplane's

@@ -656,8 +656,8 @@ impl<'a, 'w> RouteCtx<'a, 'w> {
         Some(id)
     }
 
-    /// Where a `RequestMirror` (at `field`) copies requests to: the first ready endpoint of the
-    /// Service port, spoken to over h2c for a GRPCRoute or a port whose `appProtocol` says
+    /// Where a `RequestMirror` (at `field`) copies requests to: the ready endpoints of the
+    /// Service port in turn (the first in the target, the others in `spread`), spoken to over h2c for a GRPCRoute or a port whose `appProtocol` says
     /// `kubernetes.io/h2c`, else HTTP/1.1 (the share is left to the caller). `None`: no ready
     /// endpoint (warned), or the reference does not resolve or names a protocol weir does not
     /// mirror over: `HTTPRequestMirrorFilter.backendRef` "is invalid and must be dropped from
@@ -696,12 +696,15 @@ impl<'a, 'w> RouteCtx<'a, 'w> {
                 return None;
             }
         };
-        let target = match backend.target {
-            weir_dataplane::model::Target::Endpoints(eps) => {
-                eps.first().map(|e| format!("http://{}$request_uri", e.address))
-            }
+        // Each copy goes to the next ready endpoint, round robin: the target names the first,
+        // `spread` the others.
+        let (target, spread) = match backend.target {
+            weir_dataplane::model::Target::Endpoints(eps) => (
+                eps.first().map(|e| format!("http://{}$request_uri", e.address)),
+                eps.iter().skip(1).map(|e| e.address.to_string()).collect(),
+            ),
             weir_dataplane::model::Target::Dns { host, port } => {
-                Some(format!("http://{host}:{port}$request_uri"))
+                (Some(format!("http://{host}:{port}$request_uri")), Vec::new())
             }
         };
         if target.is_none() {
@@ -712,7 +715,7 @@ impl<'a, 'w> RouteCtx<'a, 'w> {
                 format!("{field}: Service port {id} has no ready endpoint; not mirrored"),
             );
         }
-        Some(Mirror { target: target?, host: None, request_body: true, share_ppm: None, h2c })
+        Some(Mirror { target: target?, host: None, request_body: true, share_ppm: None, h2c, spread })
     }
 
     /// One `HTTPRouteMatch`: its path and conditions; `None` (with a warning) when it cannot
