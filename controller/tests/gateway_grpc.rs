@@ -273,6 +273,32 @@ async fn grpcroute_hostnames() {
     assert_eq!(who(&other, "/t.Test/Echo", &[]).await, "Unimplemented");
 }
 
+/// A GRPCRoute `*.example.com` beside an Ingress `*.example.com` (one label, ingress-nginx's
+/// wildcard): one-label names are answered by the Ingress's wildcard host, which takes the
+/// GRPCRoute's routes too, as it takes an HTTPRoute's (docs/gateway-api.md, "Ingress and Gateway
+/// API together"); the Ingress keeps its own path. Deeper names reach the GRPCRoute alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcroute_wildcard_beside_an_ingress_wildcard() {
+    let dir = tempfile::tempdir().unwrap();
+    backends(dir.path(), &["wild", "legacy"]).await;
+    let ingress = "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: ing, namespace: default, \
+        annotations: {nginx.ingress.kubernetes.io/backend-protocol: GRPC}}\n\
+        spec:\n  ingressClassName: weir\n  rules:\n  - host: '*.example.com'\n    http: {paths: [{path: /legacy.Old, pathType: Prefix, backend: {service: {name: legacy, port: {number: 80}}}}]}\n";
+    write(dir.path(), "ingress.yaml", ingress);
+    let route = grpc_route(
+        "w",
+        "2026-01-01T00:00:00Z",
+        "  hostnames: ['*.example.com']\n  rules:\n  - backendRefs: [{name: wild, port: 80}]\n",
+    );
+    write(dir.path(), "routes.yaml", &route);
+    let (_weir, addr) = weir(dir.path());
+    let deep = channel(addr, "a.b.example.com").await;
+    wait_for(&deep, "/t.Test/Echo", "wild").await;
+    let one = channel(addr, "a.example.com").await;
+    assert_eq!(who(&one, "/t.Test/Echo", &[]).await, "wild", "a one-label name reaches the GRPCRoute");
+    assert_eq!(who(&one, "/legacy.Old/Echo", &[]).await, "legacy", "the Ingress keeps its path");
+}
+
 /// `GRPCRouteRule.backendRefs` ("Support for weight: Core"): a 3:1 split over 400 calls, each
 /// answered by one of the two backends (loose bounds: the split is random).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

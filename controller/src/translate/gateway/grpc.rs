@@ -31,7 +31,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
 use weir_dataplane::model::{
-    Backend, BackendId, ObjectRef, PathMatch, RequestConditions, Route, RouteTable, StringMatch,
+    Backend, BackendId, HostMatch, ObjectRef, PathMatch, RequestConditions, Route, RouteTable, StringMatch,
     UpstreamProtocol, ValueMatch, VirtualHost,
 };
 
@@ -274,7 +274,7 @@ pub(crate) fn apply(
     // and headers): a host name's own routes first, then the less specific names' as fallback
     // tiers, as for HTTPRoutes.
     let others = names_of(attachments, RouteKind::Http, &isolation);
-    place(table, built, &isolation, &others, false, |table, own| merge(table, own, warnings));
+    place(table, built, &isolation, &others, true, |table, own| merge(table, own, warnings));
     for (id, mut backend) in backends {
         if matches!(super::app_protocol::of(snapshot, &id), Ok(None)) {
             // "Implementations MAY infer the protocol from the Route type referring to the
@@ -415,12 +415,25 @@ fn valid_method(s: &str) -> bool {
 
 /// Puts the built routes into the table's virtual hosts. At one path, GRPCRoute matches with
 /// conditions go before the routes already there without conditions (an Ingress's); one without
-/// conditions at a path an Ingress has loses to it (`ConflictLost`).
+/// conditions at a path an Ingress has loses to it (`ConflictLost`). As for HTTPRoutes, an
+/// Ingress wildcard `*.suffix` answers one-label names before the GRPCRoute's `**.suffix`: it
+/// gets the GRPCRoute's routes too.
 fn merge(table: &mut RouteTable, built: Vec<Plain<Order<Specificity>>>, warnings: &mut Warnings) {
     if built.is_empty() {
         return;
     }
-    for (host, routes) in by_host(built) {
+    let by_host = by_host(built);
+    let ingress_wildcards: Vec<(HostMatch, Vec<Route>)> = by_host
+        .iter()
+        .filter_map(|(host, routes)| match host {
+            HostMatch::Suffix(s) => {
+                let w = HostMatch::Wildcard(s.clone());
+                table.hosts.iter().any(|vh| vh.host == w).then(|| (w, routes.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    for (host, routes) in by_host.into_iter().chain(ingress_wildcards) {
         match table.hosts.iter_mut().find(|vh| vh.host == host) {
             None => table.hosts.push(VirtualHost { host, routes, fallback: Vec::new() }),
             Some(vh) => {

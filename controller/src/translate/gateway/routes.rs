@@ -455,32 +455,24 @@ fn fallbacks<S: Ord>(table: &mut weir_dataplane::model::RouteTable, inherited: V
                 routes: by_host(routes).into_values().flatten().collect(),
             })
             .collect();
-        match table.hosts.iter_mut().find(|vh| vh.host == target) {
-            Some(vh) => {
-                vh.fallback.extend(tiers);
-                // Stable: tiers already there (the HTTPRoutes') stay first on a tie.
-                vh.fallback.sort_by_key(|t| (Reverse(name_len(&t.from)), t.from.clone()));
-            }
-            None => table.hosts.push(VirtualHost { host: target, routes: Vec::new(), fallback: tiers }),
-        }
-    }
-    if !join {
-        table.hosts.sort_by(|a, b| a.host.cmp(&b.host));
-        return;
-    }
-    let joined: Vec<(HostMatch, Vec<Fallback>)> = table
-        .hosts
-        .iter()
-        .filter_map(|vh| match &vh.host {
-            HostMatch::Suffix(s) if !vh.fallback.is_empty() => {
-                Some((HostMatch::Wildcard(s.clone()), vh.fallback.clone()))
-            }
+        // An Ingress wildcard `*.suffix` that took this kind's `**.suffix` routes takes the
+        // tiers this call adds to `**.suffix` too (not those of the other kind, already there).
+        let joined = match &target {
+            HostMatch::Suffix(s) if join => Some((HostMatch::Wildcard(s.clone()), tiers.clone())),
             _ => None,
-        })
-        .collect();
-    for (wildcard, tiers) in joined {
-        if let Some(vh) = table.hosts.iter_mut().find(|vh| vh.host == wildcard) {
-            vh.fallback.extend(tiers);
+        };
+        for (host, tiers) in std::iter::once((target, tiers)).chain(joined) {
+            match table.hosts.iter_mut().find(|vh| vh.host == host) {
+                Some(vh) => {
+                    vh.fallback.extend(tiers);
+                    // Stable: tiers already there (the HTTPRoutes') stay first on a tie.
+                    vh.fallback.sort_by_key(|t| (Reverse(name_len(&t.from)), t.from.clone()));
+                }
+                None if !matches!(host, HostMatch::Wildcard(_)) => {
+                    table.hosts.push(VirtualHost { host, routes: Vec::new(), fallback: tiers })
+                }
+                None => {}
+            }
         }
     }
     table.hosts.sort_by(|a, b| a.host.cmp(&b.host));
