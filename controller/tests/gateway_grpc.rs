@@ -299,6 +299,30 @@ async fn grpcroute_wildcard_beside_an_ingress_wildcard() {
     assert_eq!(who(&one, "/legacy.Old/Echo", &[]).await, "legacy", "the Ingress keeps its path");
 }
 
+/// A GRPCRoute and an Ingress on one host: a GRPCRoute rule without matches (every call, path
+/// `/`) does not take over the Ingress's `/` (existing traffic keeps its backend, the
+/// GRPCRoute gets a `ConflictLost` warning, as for HTTPRoutes); a rule matching a method does
+/// get that method's calls. The route's listener socket is not a match condition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcroute_without_matches_does_not_take_an_ingress_path() {
+    let dir = tempfile::tempdir().unwrap();
+    backends(dir.path(), &["grpc", "method", "legacy"]).await;
+    let ingress = "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: ing, namespace: default, \
+        annotations: {nginx.ingress.kubernetes.io/backend-protocol: GRPC}}\n\
+        spec:\n  ingressClassName: weir\n  rules:\n  - host: grpc.test\n    http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: legacy, port: {number: 80}}}}]}\n";
+    write(dir.path(), "ingress.yaml", ingress);
+    let route = grpc_route(
+        "g",
+        "2026-01-01T00:00:00Z",
+        "  hostnames: [grpc.test]\n  rules:\n  - matches: [{method: {service: t.Test, method: Echo}}]\n    backendRefs: [{name: method, port: 80}]\n  - backendRefs: [{name: grpc, port: 80}]\n",
+    );
+    write(dir.path(), "routes.yaml", &route);
+    let (_weir, addr) = weir(dir.path());
+    let ch = channel(addr, "grpc.test").await;
+    wait_for(&ch, "/t.Test/Echo", "method").await;
+    assert_eq!(who(&ch, "/t.Test/Other", &[]).await, "legacy", "the Ingress keeps its path");
+}
+
 /// `GRPCRouteRule.backendRefs` ("Support for weight: Core"): a 3:1 split over 400 calls, each
 /// answered by one of the two backends (loose bounds: the split is random).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -437,7 +437,8 @@ fn merge(table: &mut RouteTable, built: Vec<Plain<Order<Specificity>>>, warnings
         match table.hosts.iter_mut().find(|vh| vh.host == host) {
             None => table.hosts.push(VirtualHost { host, routes, fallback: Vec::new() }),
             Some(vh) => {
-                for r in routes.iter().filter(|r| r.conditions.is_none()) {
+                for r in routes.iter().filter(|r| !has_match(r)) {
+                    // An Ingress's route: no conditions at all (a Gateway route's socket is one).
                     if let Some(other) = vh.routes.iter().find(|o| o.conditions.is_none() && o.path == r.path)
                     {
                         warnings.warn_on(
@@ -452,14 +453,30 @@ fn merge(table: &mut RouteTable, built: Vec<Plain<Order<Specificity>>>, warnings
                     }
                 }
                 vh.routes.extend(routes);
+                // Stable: at one path, the routes with a match condition (a service or header
+                // match) first, in their precedence order, then the Ingress's, then the routes
+                // without one.
+                let rank = |r: &Route| match (has_match(r), r.conditions.is_none()) {
+                    (true, _) => 0,
+                    (false, true) => 1,
+                    (false, false) => 2,
+                };
                 vh.routes.sort_by(|a, b| {
-                    (crate::translate::routes::route_order(&a.path), a.conditions.is_none())
-                        .cmp(&(crate::translate::routes::route_order(&b.path), b.conditions.is_none()))
+                    (crate::translate::routes::route_order(&a.path), rank(a))
+                        .cmp(&(crate::translate::routes::route_order(&b.path), rank(b)))
                 });
             }
         }
     }
     table.hosts.sort_by(|a, b| a.host.cmp(&b.host));
+}
+
+/// Whether a route has a match condition: anything but the socket a listener's route is kept
+/// to (`tls`), which is not a match.
+fn has_match(r: &Route) -> bool {
+    r.conditions
+        .as_deref()
+        .is_some_and(|c| *c != RequestConditions { tls: c.tls, ..RequestConditions::default() })
 }
 
 #[cfg(test)]
