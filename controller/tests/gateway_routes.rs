@@ -90,7 +90,8 @@ type Tries = std::sync::Arc<std::sync::Mutex<BTreeMap<String, usize>>>;
 
 /// A backend simulating failures as the conformance suite's does (`responseCode`,
 /// `succeedAfter`): a request `?id=ID&code=CODE&fail=N` is answered `CODE` the first `N` times
-/// that `ID` comes, then `200`; counts the tries per id. One request per connection.
+/// that `ID` comes, then `200`, after `sleep=MS` when the query has it; counts the tries per
+/// id as they arrive. One request per connection, each connection in a thread of its own.
 fn flaky_backend() -> (SocketAddr, Tries) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -98,36 +99,43 @@ fn flaky_backend() -> (SocketAddr, Tries) {
     let counted = tries.clone();
     std::thread::spawn(move || {
         for mut stream in listener.incoming().map_while(Result::ok) {
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                continue;
-            }
-            loop {
-                let mut h = String::new();
-                if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                    break;
+            let counted = counted.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
                 }
-            }
-            let query = line.split_whitespace().nth(1).and_then(|t| t.split_once('?')).map_or("", |(_, q)| q);
-            let param = |name: &str| {
-                query
-                    .split('&')
-                    .find_map(|kv| kv.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
-                    .unwrap_or("")
-            };
-            let n = {
-                let mut tries = counted.lock().unwrap();
-                let n = tries.entry(param("id").to_string()).or_default();
-                *n += 1;
-                *n
-            };
-            let fail: usize = param("fail").parse().unwrap_or(0);
-            let code = if n <= fail { param("code") } else { "200" };
-            let head = format!(
-                "HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\nX-Backend: flaky\r\n\r\n"
-            );
-            let _ = stream.write_all(head.as_bytes());
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                        break;
+                    }
+                }
+                let query =
+                    line.split_whitespace().nth(1).and_then(|t| t.split_once('?')).map_or("", |(_, q)| q);
+                let param = |name: &str| {
+                    query
+                        .split('&')
+                        .find_map(|kv| kv.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
+                        .unwrap_or("")
+                };
+                let n = {
+                    let mut tries = counted.lock().unwrap();
+                    let n = tries.entry(param("id").to_string()).or_default();
+                    *n += 1;
+                    *n
+                };
+                let fail: usize = param("fail").parse().unwrap_or(0);
+                let code = if n <= fail { param("code") } else { "200" };
+                if let Ok(ms) = param("sleep").parse() {
+                    std::thread::sleep(std::time::Duration::from_millis(ms));
+                }
+                let head = format!(
+                    "HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\nX-Backend: flaky\r\n\r\n"
+                );
+                let _ = stream.write_all(head.as_bytes());
+            });
         }
     });
     (addr, tries)
@@ -573,6 +581,10 @@ fn httproute_retry_codes_and_attempts() {
         rule("/retry/code-500-attempts-3", "{codes: [500], attempts: 3}"),
         rule("/retry/code-all-attempts-2", "{codes: [500, 502, 503, 504], attempts: 2}"),
         rule("/retry/backoff", "{codes: [500], attempts: 1, backoff: 300ms}"),
+        rule(
+            "/retry/bounded",
+            "{codes: [500], attempts: 7}\n    timeouts: {request: 1500ms, backendRequest: 300ms}",
+        ),
     ]
     .concat();
     write(dir.path(), "routes.yaml", &http_route("retries", "2024-01-01T00:00:00Z", &spec));
@@ -601,4 +613,13 @@ fn httproute_retry_codes_and_attempts() {
         let got = tries.lock().unwrap().get(&i.to_string()).copied().unwrap_or(0);
         assert_eq!((a.status, got), (*want, *want_tries), "case {i}: {method} {target}");
     }
+
+    // `timeouts.request` bounds the tries together ("may result in more than one call from the
+    // gateway to the destination backend, for example, if automatic retries are supported"):
+    // each try waits 300 ms (backendRequest) for an answer that takes 2 s, and no try starts or
+    // waits past 1.5 s. Without the bound all 8 tries (7 attempts) would go, 2.4 s in all.
+    let a = send(http, "GET", "r.test", "/retry/bounded?id=bounded&sleep=2000", &[]);
+    let got = tries.lock().unwrap().get("bounded").copied().unwrap_or(0);
+    assert_eq!(a.status, 504, "the request timed out");
+    assert!((2..=5).contains(&got), "{got} tries in 1.5 s of 300 ms each");
 }

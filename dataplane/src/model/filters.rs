@@ -48,6 +48,10 @@ pub struct Retries {
     /// Least wait before each retry, in milliseconds.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub backoff_ms: u64,
+    /// The whole exchange's time, tries and waits together, in milliseconds (`HTTPRouteRule`
+    /// `timeouts.request`): no try starts after it and none waits for its answer past it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout_ms: Option<u64>,
 }
 
 impl Retries {

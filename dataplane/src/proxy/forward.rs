@@ -839,7 +839,10 @@ impl ConnCtx {
                 }
                 clients.send(target, attempt, opts, forwarded).await
             });
-            let head_timeout = plan.head_timeout + backoff.unwrap_or_default();
+            let mut head_timeout = plan.head_timeout + backoff.unwrap_or_default();
+            if let Some(until) = plan.until.filter(|_| plan.until_bounds_tries) {
+                head_timeout = head_timeout.min(until.saturating_duration_since(Instant::now()));
+            }
             // An HTTP/1 client connection has one request at a time: its own lazily armed
             // timer waits for the response head (no timer-wheel work per request). HTTP/2
             // streams run concurrently, each with a timer lent by the connection for the wait.
@@ -1485,8 +1488,11 @@ struct RetryPlan {
     max_tries: usize,
     head_timeout: std::time::Duration,
     opts: Exchange,
-    /// No try starts past it (`proxy-next-upstream-timeout`; the clock is read only with one).
+    /// No try starts past it (`proxy-next-upstream-timeout`, or the Gateway API
+    /// `timeouts.request`; the clock is read only with one).
     until: Option<Instant>,
+    /// `until` bounds each try's wait too (`timeouts.request`: the whole exchange).
+    until_bounds_tries: bool,
     /// Whether a request that went out may go again (its method allows it).
     resend: bool,
 }
@@ -1524,13 +1530,28 @@ impl RetryPlan {
         if let Some(timeout) = policy.and_then(|p| p.send_timeout) {
             opts.send_timeout = timeout;
         }
-        let until = policy
-            .and_then(|p| p.next_upstream_timeout)
-            .unwrap_or(config.next_upstream_timeout)
-            .filter(|_| max_tries > 1)
+        // `timeouts.request`: "the maximum duration for a gateway to respond to an HTTP request"
+        // covers every try ("may result in more than one call from the gateway to the
+        // destination backend, for example, if automatic retries are supported").
+        let request_timeout = gateway.and_then(|g| g.request_timeout).filter(|_| max_tries > 1);
+        let until = request_timeout
+            .or_else(|| {
+                policy
+                    .and_then(|p| p.next_upstream_timeout)
+                    .unwrap_or(config.next_upstream_timeout)
+                    .filter(|_| max_tries > 1)
+            })
             .map(|limit| Instant::now() + limit);
         let resend = max_tries > 1 && !is_upgrade && retry.after_send() && retry.may_resend(method);
-        RetryPlan { retry, max_tries, head_timeout, opts, until, resend }
+        RetryPlan {
+            retry,
+            max_tries,
+            head_timeout,
+            opts,
+            until,
+            until_bounds_tries: request_timeout.is_some(),
+            resend,
+        }
     }
 }
 

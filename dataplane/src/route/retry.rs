@@ -78,6 +78,8 @@ pub struct Retries {
     pub attempts: u32,
     /// Least wait before each retry.
     pub backoff: Duration,
+    /// The tries together (`timeouts.request`).
+    pub request_timeout: Option<Duration>,
 }
 
 impl Retries {
@@ -88,7 +90,12 @@ impl Retries {
             let bit = usize::from(code - 400);
             codes[bit / 64] |= 1 << (bit % 64);
         }
-        Retries { codes, attempts: r.attempts, backoff: Duration::from_millis(r.backoff_ms) }
+        Retries {
+            codes,
+            attempts: r.attempts,
+            backoff: Duration::from_millis(r.backoff_ms),
+            request_timeout: r.request_timeout_ms.map(Duration::from_millis),
+        }
     }
 
     /// Whether an answer with `status` is retried.
@@ -112,6 +119,7 @@ mod tests {
             codes: vec![400, 463, 500, 503, 599, 600],
             attempts: 2,
             backoff_ms: 5,
+            request_timeout_ms: None,
         });
         for (code, retried) in [
             (400, true),

@@ -10,7 +10,8 @@
 //!   its own share (the body is read once and shared by the copies, see the dataplane's
 //!   `proxy/mirror.rs`). Over h2c for a GRPCRoute or an `appProtocol: kubernetes.io/h2c` port;
 //! - `timeouts.request` / `timeouts.backendRequest` (GEP-2257 durations): the time the upstream
-//!   gets to answer (the shorter of the two; `0s`: a day, the longest weir waits);
+//!   gets to answer (the shorter of the two; `0s`: a day, the longest weir waits); with a
+//!   `retry`, `timeouts.request` bounds the tries together too;
 //! - `retry` (`HTTPRouteRetry`, experimental channel in v1.6): `codes`, `attempts` (1 when
 //!   unset), `backoff` (none when unset) onto the proxy's retries ([`retries`]).
 //!
@@ -65,10 +66,15 @@ pub fn rule_policy(
             out.refused.push(format!("spec.rules[{ri}].backendRefs[{bi}].{why}"));
         }
     }
+    // `timeouts.request` bounds the tries of a `retry` together too.
+    let mut request_ms: Option<u64> = None;
     if let Some(t) = &rule.timeouts {
         let mut shortest: Option<u64> = None;
         for (name, value) in [("request", &t.request), ("backendRequest", &t.backend_request)] {
             let Some(value) = value else { continue };
+            if name == "request" {
+                request_ms = duration_ms(value).filter(|ms| *ms > 0);
+            }
             match duration_ms(value) {
                 // "Setting a timeout to the zero duration (e.g. "0s") SHOULD disable the timeout
                 // completely"; weir's longest is a day.
@@ -92,6 +98,7 @@ pub fn rule_policy(
                     ));
                     retries.attempts = Retries::MAX_ATTEMPTS;
                 }
+                retries.request_timeout_ms = request_ms;
                 filters.retries = Some(retries);
             }
             Err(why) => out.refused.push(format!("spec.rules[{ri}].retry: {why}")),
@@ -253,7 +260,7 @@ fn retries(r: &HttpRouteRetry) -> Result<Retries, String> {
         None => 0,
         Some(b) => duration_ms(b).ok_or_else(|| format!("backoff {b:?} is not a duration"))?,
     };
-    Ok(Retries { codes, attempts, backoff_ms })
+    Ok(Retries { codes, attempts, backoff_ms, request_timeout_ms: None })
 }
 
 fn port_u16(p: i32) -> u16 {
@@ -384,9 +391,12 @@ mod tests {
         };
         assert_eq!(
             r(vec![503, 500, 500], Some(3), Some("100ms")),
-            Ok(Retries { codes: vec![500, 503], attempts: 3, backoff_ms: 100 })
+            Ok(Retries { codes: vec![500, 503], attempts: 3, backoff_ms: 100, request_timeout_ms: None })
         );
-        assert_eq!(r(vec![], None, None), Ok(Retries { codes: vec![], attempts: 1, backoff_ms: 0 }));
+        assert_eq!(
+            r(vec![], None, None),
+            Ok(Retries { codes: vec![], attempts: 1, backoff_ms: 0, request_timeout_ms: None })
+        );
         assert!(r(vec![600], None, None).is_err());
         assert!(r(vec![399], None, None).is_err());
         assert!(r(vec![500], Some(0), None).is_err());
