@@ -20,9 +20,11 @@ use tokio::net::TcpListener;
 use tonic::{Code, Request, Response, Status};
 use tonic_prost::ProstCodec;
 
+mod support_gateway;
 mod support_proc;
 
-use support_proc::{Proc, spawn_serve};
+use support_gateway::Ca;
+use support_proc::{Proc, serve_args, spawn_serve, spawn_wrapped};
 
 /// The one message type: the backend answers with its name, the path called and the request
 /// header `x-added` (when sent).
@@ -513,44 +515,83 @@ async fn h2_only_backend(name: &'static str) -> SocketAddr {
 /// A WebSocket-style backend: answers an `Upgrade: websocket` request `101` (only if the
 /// request carries `Upgrade`), then echoes the bytes that follow.
 async fn upgrade_echo_backend() -> SocketAddr {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
-            let Ok((mut stream, _)) = listener.accept().await else { return };
+            let Ok((stream, _)) = listener.accept().await else { return };
+            tokio::spawn(upgrade_echo(stream));
+        }
+    });
+    addr
+}
+
+/// [`upgrade_echo_backend`] over TLS with the certificate `cert_pem` (and its key).
+async fn tls_upgrade_echo_backend(cert_pem: &str, key_pem: &str) -> SocketAddr {
+    use rustls::pki_types::pem::PemObject as _;
+    let certs =
+        rustls::pki_types::CertificateDer::pem_slice_iter(cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
+    let config =
+        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs.unwrap(), key)
+            .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let acceptor = acceptor.clone();
             tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    head.push(byte[0]);
-                }
-                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
-                if !head.contains("upgrade: websocket") {
-                    let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await;
-                    return;
-                }
-                let _ = stream
-                    .write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-                    .await;
-                let mut buf = [0u8; 1024];
-                loop {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => {
-                            if stream.write_all(&buf[..n]).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
+                if let Ok(tls) = acceptor.accept(stream).await {
+                    upgrade_echo(tls).await;
                 }
             });
         }
     });
     addr
+}
+
+/// One connection of [`upgrade_echo_backend`].
+async fn upgrade_echo<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut stream: S) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    {
+        {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                    return;
+                }
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+            if !head.contains("upgrade: websocket") {
+                let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await;
+                return;
+            }
+            let _ = stream
+                .write_all(
+                    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+                )
+                .await;
+            let mut buf = [0u8; 1024];
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if stream.write_all(&buf[..n]).await.is_err() || stream.flush().await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// `GET /` for `host` over HTTP/1.1: status and body.
@@ -669,4 +710,76 @@ async fn httproute_request_mirror_to_app_protocol_h2c() {
         assert!(Instant::now() < deadline, "the mirror got {} copies of 6", copies.load(Ordering::SeqCst));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// `appProtocol: kubernetes.io/wss` (KEP-3726: WebSocket over TLS): the upgrade reaches a TLS
+/// backend whose certificate a CA the system trusts (`SSL_CERT_FILE` here, as weir's upstream
+/// TLS reads the system's roots) signed for the request's host, and data flows both ways; a
+/// backend whose certificate another CA signed is refused (502), never spoken to unverified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_backend_app_protocol_wss() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let (trusted, other) = (Ca::new("trusted"), Ca::new("other"));
+    let (cert, key) = trusted.leaf(&["wss.test"]);
+    let good = tls_upgrade_echo_backend(&cert, &key).await;
+    let (cert, key) = other.leaf(&["forged.test"]);
+    let forged = tls_upgrade_echo_backend(&cert, &key).await;
+    let route = |name: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: default}}\n\
+             spec:\n  parentRefs: [{{name: edge}}]\n  hostnames: [{name}.test]\n  rules:\n  - backendRefs: [{{name: {name}, port: 80}}]\n---\n"
+        )
+    };
+    let yaml = [
+        GATEWAY.to_string(),
+        service("wss", good, Some("kubernetes.io/wss")),
+        service("forged", forged, Some("kubernetes.io/wss")),
+        route("wss"),
+        route("forged"),
+    ]
+    .concat();
+    let roots = dir.path().join("roots");
+    std::fs::create_dir(&roots).unwrap();
+    let ca_file = roots.join("ca.pem");
+    std::fs::write(&ca_file, &trusted.pem).unwrap();
+    write(dir.path(), "all.yaml", &yaml);
+    let env = format!("SSL_CERT_FILE={}", ca_file.display());
+    let args = serve_args(dir.path(), &[]);
+    let (_weir, addrs, _log) = spawn_wrapped(&["env", &env], &args, &["http"], Some("info"));
+    let addr = addrs[0];
+
+    let upgrade = |host: &'static str| async move {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(
+            format!("GET /chat HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match tokio::time::timeout(Duration::from_secs(15), s.read(&mut byte)).await {
+                Ok(Ok(1)) => head.push(byte[0]),
+                _ => break,
+            }
+        }
+        (String::from_utf8_lossy(&head).to_string(), s)
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (head, mut s) = loop {
+        let (head, s) = upgrade("wss.test").await;
+        if head.starts_with("HTTP/1.1 101") || Instant::now() > deadline {
+            break (head, s);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    s.write_all(b"over tls").await.unwrap();
+    let mut buf = [0u8; 8];
+    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut buf)).await.unwrap().unwrap();
+    assert_eq!(&buf, b"over tls", "echoed by the TLS backend through weir");
+
+    let (head, _) = upgrade("forged.test").await;
+    assert!(head.starts_with("HTTP/1.1 502"), "a certificate the system does not trust: {head}");
 }
