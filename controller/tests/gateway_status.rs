@@ -215,12 +215,29 @@ fn gateway_api_status_written_by_the_leader() {
 /// missing Secret `InvalidCertificateRef` (`GatewayInvalidTLSConfiguration`), neither is
 /// `Programmed`; two Gateways with one hostname on one port: the newer one's listener is
 /// `Conflicted` (`HostnameConflict`); TLSRoutes get per parent `Accepted` (or
-/// `NoMatchingListenerHostname`) and `ResolvedRefs` (or `BackendNotFound`).
+/// `NoMatchingListenerHostname`) and `ResolvedRefs` (or `BackendNotFound`). A `TLS` listener
+/// with `tls.mode: Terminate` (`TLSRouteModeTerminate`; conformance
+/// `TLSRouteListenerTerminateSupportedKinds`) beside a `Passthrough` one on the same port
+/// (`TLSRouteModeMixed`) is `Accepted`, `Programmed`, `ResolvedRefs` and not `Conflicted`, with
+/// `supportedKinds` TLSRoute and its route attached (`Accepted`, `ResolvedRefs`); one whose
+/// Secret is missing gets what an HTTPS listener gets (`InvalidCertificateRef`, not
+/// `Programmed`), and the route naming only it is not accepted.
 #[test]
 fn gateway_api_tls_listener_and_tlsroute_status() {
+    use base64::Engine as _;
+    use k8s_openapi::api::core::v1::Secret;
     isolated("gateway_api_tls_listener_and_tlsroute_status", || async {
         let (api, admin, _echo) = cluster_with_class().await;
         let ns = "default";
+        let term = rcgen::generate_simple_self_signed(vec!["a.term.example".to_string()]).unwrap();
+        let b64 = |s: String| base64::engine::general_purpose::STANDARD.encode(s);
+        apply::<Secret>(
+            &admin,
+            ns,
+            json!({"metadata": {"name": "term-tls"}, "type": "kubernetes.io/tls", "data": {
+                "tls.crt": b64(term.cert.pem()), "tls.key": b64(term.signing_key.serialize_pem())}}),
+        )
+        .await;
         let gw = |kind, plural, value| create(&admin, Some(ns), "v1", kind, plural, value);
         gw(
             "Gateway",
@@ -233,6 +250,11 @@ fn gateway_api_tls_listener_and_tlsroute_status() {
                  "tls": {"certificateRefs": [{"name": "nope"}]}},
                 {"name": "pass", "port": 443, "protocol": "TLS", "hostname": "*.pass.example",
                  "tls": {"mode": "Passthrough"}},
+                {"name": "term", "port": 443, "protocol": "TLS", "hostname": "*.term.example",
+                 "allowedRoutes": {"kinds": [{"kind": "TLSRoute"}]},
+                 "tls": {"mode": "Terminate", "certificateRefs": [{"name": "term-tls"}]}},
+                {"name": "term-missing", "port": 443, "protocol": "TLS", "hostname": "missing.term-x.example",
+                 "tls": {"mode": "Terminate", "certificateRefs": [{"name": "nope"}]}},
             ]}}),
         )
         .await
@@ -246,14 +268,23 @@ fn gateway_api_tls_listener_and_tlsroute_status() {
         )
         .await
         .unwrap();
-        let tls_route = |name: &str, host: &str, backend: &str| {
+        let route_on = |section: &str, name: &str, host: &str, backend: &str| {
             json!({"metadata": {"name": name}, "spec": {
-                "parentRefs": [{"name": "first", "sectionName": "pass"}], "hostnames": [host],
+                "parentRefs": [{"name": "first", "sectionName": section}], "hostnames": [host],
                 "rules": [{"backendRefs": [{"name": backend, "port": 80}]}]}})
         };
+        let tls_route = |name: &str, host: &str, backend: &str| route_on("pass", name, host, backend);
         gw("TLSRoute", "tlsroutes", tls_route("pass", "a.pass.example", "web")).await.unwrap();
         gw("TLSRoute", "tlsroutes", tls_route("pass-missing", "b.pass.example", "missing")).await.unwrap();
         gw("TLSRoute", "tlsroutes", tls_route("pass-miss", "x.other.example", "web")).await.unwrap();
+        gw("TLSRoute", "tlsroutes", route_on("term", "term", "a.term.example", "web")).await.unwrap();
+        gw(
+            "TLSRoute",
+            "tlsroutes",
+            route_on("term-missing", "term-missing", "missing.term-x.example", "web"),
+        )
+        .await
+        .unwrap();
 
         let weir = Weir::start(&api.kubeconfig, &["--publish-status-address", "192.0.2.10"]);
         weir.wait_ready(Duration::from_secs(30)).await;
@@ -314,6 +345,43 @@ fn gateway_api_tls_listener_and_tlsroute_status() {
             s("False", "NoMatchingListenerHostname", 1),
             "{miss}"
         );
+
+        // The Terminate listener beside the Passthrough one on port 443.
+        let term = eventually("first/term", Duration::from_secs(15), || listener("first", "term")).await;
+        for (type_, status, reason) in [
+            ("Accepted", "True", "Accepted"),
+            ("Programmed", "True", "Programmed"),
+            ("ResolvedRefs", "True", "ResolvedRefs"),
+            ("Conflicted", "False", "NoConflicts"),
+        ] {
+            assert_eq!(summary(cond(&term["conditions"], type_)), s(status, reason, 1), "{type_}: {term}");
+        }
+        assert_eq!(
+            term["supportedKinds"],
+            json!([{"group": "gateway.networking.k8s.io", "kind": "TLSRoute"}])
+        );
+        assert_eq!(term["attachedRoutes"], 1, "{term}");
+        assert_eq!(summary(cond(&pass["conditions"], "Conflicted")), s("False", "NoConflicts", 1), "{pass}");
+        let routed = eventually("term's status", Duration::from_secs(15), || parent("term")).await;
+        assert_eq!(summary(cond(&routed["conditions"], "Accepted")), s("True", "Accepted", 1), "{routed}");
+        assert_eq!(
+            summary(cond(&routed["conditions"], "ResolvedRefs")),
+            s("True", "ResolvedRefs", 1),
+            "{routed}"
+        );
+        // Its Secret missing: what an HTTPS listener gets; the route on it only is not accepted.
+        let bad =
+            eventually("first/term-missing", Duration::from_secs(15), || listener("first", "term-missing"))
+                .await;
+        assert_eq!(
+            summary(cond(&bad["conditions"], "ResolvedRefs")),
+            s("False", "InvalidCertificateRef", 1),
+            "{bad}"
+        );
+        assert_eq!(summary(cond(&bad["conditions"], "Programmed")), s("False", "Invalid", 1), "{bad}");
+        let unserved =
+            eventually("term-missing's status", Duration::from_secs(15), || parent("term-missing")).await;
+        assert_eq!(cond(&unserved["conditions"], "Accepted")["status"], "False", "{unserved}");
     });
 }
 

@@ -436,6 +436,163 @@ spec: {parentRefs: [{name: edge, sectionName: https}, {name: edge, sectionName: 
     assert!(who(https, "b.other.example.com", &backends_ca).is_err());
 }
 
+/// A plain TCP backend on loopback: answers each connection with `{name}:` and echoes every
+/// byte it gets (threads that end with the test process).
+fn tcp_echo(name: &'static str) -> SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            std::thread::spawn(move || {
+                if conn.write_all(format!("{name}:").as_bytes()).is_err() {
+                    return;
+                }
+                let mut buf = [0u8; 1024];
+                while let Ok(n) = conn.read(&mut buf) {
+                    if n == 0 || conn.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// `openssl s_client` to weir's HTTPS socket with SNI `sni`, verifying the server's certificate
+/// against `ca` (a failed verification fails the handshake): sends `send` over TLS and returns
+/// what came back once it contains `want`, or openssl's errors (and what did come) when the
+/// connection ends first or after 10 s.
+fn tls_exchange(https: SocketAddr, sni: &str, ca: &Path, send: &str, want: &str) -> Result<String, String> {
+    use std::io::{Read, Write};
+    use std::process::Stdio;
+    let mut child = Command::new("openssl")
+        .args([
+            "s_client",
+            "-quiet",
+            "-verify_return_error",
+            "-connect",
+            &https.to_string(),
+            "-servername",
+            sni,
+        ])
+        .arg("-CAfile")
+        .arg(ca)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let _ = stdin.write_all(send.as_bytes()); // openssl may be gone already: its errors say why
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).contains(want) {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(bytes) => got.extend(bytes),
+            Err(_) => break, // the connection ended, or the time is up
+        }
+    }
+    drop(stdin);
+    let _ = child.kill(); // best effort: it may have exited
+    let out = child.wait_with_output().unwrap();
+    let got = String::from_utf8_lossy(&got).into_owned();
+    if got.contains(want) { Ok(got) } else { Err(format!("{}{got}", String::from_utf8_lossy(&out.stderr))) }
+}
+
+/// TLSRoute termination (`TLSRouteModeTerminate`, conformance
+/// `TLSRouteTerminateSimpleSameNamespace`) beside passthrough and HTTPS on one port
+/// (`TLSRouteModeMixed`, `TLSRouteMixedTerminationSameNamespace`): a TLS client (openssl
+/// s_client) verifying the `Terminate` listener's certificate reaches a plain TCP echo backend
+/// through weir and gets its bytes back ("the reverse proxy passes unencrypted TCP packets",
+/// GEP-2643); a `Passthrough` listener's name on the same socket still reaches its backend
+/// undecrypted (the backend's certificate), an HTTPS listener's name is still served as HTTP;
+/// a name of the `Terminate` listener that no route serves is refused. A `Terminate` listener
+/// whose Secret does not exist serves nothing (its name gets the default certificate) while
+/// the rest keeps serving.
+#[test]
+fn tlsroute_terminate_relays_plain_tcp_beside_passthrough_and_https() {
+    if !have_curl() || !support_proc::have("openssl", "scripts/test.sh install") {
+        return;
+    }
+    let tcp = tcp_echo("tcp-echo");
+    let ca = Ca::new("passthrough backend");
+    let pass_backend = tls_backend("one", &ca, &["pass.example.com"]);
+    let (_web, web) = echo("backend-web");
+    let dir = tempfile::tempdir().unwrap();
+    let cas = tempfile::tempdir().unwrap();
+    let backend_ca = ca_file(cas.path(), "backend", &ca.pem);
+    let (tcp_ca, tcp_secret) = tls_secret("default", "tcp-tls", &["*.tcp.example.com", "broken.example.com"]);
+    let tcp_ca = ca_file(cas.path(), "tcp", &tcp_ca);
+    let (web_ca, web_secret) = tls_secret("default", "web-tls", &["web.example.com"]);
+    let web_ca = ca_file(cas.path(), "web", &web_ca);
+    let listeners = r#"  - {name: tls-terminate, port: 443, protocol: TLS, hostname: "*.tcp.example.com", tls: {mode: Terminate, certificateRefs: [{name: tcp-tls}]}}
+  - {name: tls-passthrough, port: 443, protocol: TLS, hostname: pass.example.com, tls: {mode: Passthrough}}
+  - {name: https, port: 443, protocol: HTTPS, hostname: web.example.com, tls: {certificateRefs: [{name: web-tls}]}}
+  - {name: broken, port: 443, protocol: TLS, hostname: broken.example.com, tls: {mode: Terminate, certificateRefs: [{name: nope}]}}
+"#;
+    let routes = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: terminated, namespace: default}
+spec:
+  parentRefs: [{name: edge, sectionName: tls-terminate}, {name: edge, sectionName: broken}]
+  hostnames: [a.tcp.example.com, broken.example.com]
+  rules: [{backendRefs: [{name: tcp, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: passed, namespace: default}
+spec:
+  parentRefs: [{name: edge, sectionName: tls-passthrough}]
+  hostnames: [pass.example.com]
+  rules: [{backendRefs: [{name: one, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: web, namespace: default}
+spec: {parentRefs: [{name: edge, sectionName: https}], rules: [{backendRefs: [{name: web, port: 80}]}]}
+---
+"#;
+    let services =
+        format!("{}{}{}", service("tcp", tcp), service("one", pass_backend.addr), service("web", web));
+    let gateway = gateway("edge", listeners);
+    write(dir.path(), "gateway.yaml", &format!("{CLASS}{gateway}{routes}{services}{tcp_secret}{web_secret}"));
+    let (_weir, addrs) = spawn_serve(dir.path(), &[], &["https"]);
+    let https = addrs[0];
+
+    let relayed =
+        |sni: &str, send: &str| tls_exchange(https, sni, &tcp_ca, send, &format!("tcp-echo:{send}"));
+    wait_until(
+        "a.tcp.example.com relayed to the TCP echo",
+        || relayed("a.tcp.example.com", "hello\n"),
+        Result::is_ok,
+    );
+    assert_eq!(relayed("a.tcp.example.com", "second line\n"), Ok("tcp-echo:second line\n".to_string()));
+    // Mixed on one socket: passthrough keeps the backend's own certificate and HTTP behind it;
+    // the HTTPS listener's name is served by weir as HTTP.
+    assert_eq!(who(https, "pass.example.com", &backend_ca), Ok("one".to_string()));
+    assert_eq!(curl(https, "web.example.com", "/", Some(&web_ca)), ok("backend-web"));
+    // A name of the Terminate listener no route has: refused, though its certificate covers it.
+    let unrouted = relayed("b.tcp.example.com", "hello\n");
+    assert!(unrouted.is_err(), "{unrouted:?}");
+    // The listener whose certificate does not resolve is not served: its name gets the default
+    // certificate, which the CA does not verify; the others above kept serving.
+    let broken = relayed("broken.example.com", "hello\n");
+    assert!(broken.is_err(), "{broken:?}");
+}
+
 /// curl's answer (run with `-w "\n%{http_code}"`): the status and the echo backend's name (`-`
 /// for a body that is not the echo's), or curl's error.
 fn answer(out: std::process::Output) -> Result<(u16, String), String> {

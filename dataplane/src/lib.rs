@@ -33,7 +33,8 @@
 //!                     changes: TableChanges), http_util, hashkey, fast, uri_path (the request
 //!                     path as routes see it), metrics (request counters in per-thread
 //!                     shards, resolved per route when a table compiles), trace (W3C trace
-//!                     context, the sampler, spans and their OTLP exporter)
+//!                     context, the sampler, spans and their OTLP exporter), relay (the
+//!                     bounded copy of a byte stream both ways with an idle timeout)
 //! ```
 //!
 //! `tls`, `state` and `route` are floors, not wings, for two reasons: a balancer holds its
@@ -50,6 +51,7 @@ pub mod l4;
 pub mod metrics;
 pub mod model;
 pub mod proxy;
+pub(crate) mod relay;
 pub mod route;
 pub(crate) mod stall;
 pub mod state;

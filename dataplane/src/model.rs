@@ -49,7 +49,9 @@ pub struct RouteTable {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub certificates: BTreeMap<ObjectRef, Certificate>,
     /// Hosts whose TLS connections are not terminated but spliced to a backend as they are
-    /// (ingress-nginx `ssl-passthrough`), sorted by host.
+    /// (ingress-nginx `ssl-passthrough`, Gateway API TLSRoutes), or terminated and then relayed
+    /// as plain TCP ([`Passthrough::relay`]), sorted by host: the SNI chooses before the
+    /// handshake.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub passthrough: Vec<Passthrough>,
     /// Hosts that ask TLS clients for a certificate (ingress-nginx `auth-tls-*`), sorted by host.
@@ -225,8 +227,9 @@ pub struct Settings {
     /// Requests sent upstream carry `X-Original-Uri` (`proxy-add-original-uri-header`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_uri_header: Option<bool>,
-    /// Idle time after which an L4 connection or UDP flow is closed, in milliseconds
-    /// (`proxy-stream-timeout`). `None`: 600 s.
+    /// Idle time after which an L4 connection, a UDP flow or a relayed TLS connection
+    /// ([`Passthrough::relay`]) is closed, in milliseconds (`proxy-stream-timeout`). `None`:
+    /// 600 s ([`Settings::stream_timeout`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_timeout_ms: Option<u64>,
     /// Whether a failed L4 upstream connect moves on to the next endpoint
@@ -297,6 +300,11 @@ impl Settings {
     /// True when nothing is set (used to keep serialized tables short).
     pub fn is_empty(&self) -> bool {
         *self == Settings::default()
+    }
+
+    /// `proxy-stream-timeout` with its default (600 s; at least 1 ms).
+    pub fn stream_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.stream_timeout_ms.unwrap_or(600_000).max(1))
     }
 }
 
@@ -1467,14 +1475,17 @@ pub struct TlsEntry {
     pub alternatives: Vec<ObjectRef>,
 }
 
-/// A TLS passthrough host: connections whose SNI it matches go to `backend` undecrypted.
+/// A TLS passthrough host: connections whose SNI it matches go to `backend` undecrypted (or,
+/// with [`Passthrough::relay`], decrypted by weir and relayed as plain TCP).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Passthrough {
     /// The SNI name (exact or `*.` wildcard).
     pub host: HostMatch,
-    /// The backend that terminates TLS itself (also in [`RouteTable::backends`]).
-    pub backend: BackendId,
+    /// The backend that terminates TLS itself (also in [`RouteTable::backends`]); `None`
+    /// with an empty `split`: every connection is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendId>,
     /// Gateway API TLSRoute `backendRefs`: each connection goes to one of these, chosen at
     /// random by weight (a share without backend, or weights all 0, refuses the connection);
     /// empty: `backend`.
@@ -1484,6 +1495,12 @@ pub struct Passthrough {
     /// listener's wildcard (the more specific listener wins); `backend` is then unused.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub terminate: bool,
+    /// Terminated here with the certificate the SNI chooses among [`RouteTable::tls`] (a
+    /// Gateway `TLS` listener with `tls.mode: Terminate`), no ALPN negotiated, then the
+    /// decrypted byte stream relayed over plain TCP to `split` (or `backend`) as passthrough
+    /// would splice it (Gateway API TLSRoute termination). Ignored with `terminate`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub relay: bool,
 }
 
 /// The TLS handshake options of one host, chosen by SNI: the host's own TLS 1.2 cipher suites

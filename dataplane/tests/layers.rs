@@ -35,6 +35,7 @@ const MODULES: &[(&str, &str)] = &[
     ("metrics", "ground"), // request metrics: per-route handles, sharded counters
     ("stall", "ground"),   // timeouts on I/O that waits without progress
     ("trace", "ground"),   // W3C trace context, sampler, spans, the OTLP exporter
+    ("relay", "ground"),   // the bounded copy relay both ways with an idle timeout
     ("echo", "echo"),
     ("tls", "tls"),
     ("state", "state"),

@@ -19,7 +19,11 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
-    let weir_ca = Ca::new();
+    setup_with(Ca::new(), |t| t).await
+}
+
+/// [`setup`] with the weir CA `weir_ca` and the table edited by `edit` before it is served.
+async fn setup_with(weir_ca: Ca, edit: impl FnOnce(RouteTable) -> RouteTable) -> Setup {
     let backend_ca = Ca::new();
     let backend_leaf = backend_ca.leaf(&["pass.test", "x.passwild.test"]);
     let backend = tls_backend("b1", &backend_leaf).await;
@@ -37,12 +41,13 @@ async fn setup() -> Setup {
     for host in ["pass.test", "*.passwild.test"] {
         table.passthrough.push(Passthrough {
             host: HostMatch::parse(host).unwrap(),
-            backend: pass_be.id.clone(),
+            backend: Some(pass_be.id.clone()),
             split: Vec::new(),
             terminate: false,
+            relay: false,
         });
     }
-    Setup { p: tls_proxy(table).await, weir_ca, backend_ca, backend_leaf }
+    Setup { p: tls_proxy(edit(table)).await, weir_ca, backend_ca, backend_leaf }
 }
 
 #[tokio::test]
@@ -71,9 +76,10 @@ async fn passthrough_to_a_dead_backend_closes_the_connection() {
     let mut table = table().host("pass.test").prefix("/", &be).build();
     table.passthrough.push(Passthrough {
         host: HostMatch::parse("pass.test").unwrap(),
-        backend: be.id.clone(),
+        backend: Some(be.id.clone()),
         split: Vec::new(),
         terminate: false,
+        relay: false,
     });
     let p = tls_proxy(table).await;
     let r =
@@ -119,4 +125,94 @@ async fn curl(port: u16, host: &str, ca: &std::path::Path) -> (bool, String) {
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
     )
+}
+
+/// A plain TCP backend that answers each connection with `name:` and then echoes every byte
+/// back; the bytes it received (all connections) are reported on the channel when a
+/// connection ends.
+async fn tcp_echo(
+    name: &'static str,
+) -> (std::net::SocketAddr, tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 1024];
+                if s.write_all(format!("{name}:").as_bytes()).await.is_err() {
+                    return;
+                }
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                }
+                let _ = tx.send(seen); // the test may be done
+            });
+        }
+    });
+    (addr, rx)
+}
+
+/// Gateway API TLSRoute termination (`TLSRouteModeTerminate`, GEP-2643 "TLSRoute + TLS
+/// Termination"; `Passthrough::relay`): a relayed name is terminated with its listener's
+/// certificate, with no ALPN chosen though the client offers h2, and its decrypted bytes reach a
+/// plain TCP backend and come back; passthrough and HTTPS names on the same socket keep working
+/// (`TLSRouteModeMixed`); a relayed name without backend refuses its connections.
+#[tokio::test]
+async fn relayed_names_are_terminated_and_reach_a_plain_tcp_backend() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let weir_ca = Ca::new();
+    let listener_leaf = weir_ca.leaf(&["tls.test"]);
+    let (tcp, mut received) = tcp_echo("tcp-echo").await;
+    let relay_be = support::backend("relay", &[tcp]);
+    let s = setup_with(weir_ca, |mut table| {
+        table.backends.insert(relay_be.id.clone(), relay_be.backend.clone());
+        let mut table = with_listener(table, "default/edge/tls", "tls.test", &listener_leaf);
+        for (host, backend) in [("tls.test", Some(relay_be.id.clone())), ("refused.test", None)] {
+            table.passthrough.push(Passthrough {
+                host: HostMatch::parse(host).unwrap(),
+                backend,
+                split: Vec::new(),
+                terminate: false,
+                relay: true,
+            });
+        }
+        table
+    })
+    .await;
+
+    let mut tls = tls_connect(s.p.https, "tls.test", &[b"h2", b"http/1.1"]).await.unwrap();
+    assert_eq!(
+        tls.get_ref().1.peer_certificates().unwrap()[0],
+        listener_leaf.der,
+        "the listener's certificate"
+    );
+    assert_eq!(tls.get_ref().1.alpn_protocol(), None, "no ALPN for relayed bytes");
+    let mut answer = vec![0u8; "tcp-echo:".len()];
+    tls.read_exact(&mut answer).await.unwrap();
+    assert_eq!(answer, b"tcp-echo:");
+    tls.write_all(b"hello over TLS").await.unwrap();
+    let mut echoed = vec![0u8; "hello over TLS".len()];
+    tls.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(echoed, b"hello over TLS");
+    // The client's close is passed on; the backend saw the plain bytes.
+    tls.shutdown().await.unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(10), received.recv()).await.unwrap().unwrap();
+    assert_eq!(seen, b"hello over TLS");
+
+    // Mixed on one socket: passthrough still presents the backend's certificate, HTTPS still
+    // routes HTTP.
+    assert_eq!(presented(s.p.https, "pass.test").await, s.backend_leaf.der);
+    assert_eq!(https_get(s.p.https, "a.test", "a.test", "/", true).await.name(), "terminated");
+    // No backend: refused before the handshake.
+    let refused = tokio::time::timeout(Duration::from_secs(5), tls_connect(s.p.https, "refused.test", &[]))
+        .await
+        .unwrap();
+    assert!(refused.is_err());
 }

@@ -490,7 +490,7 @@ impl<'a> Build<'a> {
                     .and_then(|paths| paths.get(&PathMatch::Prefix("/".to_string())));
                 match root {
                     Some(claim) if claim.rank.object == *object => {
-                        self.table.passthrough.push(Passthrough { host, backend: claim.backend.clone(), split: Vec::new(), terminate: false })
+                        self.table.passthrough.push(Passthrough { host, backend: Some(claim.backend.clone()), split: Vec::new(), terminate: false, relay: false })
                     }
                     _ => self.warnings.error(
                         object,

@@ -154,7 +154,9 @@ fn gateway_apply(
     let mut grpc_routes = gateway::routes::RoutesOut::default();
     let mut tls_routes = gateway::tlsroutes::TlsRoutesOut::default();
     let http = has_gateway_routes(snapshot);
-    let tls = !snapshot.tls_routes.is_empty() && !attachments.gateways.is_empty();
+    // TLSRoutes, or a `Terminate` TLS listener whose names refuse connections without them.
+    let tls = !attachments.gateways.is_empty()
+        && (!snapshot.tls_routes.is_empty() || attachments.has_tls_terminate_listener());
     if http || tls {
         // One resolver and one set of findings for every route kind.
         let resolver = backend::Resolver::new(snapshot, slices);

@@ -62,7 +62,7 @@ impl Stream {
     pub(crate) fn of(settings: &Settings, config: &L4Config) -> Stream {
         let next = settings.stream_next_upstream.unwrap_or(true);
         Stream {
-            idle: Duration::from_millis(settings.stream_timeout_ms.unwrap_or(600_000).max(1)),
+            idle: settings.stream_timeout(),
             connect_timeout: settings
                 .connect_timeout_ms
                 .map_or(config.connect_timeout, Duration::from_millis),

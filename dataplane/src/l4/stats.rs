@@ -77,8 +77,5 @@ impl Drop for OpenGuard {
     }
 }
 
-/// Milliseconds since `base`: an activity time stamp that fits an atomic (TCP connections and
-/// UDP flows compare it against their idle timeout).
-pub(crate) fn millis(base: std::time::Instant) -> u64 {
-    u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
+/// Milliseconds since `base` (the relay's activity time stamp; UDP flows use it too).
+pub(crate) use crate::relay::millis;

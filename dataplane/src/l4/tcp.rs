@@ -11,7 +11,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Sleep;
@@ -20,9 +20,10 @@ use super::header;
 use super::heartbeat::Heartbeat;
 use super::log::Session;
 use super::service::{Service, stopped};
-use super::stats::{Stats, millis};
+use super::stats::Stats;
 use crate::proxy::limits::{AcceptBackoff, ConnGuard, ConnLimits};
 use crate::proxy::proxy_protocol;
+use crate::relay;
 use crate::state::balance::EndpointKey;
 
 /// Time a client has to send its PROXY protocol header (ingress-nginx's
@@ -392,7 +393,7 @@ async fn relay_both(
                 return tokio::select! {
                     biased;
                     done = relayed => done,
-                    () = idle_for(idle, &activity, base, timer) => Err(idle_error(idle)),
+                    () = relay::idle_for(idle, &activity, base, timer) => Err(relay::idle_error(idle)),
                 };
             }
             Err(error) => {
@@ -404,11 +405,7 @@ async fn relay_both(
     copy(client, upstream, idle, relay.buffer, stats, conn, timer).await
 }
 
-fn idle_error(idle: Duration) -> io::Error {
-    io::Error::new(io::ErrorKind::TimedOut, format!("idle for {idle:?} (proxy-stream-timeout)"))
-}
-
-/// Copies both ways through one buffer of `buffer` bytes per direction.
+/// Copies both ways through one buffer of `buffer` bytes per direction ([`relay::copy`]).
 async fn copy(
     client: TcpStream,
     upstream: TcpStream,
@@ -418,77 +415,25 @@ async fn copy(
     conn: &Conn,
     timer: Pin<&mut Sleep>,
 ) -> io::Result<()> {
-    let (mut client_read, mut client_write) = client.into_split();
-    let (mut upstream_read, mut upstream_write) = upstream.into_split();
-    let base = Instant::now();
-    let activity = AtomicU64::new(0);
-    let up = pump(
-        &mut client_read,
-        &mut upstream_write,
+    let (client_read, client_write) = client.into_split();
+    let (upstream_read, upstream_write) = upstream.into_split();
+    relay::copy(
+        relay::Side { read: client_read, write: client_write },
+        relay::Side { read: upstream_read, write: upstream_write },
+        idle,
         buffer,
-        &activity,
-        base,
-        [&stats.bytes_up, &conn.received],
-    );
-    let down =
-        pump(&mut upstream_read, &mut client_write, buffer, &activity, base, [&stats.bytes_down, &conn.sent]);
-    tokio::select! {
-        biased;
-        done = async { tokio::try_join!(up, down) } => done.map(|_| ()),
-        () = idle_for(idle, &activity, base, timer) => Err(idle_error(idle)),
-    }
-}
-
-/// Copies `from` into `to` through one buffer of `size` bytes, counting in `bytes` (the
-/// service's and the connection's); at the end of `from`, shuts `to`'s write side (the
-/// half-close passed on).
-async fn pump<R, W>(
-    from: &mut R,
-    to: &mut W,
-    size: usize,
-    activity: &AtomicU64,
-    base: Instant,
-    bytes: [&AtomicU64; 2],
-) -> io::Result<()>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut buf = vec![0u8; size.max(1024)];
-    loop {
-        let n = from.read(&mut buf).await?;
-        if n == 0 {
-            return to.shutdown().await;
-        }
-        to.write_all(&buf[..n]).await?;
-        for counter in bytes {
-            counter.fetch_add(n as u64, Relaxed);
-        }
-        activity.store(millis(base), Relaxed);
-    }
-}
-
-/// Resolves once nothing was copied for `idle` (`activity`: the last copy, in ms after `base`),
-/// with `timer` set to `idle` after the last copy seen (moved later, which costs no timer-wheel
-/// work until it comes due, as each copy pushes it).
-async fn idle_for(idle: Duration, activity: &AtomicU64, base: Instant, mut timer: Pin<&mut Sleep>) {
-    let mut last = activity.load(Relaxed);
-    loop {
-        timer.as_mut().reset(tokio::time::Instant::from_std(base + Duration::from_millis(last) + idle));
-        timer.as_mut().await;
-        // Due: `idle` passed since `last`; nothing new since then means idle.
-        let now = activity.load(Relaxed);
-        if now == last {
-            return;
-        }
-        last = now;
-    }
+        &[&stats.bytes_up, &conn.received],
+        &[&stats.bytes_down, &conn.sent],
+        timer,
+    )
+    .await
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncReadExt;
 
     /// A port removed while its backlog stays full still stops: the accept loop polls its stop
     /// before the listener every `STOP_CHECK` accepts. (Both are cooperative: with the accept

@@ -404,6 +404,11 @@ struct Compiled {
     http: Arc<HttpBuilder>,
     /// The TLS config offering the table's `ssl-protocols`; `None`: the listener's own.
     tls: Option<Arc<rustls::ServerConfig>>,
+    /// The TLS config of relayed names ([`crate::model::Passthrough::relay`]): the table's,
+    /// without ALPN; `None` when the table relays nothing.
+    relay_tls: Option<Arc<rustls::ServerConfig>>,
+    /// How long a relayed TLS connection may stay idle (`proxy-stream-timeout`).
+    stream_idle: Duration,
     /// The request metrics' label sets, by route handle id and backend index.
     metrics: crate::metrics::Live,
     /// The access log's writer (the proxy's one).
@@ -459,6 +464,19 @@ enum PassTarget {
     Split(Arc<crate::route::split::CompiledSplit>),
     /// Terminated, not passed through (a more specific HTTPS listener's name).
     Terminate,
+    /// Terminated, then relayed as plain TCP to a weighted choice per connection (a TLSRoute
+    /// on a Gateway `TLS` listener with `tls.mode: Terminate`).
+    Relay(Arc<crate::route::split::CompiledSplit>),
+}
+
+/// Where the SNI lookup sends a connection (each holds the backend drawn for it: an index into
+/// `balancers`, `None` for a share without backend, whose connection is refused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pass {
+    /// Spliced undecrypted.
+    Splice(Option<usize>),
+    /// Terminated here, then relayed as plain TCP.
+    Relay(Option<usize>),
 }
 
 impl PassIndex {
@@ -467,12 +485,28 @@ impl PassIndex {
         for pass in &table.passthrough {
             let target = if pass.terminate {
                 PassTarget::Terminate
-            } else if pass.split.is_empty() {
-                let Some(idx) = router.backend_index(&pass.backend).map(|i| i.0 as usize) else {
-                    tracing::warn!(host = %pass.host, backend = %pass.backend, "passthrough backend has no route; host ignored");
-                    continue;
+            } else if pass.relay {
+                let shares: Vec<_> = match pass.split.is_empty() {
+                    true => vec![(pass.backend.as_ref().and_then(|b| router.backend_index(b)), 1)],
+                    false => pass
+                        .split
+                        .iter()
+                        .map(|s| (s.backend.as_ref().and_then(|b| router.backend_index(b)), s.weight))
+                        .collect(),
                 };
-                PassTarget::One(idx)
+                PassTarget::Relay(Arc::new(crate::route::split::CompiledSplit::new(shares)))
+            } else if pass.split.is_empty() {
+                // No backend: every connection is refused.
+                let backend = pass.backend.as_ref();
+                let idx = backend.and_then(|b| router.backend_index(b)).map(|i| i.0 as usize);
+                match (idx, backend) {
+                    (Some(idx), _) => PassTarget::One(idx),
+                    (None, Some(backend)) => {
+                        tracing::warn!(host = %pass.host, %backend, "passthrough backend has no route; host ignored");
+                        continue;
+                    }
+                    (None, None) => PassTarget::Split(Arc::new(crate::route::split::CompiledSplit::new([]))),
+                }
             } else {
                 let shares = pass
                     .split
@@ -499,10 +533,10 @@ impl PassIndex {
         self.exact.is_empty() && self.wildcard.is_empty() && self.suffix.is_empty()
     }
 
-    /// The balancer index for an SNI name (lower case): exact, one-label wildcard, then the
-    /// longest Gateway API suffix; a weighted split draws one. `None`: not passed through, or a
-    /// split whose draw has no backend.
-    fn lookup(&self, sni: &str) -> Option<Option<usize>> {
+    /// What to do with a connection for an SNI name (lower case): exact, one-label wildcard,
+    /// then the longest Gateway API suffix; a weighted split draws the backend. `None`:
+    /// terminated and served as HTTPS.
+    fn lookup(&self, sni: &str) -> Option<Pass> {
         let target = self.exact.get(sni).or_else(|| {
             let (_, suffix) = sni.split_once('.')?;
             self.wildcard.get(suffix)
@@ -512,8 +546,9 @@ impl PassIndex {
         })?;
         Some(match target {
             PassTarget::Terminate => return None,
-            PassTarget::One(idx) => Some(*idx),
-            PassTarget::Split(split) => split.pick(rand::random()).map(|i| i.0 as usize),
+            PassTarget::One(idx) => Pass::Splice(Some(*idx)),
+            PassTarget::Split(split) => Pass::Splice(split.pick(rand::random()).map(|i| i.0 as usize)),
+            PassTarget::Relay(split) => Pass::Relay(split.pick(rand::random()).map(|i| i.0 as usize)),
         })
     }
 }
@@ -537,6 +572,8 @@ impl Proxy {
             http: Arc::new(http_builder(&config)),
             config: config.clone(),
             tls: None,
+            relay_tls: None,
+            stream_idle: crate::model::Settings::default().stream_timeout(),
             metrics: crate::metrics::Live::default(),
             log: access_log.clone(),
             tracing: None,
@@ -633,6 +670,7 @@ impl Proxy {
         let listeners = crate::tls::listeners::ListenerIndex::compile(table);
         self.configure_sessions(&table.settings);
         let tls = self.tls_config(&table.settings, &mut publisher);
+        let relay_tls = self.relay_tls_config(table);
         let metrics = self.inner.limiters.metrics().live(router.backend_ids());
         let tracing = self.inner.tracer.pipeline(table.settings.otel.as_ref());
         self.inner.state.store(Arc::new(Compiled {
@@ -647,6 +685,8 @@ impl Proxy {
             config,
             http,
             tls,
+            relay_tls,
+            stream_idle: table.settings.stream_timeout(),
             metrics,
             log: self.inner.access_log.clone(),
             tracing,

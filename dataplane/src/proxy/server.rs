@@ -33,7 +33,7 @@ use super::forward::ConnCtx;
 use super::limits::{AcceptBackoff, ConnGuard, Refusal, SendTimeout};
 use super::park::Parking;
 use super::proxy_protocol;
-use super::{HttpBuilder, Proxy};
+use super::{HttpBuilder, Pass, Proxy};
 use crate::state::balance::EndpointKey;
 use crate::tls;
 use crate::tls::l4::{self, Prefixed};
@@ -168,6 +168,11 @@ impl Conn {
             Ok(Ok((client, Accepted::Passthrough(pass)))) => {
                 let Passthrough { stream, hello, upstream, sni } = *pass;
                 splice(stream, hello, upstream, client, sni).await;
+            }
+            // So does a relayed one.
+            Ok(Ok((client, Accepted::Relay(relay)))) => {
+                let Relay { stream, upstream, sni, idle } = *relay;
+                relay_decrypted(*stream, upstream, idle, client, sni).await;
             }
             Ok(Err(reason)) => self.failures.log(self.peer, &reason),
             Err(_) => self
@@ -394,13 +399,27 @@ async fn serve_http<S>(
 /// What the TLS listener does with a connection once it has read the first record.
 enum Accepted {
     /// TLS terminated here.
-    Terminated(
-        Box<tokio_rustls::server::TlsStream<Prefixed<SendTimeout<TcpStream>>>>,
-        Option<Box<ClientCert>>,
-    ),
+    Terminated(Box<TerminatedStream>, Option<Box<ClientCert>>),
     /// To be spliced to a passthrough backend (connected).
     Passthrough(Box<Passthrough>),
+    /// TLS terminated here, to be relayed as plain TCP to a backend (connected).
+    Relay(Box<Relay>),
 }
+
+/// A terminated TLS connection whose bytes go to a TCP backend (Gateway API TLSRoute on a
+/// `Terminate` listener): the client, the connected backend, the SNI and the idle timeout.
+struct Relay {
+    stream: Box<TerminatedStream>,
+    upstream: TcpStream,
+    sni: String,
+    idle: Duration,
+}
+
+/// A client connection whose TLS weir terminated.
+type TerminatedStream = tokio_rustls::server::TlsStream<Prefixed<SendTimeout<TcpStream>>>;
+
+/// The copy buffer per direction of a relayed TLS connection: one TLS record's plaintext.
+const RELAY_BUFFER: usize = 16 * 1024;
 
 /// A passthrough connection: the client, its ClientHello, the connected backend and the SNI.
 struct Passthrough {
@@ -411,7 +430,8 @@ struct Passthrough {
 }
 
 /// Reads the first TLS record; passes the connection through when its SNI is a passthrough
-/// host, else runs the TLS handshake. Plain HTTP gets a 400 and is closed.
+/// host, else runs the TLS handshake (and, for a relayed host, connects its backend). Plain
+/// HTTP gets a 400 and is closed.
 async fn handshake(proxy: &Proxy, tls: &TlsListener, mut stream: TcpStream) -> Result<Accepted, String> {
     let record = l4::read_first_record(&mut stream)
         .await
@@ -430,17 +450,27 @@ async fn handshake(proxy: &Proxy, tls: &TlsListener, mut stream: TcpStream) -> R
     let state = proxy.inner.state.load_full();
     if !state.passthrough.is_empty()
         && let Some(sni) = l4::client_hello_sni(&record)
-        && let Some(idx) = state.passthrough.lookup(&sni)
+        && let Some(pass) = state.passthrough.lookup(&sni)
     {
+        let (Pass::Splice(idx) | Pass::Relay(idx)) = pass;
         // A TLSRoute share without backend: the connection is refused.
-        let Some(balancer) = idx.and_then(|i| state.balancers.get(i)) else {
-            return Err(format!(
-                "passthrough to {sni}: no backend for this connection (an unresolved backendRef)"
-            ));
+        let Some(balancer) = idx.and_then(|i| state.balancers.get(i)).cloned() else {
+            return Err(format!("{sni}: no backend for this connection (an unresolved backendRef)"));
         };
-        let upstream =
-            connect_any(proxy, balancer).await.map_err(|e| format!("passthrough to {sni}: {e}"))?;
-        return Ok(Accepted::Passthrough(Box::new(Passthrough { stream, hello: record, upstream, sni })));
+        if let Pass::Splice(_) = pass {
+            let upstream =
+                connect_any(proxy, &balancer).await.map_err(|e| format!("passthrough to {sni}: {e}"))?;
+            return Ok(Accepted::Passthrough(Box::new(Passthrough { stream, hello: record, upstream, sni })));
+        }
+        // Terminated with the certificate the SNI chooses, without ALPN (the bytes are not
+        // HTTP's), then relayed to the backend drawn.
+        let acceptor = state.relay_tls.clone().map_or_else(|| tls.acceptor.clone(), TlsAcceptor::from);
+        let (send_timeout, idle) = (state.config.client_send_timeout, state.stream_idle);
+        drop(state);
+        let stream =
+            accept(proxy, &acceptor, Prefixed::new(record, SendTimeout::new(stream, send_timeout))).await?;
+        let upstream = connect_any(proxy, &balancer).await.map_err(|e| format!("TLS relay to {sni}: {e}"))?;
+        return Ok(Accepted::Relay(Box::new(Relay { stream: Box::new(stream), upstream, sni, idle })));
     }
     // A host that asks for client certificates, or sets its own cipher suites, has its own
     // server config.
@@ -467,15 +497,24 @@ async fn handshake(proxy: &Proxy, tls: &TlsListener, mut stream: TcpStream) -> R
         (None, Some(config), _) | (None, None, Some(config)) => TlsAcceptor::from(config),
         (None, None, None) => tls.acceptor.clone(),
     };
+    let stream = accept(proxy, &acceptor, stream).await?;
+    let cert = auth.map(|auth| Box::new(auth.judge(stream.get_ref().1.peer_certificates())));
+    Ok(Accepted::Terminated(Box::new(stream), cert))
+}
+
+/// Runs the TLS handshake, counted in the handshake metrics.
+async fn accept(
+    proxy: &Proxy,
+    acceptor: &TlsAcceptor,
+    stream: Prefixed<SendTimeout<TcpStream>>,
+) -> Result<TerminatedStream, String> {
     let accepted = acceptor.accept(stream).await;
     let version = accepted
         .as_ref()
         .ok()
         .map(|s| s.get_ref().1.protocol_version().unwrap_or(rustls::ProtocolVersion::Unknown(0)));
     proxy.metrics().tls_handshake(version);
-    let stream = accepted.map_err(|e| format!("TLS handshake failed: {e}"))?;
-    let cert = auth.map(|auth| Box::new(auth.judge(stream.get_ref().1.peer_certificates())));
-    Ok(Accepted::Terminated(Box::new(stream), cert))
+    accepted.map_err(|e| format!("TLS handshake failed: {e}"))
 }
 
 /// Connects to one of the balancer's endpoints, trying others when connecting fails.
@@ -521,6 +560,35 @@ async fn splice(
     match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
         Ok((up, down)) => tracing::debug!(%peer, sni, up, down, "passthrough connection closed"),
         Err(error) => tracing::debug!(%peer, sni, %error, "passthrough connection failed"),
+    }
+}
+
+/// Relays a terminated TLS connection's bytes to the backend and back, over plain TCP, until
+/// both sides are done or nothing moved for `idle` (`proxy-stream-timeout`), as an L4 TCP
+/// service does; the copy relay, as splice(2) cannot move decrypted bytes.
+async fn relay_decrypted(
+    client: TerminatedStream,
+    upstream: TcpStream,
+    idle: Duration,
+    peer: SocketAddr,
+    sni: String,
+) {
+    let (client_read, client_write) = tokio::io::split(client);
+    let (upstream_read, upstream_write) = upstream.into_split();
+    let timer = std::pin::pin!(tokio::time::sleep(idle));
+    let relayed = crate::relay::copy(
+        crate::relay::Side { read: client_read, write: client_write },
+        crate::relay::Side { read: upstream_read, write: upstream_write },
+        idle,
+        RELAY_BUFFER,
+        &[],
+        &[],
+        timer,
+    )
+    .await;
+    match relayed {
+        Ok(()) => tracing::debug!(%peer, sni, "TLS relay connection closed"),
+        Err(error) => tracing::debug!(%peer, sni, %error, "TLS relay connection ended"),
     }
 }
 

@@ -197,6 +197,30 @@ impl Proxy {
         }
     }
 
+    /// The TLS config of the names `table` terminates and relays as plain TCP
+    /// ([`crate::model::Passthrough::relay`]): the table's (`ssl-protocols`, `ssl-ciphers`),
+    /// offering no ALPN, since the bytes it carries are no HTTP of weir's (a client's ALPN is
+    /// then ignored, not refused). `None` when the table relays nothing, or the config cannot
+    /// be built (logged; the listener's own serves them).
+    pub(super) fn relay_tls_config(
+        &self,
+        table: &crate::model::RouteTable,
+    ) -> Option<Arc<rustls::ServerConfig>> {
+        if !table.passthrough.iter().any(|p| p.relay && !p.terminate) {
+            return None;
+        }
+        match self.server_config(&table.settings) {
+            Ok(mut config) => {
+                config.alpn_protocols.clear();
+                Some(Arc::new(config))
+            }
+            Err(error) => {
+                tracing::error!(%error, "building the TLS configuration of relayed TLS names failed; they are served with ALPN");
+                None
+            }
+        }
+    }
+
     /// The client certificate policies of `table`, reused while they, the hosts' own TLS
     /// options, the listener's TLS settings (and the Gateway listeners' TLS entries) stay the same: the host configs' session caches
     /// live on across tables that change only routes or endpoints.

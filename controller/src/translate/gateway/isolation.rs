@@ -34,7 +34,8 @@ use super::listeners::{GatewayOut, Protocol};
 pub enum Socket {
     /// `--listen-http`: HTTP listeners.
     Http,
-    /// `--listen-https`: HTTPS listeners (TLS terminated), and TLS passthrough listeners.
+    /// `--listen-https`: HTTPS listeners (TLS terminated), and TLS listeners (passthrough, or
+    /// terminated and relayed).
     Https,
 }
 
@@ -43,7 +44,7 @@ impl Socket {
     pub fn of(protocol: &Protocol) -> Socket {
         match protocol {
             Protocol::Http => Socket::Http,
-            Protocol::Https(_) | Protocol::TlsPassthrough => Socket::Https,
+            Protocol::Https(_) | Protocol::TlsPassthrough | Protocol::TlsTerminate(_) => Socket::Https,
         }
     }
 
@@ -66,8 +67,8 @@ pub struct Isolation {
 }
 
 impl Isolation {
-    /// The ready HTTP and HTTPS listeners of `gateways` (TLS passthrough listeners take whole
-    /// connections by SNI before HTTP routing: they do not take part).
+    /// The ready HTTP and HTTPS listeners of `gateways` (TLS listeners, passthrough or
+    /// terminating, take whole connections by SNI before HTTP routing: they do not take part).
     pub fn new<'a>(gateways: impl IntoIterator<Item = &'a GatewayOut>) -> Isolation {
         let mut listeners = BTreeSet::new();
         for l in gateways.into_iter().flat_map(|g| &g.listeners).filter(|l| l.ready) {

@@ -3,9 +3,10 @@
 //! weir serves Gateway listeners on its own two sockets: a listener on the HTTP port
 //! (`GatewayConfig::http_port`, 80) with protocol `HTTP` is served by `--listen-http`; one on the
 //! HTTPS port (443) with `HTTPS` (TLS terminated with its `certificateRefs`) or `TLS`
-//! (`Passthrough`) by `--listen-https`. A listener on any other port is not accepted
-//! (`PortUnavailable`, `Listener.port`: "The port is not supported by the implementation");
-//! `TCP` and `UDP` are `UnsupportedProtocol`. Every Gateway of our classes shares these sockets.
+//! (`Passthrough`, or `Terminate` with its `certificateRefs`: TLSRouteModeTerminate) by
+//! `--listen-https`. A listener on any other port is not accepted (`PortUnavailable`,
+//! `Listener.port`: "The port is not supported by the implementation"); `TCP` and `UDP` are
+//! `UnsupportedProtocol`. Every Gateway of our classes shares these sockets.
 //! An HTTPS listener may validate client certificates (`Gateway.spec.tls.frontend`,
 //! [`super::frontend`]).
 
@@ -47,6 +48,20 @@ pub enum Protocol {
     Https(Vec<(ObjectRef, Certificate)>),
     /// `TLS` with `mode: Passthrough`: connections spliced by SNI.
     TlsPassthrough,
+    /// `TLS` with `mode: Terminate` (TLSRoute termination): TLS terminated with these
+    /// certificates (those that resolved), then the bytes relayed over plain TCP by SNI.
+    TlsTerminate(Vec<(ObjectRef, Certificate)>),
+}
+
+impl Protocol {
+    /// The certificates of a listener that terminates TLS (`HTTPS`, or `TLS` with
+    /// `Terminate`); `None` for the others.
+    pub fn certificates(&self) -> Option<&[(ObjectRef, Certificate)]> {
+        match self {
+            Protocol::Https(c) | Protocol::TlsTerminate(c) => Some(c),
+            Protocol::Http | Protocol::TlsPassthrough => None,
+        }
+    }
 }
 
 /// The namespaces routes may attach from (`AllowedRoutes.namespaces`).
@@ -317,10 +332,14 @@ fn listener_out(
             out.protocol = Some(Protocol::Http);
             Ok(())
         }
-        ("HTTPS", Some("Terminate")) => {
+        (protocol @ ("HTTPS" | "TLS"), Some("Terminate")) => {
+            let https = protocol == "HTTPS";
             // Client certificates first: a listener whose validation cannot be served is not
-            // accepted at all (`NoValidCACertificate`), never served without it.
-            if let Some(validation) = frontend::applies(frontend, l.port) {
+            // accepted at all (`NoValidCACertificate`), never served without it. Only HTTPS
+            // listeners validate them: `FrontendTLSConfig` applies to "Listeners handling HTTPS
+            // traffic" (GEP-91: "a listener is considered targeted if and only if it serves
+            // HTTPS"), not to a `TLS` listener's TLSRoutes.
+            if let Some(validation) = frontend::applies(frontend, l.port).filter(|_| https) {
                 match frontend::resolve(gateway, validation, snapshot, grants) {
                     Ok((validation, problem)) => {
                         if let Some(problem) = problem {
@@ -344,7 +363,10 @@ fn listener_out(
             if certificates.is_empty() {
                 Err(Cond::no(types::PROGRAMMED, reasons::INVALID, "no usable certificate"))
             } else {
-                out.protocol = Some(Protocol::Https(certificates));
+                out.protocol = Some(match https {
+                    true => Protocol::Https(certificates),
+                    false => Protocol::TlsTerminate(certificates),
+                });
                 Ok(())
             }
         }
@@ -357,7 +379,7 @@ fn listener_out(
             reasons::UNSUPPORTED_VALUE,
             match mode {
                 None => format!("a {protocol} listener needs tls"),
-                Some(mode) => format!("tls.mode {mode} is not supported on a {protocol} listener (HTTP: no tls; HTTPS: Terminate; TLS: Passthrough)"),
+                Some(mode) => format!("tls.mode {mode} is not supported on a {protocol} listener (HTTP: no tls; HTTPS: Terminate; TLS: Passthrough or Terminate)"),
             },
         )),
     });
@@ -447,7 +469,7 @@ fn certificates(
         fail(Cond::no(
             types::RESOLVED_REFS,
             reasons::INVALID_CERTIFICATE_REF,
-            "an HTTPS listener needs certificateRefs",
+            "a listener that terminates TLS needs certificateRefs",
         ));
     }
     for r in refs {
@@ -494,12 +516,13 @@ fn certificates(
 
 /// `Conflicted` (`ListenerConditionConflicted`): listeners of one Gateway on one socket with
 /// the same hostname ("multiple Listeners on the same port use `example.com` in the hostname
-/// field"). HTTPS and TLS listeners share the HTTPS socket, chosen by SNI. Every listener of a
-/// clash is conflicted and serves nothing ("its network port should not be configured").
+/// field"). HTTPS and TLS listeners (`Passthrough` and `Terminate` alike: TLSRouteModeMixed)
+/// share the HTTPS socket, chosen by SNI. Every listener of a clash is conflicted and serves
+/// nothing ("its network port should not be configured").
 fn mark_conflicts(listeners: &mut [ListenerOut]) {
     let socket = |l: &ListenerOut| match l.protocol {
         Some(Protocol::Http) => Some(0),
-        Some(Protocol::Https(_) | Protocol::TlsPassthrough) => Some(1),
+        Some(Protocol::Https(_) | Protocol::TlsPassthrough | Protocol::TlsTerminate(_)) => Some(1),
         None => None,
     };
     let mut seen: BTreeMap<(i32, Option<Hostname>), Vec<usize>> = BTreeMap::new();

@@ -95,6 +95,16 @@ pub struct GatewayAttachments {
     pub attached_routes: BTreeMap<(ObjectRef, usize), i32>,
 }
 
+impl GatewayAttachments {
+    /// Whether a Gateway has a ready `TLS` listener with `tls.mode: Terminate`.
+    pub fn has_tls_terminate_listener(&self) -> bool {
+        self.gateways
+            .values()
+            .flat_map(|g| &g.listeners)
+            .any(|l| l.ready && matches!(l.protocol, Some(listeners::Protocol::TlsTerminate(_))))
+    }
+}
+
 /// What Gateway API translation decided, for the status writer (`status_gateway`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GatewayOutcome {

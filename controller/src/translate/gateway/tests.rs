@@ -261,18 +261,41 @@ fn listener_certificate_refs_cross_namespace_need_a_grant() {
     assert_eq!(cond(&missing.conditions, types::RESOLVED_REFS).reason, reasons::INVALID_CERTIFICATE_REF);
 }
 
-/// `TLSModeType`: weir passes `TLS` listeners through (`Passthrough`); terminating TLS on a
-/// `TLS` listener is not supported yet (`UnsupportedValue`).
+/// `TLSModeType` on `TLS` listeners: `Passthrough` (core) and `Terminate` (extended,
+/// `TLSRouteModeTerminate`; conformance `TLSRouteListenerTerminateSupportedKinds`: accepted,
+/// `supportedKinds` TLSRoute) are both served, on one port (`TLSRouteModeMixed`: neither is
+/// `Conflicted`). A `Terminate` listener resolves its `certificateRefs` as an HTTPS listener
+/// does: a missing Secret is `InvalidCertificateRef` and not `Programmed`.
 #[test]
-fn tls_listener_passthrough_is_served() {
-    let a = run(&gateway(
-        "  - {name: pass, port: 443, protocol: TLS, hostname: db.example, tls: {mode: Passthrough}}\n  - {name: term, port: 443, protocol: TLS, hostname: x.example, tls: {mode: Terminate, certificateRefs: [{name: x}]}}\n",
+fn tls_listener_passthrough_and_terminate_are_served() {
+    let a = run(&format!(
+        "{}{}",
+        tls_secret("infra", "x"),
+        gateway(concat!(
+            "  - {name: pass, port: 443, protocol: TLS, hostname: db.example, tls: {mode: Passthrough}}\n",
+            "  - {name: term, port: 443, protocol: TLS, hostname: x.example, tls: {mode: Terminate, certificateRefs: [{name: x}]}}\n",
+            "  - {name: nocert, port: 443, protocol: TLS, hostname: y.example, tls: {mode: Terminate, certificateRefs: [{name: y}]}}\n",
+        ),)
     ));
     let gw = &a.gateways[&ObjectRef::new("infra", "edge")];
     assert_eq!(gw.listeners[0].protocol, Some(Protocol::TlsPassthrough));
-    let kinds: Vec<&str> = gw.listeners[0].kinds.iter().map(|k| k.kind.as_str()).collect();
-    assert_eq!(kinds, ["TLSRoute"]);
-    assert_eq!(cond(&gw.listeners[1].conditions, types::ACCEPTED).reason, reasons::UNSUPPORTED_VALUE);
+    let Some(Protocol::TlsTerminate(certs)) = &gw.listeners[1].protocol else {
+        panic!("{:?}", gw.listeners[1])
+    };
+    assert_eq!(certs[0].0, ObjectRef::new("infra", "x"));
+    for l in &gw.listeners[..2] {
+        let kinds: Vec<&str> = l.kinds.iter().map(|k| k.kind.as_str()).collect();
+        assert_eq!(kinds, ["TLSRoute"], "{}", l.name);
+        assert!(l.ready, "{}", l.name);
+        assert_eq!(cond(&l.conditions, types::ACCEPTED).reason, reasons::ACCEPTED, "{}", l.name);
+        assert!(cond(&l.conditions, types::PROGRAMMED).status, "{}", l.name);
+        assert!(!cond(&l.conditions, types::CONFLICTED).status, "{}", l.name);
+    }
+    let nocert = &gw.listeners[2];
+    assert!(!nocert.ready);
+    assert_eq!(cond(&nocert.conditions, types::RESOLVED_REFS).reason, reasons::INVALID_CERTIFICATE_REF);
+    assert!(!cond(&nocert.conditions, types::PROGRAMMED).status);
+    assert!(cond(&nocert.conditions, types::ACCEPTED).status);
 }
 
 /// With Gateways every change translates everything (`incremental::rebuilds_all`); the update

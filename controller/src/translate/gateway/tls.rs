@@ -1,5 +1,6 @@
-//! TLS of Gateway listeners into the table (pure): the certificates of HTTPS listeners
-//! (`tls.mode: Terminate`) join the Ingresses' in the SNI resolver of the HTTPS socket.
+//! TLS of Gateway listeners into the table (pure): the certificates of HTTPS listeners and of
+//! `TLS` listeners with `tls.mode: Terminate` join the Ingresses' in the SNI resolver of the
+//! HTTPS socket (a `TLS` listener's names are then relayed as TCP: [`super::tlsroutes`]).
 //!
 //! A listener's certificate serves its hostname: an exact name, a wildcard `*.suffix` (any
 //! number of labels in front, [`HostMatch::Suffix`]), or, without hostname, every name no
@@ -32,8 +33,8 @@ use super::isolation::host_match;
 use super::listeners::Protocol;
 use crate::translate::warnings::{ObjectKind, Reason, Warnings};
 
-/// Adds a TLS entry and its certificate for each ready HTTPS listener of `attachments`, after
-/// the Ingresses' entries already in `table`.
+/// Adds a TLS entry and its certificate for each ready listener of `attachments` that
+/// terminates TLS, after the Ingresses' entries already in `table`.
 pub(crate) fn apply(table: &mut RouteTable, attachments: &GatewayAttachments, warnings: &mut Warnings) {
     for (key, gateway) in &attachments.gateways {
         // What keeps a listener from being served, for `weir check` (the status writer
@@ -66,7 +67,7 @@ pub(crate) fn apply(table: &mut RouteTable, attachments: &GatewayAttachments, wa
             }
         }
         for l in gateway.listeners.iter().filter(|l| l.ready) {
-            let Some(Protocol::Https(certificates)) = &l.protocol else { continue };
+            let Some(certificates) = l.protocol.as_ref().and_then(Protocol::certificates) else { continue };
             let Some((id, _)) = certificates.first() else { continue };
             let host = host_match(l.hostname.as_ref());
             if let Some(other) = table.tls.iter().find(|t| t.hosts.contains(&host)) {

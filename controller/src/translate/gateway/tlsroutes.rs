@@ -1,16 +1,27 @@
-//! TLSRoutes into the table (pure): TLS connections passed through, undecrypted, by SNI.
+//! TLSRoutes into the table (pure): TLS connections passed through, undecrypted, by SNI, or
+//! terminated and relayed as plain TCP.
 //!
-//! A TLSRoute attached to a `TLS` listener (`tls.mode: Passthrough`) on the HTTPS socket adds
-//! a [`Passthrough`] entry for each of its host names (`TLSRouteSpec.hostnames` intersected
-//! with the listener's hostname, as for HTTPRoutes: an exact name, or `*.suffix` with any
-//! number of labels in front). The HTTPS socket reads the ClientHello's SNI: a passthrough name
-//! is spliced to a backend, any other name is terminated (Ingress TLS and HTTPS listeners share
-//! the socket). The backends are the rule's `backendRefs`, chosen per connection by `weight`
-//! (0 excluded); a reference that does not resolve keeps its share, whose connections are
-//! refused, and makes the route's `ResolvedRefs` false (`BackendNotFound`, `RefNotPermitted`,
-//! `InvalidKind`). Passthrough needs an SNI name: a route that would take every name (no
-//! hostname on the route or the listener) is not served, and said so. On a name an Ingress's
-//! `ssl-passthrough` already has, the Ingress keeps it (`ConflictLost`).
+//! A TLSRoute attached to a `TLS` listener on the HTTPS socket adds a [`Passthrough`] entry
+//! for each of its host names (`TLSRouteSpec.hostnames` intersected with the listener's
+//! hostname, as for HTTPRoutes: an exact name, or `*.suffix` with any number of labels in
+//! front). The HTTPS socket reads the ClientHello's SNI: on a `tls.mode: Passthrough` listener
+//! the name is spliced to a backend undecrypted; on a `tls.mode: Terminate` listener
+//! (TLSRouteModeTerminate, extended) weir terminates TLS with the listener's certificate (its
+//! TLS entry, [`super::tls`]) and relays the decrypted bytes over plain TCP ([`Passthrough::
+//! relay`]: "It is not valid to make any assumptions about the content of the traffic in this
+//! case, it MUST be treated as _only_ TCP traffic", GEP-2643). Both modes share the socket,
+//! told apart by SNI (TLSRouteModeMixed); any other name is terminated as HTTPS (Ingress TLS
+//! and HTTPS listeners share the socket). The backends are the rule's `backendRefs`, chosen per
+//! connection by `weight` (0 excluded); a reference that does not resolve keeps its share,
+//! whose connections are refused, and makes the route's `ResolvedRefs` false
+//! (`BackendNotFound`, `RefNotPermitted`, `InvalidKind`). SNI chooses: a route that would take
+//! every name (no hostname on the route or the listener) is not served, and said so. On a name
+//! an Ingress's `ssl-passthrough` already has, the Ingress keeps it (`ConflictLost`).
+//!
+//! A `Terminate` listener's own hostname is a relay entry too, without backends when no route
+//! claims it: a connection for a name of the listener that no route serves is refused rather
+//! than served as HTTPS. (The listener validates no client certificates: `Gateway.spec.tls.
+//! frontend` applies to listeners serving HTTPS only, [`super::listeners`].)
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -60,15 +71,30 @@ pub(crate) fn apply(
                 ),
             );
         }
+        // Each name, and whether it is relayed (a `Terminate` listener's) or passed through.
         let mut hosts = BTreeSet::new();
         for a in parents.iter().filter(|p| p.accepted.status).flat_map(|p| &p.attached) {
+            let listener = attachments.gateways.get(&a.gateway).and_then(|g| g.listeners.get(a.listener));
+            let relay = listener.is_some_and(|l| matches!(l.protocol, Some(Protocol::TlsTerminate(_))));
+            if relay
+                && let Some(l) = listener
+                && !serves_certificate(table, &a.gateway, &l.name)
+            {
+                warnings.error_on(
+                    ObjectKind::TlsRoute,
+                    key,
+                    Reason::RouteNotAccepted,
+                    format!("listener {}/{}: its certificate is not served (see the Gateway's warnings); its names are not relayed", a.gateway, l.name),
+                );
+                continue;
+            }
             match &a.hostnames {
-                Some(names) => hosts.extend(names.iter().map(|h| host_match(Some(h)))),
+                Some(names) => hosts.extend(names.iter().map(|h| (host_match(Some(h)), relay))),
                 None => warnings.error_on(
                     ObjectKind::TlsRoute,
                     key,
                     Reason::RouteNotAccepted,
-                    "neither the route nor its listener names a hostname: passthrough is chosen by SNI name, and taking every name is not supported; not served".to_string(),
+                    "neither the route nor its listener names a hostname: a TLSRoute is chosen by SNI name, and taking every name is not supported; not served".to_string(),
                 ),
             }
         }
@@ -128,24 +154,39 @@ pub(crate) fn apply(
                 Cond::yes(types::RESOLVED_REFS, reasons::RESOLVED_REFS, "every backend reference resolved")
             }),
         );
-        let Some(first) = split.iter().find_map(|s| s.backend.clone()) else {
-            if !hosts.is_empty() {
+        let first = split.iter().find_map(|s| s.backend.clone());
+        if first.is_none() {
+            let why = match (hosts.iter().any(|h| !h.1), hosts.iter().any(|h| h.1)) {
+                (true, false) => Some("its names are not passed through"),
+                (false, true) => Some("the connections to its names are refused"),
+                (true, true) => Some(
+                    "its names on a Passthrough listener are not passed through, and the connections to those on a Terminate listener are refused",
+                ),
+                (false, false) => None,
+            };
+            if let Some(why) = why {
                 warnings.error_on(
                     ObjectKind::TlsRoute,
                     key,
                     Reason::BackendNotResolved,
-                    "no backendRef resolves: its names are not passed through".to_string(),
+                    format!("no backendRef resolves: {why}"),
                 );
             }
-            continue;
-        };
-        for host in hosts {
+        }
+        for (host, relay) in hosts {
+            // Passthrough needs a backend; a relayed name without one refuses its connections.
+            if first.is_none() && !relay {
+                continue;
+            }
             if let Some(other) = table.passthrough.iter().find(|p| p.host == host) {
+                let to = other.backend.as_ref().map_or("another backend".to_string(), |b| b.to_string());
                 warnings.warn_on(
                     ObjectKind::TlsRoute,
                     key,
                     Reason::ConflictLost,
-                    format!("SNI {host} is already passed through to {} (an Ingress's ssl-passthrough, or an older TLSRoute)", other.backend),
+                    format!(
+                        "SNI {host} already goes to {to} (an Ingress's ssl-passthrough, or an older TLSRoute)"
+                    ),
                 );
                 continue;
             }
@@ -154,36 +195,78 @@ pub(crate) fn apply(
                 backend: first.clone(),
                 split: split.clone(),
                 terminate: false,
+                relay,
             });
         }
     }
-    exempt_https_names(table, attachments);
+    refuse_unrouted_names(table, attachments);
+    exempt_https_names(table);
     table.passthrough.sort_by(|a, b| a.host.cmp(&b.host));
     out
 }
 
-/// Listener isolation on the HTTPS socket: an HTTPS listener's hostname under a TLS listener's
-/// wildcard passthrough name is more specific, so its connections are terminated, not passed
-/// through (a `terminate` entry the SNI lookup finds first).
-fn exempt_https_names(table: &mut RouteTable, attachments: &GatewayAttachments) {
-    let https = attachments
-        .gateways
-        .values()
-        .flat_map(|g| &g.listeners)
-        .filter(|l| l.ready && matches!(l.protocol, Some(Protocol::Https(_))))
-        .filter_map(|l| l.hostname.as_ref());
+/// Whether the TLS entry of the listener `name` of `gateway` is in `table` (not lost to an
+/// Ingress's `spec.tls` on the same name, [`super::tls`]).
+fn serves_certificate(table: &RouteTable, gateway: &ObjectRef, name: &str) -> bool {
+    let listener = format!("{gateway}/{name}");
+    table.tls.iter().any(|t| t.listener.as_deref() == Some(listener.as_str()))
+}
+
+/// A `Terminate` listener's hostname that no route serves (a name under it no route claims, or
+/// its routes' backends gone) refuses its connections: a relay entry without backends, which
+/// the routes' more specific names come before in the SNI lookup.
+fn refuse_unrouted_names(table: &mut RouteTable, attachments: &GatewayAttachments) {
+    let mut refused = Vec::new();
+    for (key, gateway) in &attachments.gateways {
+        for l in gateway.listeners.iter().filter(|l| l.ready) {
+            let Some(Protocol::TlsTerminate(_)) = l.protocol else { continue };
+            let Some(name) = &l.hostname else { continue };
+            let host = host_match(Some(name));
+            if !serves_certificate(table, key, &l.name)
+                || table.passthrough.iter().chain(&refused).any(|p: &Passthrough| p.host == host)
+            {
+                continue;
+            }
+            refused.push(Passthrough {
+                host,
+                backend: None,
+                split: Vec::new(),
+                terminate: false,
+                relay: true,
+            });
+        }
+    }
+    table.passthrough.extend(refused);
+}
+
+/// Listener isolation on the HTTPS socket: a name with a certificate of its own under a TLS
+/// listener's wildcard name (passthrough or relayed) is more specific ("The GatewayClass MUST
+/// use the longest matching SNI"), so its connections are terminated and served as HTTPS (a
+/// `terminate` entry the SNI lookup finds first): an HTTPS listener's hostname, or an Ingress's
+/// `spec.tls` name. (A `Terminate` listener's own names have relay entries already.)
+fn exempt_https_names(table: &mut RouteTable) {
     let mut exempt = Vec::new();
-    for name in https {
-        let host = host_match(Some(name));
-        if table.passthrough.iter().chain(&exempt).any(|p: &Passthrough| p.host == host) {
+    for host in table.tls.iter().flat_map(|t| &t.hosts) {
+        let name = match host {
+            HostMatch::Exact(n) => Hostname::Exact(n.clone()),
+            HostMatch::Suffix(s) | HostMatch::Wildcard(s) => Hostname::Wildcard(s.clone()),
+            HostMatch::Any => continue,
+        };
+        if table.passthrough.iter().chain(&exempt).any(|p: &Passthrough| p.host == *host) {
             continue;
         }
         let covering = table.passthrough.iter().find(|p| match &p.host {
-            HostMatch::Suffix(s) => strictly_covers(Some(&Hostname::Wildcard(s.clone())), name),
+            HostMatch::Suffix(s) => strictly_covers(Some(&Hostname::Wildcard(s.clone())), &name),
             _ => false,
         });
         if let Some(p) = covering {
-            exempt.push(Passthrough { host, backend: p.backend.clone(), split: Vec::new(), terminate: true });
+            exempt.push(Passthrough {
+                host: host.clone(),
+                backend: p.backend.clone(),
+                split: Vec::new(),
+                terminate: true,
+                relay: false,
+            });
         }
     }
     table.passthrough.extend(exempt);
