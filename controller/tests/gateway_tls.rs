@@ -395,6 +395,14 @@ spec:
   rules: [{backendRefs: [{name: one, port: 80, weight: 3}, {name: two, port: 80, weight: 1}]}]
 ---
 apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: gone, namespace: default}
+spec:
+  parentRefs: [{name: edge, sectionName: tls}]
+  hostnames: [b.pass.example.com]
+  rules: [{backendRefs: [{name: missing, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {name: web, namespace: default}
 spec: {parentRefs: [{name: edge, sectionName: https}, {name: edge, sectionName: inner}], rules: [{backendRefs: [{name: web, port: 80}]}]}
@@ -434,6 +442,19 @@ spec: {parentRefs: [{name: edge, sectionName: https}, {name: edge, sectionName: 
     // A name neither listener has is terminated too (the default certificate): the backends'
     // CA does not verify it.
     assert!(who(https, "b.other.example.com", &backends_ca).is_err());
+    // A TLSRoute whose only backendRef does not resolve: its connections are refused, not
+    // terminated by weir (which, unverified, would answer an HTTP 404).
+    let insecure = |host: &str| {
+        let out = Command::new("curl")
+            .args(["-sSk", "--max-time", "10", "-w", "\n%{http_code}"])
+            .args(["--resolve", &format!("{host}:{}:127.0.0.1", https.port())])
+            .arg(format!("https://{host}:{}/", https.port()))
+            .output()
+            .unwrap();
+        answer(out)
+    };
+    assert_eq!(insecure("b.other.example.com").map(|(status, _)| status), Ok(404), "terminated by weir");
+    assert!(insecure("b.pass.example.com").is_err(), "{:?}", insecure("b.pass.example.com"));
 }
 
 /// A plain TCP backend on loopback: answers each connection with `{name}:` and echoes every

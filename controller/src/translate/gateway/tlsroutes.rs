@@ -155,29 +155,18 @@ pub(crate) fn apply(
             }),
         );
         let first = split.iter().find_map(|s| s.backend.clone());
-        if first.is_none() {
-            let why = match (hosts.iter().any(|h| !h.1), hosts.iter().any(|h| h.1)) {
-                (true, false) => Some("its names are not passed through"),
-                (false, true) => Some("the connections to its names are refused"),
-                (true, true) => Some(
-                    "its names on a Passthrough listener are not passed through, and the connections to those on a Terminate listener are refused",
-                ),
-                (false, false) => None,
-            };
-            if let Some(why) = why {
-                warnings.error_on(
-                    ObjectKind::TlsRoute,
-                    key,
-                    Reason::BackendNotResolved,
-                    format!("no backendRef resolves: {why}"),
-                );
-            }
+        if first.is_none() && !hosts.is_empty() {
+            // Its names keep their entries, without backend: their connections are refused
+            // ("connections that would have been routed to" an invalid backend), never
+            // terminated with another certificate instead.
+            warnings.error_on(
+                ObjectKind::TlsRoute,
+                key,
+                Reason::BackendNotResolved,
+                "no backendRef resolves: the connections to its names are refused".to_string(),
+            );
         }
         for (host, relay) in hosts {
-            // Passthrough needs a backend; a relayed name without one refuses its connections.
-            if first.is_none() && !relay {
-                continue;
-            }
             if let Some(other) = table.passthrough.iter().find(|p| p.host == host) {
                 let to = other.backend.as_ref().map_or("another backend".to_string(), |b| b.to_string());
                 warnings.warn_on(
