@@ -4,7 +4,9 @@
 //! - GatewayClass: `Accepted`;
 //! - Gateway: `Accepted`, `Programmed`, `status.addresses` (the published addresses) and per
 //!   listener `attachedRoutes`, `supportedKinds` and its conditions (`Accepted`, `Programmed`,
-//!   `ResolvedRefs`, `Conflicted`);
+//!   `ResolvedRefs`, `Conflicted`); `attachedListenerSets` when it allows ListenerSets;
+//! - ListenerSet (naming a Gateway of ours): `Accepted`, `Programmed`, and per listener the same
+//!   as a Gateway's listeners;
 //! - HTTPRoute and GRPCRoute: one `parents` entry per parent of ours (`controllerName` weir's), with
 //!   `Accepted` and `ResolvedRefs`; entries of other controllers are kept.
 //!
@@ -24,7 +26,8 @@ use serde_json::{Value, json};
 use weir_dataplane::model::ObjectRef;
 
 use crate::gateway::{
-    Gateway, GatewayClass, GatewayClassStatus, GatewayStatus, GrpcRoute, HttpRoute, RouteStatus, TlsRoute,
+    Gateway, GatewayClass, GatewayClassStatus, GatewayStatus, GrpcRoute, HttpRoute, ListenerSet,
+    ListenerSetStatus, RouteStatus, TlsRoute,
 };
 use crate::source::kube::Stores;
 use crate::translate::gateway::conditions::{Cond, reasons, types};
@@ -79,10 +82,38 @@ pub fn gateway_status(
     now: &str,
 ) -> Option<Value> {
     let gw = outcome.attachments.gateways.get(key)?;
-    let listeners: Vec<Value> = gw
-        .listeners
+    let listeners = listener_statuses(outcome, key, None, gw.generation, current, now);
+    let addresses: Vec<Value> = addresses
+        .iter()
+        .map(|a| {
+            let type_ = if a.parse::<std::net::IpAddr>().is_ok() { "IPAddress" } else { "Hostname" };
+            json!({"type": type_, "value": a})
+        })
+        .collect();
+    Some(json!({
+        "addresses": addresses,
+        "conditions": conditions(&gw.conditions, gw.generation, &current["conditions"], now),
+        "listeners": listeners,
+        // Null (removed by the merge patch) when the Gateway takes no ListenerSets.
+        "attachedListenerSets": outcome.attachments.attached_listener_sets.get(key),
+    }))
+}
+
+/// The `status.listeners` of the Gateway `gateway` (`set`: `None`) or of its ListenerSet `set`:
+/// the listeners of the Gateway's merged list that are theirs.
+fn listener_statuses(
+    outcome: &GatewayOutcome,
+    gateway: &ObjectRef,
+    set: Option<&ObjectRef>,
+    generation: Option<i64>,
+    current: &Value,
+    now: &str,
+) -> Vec<Value> {
+    let Some(gw) = outcome.attachments.gateways.get(gateway) else { return Vec::new() };
+    gw.listeners
         .iter()
         .enumerate()
+        .filter(|(_, l)| l.set.as_ref() == set)
         .map(|(i, l)| {
             let old = current["listeners"]
                 .as_array()
@@ -99,21 +130,29 @@ pub fn gateway_status(
             json!({
                 "name": l.name,
                 "supportedKinds": kinds,
-                "attachedRoutes": attached_routes(outcome, key, i),
-                "conditions": conditions(&l.conditions, gw.generation, &old, now),
+                "attachedRoutes": attached_routes(outcome, gateway, i),
+                "conditions": conditions(&l.conditions, generation, &old, now),
             })
         })
-        .collect();
-    let addresses: Vec<Value> = addresses
-        .iter()
-        .map(|a| {
-            let type_ = if a.parse::<std::net::IpAddr>().is_ok() { "IPAddress" } else { "Hostname" };
-            json!({"type": type_, "value": a})
-        })
-        .collect();
+        .collect()
+}
+
+/// The desired `status` of a ListenerSet naming a Gateway of ours: `Accepted`, `Programmed`,
+/// and its listeners once attached (none while it is not: they are not the Gateway's).
+pub fn listener_set_status(
+    outcome: &GatewayOutcome,
+    key: &ObjectRef,
+    current: &Value,
+    now: &str,
+) -> Option<Value> {
+    let set = outcome.attachments.listener_sets.get(key)?;
+    let listeners = if set.attached {
+        listener_statuses(outcome, &set.gateway, Some(key), set.generation, current, now)
+    } else {
+        Vec::new()
+    };
     Some(json!({
-        "addresses": addresses,
-        "conditions": conditions(&gw.conditions, gw.generation, &current["conditions"], now),
+        "conditions": conditions(&set.conditions, set.generation, &current["conditions"], now),
         "listeners": listeners,
     }))
 }
@@ -405,6 +444,12 @@ pub async fn reconcile(
         let desired = |current: &Value, now: &str| gateway_status(outcome, &key, addresses, current, now);
         queue.decide::<GatewayStatus>("Gateway", Some(&key), &gw.metadata, current, desired);
     }
+    for set in stores.listener_sets.iter().flat_map(|s| s.state()) {
+        let key = key_of(&set.metadata);
+        let current = || status_json(set.status.as_ref());
+        let desired = |current: &Value, now: &str| listener_set_status(outcome, &key, current, now);
+        queue.decide::<ListenerSetStatus>("ListenerSet", Some(&key), &set.metadata, current, desired);
+    }
     let http = stores
         .http_routes
         .iter()
@@ -493,6 +538,9 @@ async fn write(
         }
         ("TLSRoute", Some(ns)) => {
             Api::<TlsRoute>::namespaced(client, ns).patch_status(name, &params, &patch).await?;
+        }
+        ("ListenerSet", Some(ns)) => {
+            Api::<ListenerSet>::namespaced(client, ns).patch_status(name, &params, &patch).await?;
         }
         ("GRPCRoute", Some(ns)) => {
             Api::<GrpcRoute>::namespaced(client, ns).patch_status(name, &params, &patch).await?;

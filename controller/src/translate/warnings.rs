@@ -33,6 +33,8 @@ pub enum ObjectKind {
     TlsRoute,
     /// A `gateway.networking.k8s.io/v1` GRPCRoute.
     GrpcRoute,
+    /// A `gateway.networking.k8s.io/v1` ListenerSet.
+    ListenerSet,
 }
 
 impl fmt::Display for ObjectKind {
@@ -115,6 +117,9 @@ pub enum Reason {
     /// A Gateway listener is not served (not accepted, a certificate that does not resolve,
     /// a conflict with another listener).
     ListenerNotServed,
+    /// A ListenerSet's listeners are not added to its Gateway (the Gateway's `allowedListeners`
+    /// does not take it, or its class is not accepted).
+    ListenerSetNotAttached,
 }
 
 impl fmt::Display for Reason {

@@ -30,7 +30,7 @@ use weir_dataplane::model::{ClientAuth, RouteTable, TlsEntry};
 use super::GatewayAttachments;
 use super::isolation::host_match;
 use super::listeners::Protocol;
-use crate::translate::warnings::{ObjectKind, Reason, Warnings};
+use crate::translate::warnings::{Reason, Warnings};
 
 /// Adds a TLS entry and its certificate for each ready HTTPS listener of `attachments`, after
 /// the Ingresses' entries already in `table`.
@@ -54,9 +54,10 @@ pub(crate) fn apply(table: &mut RouteTable, attachments: &GatewayAttachments, wa
                 })
                 .collect();
             if !problems.is_empty() {
+                let (kind, object) = l.owner(key);
                 warnings.error_on(
-                    ObjectKind::Gateway,
-                    key,
+                    kind,
+                    object,
                     Reason::ListenerNotServed,
                     format!("spec.listeners[{}]: {}", l.name, problems.join("; ")),
                 );
@@ -71,9 +72,10 @@ pub(crate) fn apply(table: &mut RouteTable, attachments: &GatewayAttachments, wa
                     .certificate
                     .as_ref()
                     .map_or("the default certificate".to_string(), |c| format!("certificate {c}"));
+                let (kind, object) = l.owner(key);
                 warnings.warn_on(
-                    ObjectKind::Gateway,
-                    key,
+                    kind,
+                    object,
                     Reason::ConflictLost,
                     format!(
                         "spec.listeners[{}]: name {host} already has {holder} (an Ingress's spec.tls, or an earlier listener); the listener's certificate {id} is not served for it",
@@ -91,7 +93,7 @@ pub(crate) fn apply(table: &mut RouteTable, attachments: &GatewayAttachments, wa
             // The entry names its listener: the dataplane answers 421 to a request on its
             // connections for another listener's name, 404 for a name of no listener
             // (`Listener.hostname`, RFC 7540 §9.1.2).
-            let listener = format!("{key}/{}", l.name);
+            let listener = l.id(key);
             if let Some(validation) = &l.client_validation {
                 table.client_auth.push(ClientAuth {
                     host: host.clone(),
