@@ -582,6 +582,10 @@ fn gateway_api_listenerset_status_and_routing() {
             eventually("via-set's status", Duration::from_secs(15), || our_parent(&routes, "via-set")).await;
         assert_eq!(parent["parentRef"]["kind"], "ListenerSet", "{parent}");
         assert_eq!(summary(cond(&parent["conditions"], "Accepted")), s("True", "Accepted", 1), "{parent}");
+        // Entries for its declared parentRefs only: none for the ListenerSet's Gateway
+        // (conformance `ListenerSetRouteStatusScopedToParentRef`).
+        let via_set = serde_json::to_value(routes.get("via-set").await.unwrap()).unwrap();
+        assert_eq!(via_set["status"]["parents"].as_array().map(Vec::len), Some(1), "{via_set}");
 
         // The orphan is nobody's: no condition of weir's (at most the CRD's default, Pending).
         let orphan = sets.get("orphan").await.unwrap().status.value();
