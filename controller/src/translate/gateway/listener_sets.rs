@@ -118,6 +118,14 @@ pub fn merge(
             out.insert(key, set_out);
             continue;
         }
+        // `ListenerSetReasonParentNotAccepted`: "the parent Gateway is not accepted" (none of
+        // its own listeners can be served).
+        if !gateway.conditions.iter().any(|c| c.type_ == types::ACCEPTED && c.status) {
+            let why = format!("Gateway {parent} is not accepted (see its conditions)");
+            set_out.conditions = refused(reasons::PARENT_NOT_ACCEPTED, why);
+            out.insert(key, set_out);
+            continue;
+        }
         set_out.attached = true;
         let frontend = spec.spec.tls.as_ref().and_then(|t| t.frontend.as_ref());
         let mut added: Vec<ListenerOut> = set
@@ -611,5 +619,23 @@ mod tests {
         let s = set_out(&a, "apps", "to-unaccepted");
         assert!(!s.attached);
         assert_eq!(reason(&s.conditions, types::ACCEPTED), (false, reasons::PARENT_NOT_ACCEPTED));
+    }
+
+    /// `ListenerSetReasonParentNotAccepted` for a Gateway of ours that is not accepted: none of
+    /// its own listeners can be served (here an unsupported protocol); the ListenerSet adds
+    /// nothing.
+    #[test]
+    fn listenerset_parent_gateway_not_accepted() {
+        let a = run(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: edge, namespace: infra}}\n\
+             spec:\n  gatewayClassName: weir\n  allowedListeners: {{namespaces: {{from: All}}}}\n  listeners:\n  - {{name: raw, port: 9000, protocol: TCP}}\n---\n{}",
+            set("apps", "team", "2024-02-01T00:00:00Z", APP)
+        ));
+        let s = set_out(&a, "apps", "team");
+        assert!(!s.attached);
+        assert_eq!(reason(&s.conditions, types::ACCEPTED), (false, reasons::PARENT_NOT_ACCEPTED));
+        assert_eq!(reason(&s.conditions, types::PROGRAMMED), (false, reasons::PARENT_NOT_ACCEPTED));
+        assert_eq!(a.gateways[&ObjectRef::new("infra", "edge")].listeners.len(), 1);
+        assert_eq!(a.attached_listener_sets[&ObjectRef::new("infra", "edge")], 0);
     }
 }
