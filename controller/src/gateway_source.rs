@@ -1,8 +1,9 @@
 //! Which Gateway API kinds the Kubernetes source can watch: asked once at start-up.
 //!
 //! A cluster without the Gateway API CRDs (or with an older release lacking GRPCRoute or
-//! TLSRoute v1, or ListenerSet v1 before v1.5), or a ServiceAccount without the rights to list them, is normal: weir says so
-//! once in its log and goes on serving Ingresses, watching whatever of the Gateway API it can.
+//! TLSRoute v1, or ListenerSet v1 before v1.5), or a ServiceAccount without the rights to list
+//! them, is normal: weir says so once in its log and goes on serving Ingresses, watching
+//! whatever of the Gateway API it can.
 //! Namespaces are watched with the Gateway API (listeners select routes' namespaces by label).
 
 use k8s_openapi::api::core::v1::Namespace;

@@ -6,8 +6,8 @@
 //! Parents and sectionName": a route attached to the Gateway "MUST NOT attach to any listeners
 //! in the child `ListenerSets`"). The route attaches to those whose `allowedRoutes` admit its
 //! kind and namespace (`Same`: the namespace of the Gateway, or of the ListenerSet) and whose
-//! hostname intersects its hostnames. The outcome is the route's `Accepted` condition for that parent, and the
-//! listeners' `attachedRoutes`.
+//! hostname intersects its hostnames. The outcome is the route's `Accepted` condition for that
+//! parent, and the listeners' `attachedRoutes`.
 
 use std::collections::BTreeMap;
 

@@ -16,9 +16,9 @@
 //! listeners MUST have a `Conflicted` condition set to `True`"): a ListenerSet's listener on a
 //! port an earlier listener uses with another protocol (HTTP, HTTPS or TLS, which share a
 //! socket told apart by SNI, or any other protocol: `TCP` on port 80 conflicts with `HTTP`
-//! there before it is found unsupported) is `ProtocolConflict`; one on the socket and hostname of an earlier listener is
-//! `HostnameConflict`. Such a listener is `Accepted: False`, `Programmed: False` and
-//! `Conflicted: True`, all with that reason (the conformance tests
+//! there before it is found unsupported) is `ProtocolConflict`; one on the socket and hostname
+//! of an earlier listener is `HostnameConflict`. Such a listener is `Accepted: False`,
+//! `Programmed: False` and `Conflicted: True`, all with that reason (the conformance tests
 //! `ListenerSetHostnameConflict`, `ListenerSetProtocolConflict`), and serves nothing; the
 //! earlier one is untouched. Within one ListenerSet two listeners on one socket and hostname
 //! are both conflicted, as within a Gateway.

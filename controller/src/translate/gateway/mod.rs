@@ -5,8 +5,8 @@
 //! those classes and their listeners (`listeners::gateways`: ports, protocols, hostnames,
 //! TLS certificates, ReferenceGrants, allowed routes, conflicts), the listeners of the
 //! ListenerSets they allow, appended to theirs (`listener_sets`), the conflicts across
-//! Gateways (`conflicts`), then every route attached to them (`attach`). The result ([`GatewayAttachments`]) is what route building and the
-//! status writer read.
+//! Gateways (`conflicts`), then every route attached to them (`attach`). The result
+//! ([`GatewayAttachments`]) is what route building and the status writer read.
 
 pub mod app_protocol;
 pub mod attach;
