@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-KINDS = ["gatewayclasses", "gateways", "httproutes", "grpcroutes", "tlsroutes", "referencegrants"]
+KINDS = ["gatewayclasses", "gateways", "httproutes", "grpcroutes", "tlsroutes", "referencegrants", "listenersets"]
 
 # Experimental-channel fields weir serves: kind -> property paths under each version's
 # openAPIV3Schema, copied from the experimental CRD.

@@ -19,7 +19,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use weir::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TlsRoute};
+use weir::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TlsRoute};
 use weir::snapshot::Object;
 use weir::source::manifest::parse_manifests;
 
@@ -99,6 +99,7 @@ impl ApiSink {
                     Object::HttpRoute(o) => insert(&mut desired, "HTTPRoute", *o)?,
                     Object::GrpcRoute(o) => insert(&mut desired, "GRPCRoute", *o)?,
                     Object::TlsRoute(o) => insert(&mut desired, "TLSRoute", *o)?,
+                    Object::ListenerSet(o) => insert(&mut desired, "ListenerSet", *o)?,
                     Object::ReferenceGrant(o) => insert(&mut desired, "ReferenceGrant", *o)?,
                     // Written Namespaces carry labels (`allowedRoutes` selectors); the others
                     // are created bare by `create_namespace`.
@@ -175,6 +176,7 @@ impl ApiSink {
             "HTTPRoute" => patch(Api::<HttpRoute>::namespaced(client, ns), key, value).await,
             "GRPCRoute" => patch(Api::<GrpcRoute>::namespaced(client, ns), key, value).await,
             "TLSRoute" => patch(Api::<TlsRoute>::namespaced(client, ns), key, value).await,
+            "ListenerSet" => patch(Api::<ListenerSet>::namespaced(client, ns), key, value).await,
             "ReferenceGrant" => patch(Api::<ReferenceGrant>::namespaced(client, ns), key, value).await,
             other => return Err(format!("cannot apply kind {other}")),
         };
@@ -198,6 +200,7 @@ impl ApiSink {
             "HTTPRoute" => Api::<HttpRoute>::namespaced(client, ns).delete(name, &dp).await.map(drop),
             "GRPCRoute" => Api::<GrpcRoute>::namespaced(client, ns).delete(name, &dp).await.map(drop),
             "TLSRoute" => Api::<TlsRoute>::namespaced(client, ns).delete(name, &dp).await.map(drop),
+            "ListenerSet" => Api::<ListenerSet>::namespaced(client, ns).delete(name, &dp).await.map(drop),
             "ReferenceGrant" => {
                 Api::<ReferenceGrant>::namespaced(client, ns).delete(name, &dp).await.map(drop)
             }
@@ -241,6 +244,7 @@ impl ApiSink {
             "GatewayClass" => "gatewayclasses",
             "Gateway" => "gateways",
             "GRPCRoute" => "grpcroutes",
+            "ListenerSet" => "listenersets",
             _ => "httproutes",
         };
         let gvk = GroupVersionKind::gvk(weir::gateway::GROUP, weir::gateway::VERSION, &want.kind);
@@ -279,6 +283,12 @@ impl ApiSink {
                 .ok_or_else(|| format!("no parent status of weir for {parent} (status {status})"))?;
             (found.clone(), found["conditions"].clone())
         } else {
+            if let Some(sets) = want.attached_listener_sets {
+                let got = status["attachedListenerSets"].as_i64().unwrap_or(0);
+                if got != sets {
+                    return Err(format!("attachedListenerSets {sets}, got {got}"));
+                }
+            }
             (status.clone(), status["conditions"].clone())
         };
         let condition = conditions
@@ -357,7 +367,7 @@ fn apply_rank(kind: &str) -> u8 {
         "Namespace" => 0,
         "Service" | "Endpoints" | "Secret" | "ConfigMap" => 1,
         "IngressClass" | "GatewayClass" | "ReferenceGrant" => 2,
-        "Gateway" => 3,
+        "Gateway" | "ListenerSet" => 3,
         _ => 4,
     }
 }

@@ -97,17 +97,19 @@ pub struct Step {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConditionExpect {
-    /// `GatewayClass`, `Gateway`, `HTTPRoute` or `GRPCRoute`.
+    /// `GatewayClass`, `Gateway`, `ListenerSet`, `HTTPRoute` or `GRPCRoute`.
     pub kind: String,
     /// The object's name.
     pub name: String,
     /// Its namespace (`default` unless given; ignored for a GatewayClass).
     #[serde(default)]
     pub namespace: Option<String>,
-    /// For a Gateway: the listener whose conditions are meant (else the Gateway's own).
+    /// For a Gateway or a ListenerSet: the listener whose conditions are meant (else the
+    /// object's own).
     #[serde(default)]
     pub listener: Option<String>,
-    /// For an HTTPRoute or GRPCRoute: the Gateway (`parentRef.name`) whose parent status is meant.
+    /// For an HTTPRoute or GRPCRoute: the Gateway or ListenerSet (`parentRef.name`) whose parent
+    /// status is meant.
     #[serde(default)]
     pub parent: Option<String>,
     /// For an HTTPRoute or GRPCRoute: the parent's `sectionName`, when the route names one.
@@ -124,6 +126,9 @@ pub struct ConditionExpect {
     /// With `listener`: its `attachedRoutes`.
     #[serde(default)]
     pub attached_routes: Option<i64>,
+    /// For a Gateway: its `attachedListenerSets` (unset counts as 0).
+    #[serde(default)]
+    pub attached_listener_sets: Option<i64>,
     /// Why weir is known to fail this check: a failure is reported as known, not failed; a pass
     /// is a failure (the case and docs/gateway-api.md need updating).
     #[serde(default)]
@@ -464,13 +469,18 @@ impl ConditionExpect {
 
     fn validate(&self) -> Result<(), String> {
         match self.kind.as_str() {
-            "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" => {}
+            "GatewayClass" | "Gateway" | "ListenerSet" | "HTTPRoute" | "GRPCRoute" => {}
             other => {
-                return Err(format!("unknown kind {other:?} (GatewayClass, Gateway, HTTPRoute, GRPCRoute)"));
+                return Err(format!(
+                    "unknown kind {other:?} (GatewayClass, Gateway, ListenerSet, HTTPRoute, GRPCRoute)"
+                ));
             }
         }
-        if self.listener.is_some() && self.kind != "Gateway" {
-            return Err("listener is for a Gateway".into());
+        if self.listener.is_some() && !matches!(self.kind.as_str(), "Gateway" | "ListenerSet") {
+            return Err("listener is for a Gateway or a ListenerSet".into());
+        }
+        if self.attached_listener_sets.is_some() && (self.kind != "Gateway" || self.listener.is_some()) {
+            return Err("attached_listener_sets is for a Gateway's own status".into());
         }
         let route = matches!(self.kind.as_str(), "HTTPRoute" | "GRPCRoute");
         if (self.parent.is_some() || self.section.is_some()) != route {

@@ -90,6 +90,7 @@ scenarios! {
     gateway_filters => "gateway-filters",
     gateway_generation => "gateway-generation",
     gateway_listeners => "gateway-listeners",
+    gateway_listenersets => "gateway-listenersets",
     gateway_extended => "gateway-extended",
     gateway_hostname_precedence => "gateway-hostname-precedence",
     gateway_grpc_hostname_precedence => "gateway-grpc-hostname-precedence",

@@ -69,6 +69,7 @@ scenarios! {
     kube_gateway_filters => "gateway-filters",
     kube_gateway_generation => "gateway-generation",
     kube_gateway_listeners => "gateway-listeners",
+    kube_gateway_listenersets => "gateway-listenersets",
     kube_gateway_extended => "gateway-extended",
     kube_gateway_hostname_precedence => "gateway-hostname-precedence",
     kube_gateway_grpc_hostname_precedence => "gateway-grpc-hostname-precedence",

@@ -1,5 +1,5 @@
 //! The Gateway API objects weir reads (`gateway.networking.k8s.io`, standard channel v1.6):
-//! GatewayClass, Gateway, HTTPRoute, GRPCRoute, TLSRoute and ReferenceGrant.
+//! GatewayClass, Gateway, ListenerSet, HTTPRoute, GRPCRoute, TLSRoute and ReferenceGrant.
 //!
 //! Hand-written serde types of the wire format, as the API server stores them, for the fields
 //! weir reads and the status it writes; unknown fields are ignored, as the k8s-openapi types
@@ -35,7 +35,7 @@ pub fn accepted_version(api_version: &str, kind: &str) -> bool {
     };
     match kind {
         "GatewayClass" | "Gateway" | "HTTPRoute" | "ReferenceGrant" => matches!(version, "v1" | "v1beta1"),
-        "GRPCRoute" | "TLSRoute" => version == "v1",
+        "GRPCRoute" | "TLSRoute" | "ListenerSet" => version == "v1",
         _ => false,
     }
 }
@@ -127,6 +127,30 @@ pub struct GatewaySpec {
     /// TLS of the whole Gateway: client certificate validation of its HTTPS listeners.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<GatewayTlsConfig>,
+    /// Which ListenerSets may add listeners to this Gateway (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_listeners: Option<AllowedListeners>,
+}
+
+/// `Gateway.spec.allowedListeners`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AllowedListeners {
+    /// From which namespaces (default `from: None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<ListenerNamespaces>,
+}
+
+/// `AllowedListeners.namespaces` (`ListenerNamespaces`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerNamespaces {
+    /// `None` (the default), `Same`, `All` or `Selector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The labels of the namespaces allowed, with `from: Selector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
 }
 
 /// `Gateway.spec.tls` (`GatewayTLSConfig`). `backend` (the Gateway's own client certificate
@@ -292,6 +316,9 @@ pub struct GatewayStatus {
     /// One per listener.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listeners: Vec<ListenerStatus>,
+    /// How many ListenerSets are attached (selected, naming this Gateway, and `Accepted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attached_listener_sets: Option<i32>,
 }
 
 /// `Gateway.status.listeners[]`.
@@ -805,6 +832,61 @@ pub struct TlsRouteRule {
     pub backend_refs: Vec<BackendRef>,
 }
 
+// === ListenerSet ===
+
+/// `ListenerSet`: listeners added to a Gateway that allows it (`spec.allowedListeners`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerSet {
+    /// Standard object metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// The parent Gateway and the listeners.
+    pub spec: ListenerSetSpec,
+    /// Written by the parent Gateway's controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ListenerSetStatus>,
+}
+
+/// `ListenerSet.spec`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerSetSpec {
+    /// The Gateway the listeners are added to.
+    pub parent_ref: ParentGatewayReference,
+    /// The listeners (`ListenerEntry`: the fields of a Gateway's [`Listener`]).
+    pub listeners: Vec<Listener>,
+}
+
+/// `ParentGatewayReference`: a ListenerSet's Gateway.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentGatewayReference {
+    /// Default `gateway.networking.k8s.io`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Default `Gateway`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The Gateway's name.
+    pub name: String,
+    /// Default: the ListenerSet's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// `ListenerSet.status`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerSetStatus {
+    /// `Accepted`, `Programmed`.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// One per listener (`ListenerEntryStatus`: the fields of a [`ListenerStatus`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listeners: Vec<ListenerStatus>,
+}
+
 // === ReferenceGrant ===
 
 /// `ReferenceGrant`: lets objects of other namespaces refer to objects of this one.
@@ -893,6 +975,7 @@ resource!(Gateway, "Gateway", "gateways", VERSION, k8s_openapi::NamespaceResourc
 resource!(HttpRoute, "HTTPRoute", "httproutes", VERSION, k8s_openapi::NamespaceResourceScope);
 resource!(GrpcRoute, "GRPCRoute", "grpcroutes", VERSION, k8s_openapi::NamespaceResourceScope);
 resource!(TlsRoute, "TLSRoute", "tlsroutes", VERSION, k8s_openapi::NamespaceResourceScope);
+resource!(ListenerSet, "ListenerSet", "listenersets", VERSION, k8s_openapi::NamespaceResourceScope);
 resource!(
     ReferenceGrant,
     "ReferenceGrant",

@@ -1,8 +1,9 @@
 //! Which Gateway API kinds the Kubernetes source can watch: asked once at start-up.
 //!
 //! A cluster without the Gateway API CRDs (or with an older release lacking GRPCRoute or
-//! TLSRoute v1), or a ServiceAccount without the rights to list them, is normal: weir says so
-//! once in its log and goes on serving Ingresses, watching whatever of the Gateway API it can.
+//! TLSRoute v1, or ListenerSet v1 before v1.5), or a ServiceAccount without the rights to list
+//! them, is normal: weir says so once in its log and goes on serving Ingresses, watching
+//! whatever of the Gateway API it can.
 //! Namespaces are watched with the Gateway API (listeners select routes' namespaces by label).
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -11,7 +12,8 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::gateway::{
-    Gateway, GatewayClass, GrpcRoute, HttpRoute, REFERENCE_GRANT_VERSION, ReferenceGrant, TlsRoute, VERSION,
+    Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, REFERENCE_GRANT_VERSION, ReferenceGrant,
+    TlsRoute, VERSION,
 };
 
 /// The Gateway API kinds the API server serves and weir may list (all false: Ingress only).
@@ -25,6 +27,8 @@ pub struct GatewayKinds {
     pub tls: bool,
     /// ReferenceGrants (v1beta1).
     pub reference_grants: bool,
+    /// ListenerSets (v1 since Gateway API v1.5).
+    pub listener_sets: bool,
 }
 
 /// Errors of the discovery (the API server did not answer; retried by the caller).
@@ -51,6 +55,7 @@ pub async fn discover(client: &Client) -> Result<GatewayKinds, Error> {
     }
     kinds.grpc = kinds.http && has(&v1, "grpcroutes") && may_list::<GrpcRoute>(client).await;
     kinds.tls = kinds.http && has(&v1, "tlsroutes") && may_list::<TlsRoute>(client).await;
+    kinds.listener_sets = kinds.http && has(&v1, "listenersets") && may_list::<ListenerSet>(client).await;
     kinds.reference_grants =
         kinds.http && has(&beta, "referencegrants") && may_list::<ReferenceGrant>(client).await;
     Ok(kinds)
@@ -74,6 +79,7 @@ pub async fn discover_retrying(client: &Client) -> GatewayKinds {
             grpc_routes = kinds.grpc,
             tls_routes = kinds.tls,
             reference_grants = kinds.reference_grants,
+            listener_sets = kinds.listener_sets,
             "watching the Gateway API (gateway.networking.k8s.io/v1)"
         );
     } else {

@@ -419,6 +419,7 @@ fn reference_to(kind: ObjectKind, object: &ObjectRef) -> ObjectReference {
         ObjectKind::Gateway => ("gateway.networking.k8s.io/v1", "Gateway"),
         ObjectKind::TlsRoute => ("gateway.networking.k8s.io/v1", "TLSRoute"),
         ObjectKind::GrpcRoute => ("gateway.networking.k8s.io/v1", "GRPCRoute"),
+        ObjectKind::ListenerSet => ("gateway.networking.k8s.io/v1", "ListenerSet"),
     };
     ObjectReference {
         api_version: Some(api_version.to_owned()),

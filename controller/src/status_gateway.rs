@@ -3,8 +3,11 @@
 //! What translation decided ([`GatewayOutcome`]) becomes, per object:
 //! - GatewayClass: `Accepted`;
 //! - Gateway: `Accepted`, `Programmed`, `status.addresses` (the published addresses, or those
-//!   `spec.addresses` asks for: `translate::gateway::addresses`) and per listener `attachedRoutes`, `supportedKinds` and its conditions (`Accepted`, `Programmed`,
-//!   `ResolvedRefs`, `Conflicted`);
+//!   `spec.addresses` asks for: `translate::gateway::addresses`) and per listener
+//!   `attachedRoutes`, `supportedKinds` and its conditions (`Accepted`, `Programmed`,
+//!   `ResolvedRefs`, `Conflicted`); `attachedListenerSets` when it allows ListenerSets;
+//! - ListenerSet (naming a Gateway of ours): `Accepted`, `Programmed`, and per listener the same
+//!   as a Gateway's listeners;
 //! - HTTPRoute and GRPCRoute: one `parents` entry per parent of ours (`controllerName` weir's), with
 //!   `Accepted` and `ResolvedRefs`; entries of other controllers are kept.
 //!
@@ -25,7 +28,7 @@ use weir_dataplane::model::ObjectRef;
 
 use crate::gateway::{
     Gateway, GatewayAddress, GatewayClass, GatewayClassStatus, GatewayStatus, GrpcRoute, HttpRoute,
-    RouteStatus, TlsRoute,
+    ListenerSet, ListenerSetStatus, RouteStatus, TlsRoute,
 };
 use crate::source::kube::Stores;
 use crate::translate::gateway::addresses;
@@ -85,10 +88,40 @@ pub fn gateway_status(
 ) -> Option<Value> {
     let gw = outcome.attachments.gateways.get(key)?;
     let assigned = addresses::assign(spec_addresses, published);
-    let listeners: Vec<Value> = gw
-        .listeners
+    let listeners = listener_statuses(outcome, key, None, gw.generation, current, now);
+    let addresses: Vec<Value> =
+        assigned.status.iter().map(|a| json!({"type": a.type_, "value": a.value})).collect();
+    let mut gateway_conditions = gw.conditions.clone();
+    for cond in [assigned.accepted, assigned.programmed].into_iter().flatten() {
+        match gateway_conditions.iter_mut().find(|c| c.type_ == cond.type_) {
+            Some(c) => *c = cond,
+            None => gateway_conditions.push(cond),
+        }
+    }
+    Some(json!({
+        "addresses": addresses,
+        "conditions": conditions(&gateway_conditions, gw.generation, &current["conditions"], now),
+        "listeners": listeners,
+        // Null (removed by the merge patch) when the Gateway takes no ListenerSets.
+        "attachedListenerSets": outcome.attachments.attached_listener_sets.get(key),
+    }))
+}
+
+/// The `status.listeners` of the Gateway `gateway` (`set`: `None`) or of its ListenerSet `set`:
+/// the listeners of the Gateway's merged list that are theirs.
+fn listener_statuses(
+    outcome: &GatewayOutcome,
+    gateway: &ObjectRef,
+    set: Option<&ObjectRef>,
+    generation: Option<i64>,
+    current: &Value,
+    now: &str,
+) -> Vec<Value> {
+    let Some(gw) = outcome.attachments.gateways.get(gateway) else { return Vec::new() };
+    gw.listeners
         .iter()
         .enumerate()
+        .filter(|(_, l)| l.set.as_ref() == set)
         .map(|(i, l)| {
             let old = current["listeners"]
                 .as_array()
@@ -105,23 +138,29 @@ pub fn gateway_status(
             json!({
                 "name": l.name,
                 "supportedKinds": kinds,
-                "attachedRoutes": attached_routes(outcome, key, i),
-                "conditions": conditions(&l.conditions, gw.generation, &old, now),
+                "attachedRoutes": attached_routes(outcome, gateway, i),
+                "conditions": conditions(&l.conditions, generation, &old, now),
             })
         })
-        .collect();
-    let addresses: Vec<Value> =
-        assigned.status.iter().map(|a| json!({"type": a.type_, "value": a.value})).collect();
-    let mut gateway_conditions = gw.conditions.clone();
-    for cond in [assigned.accepted, assigned.programmed].into_iter().flatten() {
-        match gateway_conditions.iter_mut().find(|c| c.type_ == cond.type_) {
-            Some(c) => *c = cond,
-            None => gateway_conditions.push(cond),
-        }
-    }
+        .collect()
+}
+
+/// The desired `status` of a ListenerSet naming a Gateway of ours: `Accepted`, `Programmed`,
+/// and its listeners once attached (none while it is not: they are not the Gateway's).
+pub fn listener_set_status(
+    outcome: &GatewayOutcome,
+    key: &ObjectRef,
+    current: &Value,
+    now: &str,
+) -> Option<Value> {
+    let set = outcome.attachments.listener_sets.get(key)?;
+    let listeners = if set.attached {
+        listener_statuses(outcome, &set.gateway, Some(key), set.generation, current, now)
+    } else {
+        Vec::new()
+    };
     Some(json!({
-        "addresses": addresses,
-        "conditions": conditions(&gateway_conditions, gw.generation, &current["conditions"], now),
+        "conditions": conditions(&set.conditions, set.generation, &current["conditions"], now),
         "listeners": listeners,
     }))
 }
@@ -415,6 +454,12 @@ pub async fn reconcile(
             |current: &Value, now: &str| gateway_status(outcome, &key, spec, addresses, current, now);
         queue.decide::<GatewayStatus>("Gateway", Some(&key), &gw.metadata, current, desired);
     }
+    for set in stores.listener_sets.iter().flat_map(|s| s.state()) {
+        let key = key_of(&set.metadata);
+        let current = || status_json(set.status.as_ref());
+        let desired = |current: &Value, now: &str| listener_set_status(outcome, &key, current, now);
+        queue.decide::<ListenerSetStatus>("ListenerSet", Some(&key), &set.metadata, current, desired);
+    }
     let http = stores
         .http_routes
         .iter()
@@ -503,6 +548,9 @@ async fn write(
         }
         ("TLSRoute", Some(ns)) => {
             Api::<TlsRoute>::namespaced(client, ns).patch_status(name, &params, &patch).await?;
+        }
+        ("ListenerSet", Some(ns)) => {
+            Api::<ListenerSet>::namespaced(client, ns).patch_status(name, &params, &patch).await?;
         }
         ("GRPCRoute", Some(ns)) => {
             Api::<GrpcRoute>::namespaced(client, ns).patch_status(name, &params, &patch).await?;

@@ -71,6 +71,57 @@ fn dump_prints_the_table() {
     assert_eq!(table.default_backend.map(|b| b.to_string()).as_deref(), Some("demo/web:80"));
 }
 
+/// `weir check` and `weir dump` read ListenerSets (GEP-1713): the listener of one the Gateway
+/// allows serves its route's host; one the Gateway does not allow (`allowedListeners` defaults
+/// to none) is an error naming it and the reason (`NotAllowed`).
+#[test]
+fn check_and_dump_read_listenersets() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = |name: &str, allowed: &str, host: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: infra}}\n\
+             spec:\n  gatewayClassName: weir\n{allowed}  listeners: [{{name: http, port: 80, protocol: HTTP, hostname: {host}}}]\n---\n"
+        )
+    };
+    let set = |name: &str, parent: &str, host: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: ListenerSet\nmetadata: {{name: {name}, namespace: apps}}\n\
+             spec:\n  parentRef: {{name: {parent}, namespace: infra}}\n  listeners: [{{name: app, port: 80, protocol: HTTP, hostname: {host}}}]\n---\n"
+        )
+    };
+    let text = format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: weir}}\nspec: {{controllerName: weir.dev/gateway-controller}}\n---\n\
+         {}{}{}{}\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: app, namespace: apps}}\n\
+         spec:\n  parentRefs: [{{kind: ListenerSet, name: team}}]\n  rules: [{{backendRefs: [{{name: app, port: 80}}]}}]\n---\n\
+         apiVersion: v1\nkind: Service\nmetadata: {{name: app, namespace: apps}}\nspec: {{ports: [{{port: 80}}]}}\n",
+        gateway("edge", "  allowedListeners: {namespaces: {from: All}}\n", "gw.example.com"),
+        gateway("closed", "", "closed.example.com"),
+        set("team", "edge", "app.example.com"),
+        set("refused", "closed", "refused.example.com"),
+    );
+    std::fs::write(dir.path().join("gateway.yaml"), text).unwrap();
+
+    let out = Command::new(WEIR).args(["check", "--manifests"]).arg(dir.path()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "a ListenerSet not attached is an error:\n{stdout}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with(
+            "error: ListenerSet apps/refused: not attached to Gateway infra/closed (NotAllowed)"
+        )),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("apps/team"), "{stdout}");
+
+    let out = Command::new(WEIR).args(["dump", "--manifests"]).arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let table: weir_dataplane::model::RouteTable = serde_saphyr::from_str(&stdout).unwrap();
+    let hosts: Vec<String> = table.hosts.iter().map(|h| h.host.to_string()).collect();
+    assert!(hosts.contains(&"app.example.com".to_string()), "{stdout}");
+    assert!(!hosts.contains(&"refused.example.com".to_string()), "{stdout}");
+}
+
 #[test]
 fn missing_manifest_dir_is_a_clear_error() {
     let out = Command::new(WEIR).args(["check", "--manifests", "/nonexistent/weir"]).output().unwrap();

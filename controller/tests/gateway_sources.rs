@@ -63,6 +63,13 @@ items:
 - apiVersion: v1
   kind: Namespace
   metadata: {name: apps, labels: {edge: "yes"}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: team, namespace: apps}
+spec:
+  parentRef: {name: edge, namespace: default}
+  listeners: [{name: app, port: 80, protocol: HTTP, hostname: app.example.com}]
 "#;
 
 #[test]
@@ -79,6 +86,9 @@ fn manifests_carry_every_gateway_kind_in_v1_and_older_names() {
     assert!(snapshot.http_routes.contains_key(&ObjectRef::new("apps", "web")));
     assert!(snapshot.grpc_routes.contains_key(&ObjectRef::new("apps", "grpc")));
     assert!(snapshot.tls_routes.contains_key(&ObjectRef::new("apps", "db")));
+    let team = snapshot.listener_sets.get(&ObjectRef::new("apps", "team")).unwrap();
+    assert_eq!(team.spec.parent_ref.name, "edge");
+    assert_eq!(team.spec.listeners[0].hostname.as_deref(), Some("app.example.com"));
     // Namespaced kinds without a namespace get `default`, as the API server stores them.
     assert!(snapshot.reference_grants.contains_key(&ObjectRef::new("default", "from-apps")));
     let apps = snapshot.namespaces.get("apps").unwrap();
@@ -137,7 +147,10 @@ fn with_the_gateway_api_the_kube_source_watches_every_kind() {
         let admin = api.client().await;
         gateway_crds_support::install_gateway_crds(&admin).await;
         let kinds = discover(&admin).await.unwrap();
-        assert_eq!(kinds, GatewayKinds { http: true, grpc: true, tls: true, reference_grants: true });
+        assert_eq!(
+            kinds,
+            GatewayKinds { http: true, grpc: true, tls: true, reference_grants: true, listener_sets: true }
+        );
 
         gateway_crds_support::create(
             &admin,
@@ -159,6 +172,17 @@ fn with_the_gateway_api_the_kube_source_watches_every_kind() {
         )
         .await
         .unwrap();
+        gateway_crds_support::create(
+            &admin,
+            Some("default"),
+            "v1",
+            "ListenerSet",
+            "listenersets",
+            json!({"metadata": {"name": "team"}, "spec": {"parentRef": {"name": "edge"},
+                "listeners": [{"name": "app", "port": 80, "protocol": "HTTP"}]}}),
+        )
+        .await
+        .unwrap();
 
         let options = KubeOptions { gateway: kinds, ..KubeOptions::default() };
         let source = KubeSource::start(&admin, &options, EndpointsApi::Endpoints);
@@ -166,6 +190,7 @@ fn with_the_gateway_api_the_kube_source_watches_every_kind() {
         let snapshot = source.snapshot();
         assert!(snapshot.gateway_classes.contains_key("weir"));
         assert!(snapshot.http_routes.contains_key(&ObjectRef::new("default", "web")));
+        assert!(snapshot.listener_sets.contains_key(&ObjectRef::new("default", "team")));
         assert!(snapshot.namespaces.contains_key("default"), "Namespaces are watched with the Gateway API");
 
         gateway_crds_support::create(

@@ -517,6 +517,161 @@ fn gateway_api_frontend_client_certificate_validation_status() {
     });
 }
 
+/// ListenerSet status and routing (GEP-1713, `apis/v1/listenerset_types.go`), written by the
+/// leader: the Gateway `edge` takes ListenerSets of its own namespace
+/// (`allowedListeners.namespaces.from: Same`). `team` adds `app` (served: a request for
+/// `app.example` reaches the backend through it, by a route whose `parentRef` is the
+/// ListenerSet) and `clash`, with no hostname like the Gateway's own listener: `Conflicted`
+/// `HostnameConflict` (conformance `ListenerSetHostnameConflict`), `team` stays `Accepted`
+/// (`ListenersNotValid`) and `Programmed`. `outsider` in another namespace is `NotAllowed`
+/// (`ListenerSetAllowedNamespaceSame`); `orphan` names a Gateway that does not exist and gets
+/// no status. The Gateway counts `attachedListenerSets: 1`; the route's parent entry names the
+/// ListenerSet. Nothing is rewritten when nothing changed.
+#[test]
+fn gateway_api_listenerset_status_and_routing() {
+    isolated("gateway_api_listenerset_status_and_routing", || async {
+        let (api, admin, _echo) = cluster_with_class().await;
+        let ns = "default";
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
+        support_kube::apply_with(namespaces, json!({"metadata": {"name": "apps"}})).await;
+        create(
+            &admin,
+            Some(ns),
+            "v1",
+            "Gateway",
+            "gateways",
+            json!({"metadata": {"name": "edge"}, "spec": {"gatewayClassName": "weir",
+                "allowedListeners": {"namespaces": {"from": "Same"}},
+                "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+        )
+        .await
+        .unwrap();
+        let set = |namespace: &'static str, name: &str, parent: &str, listeners: Value| {
+            let admin = admin.clone();
+            let value = json!({"metadata": {"name": name}, "spec": {
+                "parentRef": {"name": parent, "namespace": "default"}, "listeners": listeners}});
+            async move { create(&admin, Some(namespace), "v1", "ListenerSet", "listenersets", value).await }
+        };
+        set(
+            ns,
+            "team",
+            "edge",
+            json!([
+                {"name": "app", "port": 80, "protocol": "HTTP", "hostname": "app.example"},
+                {"name": "clash", "port": 80, "protocol": "HTTP"},
+            ]),
+        )
+        .await
+        .unwrap();
+        let one = json!([{"name": "app", "port": 80, "protocol": "HTTP", "hostname": "other.example"}]);
+        set("apps", "outsider", "edge", one.clone()).await.unwrap();
+        set(ns, "orphan", "nowhere", one).await.unwrap();
+        create(
+            &admin,
+            Some(ns),
+            "v1",
+            "HTTPRoute",
+            "httproutes",
+            json!({"metadata": {"name": "via-set"}, "spec": {
+                "parentRefs": [{"group": "gateway.networking.k8s.io", "kind": "ListenerSet", "name": "team", "sectionName": "app"}],
+                "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}}),
+        )
+        .await
+        .unwrap();
+
+        let weir = Weir::start(&api.kubeconfig, &["--publish-status-address", "192.0.2.10"]);
+        weir.wait_ready(Duration::from_secs(30)).await;
+        // Through the ListenerSet's listener to the backend.
+        weir.wait_route("app.example", "a", Duration::from_secs(15)).await;
+
+        let sets: Api<weir::gateway::ListenerSet> = Api::namespaced(admin.clone(), ns);
+        let team = eventually("team's status", Duration::from_secs(15), || async {
+            let status = sets.get("team").await.ok()?.status.value();
+            (cond(&status["conditions"], "Accepted")["observedGeneration"] == 1).then_some(status)
+        })
+        .await;
+        assert_eq!(
+            summary(cond(&team["conditions"], "Accepted")),
+            s("True", "ListenersNotValid", 1),
+            "{team}"
+        );
+        assert_eq!(summary(cond(&team["conditions"], "Programmed")), s("True", "Programmed", 1), "{team}");
+        let listener = |name: &str| {
+            team["listeners"].as_array().unwrap().iter().find(|l| l["name"] == name).unwrap().clone()
+        };
+        let app = listener("app");
+        assert_eq!(app["attachedRoutes"], 1, "{team}");
+        assert_eq!(summary(cond(&app["conditions"], "Programmed")), s("True", "Programmed", 1), "{team}");
+        assert_eq!(
+            app["supportedKinds"],
+            json!([{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}, {"group": "gateway.networking.k8s.io", "kind": "GRPCRoute"}])
+        );
+        let clash = listener("clash");
+        for type_ in ["Accepted", "Programmed"] {
+            assert_eq!(
+                summary(cond(&clash["conditions"], type_)),
+                s("False", "HostnameConflict", 1),
+                "{team}"
+            );
+        }
+        assert_eq!(
+            summary(cond(&clash["conditions"], "Conflicted")),
+            s("True", "HostnameConflict", 1),
+            "{team}"
+        );
+
+        let outsiders: Api<weir::gateway::ListenerSet> = Api::namespaced(admin.clone(), "apps");
+        let outsider = eventually("outsider's status", Duration::from_secs(15), || async {
+            let status = outsiders.get("outsider").await.ok()?.status.value();
+            (cond(&status["conditions"], "Accepted")["observedGeneration"] == 1).then_some(status)
+        })
+        .await;
+        for type_ in ["Accepted", "Programmed"] {
+            assert_eq!(
+                summary(cond(&outsider["conditions"], type_)),
+                s("False", "NotAllowed", 1),
+                "{outsider}"
+            );
+        }
+
+        let gateways: Api<Gateway> = Api::namespaced(admin.clone(), ns);
+        let edge = eventually("edge's attachedListenerSets", Duration::from_secs(15), || async {
+            let status = gateways.get("edge").await.ok()?.status.value();
+            status["attachedListenerSets"].as_i64().map(|n| (n, status))
+        })
+        .await;
+        assert_eq!(edge.0, 1, "{}", edge.1);
+        // The Gateway lists its own listener only; `team`'s are in `team`'s status.
+        let names: Vec<&Value> = edge.1["listeners"].as_array().unwrap().iter().map(|l| &l["name"]).collect();
+        assert_eq!(names, [&json!("http")], "{}", edge.1);
+
+        let routes: Api<HttpRoute> = Api::namespaced(admin.clone(), ns);
+        let parent =
+            eventually("via-set's status", Duration::from_secs(15), || our_parent(&routes, "via-set")).await;
+        assert_eq!(parent["parentRef"]["kind"], "ListenerSet", "{parent}");
+        assert_eq!(summary(cond(&parent["conditions"], "Accepted")), s("True", "Accepted", 1), "{parent}");
+        // Entries for its declared parentRefs only: none for the ListenerSet's Gateway
+        // (conformance `ListenerSetRouteStatusScopedToParentRef`).
+        let via_set = serde_json::to_value(routes.get("via-set").await.unwrap()).unwrap();
+        assert_eq!(via_set["status"]["parents"].as_array().map(Vec::len), Some(1), "{via_set}");
+
+        // The orphan is nobody's: no condition of weir's (at most the CRD's default, Pending).
+        let orphan = sets.get("orphan").await.unwrap().status.value();
+        let reason = &cond(&orphan["conditions"], "Accepted")["reason"];
+        assert!(reason.is_null() || reason == "Pending", "{orphan}");
+
+        // Only changes are written.
+        let version = sets.get("team").await.unwrap().metadata.resource_version;
+        apply::<Service>(&admin, ns, service("unrelated")).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            sets.get("team").await.unwrap().metadata.resource_version,
+            version,
+            "ListenerSet rewritten"
+        );
+    });
+}
+
 /// `serde_json::Value` of any optional status.
 mod erased {
     pub trait Ser {

@@ -168,6 +168,81 @@ spec:
     assert_eq!(curl(https, "secure.example.com", "/", Some(&site_ca)), ok("backend-a"));
 }
 
+/// A ListenerSet's HTTPS listener (GEP-1713, conformance `ListenerSetReferenceGrant`): it serves
+/// a certificate of the ListenerSet's own namespace without a ReferenceGrant, for its route
+/// attached by `kind: ListenerSet`, over TLS only; a Secret of another namespace needs a grant
+/// `from` kind ListenerSet: one for Gateways of that namespace does not count ("ReferenceGrants
+/// applied to a Gateway are not inherited by child ListenerSets").
+#[test]
+fn listenerset_https_listener_serves_its_certificate_with_grants_of_its_own() {
+    if !have_curl() {
+        return;
+    }
+    let (_a, a) = echo("backend-a");
+    let dir = tempfile::tempdir().unwrap();
+    let cas = tempfile::tempdir().unwrap();
+    let (app_ca, app) = tls_secret("apps", "app-tls", &["app.example.com"]);
+    let (borrowed_ca, borrowed) = tls_secret("certs", "borrowed-tls", &["borrowed.example.com"]);
+    let app_ca = ca_file(cas.path(), "app", &app_ca);
+    let borrowed_ca = ca_file(cas.path(), "borrowed", &borrowed_ca);
+    let gateway = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: default}
+spec:
+  gatewayClassName: weir
+  allowedListeners: {namespaces: {from: All}}
+  listeners: [{name: http, port: 80, protocol: HTTP, hostname: gw.example.com}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: team, namespace: apps}
+spec:
+  parentRef: {name: edge, namespace: default}
+  listeners:
+  - {name: app, port: 443, protocol: HTTPS, hostname: app.example.com, tls: {certificateRefs: [{name: app-tls}]}}
+  - {name: borrowed, port: 443, protocol: HTTPS, hostname: borrowed.example.com, tls: {certificateRefs: [{name: borrowed-tls, namespace: certs}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: app, namespace: apps}
+spec: {parentRefs: [{kind: ListenerSet, name: team}], rules: [{backendRefs: [{name: a, port: 80}]}]}
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: gateways-of-apps, namespace: certs}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: Gateway, namespace: apps}]
+  to: [{group: "", kind: Secret}]
+---
+"#;
+    let service = service("a", a).replace("namespace: default", "namespace: apps");
+    write(dir.path(), "gateway.yaml", &format!("{CLASS}{gateway}{service}{app}{borrowed}"));
+
+    let (_weir, addrs) = spawn_serve(dir.path(), &[], &["http", "https"]);
+    let (http, https) = (addrs[0], addrs[1]);
+    wait_for("HTTPS app.example.com / through the ListenerSet", &ok("backend-a"), || {
+        curl(https, "app.example.com", "/", Some(&app_ca))
+    });
+    // The route is on the HTTPS listeners only: over plain HTTP no listener takes the name.
+    assert_eq!(curl(http, "app.example.com", "/", None), not_found());
+    // The grant is for Gateways of apps, not its ListenerSets: the handshake does not verify.
+    let refused = curl(https, "borrowed.example.com", "/", Some(&borrowed_ca));
+    assert!(refused.is_err(), "{refused:?}");
+
+    let grant = r#"apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: listenersets-of-apps, namespace: certs}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: ListenerSet, namespace: apps}]
+  to: [{group: "", kind: Secret, name: borrowed-tls}]
+"#;
+    write(dir.path(), "grant.yaml", grant);
+    wait_for("HTTPS borrowed.example.com / after the ListenerSet's grant", &ok("backend-a"), || {
+        curl(https, "borrowed.example.com", "/", Some(&borrowed_ca))
+    });
+    assert_eq!(curl(https, "app.example.com", "/", Some(&app_ca)), ok("backend-a"));
+}
+
 /// Listener isolation (`Listener` doc, "Listeners that are distinct only by Hostname";
 /// conformance `GatewayHTTPListenerIsolation`): a request is served by the routes of the most
 /// specific listener whose hostname matches it, and by no other listener's, even when a route

@@ -24,7 +24,7 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use weir_dataplane::model::ObjectRef;
 
-use crate::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TlsRoute};
+use crate::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TlsRoute};
 
 /// A consistent view of the cluster (or manifest directory) that translation and the node plan
 /// read.
@@ -58,6 +58,8 @@ pub struct Snapshot {
     pub grpc_routes: Objects<GrpcRoute>,
     /// Gateway API TLSRoutes by namespace/name.
     pub tls_routes: Objects<TlsRoute>,
+    /// Gateway API ListenerSets by namespace/name.
+    pub listener_sets: Objects<ListenerSet>,
     /// Gateway API ReferenceGrants by namespace/name.
     pub reference_grants: Objects<ReferenceGrant>,
     /// Namespaces by name (their labels select routes for Gateway listeners).
@@ -97,6 +99,8 @@ pub enum SharedObject {
     GrpcRoute(Arc<GrpcRoute>),
     /// A Gateway API TLSRoute.
     TlsRoute(Arc<TlsRoute>),
+    /// A Gateway API ListenerSet.
+    ListenerSet(Arc<ListenerSet>),
     /// A Gateway API ReferenceGrant.
     ReferenceGrant(Arc<ReferenceGrant>),
     /// A Namespace.
@@ -130,6 +134,8 @@ pub enum SnapshotKey {
     GrpcRoute(ObjectRef),
     /// A TLSRoute.
     TlsRoute(ObjectRef),
+    /// A ListenerSet.
+    ListenerSet(ObjectRef),
     /// A ReferenceGrant.
     ReferenceGrant(ObjectRef),
     /// A Namespace, by name.
@@ -153,6 +159,7 @@ impl SharedObject {
             Object::HttpRoute(o) => SharedObject::HttpRoute(Arc::from(o)),
             Object::GrpcRoute(o) => SharedObject::GrpcRoute(Arc::from(o)),
             Object::TlsRoute(o) => SharedObject::TlsRoute(Arc::from(o)),
+            Object::ListenerSet(o) => SharedObject::ListenerSet(Arc::from(o)),
             Object::ReferenceGrant(o) => SharedObject::ReferenceGrant(Arc::from(o)),
             Object::Namespace(o) => SharedObject::Namespace(Arc::from(o)),
             Object::Other { .. } => return None,
@@ -174,6 +181,7 @@ impl SharedObject {
             SharedObject::HttpRoute(o) => &o.metadata,
             SharedObject::GrpcRoute(o) => &o.metadata,
             SharedObject::TlsRoute(o) => &o.metadata,
+            SharedObject::ListenerSet(o) => &o.metadata,
             SharedObject::ReferenceGrant(o) => &o.metadata,
             SharedObject::Namespace(o) => &o.metadata,
         }
@@ -198,6 +206,7 @@ impl SharedObject {
             SharedObject::HttpRoute(o) => SnapshotKey::HttpRoute(key(&o.metadata)),
             SharedObject::GrpcRoute(o) => SnapshotKey::GrpcRoute(key(&o.metadata)),
             SharedObject::TlsRoute(o) => SnapshotKey::TlsRoute(key(&o.metadata)),
+            SharedObject::ListenerSet(o) => SnapshotKey::ListenerSet(key(&o.metadata)),
             SharedObject::ReferenceGrant(o) => SnapshotKey::ReferenceGrant(key(&o.metadata)),
             SharedObject::Namespace(o) => SnapshotKey::Namespace(o.metadata.name.clone().unwrap_or_default()),
         }
@@ -218,6 +227,7 @@ impl SharedObject {
             (SharedObject::HttpRoute(a), SharedObject::HttpRoute(b)) => Arc::ptr_eq(a, b),
             (SharedObject::GrpcRoute(a), SharedObject::GrpcRoute(b)) => Arc::ptr_eq(a, b),
             (SharedObject::TlsRoute(a), SharedObject::TlsRoute(b)) => Arc::ptr_eq(a, b),
+            (SharedObject::ListenerSet(a), SharedObject::ListenerSet(b)) => Arc::ptr_eq(a, b),
             (SharedObject::ReferenceGrant(a), SharedObject::ReferenceGrant(b)) => Arc::ptr_eq(a, b),
             (SharedObject::Namespace(a), SharedObject::Namespace(b)) => Arc::ptr_eq(a, b),
             _ => false,
@@ -239,6 +249,7 @@ impl SharedObject {
             SnapshotKey::HttpRoute(k) => format!("HTTPRoute {k}"),
             SnapshotKey::GrpcRoute(k) => format!("GRPCRoute {k}"),
             SnapshotKey::TlsRoute(k) => format!("TLSRoute {k}"),
+            SnapshotKey::ListenerSet(k) => format!("ListenerSet {k}"),
             SnapshotKey::ReferenceGrant(k) => format!("ReferenceGrant {k}"),
             SnapshotKey::Namespace(name) => format!("Namespace {name}"),
         }
@@ -293,6 +304,9 @@ impl Snapshot {
             (SnapshotKey::TlsRoute(k), SharedObject::TlsRoute(o)) => {
                 self.tls_routes.insert(k, o).map(SharedObject::TlsRoute)
             }
+            (SnapshotKey::ListenerSet(k), SharedObject::ListenerSet(o)) => {
+                self.listener_sets.insert(k, o).map(SharedObject::ListenerSet)
+            }
             (SnapshotKey::ReferenceGrant(k), SharedObject::ReferenceGrant(o)) => {
                 self.reference_grants.insert(k, o).map(SharedObject::ReferenceGrant)
             }
@@ -327,6 +341,9 @@ impl Snapshot {
             SnapshotKey::HttpRoute(k) => self.http_routes.get_shared(k).cloned().map(SharedObject::HttpRoute),
             SnapshotKey::GrpcRoute(k) => self.grpc_routes.get_shared(k).cloned().map(SharedObject::GrpcRoute),
             SnapshotKey::TlsRoute(k) => self.tls_routes.get_shared(k).cloned().map(SharedObject::TlsRoute),
+            SnapshotKey::ListenerSet(k) => {
+                self.listener_sets.get_shared(k).cloned().map(SharedObject::ListenerSet)
+            }
             SnapshotKey::ReferenceGrant(k) => {
                 self.reference_grants.get_shared(k).cloned().map(SharedObject::ReferenceGrant)
             }
@@ -349,6 +366,7 @@ impl Snapshot {
             SnapshotKey::HttpRoute(k) => self.http_routes.remove(k).map(SharedObject::HttpRoute),
             SnapshotKey::GrpcRoute(k) => self.grpc_routes.remove(k).map(SharedObject::GrpcRoute),
             SnapshotKey::TlsRoute(k) => self.tls_routes.remove(k).map(SharedObject::TlsRoute),
+            SnapshotKey::ListenerSet(k) => self.listener_sets.remove(k).map(SharedObject::ListenerSet),
             SnapshotKey::ReferenceGrant(k) => {
                 self.reference_grants.remove(k).map(SharedObject::ReferenceGrant)
             }
@@ -378,6 +396,7 @@ impl Snapshot {
         diff(&old.http_routes, &self.http_routes, |k| SnapshotKey::HttpRoute(k.clone()), &mut out);
         diff(&old.grpc_routes, &self.grpc_routes, |k| SnapshotKey::GrpcRoute(k.clone()), &mut out);
         diff(&old.tls_routes, &self.tls_routes, |k| SnapshotKey::TlsRoute(k.clone()), &mut out);
+        diff(&old.listener_sets, &self.listener_sets, |k| SnapshotKey::ListenerSet(k.clone()), &mut out);
         diff(
             &old.reference_grants,
             &self.reference_grants,

@@ -11,7 +11,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TlsRoute};
+use crate::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TlsRoute};
 
 /// One Kubernetes object, as a source hands it over (a snapshot shares it as a
 /// [`SharedObject`](super::SharedObject)).
@@ -41,6 +41,8 @@ pub enum Object {
     GrpcRoute(Box<GrpcRoute>),
     /// A Gateway API `TLSRoute`.
     TlsRoute(Box<TlsRoute>),
+    /// A Gateway API `ListenerSet`.
+    ListenerSet(Box<ListenerSet>),
     /// A Gateway API `ReferenceGrant`.
     ReferenceGrant(Box<ReferenceGrant>),
     /// A core `v1` Namespace (cluster-scoped; Gateway listeners select routes' namespaces by
@@ -71,6 +73,7 @@ impl Object {
             Object::HttpRoute(_) => "HTTPRoute",
             Object::GrpcRoute(_) => "GRPCRoute",
             Object::TlsRoute(_) => "TLSRoute",
+            Object::ListenerSet(_) => "ListenerSet",
             Object::ReferenceGrant(_) => "ReferenceGrant",
             Object::Namespace(_) => "Namespace",
             Object::Other { kind, .. } => kind,
@@ -92,6 +95,7 @@ impl Object {
             Object::HttpRoute(o) => Some(&o.metadata),
             Object::GrpcRoute(o) => Some(&o.metadata),
             Object::TlsRoute(o) => Some(&o.metadata),
+            Object::ListenerSet(o) => Some(&o.metadata),
             Object::ReferenceGrant(o) => Some(&o.metadata),
             Object::Namespace(o) => Some(&o.metadata),
             Object::Other { .. } => None,

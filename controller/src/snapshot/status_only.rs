@@ -33,6 +33,7 @@ fn status_only(old: &Snapshot, new: &Snapshot, key: &SnapshotKey) -> bool {
         SnapshotKey::HttpRoute(k) => same!(http_routes, k),
         SnapshotKey::GrpcRoute(k) => same!(grpc_routes, k),
         SnapshotKey::TlsRoute(k) => same!(tls_routes, k),
+        SnapshotKey::ListenerSet(k) => same!(listener_sets, k),
         _ => false,
     }
 }

@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use weir_dataplane::model::ObjectRef;
 
 use super::trim::Trim;
-use crate::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TlsRoute};
+use crate::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TlsRoute};
 use crate::gateway_source::GatewayKinds;
 use crate::snapshot::{SharedObject, Slice, Snapshot};
 
@@ -235,6 +235,8 @@ pub struct Stores {
     pub grpc_routes: Vec<Store<GrpcRoute>>,
     /// Gateway API TLSRoutes.
     pub tls_routes: Vec<Store<TlsRoute>>,
+    /// Gateway API ListenerSets.
+    pub listener_sets: Vec<Store<ListenerSet>>,
     /// Gateway API ReferenceGrants.
     pub reference_grants: Vec<Store<ReferenceGrant>>,
     /// Namespaces (with the Gateway API: listeners select routes' namespaces by label).
@@ -270,6 +272,7 @@ impl Stores {
         add(&mut snapshot, &self.http_routes, SharedObject::HttpRoute);
         add(&mut snapshot, &self.grpc_routes, SharedObject::GrpcRoute);
         add(&mut snapshot, &self.tls_routes, SharedObject::TlsRoute);
+        add(&mut snapshot, &self.listener_sets, SharedObject::ListenerSet);
         add(&mut snapshot, &self.reference_grants, SharedObject::ReferenceGrant);
         add(&mut snapshot, &self.namespaces, SharedObject::Namespace);
         snapshot
@@ -312,7 +315,16 @@ impl Stores {
             configmap,
             l4_config_maps
         );
-        wait!(gateway_classes, gateways, http_routes, grpc_routes, tls_routes, reference_grants, namespaces);
+        wait!(
+            gateway_classes,
+            gateways,
+            http_routes,
+            grpc_routes,
+            tls_routes,
+            listener_sets,
+            reference_grants,
+            namespaces
+        );
         true
     }
 }
@@ -487,6 +499,7 @@ impl KubeSource {
             http_routes: Vec::new(),
             grpc_routes: Vec::new(),
             tls_routes: Vec::new(),
+            listener_sets: Vec::new(),
             reference_grants: Vec::new(),
             namespaces: Vec::new(),
         };
@@ -503,6 +516,9 @@ impl KubeSource {
         }
         if gateway.tls {
             stores.tls_routes = reflect.each::<TlsRoute>(&namespaces, plain);
+        }
+        if gateway.listener_sets {
+            stores.listener_sets = reflect.each::<ListenerSet>(&namespaces, plain);
         }
         if gateway.reference_grants {
             stores.reference_grants = reflect.each::<ReferenceGrant>(&namespaces, plain);
@@ -627,7 +643,7 @@ macro_rules! keep_trimmed {
 }
 
 keep_trimmed!(IngressClass, Ingress, Service, Endpoints, Secret, ConfigMap);
-keep_trimmed!(GatewayClass, Gateway, HttpRoute, GrpcRoute, TlsRoute, ReferenceGrant, Namespace);
+keep_trimmed!(GatewayClass, Gateway, HttpRoute, GrpcRoute, TlsRoute, ListenerSet, ReferenceGrant, Namespace);
 
 /// A [`Slice`] is what the Kubernetes source's reflectors store: the API's resource, in weir's
 /// shape.

@@ -120,6 +120,7 @@ enum Known {
     HttpRoute,
     GrpcRoute,
     TlsRoute,
+    ListenerSet,
     ReferenceGrant,
     Namespace,
 }
@@ -141,6 +142,7 @@ impl Known {
                 "HTTPRoute" => Known::HttpRoute,
                 "GRPCRoute" => Known::GrpcRoute,
                 "TLSRoute" => Known::TlsRoute,
+                "ListenerSet" => Known::ListenerSet,
                 "ReferenceGrant" => Known::ReferenceGrant,
                 _ => return None,
             },
@@ -443,6 +445,7 @@ fn list_item_kind(api_version: &str, kind: &str) -> Option<Option<&'static str>>
         Known::HttpRoute => "HTTPRoute",
         Known::GrpcRoute => "GRPCRoute",
         Known::TlsRoute => "TLSRoute",
+        Known::ListenerSet => "ListenerSet",
         Known::ReferenceGrant => "ReferenceGrant",
         Known::Namespace => "Namespace",
     }))
@@ -513,6 +516,7 @@ fn decode_known<D: Decode>(known: Known, d: D) -> std::result::Result<Object, D:
         Known::HttpRoute => Object::HttpRoute(Box::new(d.decode()?)),
         Known::GrpcRoute => Object::GrpcRoute(Box::new(d.decode()?)),
         Known::TlsRoute => Object::TlsRoute(Box::new(d.decode()?)),
+        Known::ListenerSet => Object::ListenerSet(Box::new(d.decode()?)),
         Known::ReferenceGrant => Object::ReferenceGrant(Box::new(d.decode()?)),
         Known::Namespace => Object::Namespace(Box::new(d.decode()?)),
     })
@@ -550,6 +554,7 @@ fn normalise(mut object: Object, known: Known) -> Object {
             Object::HttpRoute(o) => &mut o.metadata,
             Object::GrpcRoute(o) => &mut o.metadata,
             Object::TlsRoute(o) => &mut o.metadata,
+            Object::ListenerSet(o) => &mut o.metadata,
             Object::ReferenceGrant(o) => &mut o.metadata,
             Object::IngressClass(_)
             | Object::GatewayClass(_)
@@ -582,6 +587,7 @@ fn normalise(mut object: Object, known: Known) -> Object {
         Object::HttpRoute(o) => o.trim(),
         Object::GrpcRoute(o) => o.trim(),
         Object::TlsRoute(o) => o.trim(),
+        Object::ListenerSet(o) => o.trim(),
         Object::ReferenceGrant(o) => o.trim(),
         Object::Namespace(o) => o.trim(),
         Object::Other { .. } => {}

@@ -51,6 +51,7 @@ metadata_only!(
     crate::gateway::HttpRoute,
     crate::gateway::GrpcRoute,
     crate::gateway::TlsRoute,
+    crate::gateway::ListenerSet,
     crate::gateway::ReferenceGrant,
     k8s_openapi::api::core::v1::Namespace
 );

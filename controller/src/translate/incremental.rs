@@ -155,6 +155,7 @@ fn rebuilds_all(key: &SnapshotKey, snapshot: &Snapshot, config: &TranslateConfig
         | SnapshotKey::HttpRoute(_)
         | SnapshotKey::GrpcRoute(_)
         | SnapshotKey::TlsRoute(_)
+        | SnapshotKey::ListenerSet(_)
         | SnapshotKey::ReferenceGrant(_) => true,
         SnapshotKey::Namespace(_) => !snapshot.gateways.is_empty(),
         SnapshotKey::ConfigMap(k) => config.settings.as_ref().is_some_and(|settings| {
@@ -457,6 +458,7 @@ impl Translator {
                 | SnapshotKey::HttpRoute(_)
                 | SnapshotKey::GrpcRoute(_)
                 | SnapshotKey::TlsRoute(_)
+                | SnapshotKey::ListenerSet(_)
                 | SnapshotKey::ReferenceGrant(_)
                 | SnapshotKey::Namespace(_) => {}
             }

@@ -149,6 +149,7 @@ fn gateway_apply(
     let attachments = gateway::attach_all(snapshot, &config.gateway);
     let mut warnings = Warnings::default();
     gateway::tls::apply(&mut translation.table, &attachments, &mut warnings);
+    gateway::listener_sets::warn(&attachments.listener_sets, &mut warnings);
     translation.warnings.extend(warnings.finish());
     let mut routes = gateway::routes::RoutesOut::default();
     let mut grpc_routes = gateway::routes::RoutesOut::default();

@@ -33,6 +33,8 @@ pub enum ObjectKind {
     TlsRoute,
     /// A `gateway.networking.k8s.io/v1` GRPCRoute.
     GrpcRoute,
+    /// A `gateway.networking.k8s.io/v1` ListenerSet.
+    ListenerSet,
 }
 
 impl fmt::Display for ObjectKind {
@@ -121,6 +123,9 @@ pub enum Reason {
     /// A Gateway listener is served, but a condition says part of it is not (a certificate or
     /// CA reference that does not resolve beside one that does).
     ListenerDegraded,
+    /// A ListenerSet's listeners are not added to its Gateway (the Gateway's `allowedListeners`
+    /// does not take it, or its class is not accepted).
+    ListenerSetNotAttached,
 }
 
 impl fmt::Display for Reason {

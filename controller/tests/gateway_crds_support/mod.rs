@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use weir::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TlsRoute};
+use weir::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TlsRoute};
 
 use crate::support_kube::eventually;
 
@@ -17,7 +17,15 @@ use crate::support_kube::eventually;
 pub async fn install_gateway_crds(admin: &kube::Client) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kubernetes/gateway-api/crds");
     let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-    for name in ["gatewayclasses", "gateways", "httproutes", "grpcroutes", "tlsroutes", "referencegrants"] {
+    for name in [
+        "gatewayclasses",
+        "gateways",
+        "httproutes",
+        "grpcroutes",
+        "tlsroutes",
+        "referencegrants",
+        "listenersets",
+    ] {
         let text = std::fs::read_to_string(dir.join(format!("{name}.yaml"))).unwrap();
         let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
         crds.create(&PostParams::default(), &crd).await.unwrap_or_else(|e| panic!("CRD {name}: {e}"));
@@ -30,6 +38,7 @@ pub async fn install_gateway_crds(admin: &kube::Client) {
             Api::<HttpRoute>::all(admin.clone()).list(&ListParams::default()).await.ok()?;
             Api::<GrpcRoute>::all(admin.clone()).list(&ListParams::default()).await.ok()?;
             Api::<TlsRoute>::all(admin.clone()).list(&ListParams::default()).await.ok()?;
+            Api::<ListenerSet>::all(admin.clone()).list(&ListParams::default()).await.ok()?;
             Api::<ReferenceGrant>::all(admin).list(&ListParams::default()).await.ok()
         }
     })

@@ -1,10 +1,13 @@
 //! Routes to listeners: `parentRefs`, `allowedRoutes` and hostnames (pure).
 //!
-//! For each parent of a route that is a Gateway of ours, the listeners it names
-//! (`ParentReference.sectionName`, `port`; none: every listener) are tried; the route attaches
-//! to those whose `allowedRoutes` admit its kind and namespace and whose hostname intersects
-//! its hostnames. The outcome is the route's `Accepted` condition for that parent, and the
-//! listeners' `attachedRoutes`.
+//! For each parent of a route that is a Gateway of ours, or a ListenerSet attached to one, the
+//! listeners it names (`ParentReference.sectionName`, `port`; none: every listener) are tried:
+//! of the Gateway its own `spec.listeners` only, of the ListenerSet its own (GEP-1713, "Gateway
+//! Parents and sectionName": a route attached to the Gateway "MUST NOT attach to any listeners
+//! in the child `ListenerSets`"). The route attaches to those whose `allowedRoutes` admit its
+//! kind and namespace (`Same`: the namespace of the Gateway, or of the ListenerSet) and whose
+//! hostname intersects its hostnames. The outcome is the route's `Accepted` condition for that
+//! parent, and the listeners' `attachedRoutes`.
 
 use std::collections::BTreeMap;
 
@@ -12,6 +15,7 @@ use weir_dataplane::model::ObjectRef;
 
 use super::conditions::{Cond, reasons, types};
 use super::hostname::{self, Hostname};
+use super::listener_sets::ListenerSetOut;
 use super::listeners::GatewayOut;
 use crate::gateway::ParentReference;
 use crate::snapshot::Snapshot;
@@ -51,11 +55,12 @@ pub struct ParentOut {
     pub attached: Vec<Attachment>,
 }
 
-/// Attaches `route` to the Gateways of ours it names; counts `attachedRoutes` on `gateways`.
-/// Parents that are not Gateways of ours are left out (their controllers report on them).
+/// Attaches `route` to the Gateways (and ListenerSets) of ours it names; counts
+/// `attachedRoutes` on `gateways`. Parents that are not ours are left out (their controllers
+/// report on them).
 pub fn attach(
     route: RouteParts<'_>,
-    gateways: &BTreeMap<ObjectRef, GatewayOut>,
+    (gateways, listener_sets): (&BTreeMap<ObjectRef, GatewayOut>, &BTreeMap<ObjectRef, ListenerSetOut>),
     attached_routes: &mut BTreeMap<(ObjectRef, usize), i32>,
     snapshot: &Snapshot,
 ) -> Vec<ParentOut> {
@@ -71,11 +76,25 @@ pub fn attach(
     for parent in route.parent_refs {
         let group = parent.group.as_deref().unwrap_or(crate::gateway::GROUP);
         let kind = parent.kind.as_deref().unwrap_or("Gateway");
-        if group != crate::gateway::GROUP || kind != "Gateway" {
+        if group != crate::gateway::GROUP {
             continue;
         }
-        let key = ObjectRef::new(parent.namespace.as_deref().unwrap_or(&route.key.namespace), &parent.name);
+        let named_key =
+            ObjectRef::new(parent.namespace.as_deref().unwrap_or(&route.key.namespace), &parent.name);
+        // The Gateway, and the ListenerSet when the parent is one.
+        let (key, set) = match kind {
+            "Gateway" => (named_key, None),
+            "ListenerSet" => match listener_sets.get(&named_key) {
+                Some(s) => (s.gateway.clone(), Some(s)),
+                None => continue,
+            },
+            _ => continue,
+        };
         let Some(gateway) = gateways.get(&key) else { continue };
+        let parent_name = match set {
+            Some(s) => format!("ListenerSet {}", s.key),
+            None => format!("Gateway {key}"),
+        };
         let mut parent_out =
             ParentOut { parent_ref: parent.clone(), accepted: accepted(), attached: Vec::new() };
         if !bad_names.is_empty() {
@@ -83,11 +102,13 @@ pub fn attach(
             out.push(parent_out);
             continue;
         }
-        // Which listeners the reference names.
+        // Which listeners the reference names: the parent's own.
+        let set_key = set.map(|s| &s.key);
         let named: Vec<usize> = (0..gateway.listeners.len())
             .filter(|&i| {
                 let l = &gateway.listeners[i];
-                parent.section_name.as_deref().is_none_or(|s| s == l.name)
+                l.set.as_ref() == set_key
+                    && parent.section_name.as_deref().is_none_or(|s| s == l.name)
                     && parent.port.is_none_or(|p| p == l.port)
             })
             .collect();
@@ -96,9 +117,12 @@ pub fn attach(
                 types::ACCEPTED,
                 reasons::NO_MATCHING_PARENT,
                 match (&parent.section_name, parent.port) {
-                    (Some(s), _) => format!("Gateway {key} has no listener {s:?} (with that port)"),
-                    (None, Some(p)) => format!("Gateway {key} has no listener on port {p}"),
-                    (None, None) => format!("Gateway {key} has no listeners"),
+                    _ if set.is_some_and(|s| !s.attached) => {
+                        format!("{parent_name} is not attached to Gateway {key} (see its conditions)")
+                    }
+                    (Some(s), _) => format!("{parent_name} has no listener {s:?} (with that port)"),
+                    (None, Some(p)) => format!("{parent_name} has no listener on port {p}"),
+                    (None, None) => format!("{parent_name} has no listeners"),
                 },
             );
             out.push(parent_out);
@@ -108,7 +132,7 @@ pub fn attach(
         for i in named {
             let l = &gateway.listeners[i];
             let kind_ok = l.kinds.iter().any(|k| k.kind == route.kind);
-            if !l.ready || !kind_ok || !l.namespaces.allows(&route.key.namespace, &key.namespace, snapshot) {
+            if !l.ready || !kind_ok || !l.namespaces.allows(&route.key.namespace, l.home(&key), snapshot) {
                 continue;
             }
             allowed_somewhere = true;
@@ -132,7 +156,7 @@ pub fn attach(
                     types::ACCEPTED,
                     reasons::NOT_ALLOWED_BY_LISTENERS,
                     format!(
-                        "no listener of Gateway {key} named by this parentRef admits {} from namespace {}",
+                        "no listener of {parent_name} named by this parentRef admits {} from namespace {}",
                         route.kind, route.key.namespace
                     ),
                 )

@@ -85,6 +85,11 @@ pub mod reasons {
     pub const NO_VALID_CA_CERTIFICATE: &str = "NoValidCACertificate";
     /// `ConfigurationChanged` (Gateway `InsecureFrontendValidationMode`).
     pub const CONFIGURATION_CHANGED: &str = "ConfigurationChanged";
+    /// `NotAllowed` (ListenerSet `Accepted`, `Programmed`: its Gateway's `allowedListeners`
+    /// does not take it).
+    pub const NOT_ALLOWED: &str = "NotAllowed";
+    /// `ParentNotAccepted` (ListenerSet `Accepted`, `Programmed`).
+    pub const PARENT_NOT_ACCEPTED: &str = "ParentNotAccepted";
     /// `NotAllowedByListeners` (route `Accepted`).
     pub const NOT_ALLOWED_BY_LISTENERS: &str = "NotAllowedByListeners";
     /// `NoMatchingListenerHostname` (route `Accepted`).

@@ -25,6 +25,7 @@ use crate::gateway::{
 };
 use crate::node::lb::pool::Selector;
 use crate::snapshot::Snapshot;
+use crate::translate::warnings::ObjectKind;
 
 /// A GatewayClass of our controller.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,11 +76,14 @@ pub enum Namespaces {
     Selector(Selector),
 }
 
-/// One listener of a Gateway of ours.
+/// One listener of a Gateway of ours: of its `spec.listeners`, or of a ListenerSet attached to
+/// it (`super::listener_sets`: a listener is a listener, resolved by the same code).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListenerOut {
-    /// Its name (a route's `sectionName`).
+    /// Its name (a route's `sectionName`; unique within the Gateway or the ListenerSet only).
     pub name: String,
+    /// The ListenerSet it comes from; `None`: the Gateway's own.
+    pub set: Option<ObjectRef>,
     /// Its port.
     pub port: i32,
     /// What it serves, when it is usable.
@@ -98,6 +102,32 @@ pub struct ListenerOut {
     pub conditions: Vec<Cond>,
 }
 
+impl ListenerOut {
+    /// The namespace its `allowedRoutes` are relative to: its ListenerSet's, else its
+    /// Gateway's (`gateway`).
+    pub fn home<'a>(&'a self, gateway: &'a ObjectRef) -> &'a str {
+        self.set.as_ref().map_or(&gateway.namespace, |s| &s.namespace)
+    }
+
+    /// The object it is written in, for `weir check`: its ListenerSet, else its Gateway.
+    pub fn owner<'a>(&'a self, gateway: &'a ObjectRef) -> (ObjectKind, &'a ObjectRef) {
+        match &self.set {
+            Some(set) => (ObjectKind::ListenerSet, set),
+            None => (ObjectKind::Gateway, gateway),
+        }
+    }
+
+    /// Its identity on weir's sockets (`weir dump`'s `listener`): `namespace/gateway/name`, or
+    /// `namespace/gateway/ListenerSet/namespace/set/name` (names are unique only within the
+    /// Gateway or the ListenerSet).
+    pub fn id(&self, gateway: &ObjectRef) -> String {
+        match &self.set {
+            Some(set) => format!("{gateway}/ListenerSet/{set}/{}", self.name),
+            None => format!("{gateway}/{}", self.name),
+        }
+    }
+}
+
 /// A Gateway of one of our classes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GatewayOut {
@@ -105,7 +135,8 @@ pub struct GatewayOut {
     pub key: ObjectRef,
     /// `metadata.generation`.
     pub generation: Option<i64>,
-    /// Its listeners, in spec order.
+    /// Its listeners, in spec order, then those of the ListenerSets attached to it in their
+    /// precedence order (`ListenerSetSpec.listeners`).
     pub listeners: Vec<ListenerOut>,
     /// `Accepted`, `Programmed`.
     pub conditions: Vec<Cond>,
@@ -174,7 +205,7 @@ fn gateway_out(
         .spec
         .listeners
         .iter()
-        .map(|l| listener_out(key, l, frontend, snapshot, config, grants))
+        .map(|l| listener_out((key, None), l, frontend, snapshot, config, grants))
         .collect();
     mark_conflicts(&mut listeners);
     let mut conditions = gateway_conditions(&listeners);
@@ -191,8 +222,10 @@ fn gateway_out(
     GatewayOut { key: key.clone(), generation: gateway.metadata.generation, listeners, conditions }
 }
 
-/// A Gateway's `Accepted` and `Programmed`, from how many of its listeners are served.
+/// A Gateway's `Accepted` and `Programmed`, from how many of its own listeners (not its
+/// ListenerSets') are served.
 pub fn gateway_conditions(listeners: &[ListenerOut]) -> Vec<Cond> {
+    let listeners: Vec<&ListenerOut> = listeners.iter().filter(|l| l.set.is_none()).collect();
     let valid = listeners.iter().filter(|l| l.ready).count();
     if valid == listeners.len() {
         vec![
@@ -233,8 +266,12 @@ fn supported(protocol: &str) -> &'static [&'static str] {
     }
 }
 
-fn listener_out(
-    gateway: &ObjectRef,
+/// One listener resolved: of the Gateway `gateway`'s own spec, or of the ListenerSet `set`
+/// attached to it (its namespace is then the one certificates and `allowedRoutes: Same` are
+/// relative to, and ReferenceGrants must be `from` a ListenerSet: GEP-1713, "ReferenceGrants
+/// applied to a Gateway are not inherited by child ListenerSets").
+pub(super) fn listener_out(
+    (gateway, set): (&ObjectRef, Option<&ObjectRef>),
     l: &Listener,
     frontend: Option<&FrontendTlsConfig>,
     snapshot: &Snapshot,
@@ -243,6 +280,7 @@ fn listener_out(
 ) -> ListenerOut {
     let mut out = ListenerOut {
         name: l.name.clone(),
+        set: set.cloned(),
         port: l.port,
         protocol: None,
         hostname: None,
@@ -356,7 +394,7 @@ fn listener_out(
                 }
             }
             let refs = l.tls.as_ref().map(|t| t.certificate_refs.as_slice()).unwrap_or_default();
-            let (certificates, problem) = certificates(gateway, refs, snapshot, grants);
+            let (certificates, problem) = certificates((gateway, set), refs, snapshot, grants);
             if let Some(problem) = problem {
                 resolved = resolved.clone().and(Err(problem));
             }
@@ -437,7 +475,8 @@ fn namespaces(l: &Listener) -> Result<Namespaces, Cond> {
 }
 
 impl Namespaces {
-    /// Whether a route in `namespace` may attach to a listener of a Gateway in `gateway_ns`.
+    /// Whether a route (or a ListenerSet) in `namespace` may attach to a listener (a Gateway)
+    /// whose owner is in `gateway_ns`.
     pub fn allows(&self, namespace: &str, gateway_ns: &str, snapshot: &Snapshot) -> bool {
         match self {
             Namespaces::Same => namespace == gateway_ns,
@@ -455,7 +494,7 @@ impl Namespaces {
 /// (`ListenerTLSConfig.certificateRefs`: "a reference to a Secret in a different namespace …
 /// requires a ReferenceGrant"; an invalid ref gives `InvalidCertificateRef`).
 fn certificates(
-    gateway: &ObjectRef,
+    (gateway, set): (&ObjectRef, Option<&ObjectRef>),
     refs: &[SecretObjectReference],
     snapshot: &Snapshot,
     grants: &Grants<'_>,
@@ -472,6 +511,10 @@ fn certificates(
             "a listener that terminates TLS needs certificateRefs",
         ));
     }
+    let (owner_kind, owner) = match set {
+        Some(set) => ("ListenerSet", set),
+        None => ("Gateway", gateway),
+    };
     for r in refs {
         let group = r.group.as_deref().unwrap_or("");
         let kind = r.kind.as_deref().unwrap_or("Secret");
@@ -483,10 +526,9 @@ fn certificates(
             ));
             continue;
         }
-        let secret = ObjectRef::new(r.namespace.as_deref().unwrap_or(&gateway.namespace), &r.name);
-        if secret.namespace != gateway.namespace
-            && !grants
-                .allows(("gateway.networking.k8s.io", "Gateway", &gateway.namespace), ("", "Secret", &secret))
+        let secret = ObjectRef::new(r.namespace.as_deref().unwrap_or(&owner.namespace), &r.name);
+        if secret.namespace != owner.namespace
+            && !grants.allows((crate::gateway::GROUP, owner_kind, &owner.namespace), ("", "Secret", &secret))
         {
             fail(Cond::no(
                 types::RESOLVED_REFS,
@@ -519,7 +561,7 @@ fn certificates(
 /// field"). HTTPS and TLS listeners (`Passthrough` and `Terminate` alike: TLSRouteModeMixed)
 /// share the HTTPS socket, chosen by SNI. Every listener of a clash is conflicted and serves
 /// nothing ("its network port should not be configured").
-fn mark_conflicts(listeners: &mut [ListenerOut]) {
+pub(super) fn mark_conflicts(listeners: &mut [ListenerOut]) {
     let socket = |l: &ListenerOut| match l.protocol {
         Some(Protocol::Http) => Some(0),
         Some(Protocol::Https(_) | Protocol::TlsPassthrough | Protocol::TlsTerminate(_)) => Some(1),

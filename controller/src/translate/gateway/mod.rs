@@ -3,9 +3,10 @@
 //!
 //! Processors in order over one snapshot: our classes (`listeners::classes`), the Gateways of
 //! those classes and their listeners (`listeners::gateways`: ports, protocols, hostnames,
-//! TLS certificates, ReferenceGrants, allowed routes, conflicts), then every route attached
-//! to them (`attach`). The result ([`GatewayAttachments`]) is what route building and the
-//! status writer read.
+//! TLS certificates, ReferenceGrants, allowed routes, conflicts), the listeners of the
+//! ListenerSets they allow, appended to theirs (`listener_sets`), the conflicts across
+//! Gateways (`conflicts`), then every route attached to them (`attach`). The result
+//! ([`GatewayAttachments`]) is what route building and the status writer read.
 
 pub mod addresses;
 pub mod app_protocol;
@@ -18,6 +19,7 @@ pub mod frontend;
 pub mod grpc;
 pub mod hostname;
 pub mod isolation;
+pub mod listener_sets;
 pub mod listeners;
 pub mod refs;
 pub mod routes;
@@ -35,6 +37,7 @@ use weir_dataplane::model::ObjectRef;
 
 use crate::snapshot::Snapshot;
 use attach::{ParentOut, RouteParts};
+use listener_sets::ListenerSetOut;
 use listeners::{ClassOut, GatewayOut};
 use refs::Grants;
 
@@ -87,11 +90,15 @@ impl RouteKind {
 pub struct GatewayAttachments {
     /// Our GatewayClasses by name.
     pub classes: BTreeMap<String, ClassOut>,
-    /// The Gateways of our accepted classes.
+    /// The Gateways of our accepted classes (with the listeners of their ListenerSets).
     pub gateways: BTreeMap<ObjectRef, GatewayOut>,
+    /// The ListenerSets naming a Gateway of ours.
+    pub listener_sets: BTreeMap<ObjectRef, ListenerSetOut>,
+    /// `attachedListenerSets` of each Gateway that allows ListenerSets.
+    pub attached_listener_sets: BTreeMap<ObjectRef, i32>,
     /// Routes with at least one parent of ours: their outcome per such parent.
     pub routes: BTreeMap<(RouteKind, ObjectRef), Vec<ParentOut>>,
-    /// `attachedRoutes` by Gateway and listener index.
+    /// `attachedRoutes` by Gateway and listener index (in `GatewayOut::listeners`).
     pub attached_routes: BTreeMap<(ObjectRef, usize), i32>,
 }
 
@@ -125,8 +132,16 @@ pub fn attach_all(snapshot: &Snapshot, config: &GatewayConfig) -> GatewayAttachm
     let grants = Grants::new(snapshot);
     let classes = listeners::classes(snapshot, config);
     let mut gateways = listeners::gateways(snapshot, config, &classes, &grants);
+    let mut listener_sets = listener_sets::merge(snapshot, config, &classes, &mut gateways, &grants);
     conflicts::mark(&mut gateways, snapshot);
-    let mut out = GatewayAttachments { classes, gateways, ..GatewayAttachments::default() };
+    let attached_listener_sets = listener_sets::conclude(&mut listener_sets, &gateways, snapshot);
+    let mut out = GatewayAttachments {
+        classes,
+        gateways,
+        listener_sets,
+        attached_listener_sets,
+        ..GatewayAttachments::default()
+    };
     if out.gateways.is_empty() {
         return out;
     }
@@ -163,7 +178,8 @@ pub fn attach_all(snapshot: &Snapshot, config: &GatewayConfig) -> GatewayAttachm
 
 /// Attaches one route; keeps its outcome when it has a parent of ours.
 fn add_route(out: &mut GatewayAttachments, kind: RouteKind, parts: RouteParts<'_>, snapshot: &Snapshot) {
-    let parents = attach::attach(parts, &out.gateways, &mut out.attached_routes, snapshot);
+    let parents =
+        attach::attach(parts, (&out.gateways, &out.listener_sets), &mut out.attached_routes, snapshot);
     if !parents.is_empty() {
         out.routes.insert((kind, parts.key.clone()), parents);
     }

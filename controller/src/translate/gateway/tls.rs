@@ -31,7 +31,7 @@ use weir_dataplane::model::{ClientAuth, RouteTable, TlsEntry};
 use super::GatewayAttachments;
 use super::isolation::host_match;
 use super::listeners::Protocol;
-use crate::translate::warnings::{ObjectKind, Reason, Warnings};
+use crate::translate::warnings::{Reason, Warnings};
 
 /// Adds a TLS entry and its certificate for each ready listener of `attachments` that
 /// terminates TLS, after the Ingresses' entries already in `table`.
@@ -58,12 +58,13 @@ pub(crate) fn apply(table: &mut RouteTable, attachments: &GatewayAttachments, wa
                 continue;
             }
             let message = format!("spec.listeners[{}]: {}", l.name, problems.join("; "));
+            let (kind, object) = l.owner(key);
             if l.ready {
                 // Served all the same (one certificate or CA reference of several does not
                 // resolve): a warning, not an error.
-                warnings.warn_on(ObjectKind::Gateway, key, Reason::ListenerDegraded, message);
+                warnings.warn_on(kind, object, Reason::ListenerDegraded, message);
             } else {
-                warnings.error_on(ObjectKind::Gateway, key, Reason::ListenerNotServed, message);
+                warnings.error_on(kind, object, Reason::ListenerNotServed, message);
             }
         }
         for l in gateway.listeners.iter().filter(|l| l.ready) {
@@ -75,9 +76,10 @@ pub(crate) fn apply(table: &mut RouteTable, attachments: &GatewayAttachments, wa
                     .certificate
                     .as_ref()
                     .map_or("the default certificate".to_string(), |c| format!("certificate {c}"));
+                let (kind, object) = l.owner(key);
                 warnings.warn_on(
-                    ObjectKind::Gateway,
-                    key,
+                    kind,
+                    object,
                     Reason::ConflictLost,
                     format!(
                         "spec.listeners[{}]: name {host} already has {holder} (an Ingress's spec.tls, or an earlier listener); the listener's certificate {id} is not served for it",
@@ -95,7 +97,7 @@ pub(crate) fn apply(table: &mut RouteTable, attachments: &GatewayAttachments, wa
             // The entry names its listener: the dataplane answers 421 to a request on its
             // connections for another listener's name, 404 for a name of no listener
             // (`Listener.hostname`, RFC 7540 §9.1.2).
-            let listener = format!("{key}/{}", l.name);
+            let listener = l.id(key);
             if let Some(validation) = &l.client_validation {
                 table.client_auth.push(ClientAuth {
                     host: host.clone(),
