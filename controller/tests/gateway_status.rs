@@ -1027,3 +1027,105 @@ fn a_restart_publishes_one_table_for_what_is_already_there() {
         assert_eq!(tables(), 2, "tables published (the start's, then the new route's)\n--- weir log\n{log}");
     });
 }
+
+/// weir writes every Gateway API status with exactly the privileges of
+/// `examples/kubernetes/rbac.yaml` (the chart's rendering): a ServiceAccount token, not an admin
+/// one. GatewayClass, Gateway (with `attachedListenerSets`), ListenerSet, HTTPRoute, GRPCRoute
+/// and TLSRoute each get their status, and no request is forbidden (the chart's ClusterRole had
+/// no `tlsroutes/status` until this test).
+#[test]
+fn gateway_api_status_with_the_charts_rbac() {
+    isolated("gateway_api_status_with_the_charts_rbac", || async {
+        let (api, admin, _echo) = cluster_with_class().await;
+        let rbac = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kubernetes/rbac.yaml");
+        support_kube::apply_file(&admin, &rbac).await;
+        let ns = "default";
+        let gw = |kind, plural, value| create(&admin, Some(ns), "v1", kind, plural, value);
+        gw(
+            "Gateway",
+            "gateways",
+            json!({"metadata": {"name": "edge"}, "spec": {"gatewayClassName": "weir",
+            "allowedListeners": {"namespaces": {"from": "Same"}},
+            "listeners": [
+                {"name": "http", "port": 80, "protocol": "HTTP", "hostname": "web.example"},
+                {"name": "grpc", "port": 80, "protocol": "HTTP", "hostname": "grpc.example"},
+                {"name": "pass", "port": 443, "protocol": "TLS", "hostname": "*.pass.example",
+                 "tls": {"mode": "Passthrough"}},
+            ]}}),
+        )
+        .await
+        .unwrap();
+        gw(
+            "ListenerSet",
+            "listenersets",
+            json!({"metadata": {"name": "team"}, "spec": {"parentRef": {"name": "edge"},
+                "listeners": [{"name": "app", "port": 80, "protocol": "HTTP", "hostname": "team.example"}]}}),
+        )
+        .await
+        .unwrap();
+        let route = |name: &str, section: &str, host: &str| {
+            json!({"metadata": {"name": name}, "spec": {
+                "parentRefs": [{"name": "edge", "sectionName": section}], "hostnames": [host],
+                "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}})
+        };
+        gw("HTTPRoute", "httproutes", route("web", "http", "web.example")).await.unwrap();
+        gw("GRPCRoute", "grpcroutes", route("grpc", "grpc", "grpc.example")).await.unwrap();
+        gw("TLSRoute", "tlsroutes", route("pass", "pass", "a.pass.example")).await.unwrap();
+
+        let token = support_kube::service_account_token(&admin, "weir-system", "weir").await;
+        let weir = Weir::start(
+            &api.kubeconfig_for(&token),
+            &["--election-namespace", "weir-system", "--publish-status-address", "192.0.2.10"],
+        );
+        weir.wait_ready(Duration::from_secs(30)).await;
+        weir.wait_route("web.example", "a", Duration::from_secs(15)).await;
+
+        let classes: Api<GatewayClass> = Api::all(admin.clone());
+        eventually("the GatewayClass status", Duration::from_secs(15), || async {
+            let status = classes.get("weir").await.ok()?.status.value();
+            (summary(cond(&status["conditions"], "Accepted")) == s("True", "Accepted", 1)).then_some(())
+        })
+        .await;
+        let gateways: Api<Gateway> = Api::namespaced(admin.clone(), ns);
+        eventually("the Gateway status", Duration::from_secs(15), || async {
+            let status = gateways.get("edge").await.ok()?.status.value();
+            let programmed = summary(cond(&status["conditions"], "Programmed")) == s("True", "Programmed", 1);
+            (programmed && status["attachedListenerSets"] == 1).then_some(())
+        })
+        .await;
+        let resource = |kind: &str, plural: &str| {
+            kube::discovery::ApiResource::from_gvk_with_plural(
+                &kube::api::GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", kind),
+                plural,
+            )
+        };
+        let sets: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(admin.clone(), ns, &resource("ListenerSet", "listenersets"));
+        eventually("the ListenerSet status", Duration::from_secs(15), || async {
+            let set = sets.get("team").await.ok()?;
+            let status = set.data.get("status")?.clone();
+            (summary(cond(&status["conditions"], "Accepted")) == s("True", "Accepted", 1)).then_some(())
+        })
+        .await;
+        let http: Api<HttpRoute> = Api::namespaced(admin.clone(), ns);
+        let grpc: Api<GrpcRoute> = Api::namespaced(admin.clone(), ns);
+        let tls: Api<TlsRoute> = Api::namespaced(admin.clone(), ns);
+        let accepted = |parent: Option<Value>| {
+            parent.filter(|p| summary(cond(&p["conditions"], "Accepted")) == s("True", "Accepted", 1))
+        };
+        eventually("the HTTPRoute status", Duration::from_secs(15), || async {
+            accepted(our_parent(&http, "web").await)
+        })
+        .await;
+        eventually("the GRPCRoute status", Duration::from_secs(15), || async {
+            accepted(our_parent(&grpc, "grpc").await)
+        })
+        .await;
+        eventually("the TLSRoute status", Duration::from_secs(15), || async {
+            accepted(our_parent(&tls, "pass").await)
+        })
+        .await;
+        let log = weir.log();
+        assert!(!log.to_lowercase().contains("forbidden"), "a request was forbidden:\n{log}");
+    });
+}
