@@ -31,7 +31,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
 use weir_dataplane::model::{
-    Backend, BackendId, HostMatch, ObjectRef, PathMatch, RequestConditions, Route, RouteTable, StringMatch,
+    Backend, BackendId, ObjectRef, PathMatch, RequestConditions, Route, RouteTable, StringMatch,
     UpstreamProtocol, ValueMatch, VirtualHost,
 };
 
@@ -40,7 +40,8 @@ use super::hostname::Hostname;
 use super::isolation::{self, Isolation};
 use super::refs::Grants;
 use super::routes::{
-    Age, Built, Order, Plain, RouteCtx, RoutesOut, by_host, hosts_of, names_of, place, with_sockets,
+    Age, Built, Order, Plain, RouteCtx, RoutesOut, by_host, hosts_of, ingress_wildcards, names_of, place,
+    with_sockets,
 };
 use super::{GatewayAttachments, GatewayConfig, RouteKind};
 use crate::gateway::{GrpcMethodMatch, GrpcRouteMatch, GrpcRouteRule, HttpRouteRule};
@@ -423,16 +424,7 @@ fn merge(table: &mut RouteTable, built: Vec<Plain<Order<Specificity>>>, warnings
         return;
     }
     let by_host = by_host(built);
-    let ingress_wildcards: Vec<(HostMatch, Vec<Route>)> = by_host
-        .iter()
-        .filter_map(|(host, routes)| match host {
-            HostMatch::Suffix(s) => {
-                let w = HostMatch::Wildcard(s.clone());
-                table.hosts.iter().any(|vh| vh.host == w).then(|| (w, routes.clone()))
-            }
-            _ => None,
-        })
-        .collect();
+    let ingress_wildcards = ingress_wildcards(table, &by_host);
     for (host, routes) in by_host.into_iter().chain(ingress_wildcards) {
         match table.hosts.iter_mut().find(|vh| vh.host == host) {
             None => table.hosts.push(VirtualHost { host, routes, fallback: Vec::new() }),

@@ -224,35 +224,7 @@ pub(crate) fn warn(sets: &BTreeMap<ObjectRef, ListenerSetOut>, warnings: &mut Wa
 /// listeners is served (`ListenersNotValid` when some are not), as the conformance tests
 /// (`ListenerSetHostnameConflict`) expect.
 fn set_conditions(listeners: &[&ListenerOut]) -> Vec<Cond> {
-    let valid = listeners.iter().filter(|l| l.ready).count();
-    if valid == listeners.len() {
-        vec![
-            Cond::yes(types::ACCEPTED, reasons::ACCEPTED, "every listener is served"),
-            Cond::yes(types::PROGRAMMED, reasons::PROGRAMMED, "served by weir's HTTP and HTTPS listeners"),
-        ]
-    } else if valid > 0 {
-        vec![
-            Cond::yes(
-                types::ACCEPTED,
-                reasons::LISTENERS_NOT_VALID,
-                format!(
-                    "{} of {} listeners are not served (see their conditions)",
-                    listeners.len() - valid,
-                    listeners.len()
-                ),
-            ),
-            Cond::yes(types::PROGRAMMED, reasons::PROGRAMMED, "the valid listeners are served"),
-        ]
-    } else {
-        vec![
-            Cond::no(
-                types::ACCEPTED,
-                reasons::LISTENERS_NOT_VALID,
-                "no listener can be served (see their conditions)",
-            ),
-            Cond::no(types::PROGRAMMED, reasons::LISTENERS_NOT_VALID, "no listener can be served"),
-        ]
-    }
+    listeners::served_conditions(listeners, reasons::LISTENERS_NOT_VALID)
 }
 
 /// The Gateway a ListenerSet names, when it names one (`ParentGatewayReference`: group

@@ -226,6 +226,14 @@ fn gateway_out(
 /// ListenerSets') are served.
 pub fn gateway_conditions(listeners: &[ListenerOut]) -> Vec<Cond> {
     let listeners: Vec<&ListenerOut> = listeners.iter().filter(|l| l.set.is_none()).collect();
+    served_conditions(&listeners, reasons::INVALID)
+}
+
+/// `Accepted` and `Programmed` of a Gateway or a ListenerSet from how many of `listeners` are
+/// served: both true when all are, `Accepted` with `ListenersNotValid` when some are, both false
+/// when none is (`Programmed` with `none_programmed`: the Gateway's `Invalid`, the ListenerSet's
+/// `ListenersNotValid`).
+pub(super) fn served_conditions(listeners: &[&ListenerOut], none_programmed: &'static str) -> Vec<Cond> {
     let valid = listeners.iter().filter(|l| l.ready).count();
     if valid == listeners.len() {
         vec![
@@ -252,7 +260,7 @@ pub fn gateway_conditions(listeners: &[ListenerOut]) -> Vec<Cond> {
                 reasons::LISTENERS_NOT_VALID,
                 "no listener can be served (see their conditions)",
             ),
-            Cond::no(types::PROGRAMMED, reasons::INVALID, "no listener can be served"),
+            Cond::no(types::PROGRAMMED, none_programmed, "no listener can be served"),
         ]
     }
 }

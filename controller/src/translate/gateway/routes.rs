@@ -828,18 +828,7 @@ fn merge<O: Ord>(
         return;
     }
     let by_host = by_host(built);
-    // An Ingress wildcard `*.suffix` answers one-label names before the HTTPRoute's
-    // `**.suffix`: it gets the HTTPRoute's routes too.
-    let ingress_wildcards: Vec<(HostMatch, Vec<Route>)> = by_host
-        .iter()
-        .filter_map(|(host, routes)| match host {
-            HostMatch::Suffix(s) => {
-                let w = HostMatch::Wildcard(s.clone());
-                table.hosts.iter().any(|vh| vh.host == w).then(|| (w, routes.clone()))
-            }
-            _ => None,
-        })
-        .collect();
+    let ingress_wildcards = ingress_wildcards(table, &by_host);
     for (host, routes) in by_host.into_iter().chain(ingress_wildcards) {
         match table.hosts.iter_mut().find(|vh| vh.host == host) {
             None => table.hosts.push(VirtualHost { host, routes, fallback: Vec::new() }),
@@ -874,6 +863,25 @@ fn merge<O: Ord>(
         }
     }
     table.hosts.sort_by(|a, b| a.host.cmp(&b.host));
+}
+
+/// An Ingress wildcard `*.suffix` answers one-label names before a Gateway API route's
+/// `**.suffix`: each such Ingress host of `table` with the routes of `by_host`'s `**.suffix`,
+/// which it gets too (HTTPRoutes and GRPCRoutes alike).
+pub(super) fn ingress_wildcards(
+    table: &weir_dataplane::model::RouteTable,
+    by_host: &BTreeMap<HostMatch, Vec<Route>>,
+) -> Vec<(HostMatch, Vec<Route>)> {
+    by_host
+        .iter()
+        .filter_map(|(host, routes)| match host {
+            HostMatch::Suffix(s) => {
+                let w = HostMatch::Wildcard(s.clone());
+                table.hosts.iter().any(|vh| vh.host == w).then(|| (w, routes.clone()))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Method match, header and query parameter counts of a route's conditions.
