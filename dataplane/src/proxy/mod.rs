@@ -482,19 +482,21 @@ enum Pass {
 impl PassIndex {
     fn compile(table: &RouteTable, router: &Router) -> PassIndex {
         let mut index = PassIndex::default();
+        // The weighted shares of an entry: its split, else its one backend.
+        let shares = |pass: &crate::model::Passthrough| -> Arc<crate::route::split::CompiledSplit> {
+            let index_of =
+                |b: &Option<crate::model::BackendId>| b.as_ref().and_then(|b| router.backend_index(b));
+            let shares: Vec<_> = match pass.split.is_empty() {
+                true => vec![(index_of(&pass.backend), 1)],
+                false => pass.split.iter().map(|s| (index_of(&s.backend), s.weight)).collect(),
+            };
+            Arc::new(crate::route::split::CompiledSplit::new(shares))
+        };
         for pass in &table.passthrough {
             let target = if pass.terminate {
                 PassTarget::Terminate
             } else if pass.relay {
-                let shares: Vec<_> = match pass.split.is_empty() {
-                    true => vec![(pass.backend.as_ref().and_then(|b| router.backend_index(b)), 1)],
-                    false => pass
-                        .split
-                        .iter()
-                        .map(|s| (s.backend.as_ref().and_then(|b| router.backend_index(b)), s.weight))
-                        .collect(),
-                };
-                PassTarget::Relay(Arc::new(crate::route::split::CompiledSplit::new(shares)))
+                PassTarget::Relay(shares(pass))
             } else if pass.split.is_empty() {
                 // No backend: every connection is refused.
                 let backend = pass.backend.as_ref();
@@ -508,11 +510,7 @@ impl PassIndex {
                     (None, None) => PassTarget::Split(Arc::new(crate::route::split::CompiledSplit::new([]))),
                 }
             } else {
-                let shares = pass
-                    .split
-                    .iter()
-                    .map(|s| (s.backend.as_ref().and_then(|b| router.backend_index(b)), s.weight));
-                PassTarget::Split(Arc::new(crate::route::split::CompiledSplit::new(shares)))
+                PassTarget::Split(shares(pass))
             };
             match &pass.host {
                 HostMatch::Exact(h) => drop(index.exact.entry(h.clone()).or_insert(target)),

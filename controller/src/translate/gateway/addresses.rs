@@ -65,12 +65,11 @@ pub fn assign(spec: &[GatewayAddress], published: &[String]) -> Assigned {
             }
         };
         if a.value.is_empty() {
-            let before = out.status.len();
+            if !ours.iter().any(|(t, _)| *t == type_) {
+                unassigned.push(type_);
+            }
             for (t, value) in ours.iter().filter(|(t, _)| *t == type_) {
                 push(&mut out.status, t, value);
-            }
-            if out.status.len() == before && !ours.iter().any(|(t, _)| *t == type_) {
-                unassigned.push(type_);
             }
             continue;
         }
