@@ -77,7 +77,9 @@ const COUNTERS: &[(&str, &str, Read)] = &[
     ("l4_datagrams_dropped", "UDP datagrams dropped (a full upstream socket buffer), by L4 service", |s| {
         s.dropped
     }),
-    ("l4_spliced_connections", "TCP connections relayed with splice(2) (zero-copy), by L4 service", |s| {
-        s.spliced
-    }),
+    (
+        "l4_spliced_connections",
+        "TCP connections with a direction relayed with splice(2) (zero-copy), by L4 service",
+        |s| s.spliced,
+    ),
 ];

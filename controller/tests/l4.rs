@@ -296,30 +296,64 @@ fn tcp_echo_carries_64_mib_intact_and_passes_half_close_both_ways() {
     assert_eq!(spliced, Some(1.0), "{}", weir.metrics());
 }
 
-/// A spliced connection holds six descriptors (its two sockets and two pipes) and counts three
-/// of `--max-connections`' pairs while it does; a connection whose pipes do not fit copies
-/// instead (it is not refused); past the limit a connection is reset; the open-connections gauge
-/// still counts connections.
+/// A TCP backend that reads each connection to its end of stream without answering, then
+/// writes `END <bytes>\n` and closes. Returns its address.
+fn tcp_sink() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let total = std::io::copy(&mut stream, &mut std::io::sink()).unwrap_or(0);
+                let _ = stream.write_all(format!("END {total}\n").as_bytes());
+            });
+        }
+    });
+    addr
+}
+
+/// Sends 4 MiB on `s` (reads that fill weir's copy buffer), shuts its write side and checks the
+/// sink counted every byte.
+fn upload(s: &mut TcpStream) {
+    const SIZE: usize = 4 << 20;
+    s.write_all(&vec![7u8; SIZE]).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_line(s), format!("END {SIZE}"));
+}
+
+/// Small exchanges are copied and take no pipe; a direction whose reads fill the copy buffer
+/// turns to splice(2), and its pipe (two descriptors) counts one more of `--max-connections`'
+/// pairs while its connection holds it; a direction whose pipe does not fit keeps copying (the
+/// connection is never refused for it); past the limit a connection is reset; the
+/// open-connections gauge still counts connections.
 #[test]
 fn a_spliced_connection_counts_its_pipes_against_the_connection_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let backend = tcp_echo("a", false);
-    let port = free_port();
-    write(dir.path(), "svc.yaml", &service("echo", 9000, "tcp", "TCP", &[backend]));
-    write(dir.path(), "tcp.yaml", &config_map("tcp", &[(port, "default/echo:9000")]));
-    let weir = Weir::start(dir.path(), &["--max-connections", "4"]);
-    let labels = format!("{{protocol=\"TCP\",port=\"{port}\",service=\"default/echo:9000\"}}");
-    let spliced = || weir.metric(&format!("weir_l4_spliced_connections_total{labels}"));
+    let (echo, sink) = (tcp_echo("a", false), tcp_sink());
+    let (echo_port, sink_port) = (free_port(), free_port());
+    write(dir.path(), "echo.yaml", &service("echo", 9000, "tcp", "TCP", &[echo]));
+    write(dir.path(), "sink.yaml", &service("sink", 9000, "tcp", "TCP", &[sink]));
+    let entries = [(echo_port, "default/echo:9000"), (sink_port, "default/sink:9000")];
+    write(dir.path(), "tcp.yaml", &config_map("tcp", &entries));
+    let weir = Weir::start(dir.path(), &["--max-connections", "3"]);
+    let spliced = |port: u16, svc: &str| {
+        let labels = format!("{{protocol=\"TCP\",port=\"{port}\",service=\"default/{svc}:9000\"}}");
+        weir.metric(&format!("weir_l4_spliced_connections_total{labels}"))
+    };
 
-    let mut first = connect(port);
-    ping(&mut first, "first");
-    assert_eq!(spliced(), Some(1.0), "1 + 2 pairs of 4: spliced; {}", weir.metrics());
-    let mut second = connect(port);
-    ping(&mut second, "second");
-    assert_eq!(spliced(), Some(1.0), "4 pairs of 4: admitted, copied; {}", weir.metrics());
+    // 1 pair of 3: a small exchange, copied.
+    let mut small = connect(echo_port);
+    ping(&mut small, "small");
+    assert_eq!(spliced(echo_port, "echo"), Some(0.0), "{}", weir.metrics());
+    // 1 + 1 + 1 pipe of 3: a bulk upload turns to splice (its connection stays open).
+    let mut bulk = connect(sink_port);
+    bulk.write_all(&vec![7u8; 4 << 20]).unwrap();
+    wait_until("the upload spliced", || spliced(sink_port, "sink") == Some(1.0));
     assert_eq!(weir.metric("weir_connections_open "), Some(2.0), "{}", weir.metrics());
 
-    let mut third = connect(port);
+    // The pipe is counted: no room for a third connection, which is reset.
+    let mut third = connect(echo_port);
     let _ = third.write_all(b"third");
     let mut buf = [0u8; 8];
     assert!(!matches!(third.read(&mut buf), Ok(n) if n > 0), "the third connection is reset");
@@ -327,15 +361,21 @@ fn a_spliced_connection_counts_its_pipes_against_the_connection_limit() {
         weir.metric("weir_connections_refused_total{limit=\"total\"}") == Some(1.0)
     });
 
-    // The spliced connection ends: its three pairs are free, the next connection splices.
-    first.shutdown(Shutdown::Write).unwrap();
-    assert_eq!(read_line(&mut first), format!("END {} a", "first".len()));
-    drop(first);
-    wait_until("the first connection counted closed", || weir.metric("weir_connections_open ") == Some(1.0));
-    let mut fourth = connect(port);
-    ping(&mut fourth, "fourth");
-    assert_eq!(spliced(), Some(2.0), "1 + 1 + 2 pairs of 4: spliced; {}", weir.metrics());
-    ping(&mut second, "the copied one still relays");
+    // The small connection ends: 1 + 1 + 1 of 3 with another upload, whose pipe does not fit:
+    // it is copied, every byte.
+    drop(small);
+    wait_until("the small connection counted closed", || weir.metric("weir_connections_open ") == Some(1.0));
+    let mut copied = connect(sink_port);
+    upload(&mut copied);
+    assert_eq!(spliced(sink_port, "sink"), Some(1.0), "copied, not spliced; {}", weir.metrics());
+
+    // The spliced connection ends, its pipe is free: the next upload splices.
+    bulk.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_line(&mut bulk), format!("END {}", 4 << 20));
+    drop((bulk, copied));
+    wait_until("the connections counted closed", || weir.metric("weir_connections_open ") == Some(0.0));
+    upload(&mut connect(sink_port));
+    assert_eq!(spliced(sink_port, "sink"), Some(2.0), "{}", weir.metrics());
 }
 
 /// The first `:PROXY`: clients announce themselves (curl `--haproxy-protocol`, and a raw client

@@ -1,7 +1,9 @@
 //! The bounded copy relay of a byte stream both ways, ended when both directions are done, a
-//! side fails, or nothing moved for an idle timeout: L4 TCP services (`l4::tcp`, where
-//! splice(2) cannot be used) and TLS connections terminated here and relayed as plain TCP
-//! (Gateway API TLSRoute on a `Terminate` listener, `proxy::server`) share it.
+//! side fails, or nothing moved for an idle timeout, for TLS connections terminated here and
+//! relayed as plain TCP (Gateway API TLSRoute on a `Terminate` listener, `proxy::server`); its
+//! idle timer is shared with L4 TCP services (`l4::tcp`, which relay plain sockets with their
+//! own `l4::pump`: reads that drain a socket are known without an extra `recv`, and bulk
+//! transfers turn to splice(2)).
 //!
 //! Each direction reads into one buffer of its own and writes it out before reading again, so
 //! a connection holds at most two buffers whatever its peers do; the end of a source is passed

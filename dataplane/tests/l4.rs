@@ -1,7 +1,8 @@
 //! The L4 proxy in process: publishes diff its listener set and keep balancer state; a taken
-//! port is reported and the others serve; the TCP relay (splice(2) where it can be, counted by
-//! `spliced`; the copy path where splicing is off) carries bytes intact, passes half-closes
-//! both ways, counts bytes and cuts idle connections. Real sockets on loopback.
+//! port is reported and the others serve; the TCP relay (copied, then spliced once a
+//! direction's reads fill the buffer, counted by `spliced`; copied throughout where splicing is
+//! off) carries bytes intact, passes half-closes both ways, counts bytes and cuts idle
+//! connections. Real sockets on loopback.
 
 #![allow(clippy::unwrap_used)]
 
@@ -336,7 +337,9 @@ async fn an_upstream_half_close_is_passed_on() {
 /// A spliced connection on which nothing moves is closed after `proxy-stream-timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_spliced_connection_is_closed() {
-    let (backend, _seen) = greet_then_read(b"hi".to_vec()).await;
+    // A greeting large enough to fill reads: its direction turns to splice.
+    let greeting: Vec<u8> = (0..4u32 << 20).map(|i| (i % 239) as u8).collect();
+    let (backend, _seen) = greet_then_read(greeting.clone()).await;
     let port = free_port().await;
     let l4 = l4_with(true);
     assert!(l4.publish(&idle_after(table(&[(port, &[backend])]), 500)).is_empty());
@@ -345,7 +348,7 @@ async fn an_idle_spliced_connection_is_closed() {
     // The greeting and the upstream's end arrive; the client never ends its side, so only the
     // idle timeout can end the connection, which the client sees as end of stream or a reset.
     tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut got)).await.unwrap().unwrap();
-    assert_eq!(got, b"hi");
+    assert!(got == greeting, "the greeting differs ({} of {} bytes came)", got.len(), greeting.len());
     let stats = stats_when(&l4, |s| s.open == 0).await;
     assert_eq!(stats.open, 0, "the idle connection was closed");
     assert_eq!(stats.spliced, u64::from(cfg!(target_os = "linux")));
@@ -355,32 +358,42 @@ async fn an_idle_spliced_connection_is_closed() {
 
 /// A connection that keeps moving outlives `proxy-stream-timeout` (nginx's `proxy_timeout`,
 /// "between two successive read or write operations") twice over, each transfer moving the
-/// deadline; once it goes quiet the timeout ends it. Both relay paths.
+/// deadline; once it goes quiet the timeout ends it. Both relay paths: the round trips are
+/// large enough to fill reads, so with splicing on both directions splice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfers_defer_the_idle_timeout_and_silence_ends_the_connection() {
+    const TRIP: usize = 256 * 1024;
     for zero_copy in [true, false] {
         let backend = echo().await;
         let port = free_port().await;
         let l4 = l4_with(zero_copy);
         assert!(l4.publish(&idle_after(table(&[(port, &[backend])]), 2_000)).is_empty());
-        let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let (mut reader, mut writer) = s.into_split();
         // 16 round trips 250 ms apart: 4 s, two idle timeouts.
         for i in 0..16u8 {
-            s.write_all(&[i]).await.unwrap();
-            let mut back = [0u8; 1];
-            s.read_exact(&mut back)
-                .await
-                .unwrap_or_else(|e| panic!("round trip {i} (zero_copy={zero_copy}): {e}"));
-            assert_eq!(back, [i]);
+            let send = async { writer.write_all(&vec![i; TRIP]).await.unwrap() };
+            let mut back = vec![0u8; TRIP];
+            let receive = async {
+                reader
+                    .read_exact(&mut back)
+                    .await
+                    .unwrap_or_else(|e| panic!("round trip {i} (zero_copy={zero_copy}): {e}"))
+            };
+            tokio::join!(send, receive);
+            assert!(back.iter().all(|b| *b == i), "round trip {i} (zero_copy={zero_copy}) differs");
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+        let mut s = reader.reunite(writer).unwrap();
         // Then nothing: the idle timeout ends the connection (end of stream or a reset).
         let mut rest = Vec::new();
         let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut rest)).await.unwrap();
         assert!(rest.is_empty(), "zero_copy={zero_copy}");
         let stats = stats_when(&l4, |s| s.open == 0).await;
         assert_eq!(stats.open, 0, "zero_copy={zero_copy}: the quiet connection was closed");
-        assert_eq!((stats.bytes_up, stats.bytes_down), (16, 16), "zero_copy={zero_copy}");
+        let trips = 16 * TRIP as u64;
+        assert_eq!((stats.bytes_up, stats.bytes_down), (trips, trips), "zero_copy={zero_copy}");
+        assert_eq!(stats.spliced, u64::from(zero_copy && cfg!(target_os = "linux")), "zero_copy={zero_copy}");
     }
 }
 

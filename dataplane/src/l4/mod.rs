@@ -11,8 +11,9 @@
 //! - `tcp`: a connection admitted under the proxy's connection limits, its PROXY header read
 //!   (first `:PROXY`), an endpoint connected with retries, the PROXY header sent (second
 //!   `:PROXY`), then bytes relayed both ways, half-close passed on, cut after the idle timeout.
-//! - `splice`: the zero-copy relay (splice(2) through a pipe per direction, pipes pooled per
-//!   thread); where it cannot be used the relay copies through bounded buffers.
+//! - `pump`: a connection's two directions, each copied through a bounded buffer until a read
+//!   fills it, then (`splice`) moved zero-copy with splice(2) through a pipe, pipes pooled per
+//!   thread.
 //! - `udp`: one flow per client address and port, each with its own connected upstream socket;
 //!   replies go back to their client; a flow ends when idle or after its replies; the flow table
 //!   is bounded (the oldest flow is evicted and counted); datagrams that find a full socket
@@ -28,6 +29,7 @@ mod affinity;
 mod header;
 mod heartbeat;
 mod log;
+mod pump;
 mod service;
 #[cfg(target_os = "linux")]
 mod splice;

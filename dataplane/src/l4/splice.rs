@@ -1,26 +1,27 @@
-//! Zero-copy relay of a TCP service connection with splice(2): each direction moves bytes from
-//! its source socket into a pipe and from the pipe into its destination socket, so the kernel
-//! hands socket pages over instead of copying them through a userspace buffer (as HAProxy's
-//! `splice-auto`).
+//! Zero-copy relay of one direction of a TCP service connection with splice(2), once its
+//! reads fill the copy buffer (`pump`): bytes move from the source socket into a pipe and from
+//! the pipe into the destination socket, so the kernel hands socket pages over instead of
+//! copying them through a userspace buffer (as HAProxy's `splice-auto`).
 //!
 //! - Driven by tokio's readiness (`TcpStream::poll_read_ready`/`poll_write_ready`, `try_io`;
 //!   each socket's read readiness is waited on by one direction and its write readiness by the
 //!   other, in one task, so the stream's single reader and writer waker slots suffice and no
-//!   waiter is queued and unqueued per wait as `readable()`/`writable()` do): a direction waits
+//!   waiter is queued and unqueued per wait as `readable()`/`writable()` do): the direction waits
 //!   for its source to be readable, fills its empty pipe with one splice, then drains the pipe
 //!   into its destination as it becomes writable. Only an empty pipe is filled, so an `EAGAIN`
 //!   from the source always means "nothing to read" (never "pipe full") and clearing the read
-//!   readiness on it is right.
-//! - End of stream from a source is passed on as a half-close (`shutdown(SHUT_WR)`) of the
-//!   destination, as the copy path does.
-//! - Pipes come from a small per-thread pool and go back to it when the connection ends with
+//!   readiness on it is right. (A short splice proves nothing, unlike a short `recv`: a pipe
+//!   also fills by its slots, one per socket buffer, before its bytes.)
+//! - End of stream from the source is passed on as a half-close (`shutdown(SHUT_WR)`) of the
+//!   destination, as the copy does.
+//! - Pipes come from a small per-thread pool and go back to it when their direction ends with
 //!   them empty; a pipe still holding bytes (a side failed mid-transfer) is closed. The pipes
 //!   alive at once are capped by a share of the open-file limit, so splice never takes the
 //!   descriptors that connections need; past the cap, or when the kernel refuses a pipe, the
-//!   connection is relayed by the bounded copy instead ([`Pipes::take`] fails and the caller
-//!   falls back). A connection's pipes also count against the connection limit while it holds
-//!   them (`ConnGuard::hold_pipes`, checked by the caller first); pooled pipes belong to no
-//!   connection and are bounded by the pool size per thread and this cap.
+//!   direction keeps copying ([`Lent::take`] fails). A pipe also counts against the connection
+//!   limit while its connection holds it (`ConnGuard::hold_pipe`, checked by the caller first);
+//!   pooled pipes belong to no connection and are bounded by the pool size per thread and this
+//!   cap.
 //!
 //! SIGPIPE: a splice into a socket whose peer is gone may raise it; the Rust runtime ignores
 //! SIGPIPE from before `main`, so the call fails with `EPIPE` as a write does.
@@ -29,18 +30,19 @@ use std::cell::RefCell;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::time::Instant;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use rustix::pipe::{PipeFlags, SpliceFlags};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
+use super::pump::Meter;
+
 /// Pipes kept for reuse per runtime thread.
 const POOL_PER_THREAD: usize = 16;
 
 /// The share of the open-file limit pipes may hold: one pipe in `FD_SHARE` descriptors (two
-/// pipes, four descriptors, per spliced connection).
+/// descriptors per pipe, a pipe per spliced direction).
 const FD_SHARE: u64 = 8;
 
 /// Pipes alive (in use or pooled) in the process.
@@ -52,7 +54,7 @@ thread_local! {
 
 /// One pipe: the two descriptors and the bytes it holds now.
 #[derive(Debug)]
-pub(crate) struct Pipe {
+struct Pipe {
     read: OwnedFd,
     write: OwnedFd,
     /// Its capacity in bytes (what one splice in may move).
@@ -67,45 +69,33 @@ impl Drop for Pipe {
     }
 }
 
-/// The pipes of one connection (one per direction), given back to the pool when dropped empty.
+/// A pipe lent to one direction of a connection, given back to this thread's pool when dropped
+/// empty.
 #[derive(Debug)]
-pub(crate) struct Pipes {
-    up: Option<Pipe>,
-    down: Option<Pipe>,
-}
+pub(crate) struct Lent(Option<Pipe>);
 
-impl Pipes {
-    /// Two pipes of `size` bytes (a capacity the kernel may round up; `F_SETPIPE_SZ` only when
-    /// it differs from the default), from this thread's pool or new. Fails when the pipe cap is
+impl Lent {
+    /// A pipe of `size` bytes (a capacity the kernel may round up; `F_SETPIPE_SZ` only when it
+    /// differs from the default), from this thread's pool or new. Fails when the pipe cap is
     /// reached or the kernel refuses (no descriptors, no pipe memory): copy instead.
-    pub(crate) fn take(size: usize) -> io::Result<Pipes> {
-        // Both from the pool in one visit of it.
-        let (up, down) = POOL.with(|pool| match pool.try_borrow_mut() {
-            Ok(mut pool) => (pooled(&mut pool, size), pooled(&mut pool, size)),
-            Err(_) => (None, None),
-        });
-        let up = match up {
-            Some(pipe) => pipe,
-            None => new_pipe(size)?,
-        };
-        let down = match down {
-            Some(pipe) => pipe,
-            None => new_pipe(size)?,
-        };
-        Ok(Pipes { up: Some(up), down: Some(down) })
+    pub(crate) fn take(size: usize) -> io::Result<Lent> {
+        let pooled =
+            POOL.with(|pool| pool.try_borrow_mut().ok().and_then(|mut pool| pooled(&mut pool, size)));
+        match pooled {
+            Some(pipe) => Ok(Lent(Some(pipe))),
+            None => new_pipe(size).map(|pipe| Lent(Some(pipe))),
+        }
     }
 }
 
-impl Drop for Pipes {
+impl Drop for Lent {
     fn drop(&mut self) {
-        let pipes = [self.up.take(), self.down.take()];
+        let Some(pipe) = self.0.take() else { return };
         POOL.with(|pool| {
             let Ok(mut pool) = pool.try_borrow_mut() else { return };
-            for pipe in pipes.into_iter().flatten() {
-                // A pipe holding bytes of a failed transfer is closed (dropped): that discards them.
-                if pipe.held == 0 && pool.len() < POOL_PER_THREAD {
-                    pool.push(pipe);
-                }
+            // A pipe holding bytes of a failed transfer is closed (dropped): that discards them.
+            if pipe.held == 0 && pool.len() < POOL_PER_THREAD {
+                pool.push(pipe);
             }
         });
     }
@@ -154,33 +144,16 @@ fn new_pipe(size: usize) -> io::Result<Pipe> {
     Ok(pipe)
 }
 
-/// Where one direction counts its bytes and marks activity.
-pub(crate) struct Meter<'a> {
-    /// The last transfer of either direction, in ms after `base` (the idle timeout's clock).
-    pub(crate) activity: &'a AtomicU64,
-    pub(crate) base: Instant,
-    /// The service's counter and the connection's.
-    pub(crate) bytes: [&'a AtomicU64; 2],
-}
-
-/// Relays both directions of `client` ⇄ `upstream` through `pipes` until both reached end of
-/// stream (each passed on as a half-close) or a side failed. The caller bounds it with the idle
-/// timeout.
-pub(crate) async fn relay(
-    client: &TcpStream,
-    upstream: &TcpStream,
-    pipes: &mut Pipes,
-    up: Meter<'_>,
-    down: Meter<'_>,
-) -> io::Result<()> {
-    let (Some(up_pipe), Some(down_pipe)) = (pipes.up.as_mut(), pipes.down.as_mut()) else {
-        return Err(io::Error::other("splice pipes already used"));
-    };
-    tokio::try_join!(pump(client, upstream, up_pipe, up), pump(upstream, client, down_pipe, down)).map(|_| ())
-}
-
 /// Moves `from` into `to` through `pipe` until `from` ends, then shuts `to`'s write side.
-async fn pump(from: &TcpStream, to: &TcpStream, pipe: &mut Pipe, meter: Meter<'_>) -> io::Result<()> {
+pub(crate) async fn pump(
+    from: &TcpStream,
+    to: &TcpStream,
+    mut lent: Lent,
+    meter: &Meter<'_>,
+) -> io::Result<()> {
+    let Some(pipe) = lent.0.as_mut() else {
+        return Err(io::Error::other("splice pipe already given back"));
+    };
     let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
     loop {
         // The pipe is empty here: an EAGAIN means the socket has nothing to read.
@@ -228,21 +201,20 @@ mod tests {
     /// holding bytes is closed, not pooled.
     #[test]
     fn empty_pipes_are_reused_and_full_ones_closed() {
+        let fd = |lent: &Lent| lent.0.as_ref().map(|p| std::os::fd::AsRawFd::as_raw_fd(&p.read));
         POOL.with(|p| p.borrow_mut().clear());
-        let pipes = Pipes::take(64 * 1024).unwrap();
-        let first = pipes.up.as_ref().map(|p| std::os::fd::AsRawFd::as_raw_fd(&p.read));
-        assert!(pipes.up.as_ref().unwrap().size >= 64 * 1024);
-        drop(pipes);
+        let (up, down) = (Lent::take(64 * 1024).unwrap(), Lent::take(64 * 1024).unwrap());
+        let first = fd(&up);
+        assert!(up.0.as_ref().unwrap().size >= 64 * 1024);
+        drop((up, down));
         assert_eq!(POOL.with(|p| p.borrow().len()), 2);
-        let mut pipes = Pipes::take(64 * 1024).unwrap();
-        let again = [pipes.up.as_ref(), pipes.down.as_ref()]
-            .map(|p| p.map(|p| std::os::fd::AsRawFd::as_raw_fd(&p.read)));
-        assert!(again.contains(&first), "a pooled pipe is taken again");
+        let (mut up, down) = (Lent::take(64 * 1024).unwrap(), Lent::take(64 * 1024).unwrap());
+        assert!([fd(&up), fd(&down)].contains(&first), "a pooled pipe is taken again");
         assert_eq!(POOL.with(|p| p.borrow().len()), 0);
-        if let Some(p) = pipes.up.as_mut() {
+        if let Some(p) = up.0.as_mut() {
             p.held = 1;
         }
-        drop(pipes);
+        drop((up, down));
         assert_eq!(POOL.with(|p| p.borrow().len()), 1, "only the empty pipe went back");
     }
 
@@ -250,9 +222,10 @@ mod tests {
     #[test]
     fn a_larger_pipe_is_asked_for() {
         POOL.with(|p| p.borrow_mut().clear());
-        let pipes = Pipes::take(256 * 1024).unwrap();
-        let size = pipes.up.as_ref().unwrap().size;
-        assert_eq!(size, rustix::pipe::fcntl_getpipe_size(&pipes.up.as_ref().unwrap().write).unwrap());
+        let lent = Lent::take(256 * 1024).unwrap();
+        let pipe = lent.0.as_ref().unwrap();
+        assert_eq!(pipe.size, rustix::pipe::fcntl_getpipe_size(&pipe.write).unwrap());
+        let size = pipe.size;
         let max: usize =
             std::fs::read_to_string("/proc/sys/fs/pipe-max-size").unwrap().trim().parse().unwrap();
         if max >= 256 * 1024 {

@@ -19,7 +19,8 @@ pub struct Stats {
     pub(crate) evicted: AtomicU64,
     /// UDP datagrams dropped (a full socket buffer towards the upstream).
     pub(crate) dropped: AtomicU64,
-    /// TCP connections relayed with splice(2) (zero-copy) rather than through a copy buffer.
+    /// TCP connections with a direction relayed with splice(2) (zero-copy) once its reads filled
+    /// the copy buffer.
     pub(crate) spliced: AtomicU64,
 }
 

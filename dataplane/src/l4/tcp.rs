@@ -1,6 +1,7 @@
 //! TCP services: accept, admit, read the client's PROXY header, connect an endpoint (retrying
-//! others), send the PROXY header, then relay both ways (splice(2) where it can, else a bounded
-//! copy) until both sides are done or the connection has been idle for `proxy-stream-timeout`.
+//! others), send the PROXY header, then relay both ways (a bounded copy, splice(2) once a
+//! direction's reads fill the buffer) until both sides are done or the connection has been idle
+//! for `proxy-stream-timeout`.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -223,7 +224,10 @@ async fn serve(
     } else {
         peer
     };
-    let _ = conn.client.set(source);
+    // Only the access log names the client (the `OnceLock`'s initialisation saved otherwise).
+    if service.log.is_some() {
+        let _ = conn.client.set(source);
+    }
     if conns.per_client() && conns.admit_client(&mut admission, source.ip()).is_err() {
         conn.refused.store(true, Relaxed);
         let _ = client.set_zero_linger();
@@ -355,15 +359,15 @@ fn nodelay_inherited(listener: &TcpListener) -> bool {
 pub(crate) struct Relay {
     /// The copy buffer per direction, and the pipe capacity asked for when splicing.
     pub(crate) buffer: usize,
-    /// splice(2) where it can be used.
+    /// splice(2) for a direction whose reads fill the copy buffer.
     pub(crate) zero_copy: bool,
 }
 
 /// Relays both ways until both directions reached end of stream (each end passed on as a
-/// half-close), a side failed, or nothing moved for `idle`: with splice(2) when `relay` allows
-/// it and pipes are to be had (their descriptors counted in `admission` while they are held),
-/// else through a bounded copy buffer per direction. `timer` (the connection's) keeps the idle
-/// timeout.
+/// half-close), a side failed, or nothing moved for `idle` (`timer`, the connection's, keeps
+/// it): each direction copies through a buffer of `relay.buffer` bytes and, when `relay`
+/// allows it, turns to splice(2) after a read that fills it, its pipe's descriptors counted in
+/// `admission` while it holds it ([`pump`](super::pump)).
 #[allow(clippy::too_many_arguments)]
 async fn relay_both(
     client: TcpStream,
@@ -375,58 +379,24 @@ async fn relay_both(
     admission: &mut ConnGuard,
     timer: Pin<&mut Sleep>,
 ) -> io::Result<()> {
-    #[cfg(target_os = "linux")]
-    if relay.zero_copy {
-        if !admission.hold_pipes() {
-            tracing::debug!("L4 connection copied: the connection limit has no room for its pipes");
-            return copy(client, upstream, idle, relay.buffer, stats, conn, timer).await;
-        }
-        match super::splice::Pipes::take(relay.buffer) {
-            Ok(mut pipes) => {
-                stats.spliced.fetch_add(1, Relaxed);
-                let base = Instant::now();
-                let activity = AtomicU64::new(0);
-                let meter = |bytes| super::splice::Meter { activity: &activity, base, bytes };
-                let up = meter([&stats.bytes_up, &conn.received]);
-                let down = meter([&stats.bytes_down, &conn.sent]);
-                let relayed = super::splice::relay(&client, &upstream, &mut pipes, up, down);
-                return tokio::select! {
-                    biased;
-                    done = relayed => done,
-                    () = relay::idle_for(idle, &activity, base, timer) => Err(relay::idle_error(idle)),
-                };
-            }
-            Err(error) => {
-                admission.release_pipes();
-                tracing::debug!(%error, "L4 connection copied: no pipe for splice");
-            }
-        }
+    let base = Instant::now();
+    let activity = AtomicU64::new(0);
+    let meter = |bytes| super::pump::Meter { activity: &activity, base, bytes };
+    let splicing =
+        relay.zero_copy.then(|| super::pump::Splicing::new(admission, relay.buffer, &stats.spliced));
+    let relayed = super::pump::relay(
+        &client,
+        &upstream,
+        relay.buffer,
+        splicing.as_ref(),
+        meter([&stats.bytes_up, &conn.received]),
+        meter([&stats.bytes_down, &conn.sent]),
+    );
+    tokio::select! {
+        biased;
+        done = relayed => done,
+        () = relay::idle_for(idle, &activity, base, timer) => Err(relay::idle_error(idle)),
     }
-    copy(client, upstream, idle, relay.buffer, stats, conn, timer).await
-}
-
-/// Copies both ways through one buffer of `buffer` bytes per direction ([`relay::copy`]).
-async fn copy(
-    client: TcpStream,
-    upstream: TcpStream,
-    idle: Duration,
-    buffer: usize,
-    stats: &Stats,
-    conn: &Conn,
-    timer: Pin<&mut Sleep>,
-) -> io::Result<()> {
-    let (client_read, client_write) = client.into_split();
-    let (upstream_read, upstream_write) = upstream.into_split();
-    relay::copy(
-        relay::Side { read: client_read, write: client_write },
-        relay::Side { read: upstream_read, write: upstream_write },
-        idle,
-        buffer,
-        &[&stats.bytes_up, &conn.received],
-        &[&stats.bytes_down, &conn.sent],
-        timer,
-    )
-    .await
 }
 
 #[cfg(test)]

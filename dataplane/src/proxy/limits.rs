@@ -8,8 +8,9 @@
 //! connection limit is derived from `RLIMIT_NOFILE` (two descriptors per proxied connection:
 //! the client's and the upstream's), so that weir refuses connections before `accept` fails with
 //! `EMFILE`. The limit counts descriptor pairs held, not only connections: an L4 connection
-//! relayed with splice(2) holds two pipes besides its two sockets (six descriptors) and counts
-//! three while it holds them (`ConnGuard::hold_pipes`; without room it copies instead). If it
+//! relayed with splice(2) holds a pipe per spliced direction besides its two sockets (up to six
+//! descriptors) and counts a pair more per pipe while it holds it (`ConnGuard::hold_pipe`;
+//! without room that direction copies instead). If it
 //! fails anyway (a limit set too high, descriptors held elsewhere), the accept loop backs off
 //! exponentially instead of spinning on a listener that stays readable, and existing
 //! connections keep being served.
@@ -67,8 +68,8 @@ pub fn connections_for_fd_limit(nofile: u64) -> usize {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnLimitConfig {
     /// Client connections open at once over every listener (plain, TLS, passthrough), in pairs
-    /// of descriptors: a connection counts one, an L4 connection relayed with splice(2) three
-    /// (its two pipes are two more pairs).
+    /// of descriptors: a connection counts one, an L4 connection relayed with splice(2) one
+    /// more per pipe (one per spliced direction).
     pub max: usize,
     /// Client connections open at once from one client address (after the PROXY protocol
     /// header, where one is expected); `0`: no per-client limit.
@@ -102,7 +103,7 @@ pub struct ConnLimits {
     /// `max`, as the descriptor pairs [`ConnLimits::held`] may reach (at most `PAIRS`).
     max_pairs: u64,
     /// Connections open (high 32 bits) and the descriptor pairs they hold (low 32 bits: one per
-    /// connection, two more per spliced L4 connection's pipes): one atomic, so admitting or
+    /// connection, one more per pipe of a spliced L4 connection): one atomic, so admitting or
     /// closing a connection is one read-modify-write.
     held: AtomicU64,
     /// Open connections per client address, only with a per-client limit.
@@ -158,7 +159,7 @@ impl ConnLimits {
             self.refused_total.fetch_add(1, Ordering::Relaxed);
             return Err(Refusal::Total);
         }
-        Ok(ConnGuard { limits: self.clone(), client: None, pipes: false, parked: false })
+        Ok(ConnGuard { limits: self.clone(), client: None, pipes: 0, parked: false })
     }
 
     /// Counts `guard`'s connection against `client`'s share; `Err` (counted) when the client
@@ -188,17 +189,17 @@ impl ConnLimits {
     /// The guard of a parked connection resumed: its place, still held since
     /// [`ConnGuard::into_parked`], counted against `client` if it was.
     pub(crate) fn resume_parked(self: &Arc<Self>, client: Option<IpAddr>) -> ConnGuard {
-        ConnGuard { limits: self.clone(), client, pipes: false, parked: false }
+        ConnGuard { limits: self.clone(), client, pipes: 0, parked: false }
     }
 
     /// Gives back the place of a parked connection closed ([`ConnGuard::into_parked`]).
     pub(crate) fn release_parked(&self, client: Option<IpAddr>) {
-        self.give_back(client, false);
+        self.give_back(client, 0);
     }
 
-    /// Gives back one connection's place (with its pipes), and its client's.
-    fn give_back(&self, client: Option<IpAddr>, pipes: bool) {
-        self.held.fetch_sub(ONE_CONN + if pipes { 3 } else { 1 }, Ordering::AcqRel);
+    /// Gives back one connection's place (with its `pipes`), and its client's.
+    fn give_back(&self, client: Option<IpAddr>, pipes: u8) {
+        self.held.fetch_sub(ONE_CONN + 1 + u64::from(pipes), Ordering::AcqRel);
         if let Some(client) = client {
             let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(open) = clients.get_mut(&client) {
@@ -216,34 +217,39 @@ impl ConnLimits {
 pub(crate) struct ConnGuard {
     limits: Arc<ConnLimits>,
     client: Option<IpAddr>,
-    /// It also holds two pipes (two more descriptor pairs).
-    pipes: bool,
+    /// The pipes it also holds (a descriptor pair each).
+    pipes: u8,
     /// Its place was handed over to a parked connection's record (`into_parked`).
     parked: bool,
 }
 
 impl ConnGuard {
-    /// Counts the two pipes (four descriptors) a spliced relay is about to take, if the limit
-    /// has room for them; `false`: it has not, and the connection copies instead (it is never
-    /// refused for it). Counted until the guard is dropped.
-    pub(crate) fn hold_pipes(&mut self) -> bool {
-        if self.pipes {
-            return true;
-        }
+    /// Counts the pipe (two descriptors) a direction of a spliced relay is about to take, if the
+    /// limit has room for it; `false`: it has not, and the direction copies instead (the
+    /// connection is never refused for it). Counted until the guard is dropped.
+    pub(crate) fn hold_pipe(&mut self) -> bool {
         let max = self.limits.max_pairs;
-        self.pipes = self
+        let held = self
             .limits
             .held
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| ((n & PAIRS) + 2 <= max).then_some(n + 2))
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| ((n & PAIRS) < max).then_some(n + 1))
             .is_ok();
-        self.pipes
+        self.pipes += u8::from(held);
+        held
     }
 
-    /// Gives back what [`ConnGuard::hold_pipes`] counted (the pipes were not taken after all).
-    pub(crate) fn release_pipes(&mut self) {
-        if std::mem::take(&mut self.pipes) {
-            self.limits.held.fetch_sub(2, Ordering::AcqRel);
+    /// Gives back one pipe [`ConnGuard::hold_pipe`] counted (it was not taken after all).
+    pub(crate) fn release_pipe(&mut self) {
+        if self.pipes > 0 {
+            self.pipes -= 1;
+            self.limits.held.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+
+    /// Gives back every pipe counted.
+    fn release_pipes(&mut self) {
+        let pipes = std::mem::take(&mut self.pipes);
+        self.limits.held.fetch_sub(u64::from(pipes), Ordering::AcqRel);
     }
 
     /// Ends the guard with its place still held, for a parked connection's record, which holds
@@ -442,21 +448,24 @@ mod tests {
         assert!(limits.clients.lock().unwrap().is_empty(), "no entry left for a gone client");
     }
 
-    /// A spliced connection's pipes are counted while it holds them (three pairs of
-    /// descriptors in all); pipes that do not fit are refused, never the connection that asked;
-    /// the open-connections count stays a count of connections.
+    /// A spliced connection's pipes are counted while it holds them (a pair of descriptors
+    /// each, three pairs with both directions spliced); a pipe that does not fit is refused,
+    /// never the connection that asked; the open-connections count stays a count of connections.
     #[test]
     fn pipes_count_as_the_descriptors_they_hold() {
         let limits = Arc::new(ConnLimits::new(ConnLimitConfig { max: 4, per_client: 0 }));
         let mut spliced = limits.admit().unwrap();
-        assert!(spliced.hold_pipes(), "1 + 2 pairs of 4");
-        assert!(spliced.hold_pipes(), "asking again takes nothing more");
+        assert!(spliced.hold_pipe(), "1 + 1 pairs of 4");
+        assert!(spliced.hold_pipe(), "1 + 2 pairs of 4");
         let mut copied = limits.admit().unwrap();
-        assert!(!copied.hold_pipes(), "4 + 2 pairs of 4: no room, the connection copies");
+        assert!(!copied.hold_pipe(), "4 + 1 pairs of 4: no room, the direction copies");
         assert_eq!(limits.stats().open, 2, "two connections");
         assert_eq!(limits.admit().err(), Some(Refusal::Total), "6 descriptors + 2 of 8 held");
+        spliced.release_pipe();
+        assert!(copied.hold_pipe(), "a pipe given back makes room");
+        assert!(!copied.hold_pipe(), "and only for one");
         drop(spliced);
-        assert!(copied.hold_pipes(), "the pipes given back make room");
+        assert!(copied.hold_pipe(), "the pipes given back make room");
         assert_eq!(limits.stats().open, 1);
         let third = limits.admit().unwrap();
         assert_eq!(limits.admit().err(), Some(Refusal::Total));
