@@ -174,45 +174,56 @@ fn connect(port: u16) -> TcpStream {
 /// as `HEADER <line>\n` when `expect_header`), echoes every byte, and after the client's end of
 /// stream writes `END <bytes> <name>\n` and closes. Returns its address.
 fn tcp_echo(name: &'static str, expect_header: bool) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    serve_each(TcpListener::bind("127.0.0.1:0").unwrap(), move |mut stream| {
+        if expect_header {
+            let mut line = Vec::new();
+            let mut byte = [0u8; 1];
+            while !line.ends_with(b"\r\n") {
+                if stream.read(&mut byte).unwrap_or(0) == 0 {
+                    return;
+                }
+                line.push(byte[0]);
+            }
+            let line = String::from_utf8_lossy(&line[..line.len() - 2]).into_owned();
+            if stream.write_all(format!("HEADER {line}\n").as_bytes()).is_err() {
+                return;
+            }
+        }
+        echo_to_end(&mut stream, name);
+    })
+}
+
+/// Serves each connection `listener` accepts with `handler`, on a thread of its own. Returns
+/// the listener's address.
+fn serve_each(listener: TcpListener, handler: impl Fn(TcpStream) + Clone + Send + 'static) -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            std::thread::spawn(move || {
-                if expect_header {
-                    let mut line = Vec::new();
-                    let mut byte = [0u8; 1];
-                    while !line.ends_with(b"\r\n") {
-                        if stream.read(&mut byte).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        line.push(byte[0]);
-                    }
-                    let line = String::from_utf8_lossy(&line[..line.len() - 2]).into_owned();
-                    if stream.write_all(format!("HEADER {line}\n").as_bytes()).is_err() {
-                        return;
-                    }
-                }
-                let mut buf = vec![0u8; 64 * 1024];
-                let mut total = 0u64;
-                loop {
-                    match stream.read(&mut buf) {
-                        Ok(0) => break,
-                        Ok(n) => {
-                            total += n as u64;
-                            if stream.write_all(&buf[..n]).is_err() {
-                                return;
-                            }
-                        }
-                        Err(_) => return,
-                    }
-                }
-                let _ = stream.write_all(format!("END {total} {name}\n").as_bytes());
-            });
+            let Ok(stream) = stream else { continue };
+            let handler = handler.clone();
+            std::thread::spawn(move || handler(stream));
         }
     });
     addr
+}
+
+/// Echoes every byte of `stream` until its end of stream, then writes `END <bytes> <name>\n`.
+fn echo_to_end(stream: &mut TcpStream, name: &str) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                total += n as u64;
+                if stream.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+            Err(_) => return,
+        }
+    }
+    let _ = stream.write_all(format!("END {total} {name}\n").as_bytes());
 }
 
 /// Reads one `\n`-terminated line from `s`.
@@ -299,18 +310,10 @@ fn tcp_echo_carries_64_mib_intact_and_passes_half_close_both_ways() {
 /// A TCP backend that reads each connection to its end of stream without answering, then
 /// writes `END <bytes>\n` and closes. Returns its address.
 fn tcp_sink() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let total = std::io::copy(&mut stream, &mut std::io::sink()).unwrap_or(0);
-                let _ = stream.write_all(format!("END {total}\n").as_bytes());
-            });
-        }
-    });
-    addr
+    serve_each(TcpListener::bind("127.0.0.1:0").unwrap(), |mut stream| {
+        let total = std::io::copy(&mut stream, &mut std::io::sink()).unwrap_or(0);
+        let _ = stream.write_all(format!("END {total}\n").as_bytes());
+    })
 }
 
 /// Sends 4 MiB on `s` (reads that fill weir's copy buffer), shuts its write side and checks the
@@ -528,32 +531,9 @@ fn tcp_echo_on_port_of(name: &'static str, like: SocketAddr) -> SocketAddr {
     panic!("no loopback address free for port {}", like.port());
 }
 
+/// `tcp_echo`'s echo (no PROXY header) on `addr`.
 fn tcp_echo_at(name: &'static str, addr: SocketAddr) -> SocketAddr {
-    let listener = TcpListener::bind(addr).unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 16 * 1024];
-                let mut total = 0u64;
-                loop {
-                    match stream.read(&mut buf) {
-                        Ok(0) => break,
-                        Ok(n) => {
-                            total += n as u64;
-                            if stream.write_all(&buf[..n]).is_err() {
-                                return;
-                            }
-                        }
-                        Err(_) => return,
-                    }
-                }
-                let _ = stream.write_all(format!("END {total} {name}\n").as_bytes());
-            });
-        }
-    });
-    addr
+    serve_each(TcpListener::bind(addr).unwrap(), move |mut stream| echo_to_end(&mut stream, name))
 }
 
 /// A connect that fails is retried on another endpoint: a client never sees the dead one.

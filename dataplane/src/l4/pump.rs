@@ -303,31 +303,26 @@ mod tests {
         assert_eq!(counts.spliced.load(Relaxed), 0, "a short exchange takes no pipe");
     }
 
-    /// A bulk transfer fills a read, and its direction turns to splice: every byte arrives in
-    /// order, the connection is counted spliced once, and its pipe counts against the
-    /// connection limit while the relay runs. The small answer back is copied.
-    #[tokio::test]
-    async fn a_bulk_direction_turns_to_splice_and_its_pipe_is_counted() {
-        const SIZE: usize = 8 << 20;
+    /// Relays `size` bytes client → backend, every one checked, then `done` back, with
+    /// splicing under `limits` (none: splicing off); `while_open` runs once the backend has
+    /// every byte, before it answers. What the relay counted.
+    async fn upload(size: usize, limits: Option<Arc<ConnLimits>>, while_open: impl FnOnce()) -> Counts {
         let pattern = |i: usize| (i.wrapping_mul(7).wrapping_add(i >> 11) % 253) as u8;
         let (near, mut client) = pair().await;
         let (far, mut backend) = pair().await;
-        // Two pairs: the connection, and one pipe.
-        let limits = Arc::new(ConnLimits::new(ConnLimitConfig { max: 2, per_client: 0 }));
         let counts = Counts::default();
-        let relay = run_relay(near, far, Some(limits.clone()), &counts);
+        let relay = run_relay(near, far, limits, &counts);
         let peers = async {
-            let data: Vec<u8> = (0..SIZE).map(pattern).collect();
+            let data: Vec<u8> = (0..size).map(pattern).collect();
             let send = async {
                 client.write_all(&data).await.unwrap();
                 client.shutdown().await.unwrap();
             };
             let receive = async {
-                let mut got = Vec::with_capacity(SIZE);
+                let mut got = Vec::with_capacity(size);
                 backend.read_to_end(&mut got).await.unwrap();
-                assert!(got == data, "the bytes differ ({} of {SIZE} came)", got.len());
-                // The pipe is still held: no room for another connection.
-                assert_eq!(limits.admit().err(), Some(Refusal::Total), "the pipe is not counted");
+                assert!(got == data, "the bytes differ ({} of {size} came)", got.len());
+                while_open();
                 backend.write_all(b"done").await.unwrap();
                 backend.shutdown().await.unwrap();
             };
@@ -341,7 +336,22 @@ mod tests {
                 .await
                 .expect("the relay lost a wakeup");
         relayed.unwrap();
-        assert_eq!(counts.up[0].load(Relaxed), SIZE as u64);
+        assert_eq!(counts.up[0].load(Relaxed), size as u64);
+        counts
+    }
+
+    /// A bulk transfer fills a read, and its direction turns to splice: every byte arrives in
+    /// order, the connection is counted spliced once, and its pipe counts against the
+    /// connection limit while the relay runs. The small answer back is copied.
+    #[tokio::test]
+    async fn a_bulk_direction_turns_to_splice_and_its_pipe_is_counted() {
+        // Two pairs: the connection, and one pipe.
+        let limits = Arc::new(ConnLimits::new(ConnLimitConfig { max: 2, per_client: 0 }));
+        let counts = upload(8 << 20, Some(limits.clone()), || {
+            // The pipe is still held: no room for another connection.
+            assert_eq!(limits.admit().err(), Some(Refusal::Total), "the pipe is not counted");
+        })
+        .await;
         assert_eq!(counts.spliced.load(Relaxed), 1, "the bulk direction spliced");
         assert!(limits.admit().is_ok(), "the connection and its pipe are given back");
     }
@@ -351,32 +361,8 @@ mod tests {
     /// without waiting for a new edge (which may never come).
     #[tokio::test]
     async fn without_room_for_a_pipe_a_bulk_transfer_is_copied() {
-        const SIZE: usize = 4 << 20;
         for limits in [Some(Arc::new(ConnLimits::new(ConnLimitConfig { max: 1, per_client: 0 }))), None] {
-            let (near, mut client) = pair().await;
-            let (far, mut backend) = pair().await;
-            let counts = Counts::default();
-            let relay = run_relay(near, far, limits, &counts);
-            let peers = async {
-                let data: Vec<u8> = (0..SIZE).map(|i| (i % 241) as u8).collect();
-                let send = async {
-                    client.write_all(&data).await.unwrap();
-                    client.shutdown().await.unwrap();
-                };
-                let receive = async {
-                    let mut got = Vec::with_capacity(SIZE);
-                    backend.read_to_end(&mut got).await.unwrap();
-                    assert!(got == data, "the bytes differ ({} of {SIZE} came)", got.len());
-                    backend.shutdown().await.unwrap();
-                };
-                tokio::join!(send, receive);
-            };
-            let (relayed, ()) =
-                tokio::time::timeout(Duration::from_secs(60), async { tokio::join!(relay, peers) })
-                    .await
-                    .expect("the relay lost a wakeup");
-            relayed.unwrap();
-            assert_eq!(counts.up[0].load(Relaxed), SIZE as u64);
+            let counts = upload(4 << 20, limits, || {}).await;
             assert_eq!(counts.spliced.load(Relaxed), 0);
         }
     }
