@@ -21,30 +21,12 @@
 use std::io;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::time::Instant;
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
+use super::stats::Meter;
 use crate::proxy::limits::ConnGuard;
-
-/// Where one direction counts its bytes and marks activity.
-pub(crate) struct Meter<'a> {
-    /// The last transfer of either direction, in ms after `base` (the idle timeout's clock).
-    pub(crate) activity: &'a AtomicU64,
-    pub(crate) base: Instant,
-    /// The service's counter and the connection's.
-    pub(crate) bytes: [&'a AtomicU64; 2],
-}
-
-impl Meter<'_> {
-    fn moved(&self, n: usize) {
-        for counter in self.bytes {
-            counter.fetch_add(n as u64, Relaxed);
-        }
-        self.activity.store(super::stats::millis(self.base), Relaxed);
-    }
-}
 
 /// The pipes both directions of a connection may turn to, counted against the connection
 /// limit by its guard (behind a lock only for `Sync`: the connection's one task takes it, at
@@ -220,7 +202,7 @@ mod tests {
     use super::*;
     use crate::proxy::limits::{ConnLimitConfig, ConnLimits, Refusal};
     use std::sync::Arc;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 

@@ -36,7 +36,7 @@ use rustix::pipe::{PipeFlags, SpliceFlags};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use super::pump::Meter;
+use super::stats::Meter;
 
 /// Pipes kept for reuse per runtime thread.
 const POOL_PER_THREAD: usize = 16;

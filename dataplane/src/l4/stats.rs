@@ -1,6 +1,7 @@
 //! Counters of one L4 service, kept across table swaps while its port stays in the table.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
 
 /// What one L4 service has done since its port was first served.
 #[derive(Debug, Default)]
@@ -80,3 +81,22 @@ impl Drop for OpenGuard {
 
 /// Milliseconds since `base` (the relay's activity time stamp; UDP flows use it too).
 pub(crate) use crate::relay::millis;
+
+/// Where one direction counts its bytes and marks activity.
+pub(crate) struct Meter<'a> {
+    /// The last transfer of either direction, in ms after `base` (the idle timeout's clock).
+    pub(crate) activity: &'a AtomicU64,
+    pub(crate) base: Instant,
+    /// The service's counter and the connection's.
+    pub(crate) bytes: [&'a AtomicU64; 2],
+}
+
+impl Meter<'_> {
+    /// Counts `n` bytes moved, now.
+    pub(crate) fn moved(&self, n: usize) {
+        for counter in self.bytes {
+            counter.fetch_add(n as u64, Relaxed);
+        }
+        self.activity.store(millis(self.base), Relaxed);
+    }
+}
