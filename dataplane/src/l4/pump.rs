@@ -20,7 +20,7 @@
 
 use std::io;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -33,30 +33,28 @@ use crate::proxy::limits::ConnGuard;
 /// most once per direction).
 pub(crate) struct Splicing<'a> {
     admission: Mutex<&'a mut ConnGuard>,
-    /// The pipe capacity asked for.
-    size: usize,
-    /// The service's count of spliced connections, and whether this one is counted in it.
+    /// The service's count of spliced connections.
     spliced: &'a AtomicU64,
-    counted: AtomicBool,
 }
 
 impl<'a> Splicing<'a> {
-    pub(crate) fn new(admission: &'a mut ConnGuard, size: usize, spliced: &'a AtomicU64) -> Splicing<'a> {
-        Splicing { admission: Mutex::new(admission), size, spliced, counted: AtomicBool::new(false) }
+    pub(crate) fn new(admission: &'a mut ConnGuard, spliced: &'a AtomicU64) -> Splicing<'a> {
+        Splicing { admission: Mutex::new(admission), spliced }
     }
 
-    /// A pipe for one direction, if the connection limit has room for its descriptors and one
-    /// is to be had; `None`: the direction keeps copying.
+    /// A pipe of `size` bytes for one direction, if the connection limit has room for its
+    /// descriptors and one is to be had; `None`: the direction keeps copying. The connection's
+    /// first pipe counts it spliced.
     #[cfg(target_os = "linux")]
-    fn take(&self) -> Option<super::splice::Lent> {
+    fn take(&self, size: usize) -> Option<super::splice::Lent> {
         let Ok(mut admission) = self.admission.lock() else { return None };
         if !admission.hold_pipe() {
             tracing::debug!("L4 direction copied: the connection limit has no room for a pipe");
             return None;
         }
-        match super::splice::Lent::take(self.size) {
+        match super::splice::Lent::take(size) {
             Ok(pipe) => {
-                if !self.counted.swap(true, Relaxed) {
+                if admission.pipes() == 1 {
                     self.spliced.fetch_add(1, Relaxed);
                 }
                 Some(pipe)
@@ -108,7 +106,7 @@ async fn pump(
             continue;
         }
         #[cfg(target_os = "linux")]
-        if let Some(pipe) = splicing.and_then(Splicing::take) {
+        if let Some(pipe) = splicing.and_then(|splicing| splicing.take(size)) {
             return super::splice::pump(from, to, pipe, &meter).await;
         }
         #[cfg(not(target_os = "linux"))]
@@ -134,10 +132,8 @@ async fn forward(from: &TcpStream, to: &TcpStream, size: usize) -> io::Result<(u
             // Not reached (no caller holds it across this call); a buffer of its own then.
             Err(_) => read_then_write(from, to, size, &mut Vec::new()),
         });
-        match step {
-            Ok(Some(done)) => return Ok(done),
-            Ok(None) => {}
-            Err(error) => return Err(error),
+        if let Some(done) = step? {
+            return Ok(done);
         }
     }
 }
@@ -236,7 +232,7 @@ mod tests {
             Meter { activity, base, bytes: [&bytes[0], &bytes[1]] }
         }
         let mut guard = limits.map(|limits| limits.admit().unwrap());
-        let splicing = guard.as_mut().map(|guard| Splicing::new(guard, 64 * 1024, &counts.spliced));
+        let splicing = guard.as_mut().map(|guard| Splicing::new(guard, &counts.spliced));
         let (up, down) =
             (meter(&counts.activity, base, &counts.up), meter(&counts.activity, base, &counts.down));
         relay(&client, &upstream, 64 * 1024, splicing.as_ref(), up, down).await

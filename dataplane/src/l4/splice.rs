@@ -178,17 +178,12 @@ pub(crate) async fn pump(
                 Ok(rustix::pipe::splice(&pipe.read, None, to, None, pipe.held, flags)?)
             });
             match spliced {
-                Ok(m) => {
-                    pipe.held -= m.min(pipe.held);
-                    for counter in meter.bytes {
-                        counter.fetch_add(m as u64, Relaxed);
-                    }
-                }
+                Ok(m) => pipe.held -= m.min(pipe.held),
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
                 Err(error) => return Err(error),
             }
         }
-        meter.activity.store(super::stats::millis(meter.base), Relaxed);
+        meter.moved(n);
     }
 }
 

@@ -382,8 +382,7 @@ async fn relay_both(
     let base = Instant::now();
     let activity = AtomicU64::new(0);
     let meter = |bytes| super::stats::Meter { activity: &activity, base, bytes };
-    let splicing =
-        relay.zero_copy.then(|| super::pump::Splicing::new(admission, relay.buffer, &stats.spliced));
+    let splicing = relay.zero_copy.then(|| super::pump::Splicing::new(admission, &stats.spliced));
     let relayed = super::pump::relay(
         &client,
         &upstream,

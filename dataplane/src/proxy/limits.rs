@@ -238,6 +238,11 @@ impl ConnGuard {
         held
     }
 
+    /// The pipes counted now.
+    pub(crate) fn pipes(&self) -> u8 {
+        self.pipes
+    }
+
     /// Gives back one pipe [`ConnGuard::hold_pipe`] counted (it was not taken after all).
     pub(crate) fn release_pipe(&mut self) {
         if self.pipes > 0 {
