@@ -17,6 +17,9 @@ SIZE = int(os.environ.get("SIZE_MB", "1024")) << 20
 CONNS = int(os.environ.get("CONNS", "10000"))
 PROXIES = os.environ.get("PROXIES", "weir,haproxy,nginx").split(",")
 PROXY_CPU = os.environ.get("PROXY_CPU", "1")
+# stream, conns: each proxy alone in turn; mixed: short connections through all proxies at once
+# (one through each in turn), so that the machine's drift falls on all alike.
+SCENARIOS = os.environ.get("SCENARIOS", "stream,conns").split(",")
 TICK = os.sysconf("SC_CLK_TCK")
 CHUNK = 1 << 20
 
@@ -100,7 +103,8 @@ def upstream(handler):
 # === proxies ===
 
 def weir_files(port, backend):
-    d = os.path.join(WORK, "weir")
+    # A directory per port: in the mixed scenario two weir builds run at once.
+    d = os.path.join(WORK, f"weir-{port}")
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "app.yaml"), "w") as f:
         f.write(f"""apiVersion: v1
@@ -185,6 +189,7 @@ stream {{
 class Proxy:
     def __init__(self, name, port, backend):
         self.name = name
+        self.port = port
         argv = ["taskset", "-c", PROXY_CPU] + proxy_argv(name, port, backend)
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_port(port)
@@ -210,6 +215,22 @@ class Proxy:
                 continue
             total += int(fields[11]) + int(fields[12])  # utime + stime
         return total / TICK
+
+    def cpu_ns(self):
+        """CPU time of the live threads of its process tree, in ns (the scheduler's own count,
+        not sampled at ticks)."""
+        total = 0
+        for pid in self.pids():
+            try:
+                tasks = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tasks:
+                try:
+                    total += int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0])
+                except (OSError, ValueError, IndexError):
+                    pass
+        return total
 
     def stop(self):
         self.proc.terminate()
@@ -242,20 +263,44 @@ def stream(port):
         raise SystemExit(f"the upstream counted {got!r}, not {SIZE}")
 
 
-def short_conns(port):
+def short_conns(port, conns=None, ports=None):
+    """CONNS (or `conns`) short connections through `port`, or through each of `ports` in turn."""
+    ports = ports or [port]
     failed = 0
-    for _ in range(CONNS):
-        try:
-            s = socket.create_connection(("127.0.0.1", port))
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-            s.sendall(b"x")
-            if s.recv(1) != b"x":
+    for _ in range(CONNS if conns is None else conns):
+        for p in ports:
+            try:
+                s = socket.create_connection(("127.0.0.1", p))
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                s.sendall(b"x")
+                if s.recv(1) != b"x":
+                    failed += 1
+                s.close()
+            except OSError:
                 failed += 1
-            s.close()
-        except OSError:
-            failed += 1
     if failed:
-        raise SystemExit(f"{failed} of {CONNS} connections failed")
+        raise SystemExit(f"{failed} short connections failed")
+
+
+def mixed_in_order(order, echo_port):
+    """All proxies at once on PROXY_CPU, CONNS short connections through each, one through each
+    in turn: each proxy's CPU per 10k connections (scheduler time), the rate of all together."""
+    pxs = []
+    try:
+        for name in order:
+            pxs.append(Proxy(name, free_port(), echo_port))
+        ports = [px.port for px in pxs]
+        short_conns(None, conns=200, ports=ports)
+        cpu0, t0 = [px.cpu_ns() for px in pxs], time.time()
+        short_conns(None, ports=ports)
+        wall = time.time() - t0
+        cpu = [px.cpu_ns() - c for px, c in zip(pxs, cpu0)]
+    finally:
+        for px in pxs:
+            px.stop()
+    rate = CONNS * len(pxs) / wall
+    return {name: {"rate": rate, "cpu": c / 1e9 / CONNS * 1e4, "unit": ("conn/s", "CPU s/10k conns")}
+            for name, c in zip(order, cpu)}
 
 
 def run(scenario, proxy, sink_port, echo_port):
@@ -278,23 +323,37 @@ def run(scenario, proxy, sink_port, echo_port):
 def main():
     sink_port, echo_port = upstream(sink), upstream(echo_one)
     results = {}
+    for scenario in SCENARIOS:
+        if scenario not in ("stream", "conns", "mixed"):
+            raise SystemExit(f"unknown scenario {scenario} (stream, conns, mixed)")
     for r in range(ROUNDS):
-        for scenario in ("stream", "conns"):
+        for scenario in SCENARIOS:
+            if scenario == "mixed":
+                # The proxies' order rotates: each starts first as often.
+                shift = r % len(PROXIES)
+                order = PROXIES[shift:] + PROXIES[:shift]
+                round_results = mixed_in_order(order, echo_port)
+            else:
+                round_results = {proxy: run(scenario, proxy, sink_port, echo_port) for proxy in PROXIES}
             for proxy in PROXIES:
-                res = run(scenario, proxy, sink_port, echo_port)
+                res = round_results[proxy]
                 results.setdefault((scenario, proxy), []).append(res)
                 print(f"round {r + 1} {scenario:7} {proxy:8} {res['rate']:10.1f} {res['unit'][0]:7} "
                       f"{res['cpu']:8.3f} {res['unit'][1]}", flush=True)
     print()
     print(f"medians of {ROUNDS} rounds (SIZE_MB={SIZE >> 20}, CONNS={CONNS}, proxy on CPU {PROXY_CPU}):")
-    for scenario in ("stream", "conns"):
+    for scenario in SCENARIOS:
         med = {p: (statistics.median(x["rate"] for x in results[(scenario, p)]),
                    statistics.median(x["cpu"] for x in results[(scenario, p)])) for p in PROXIES}
         unit = results[(scenario, PROXIES[0])][0]["unit"]
         for p in PROXIES:
             line = f"  {scenario:7} {p:8} {med[p][0]:10.1f} {unit[0]:7} {med[p][1]:8.3f} {unit[1]}"
             if p != "weir" and "weir" in med:
-                line += f"   weir/{p}: rate {med['weir'][0] / med[p][0]:.2f}, CPU {med['weir'][1] / max(1e-9, med[p][1]):.2f}"
+                ratios = [w["cpu"] / max(1e-9, x["cpu"])
+                          for w, x in zip(results[(scenario, "weir")], results[(scenario, p)])]
+                at_or_below = sum(1 for q in ratios if q <= 1.0)
+                line += (f"   weir/{p}: rate {med['weir'][0] / med[p][0]:.2f}, CPU {med['weir'][1] / max(1e-9, med[p][1]):.2f}"
+                         f" (per round: median {statistics.median(ratios):.3f}, {at_or_below}/{len(ratios)} at or below)")
             print(line)
 
 

@@ -8,8 +8,11 @@
 #
 #   bench/l4/run.sh                          # 3 rounds, 1 GiB, 10k connections
 #   ROUNDS=5 SIZE_MB=2048 CONNS=20000 bench/l4/run.sh
+#   SCENARIOS=mixed ROUNDS=9 bench/l4/run.sh # short connections through all proxies at once
 #
-# Environment: WEIR_BIN (default: build it with cargo), ROUNDS, SIZE_MB, CONNS, PROXIES
+# Environment: WEIR_BIN (default: build it with cargo), ROUNDS, SIZE_MB, CONNS, SCENARIOS
+# (default stream,conns; mixed: all proxies run at once on PROXY_CPU and the client takes one
+# short connection through each in turn, so that the machine's drift falls on all alike), PROXIES
 # (default weir,haproxy,nginx; `weir-copy` is weir with --l4-splice=false; `weir-base` is the
 # build WEIR_BASE_BIN names, a baseline, in the same rounds), PROXY_CPU (default 1),
 # LOAD_CPU (default 0), WORKDIR.

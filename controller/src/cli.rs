@@ -163,7 +163,9 @@ pub struct ServeArgs {
     /// an L4 load balancer); connections without one are closed.
     #[arg(long)]
     pub proxy_protocol: bool,
-    /// Worker threads (default: the number of CPUs); 1 runs the proxy on a single thread.
+    /// Worker threads (default: the number of CPUs); 1 runs the proxy on a single thread. The
+    /// TCP and UDP services (--tcp-services-configmap) run on as many threads of their own,
+    /// started with their first port.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
     /// Let the kernel back weir's heap with transparent huge pages (2 MiB pages) where its
@@ -352,6 +354,10 @@ impl ServeArgs {
                 listen: self.l4_listen_address,
                 udp_max_flows: self.udp_max_flows as usize,
                 zero_copy: self.l4_splice,
+                threads: self
+                    .threads
+                    .map(usize::from)
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)),
                 ..Default::default()
             },
             // In a cluster only a named ConfigMap is read.

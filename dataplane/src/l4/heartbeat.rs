@@ -1,12 +1,13 @@
 //! [`Heartbeat`]: a timer kept pending while a listener accepts connections, so that the
-//! connections' own timers never make tokio's time driver wake the I/O driver.
+//! connections' own timers never wake the timer runtime's thread.
 //!
-//! When a runtime thread parks, tokio's time driver notes the earliest deadline it will wake
-//! for; a timer set later with an earlier deadline (or set when no timer was pending at all)
-//! makes it unpark the I/O driver: an `eventfd` write, even when the timer is set on the
-//! runtime's own thread, which is not parked, and one more `epoll_wait` turn after it. With no
-//! other timer pending between two connections, each L4 connection's first timer (its connect
-//! timeout) did so: one `write(2)` per connection that nginx does not make.
+//! When the timer runtime's thread parks ([`runtime`](super::runtime)), tokio's time driver
+//! notes the earliest deadline it will wake for; a timer set later with an earlier deadline (or
+//! set when no timer was pending at all) makes the L4 thread that sets it unpark that thread:
+//! a futex call, and a wake-up of the timer thread that finds nothing due. With no other timer
+//! pending between two connections, each L4 connection's first timer (its connect timeout)
+//! did so. (On a runtime with its own time driver it was an `eventfd` write and one more
+//! `epoll_wait` turn per connection, which nginx does not make.)
 //!
 //! The heartbeat is a timer due within [`PERIOD`] while connections keep coming. A connection's
 //! timers (connect and idle timeouts of at least `PERIOD`) are later than it, so they never move
@@ -35,7 +36,7 @@ pub(crate) struct Heartbeat {
 
 impl Default for Heartbeat {
     fn default() -> Self {
-        Heartbeat { sleep: Box::pin(tokio::time::sleep(PERIOD)), beating: false, accepted: false }
+        Heartbeat { sleep: Box::pin(super::runtime::sleep(PERIOD)), beating: false, accepted: false }
     }
 }
 

@@ -22,14 +22,17 @@
 //! - `service`: a port's live service and the table's stream settings.
 //! - `stats`: per-service counters, read by the controller's metrics.
 //! - `log`: the L4 access log, a line per connection or flow when it ends.
+//! - `runtime`: the threads the listeners and connections run on, an I/O-only tokio runtime
+//!   whose timers a second runtime keeps (no timer wheel consulted at each park).
 //! - `heartbeat`: a timer kept pending while a TCP listener accepts, so that connections'
-//!   timers never wake tokio's I/O driver (an `eventfd` write per connection otherwise).
+//!   timers never wake the timer runtime's thread (a futex call per connection otherwise).
 
 mod affinity;
 mod header;
 mod heartbeat;
 mod log;
 mod pump;
+mod runtime;
 mod service;
 #[cfg(target_os = "linux")]
 mod splice;
@@ -104,7 +107,8 @@ struct Listener {
 
 type Key = (L4Protocol, u16);
 
-/// The L4 proxy: cheap to clone; its listeners run on the runtime it was made on.
+/// The L4 proxy: cheap to clone; its listeners and connections run on threads of its own
+/// (`runtime`), started with its first port and stopped when the last clone is dropped.
 #[derive(Clone)]
 pub struct L4Proxy {
     inner: Arc<Inner>,
@@ -113,7 +117,8 @@ pub struct L4Proxy {
 struct Inner {
     config: L4Config,
     conns: Arc<ConnLimits>,
-    runtime: tokio::runtime::Handle,
+    /// Started with the first port bound.
+    runtime: Mutex<Option<runtime::Runtime>>,
     listeners: Mutex<BTreeMap<Key, Listener>>,
     /// The L4 access log's writer, and the destination of `--access-log`.
     log: (Arc<crate::proxy::accesslog::Writer>, crate::proxy::accesslog::Output),
@@ -127,14 +132,12 @@ impl fmt::Debug for L4Proxy {
 
 impl L4Proxy {
     /// An L4 proxy with no port, admitting its TCP connections under `proxy`'s connection limits.
-    /// Must be called on the runtime that is to run the listeners (publishes may come from any
-    /// thread).
     pub fn new(config: L4Config, proxy: &Proxy) -> L4Proxy {
         L4Proxy {
             inner: Arc::new(Inner {
                 config,
                 conns: proxy.connection_limits(),
-                runtime: tokio::runtime::Handle::current(),
+                runtime: Mutex::new(None),
                 listeners: Mutex::new(BTreeMap::new()),
                 log: {
                     let output = proxy.config().access_log_output.clone();
@@ -147,13 +150,13 @@ impl L4Proxy {
     }
 
     /// An L4 proxy with no port and connection limits of its own (`weir node --mode userspace`,
-    /// which runs no HTTP proxy). Must be called on the runtime that is to run the listeners.
+    /// which runs no HTTP proxy).
     pub fn with_limits(config: L4Config, limits: crate::proxy::limits::ConnLimitConfig) -> L4Proxy {
         L4Proxy {
             inner: Arc::new(Inner {
                 config,
                 conns: Arc::new(ConnLimits::new(limits)),
-                runtime: tokio::runtime::Handle::current(),
+                runtime: Mutex::new(None),
                 listeners: Mutex::new(BTreeMap::new()),
                 // The node's proxy writes no access log: it carries every Service's traffic.
                 log: {
@@ -220,8 +223,14 @@ impl L4Proxy {
 
     /// Binds `key` and starts serving `service` on it.
     fn start(&self, key: Key, service: Arc<Service>) -> Result<Listener, BindError> {
-        let _entered = self.inner.runtime.enter();
         let (protocol, port) = key;
+        let runtime = self.runtime().map_err(|error| BindError {
+            protocol,
+            port,
+            address: self.inner.config.listen.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED)),
+            error,
+        })?;
+        let _entered = runtime.enter();
         let live = Arc::new(ArcSwap::new(service));
         let stats = Arc::new(Stats::default());
         let (stop_tx, stop) = watch::channel(false);
@@ -246,7 +255,7 @@ impl L4Proxy {
                         },
                         stop.clone(),
                     );
-                    self.inner.runtime.spawn(task);
+                    runtime.spawn(task);
                     Ok(local)
                 }),
                 L4Protocol::Udp => udp::bind(addr).and_then(|socket| {
@@ -258,7 +267,7 @@ impl L4Proxy {
                         self.inner.config.udp_max_flows.max(1),
                         stop.clone(),
                     );
-                    self.inner.runtime.spawn(task);
+                    runtime.spawn(task);
                     Ok(local)
                 }),
             };
@@ -277,6 +286,18 @@ impl L4Proxy {
             address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             error: io::Error::other("no address to bind"),
         }))
+    }
+
+    /// The L4 runtime's handle, the runtime started if this is the first port.
+    fn runtime(&self) -> io::Result<tokio::runtime::Handle> {
+        let mut slot = self.inner.runtime.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(runtime) = &*slot {
+            return Ok(runtime.handle().clone());
+        }
+        let runtime = runtime::Runtime::start(self.inner.config.threads)?;
+        let handle = runtime.handle().clone();
+        *slot = Some(runtime);
+        Ok(handle)
     }
 
     /// Reopens the L4 access log's file (`SIGUSR1`).

@@ -170,7 +170,7 @@ fn read_then_write(
     let n = buf.len();
     let mut written = 0;
     while written < n {
-        match to.try_write(&buf[written..n]) {
+        match send(to, &buf[written..n]) {
             Ok(m) => written += m,
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
             Err(error) => return Err(error),
@@ -183,13 +183,20 @@ fn read_then_write(
 async fn write_all(to: &TcpStream, mut data: &[u8]) -> io::Result<()> {
     while !data.is_empty() {
         std::future::poll_fn(|cx| to.poll_write_ready(cx)).await?;
-        match to.try_write(data) {
+        match send(to, data) {
             Ok(n) => data = &data[n..],
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
             Err(error) => return Err(error),
         }
     }
     Ok(())
+}
+
+/// One `send(2)` of `data` to `to` if it is writable (`WouldBlock` clears the readiness), as
+/// tokio's `try_write` but through rustix: the system call itself, without the C library's
+/// wrapper, which makes `send` a thread-cancellation point (two calls around each send).
+fn send(to: &TcpStream, data: &[u8]) -> io::Result<usize> {
+    to.try_io(Interest::WRITABLE, || Ok(rustix::net::send(to, data, rustix::net::SendFlags::NOSIGNAL)?))
 }
 
 #[cfg(test)]

@@ -26,6 +26,8 @@ pub struct L4Config {
     /// Relay TCP connections with splice(2) (zero-copy, Linux) where pipes are to be had;
     /// `false`: always through the copy buffer.
     pub zero_copy: bool,
+    /// Threads that run the listeners and connections (at least one).
+    pub threads: usize,
 }
 
 impl Default for L4Config {
@@ -36,6 +38,7 @@ impl Default for L4Config {
             buffer: 64 * 1024,
             connect_timeout: Duration::from_secs(5),
             zero_copy: true,
+            threads: 1,
         }
     }
 }

@@ -117,7 +117,7 @@ pub(crate) async fn accept_loop(
                 if !wait.is_zero() {
                     tokio::select! {
                         () = &mut stop => return,
-                        () = tokio::time::sleep(wait) => {}
+                        () = super::runtime::sleep(wait) => {}
                     }
                 }
                 continue;
@@ -211,7 +211,7 @@ async fn serve(
     // The connection's one timer: the PROXY header's deadline, then each connect's, then the
     // idle timeout (one timer registered and removed per connection, not one per phase).
     let first = if service.spec.proxy_protocol_in { HEADER_TIMEOUT } else { service.stream.connect_timeout };
-    let timer = tokio::time::sleep(first);
+    let timer = super::runtime::sleep(first);
     tokio::pin!(timer);
     let source = if service.spec.proxy_protocol_in {
         let header = tokio::select! {

@@ -113,7 +113,10 @@ pub(crate) async fn serve(
         // A new socket's write readiness is not known before the reactor saw it: its first
         // datagram waits for it (at once, in practice). Later ones never wait.
         if fresh {
-            let _ = tokio::time::timeout(Duration::from_millis(100), upstream.writable()).await;
+            tokio::select! {
+                _ = upstream.writable() => {}
+                () = super::runtime::sleep(Duration::from_millis(100)) => {}
+            }
         }
         match upstream.try_send(&buf[..n]) {
             Ok(sent) => {
@@ -286,7 +289,7 @@ impl Replies {
             }
             let readable = tokio::select! {
                 readable = self.upstream.readable() => readable,
-                () = tokio::time::sleep(self.idle - since) => continue,
+                () = super::runtime::sleep(self.idle - since) => continue,
             };
             if let Err(error) = readable {
                 tracing::debug!(client = %self.client, %error, "UDP flow ended");
