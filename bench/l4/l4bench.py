@@ -263,11 +263,10 @@ def stream(port):
         raise SystemExit(f"the upstream counted {got!r}, not {SIZE}")
 
 
-def short_conns(port, conns=None, ports=None):
-    """CONNS (or `conns`) short connections through `port`, or through each of `ports` in turn."""
-    ports = ports or [port]
+def short_conns(ports, conns=CONNS):
+    """`conns` short connections through each of `ports`, one through each in turn."""
     failed = 0
-    for _ in range(CONNS if conns is None else conns):
+    for _ in range(conns):
         for p in ports:
             try:
                 s = socket.create_connection(("127.0.0.1", p))
@@ -290,9 +289,9 @@ def mixed_in_order(order, echo_port):
         for name in order:
             pxs.append(Proxy(name, free_port(), echo_port))
         ports = [px.port for px in pxs]
-        short_conns(None, conns=200, ports=ports)
+        short_conns(ports, conns=200)
         cpu0, t0 = [px.cpu_ns() for px in pxs], time.time()
-        short_conns(None, ports=ports)
+        short_conns(ports)
         wall = time.time() - t0
         cpu = [px.cpu_ns() - c for px, c in zip(pxs, cpu0)]
     finally:
@@ -309,7 +308,7 @@ def run(scenario, proxy, sink_port, echo_port):
     try:
         time.sleep(0.3)
         cpu0, t0 = px.cpu_seconds(), time.time()
-        (stream if scenario == "stream" else short_conns)(port)
+        stream(port) if scenario == "stream" else short_conns([port])
         wall = time.time() - t0
         cpu = px.cpu_seconds() - cpu0
     finally:

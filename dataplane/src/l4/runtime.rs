@@ -47,6 +47,13 @@ pub(crate) fn sleep(duration: Duration) -> Sleep {
     })
 }
 
+/// Makes [`sleep`] on this thread use `timers`.
+fn keep_timers_on(timers: Handle) {
+    TIMERS.with(|cell| {
+        let _ = cell.set(timers);
+    });
+}
+
 /// The L4 runtimes; dropping it stops them (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Runtime {
@@ -69,9 +76,7 @@ impl Runtime {
                 }
             };
             // With one thread, this one runs the connections.
-            TIMERS.with(|cell| {
-                let _ = cell.set(timers.handle().clone());
-            });
+            keep_timers_on(timers.handle().clone());
             let _ = ready_tx.send(Ok(io.handle().clone()));
             io.block_on(async {
                 let _ = stop_rx.await;
@@ -103,11 +108,7 @@ fn build(threads: usize) -> io::Result<(tokio::runtime::Runtime, tokio::runtime:
             .worker_threads(threads)
             .thread_name("weir-l4")
             .enable_io()
-            .on_thread_start(move || {
-                TIMERS.with(|cell| {
-                    let _ = cell.set(handle.clone());
-                });
-            })
+            .on_thread_start(move || keep_timers_on(handle.clone()))
             .build()?
     };
     Ok((io, timers))

@@ -114,6 +114,7 @@ pub(crate) async fn serve(
         // datagram waits for it (at once, in practice). Later ones never wait.
         if fresh {
             tokio::select! {
+                biased;
                 _ = upstream.writable() => {}
                 () = super::runtime::sleep(Duration::from_millis(100)) => {}
             }
