@@ -8,8 +8,8 @@
 # no shell, no package manager. It runs as 65532:65532, entrypoint `weir`, default command
 # `serve`, with OCI labels (source, revision, version, licenses).
 #
-# Without --binary it builds the release binary (cargo build --release -p weir). Outputs, in
-# DIR (default target/image):
+# Without --binary it builds the binary that ships (cargo build --profile dist -p weir: release
+# with whole-program LTO, see Cargo.toml). Outputs, in DIR (default target/image):
 #   DIR/oci                   an OCI image layout, tag TAG (umoci unpack / skopeo copy oci:DIR/oci:TAG)
 #   DIR/weir-TAG.docker.tar   a docker-archive tagged weir:TAG (podman load -i / docker load -i)
 # TAG defaults to the binary's version (`weir --version`).
@@ -41,9 +41,9 @@ ca=/etc/ssl/certs/ca-certificates.crt
 [ -s "$ca" ] || die "$ca missing: apt-get install ca-certificates"
 
 if [ -z "$binary" ]; then
-  log "cargo build --release --locked -p weir"
-  cargo build --release --locked -p weir
-  binary=${CARGO_TARGET_DIR:-target}/release/weir
+  log "cargo build --profile dist --locked -p weir"
+  cargo build --profile dist --locked -p weir
+  binary=${CARGO_TARGET_DIR:-target}/dist/weir
 fi
 [ -x "$binary" ] || die "$binary is not an executable"
 version=$("$binary" --version | awk '{print $2}')

@@ -20,7 +20,7 @@ root=$(cd "$here/../.." && pwd)
 . "$here/../lib.sh"
 require_tools nginx:nginx-light haproxy:haproxy openssl:openssl taskset:util-linux python3:python3
 if [ -z "${WEIR_BIN:-}" ]; then
-  WEIR_BIN=$(release_bins "$root" weir)/weir
+  WEIR_BIN=$(dist_bins "$root" weir)/weir
 fi
 export WEIR_BIN
 work_dir weir-bench-idle

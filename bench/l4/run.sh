@@ -33,7 +33,7 @@ if [ "$(nproc)" -lt 2 ]; then
   exit 2
 fi
 if [ -z "${WEIR_BIN:-}" ]; then
-  WEIR_BIN=$(release_bins "$root" weir)/weir
+  WEIR_BIN=$(dist_bins "$root" weir)/weir
 fi
 export WEIR_BIN
 work_dir weir-bench-l4

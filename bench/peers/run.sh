@@ -42,7 +42,7 @@ if [ "$(nproc)" -lt 2 ]; then
 fi
 
 if [ -z "${WEIR_BIN:-}" ]; then
-  WEIR_BIN=$(release_bins "$root" weir)/weir
+  WEIR_BIN=$(dist_bins "$root" weir)/weir
 fi
 export WEIR_BIN
 work_dir weir-bench-peers  # nginx workers (user nobody) read the 1 MiB body from it

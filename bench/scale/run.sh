@@ -28,9 +28,9 @@ for tool in wrk python3; do
   command -v $tool >/dev/null || { echo "missing $tool (apt-get install -y $tool)" >&2; exit 2; }
 done
 if [ -z "${WEIR_BIN:-}" ]; then
-  (cd "$root" && cargo build --release --locked --bin weir >&2)
+  (cd "$root" && cargo build --profile dist --locked --bin weir >&2)
   target=$(cd "$root" && cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-  WEIR_BIN=$target/release/weir
+  WEIR_BIN=$target/dist/weir
 fi
 export WEIR_BIN
 if [ -z "${WORKDIR:-}" ]; then

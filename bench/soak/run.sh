@@ -10,7 +10,7 @@
 #   WEIR_BIN=/path/weir SOAK_BIN=/path/weir-soak OUT_DIR=/tmp/soak bench/soak/run.sh
 #
 # Environment: SOAK_MINUTES (30), SOAK_INTERVAL (sampling, 10 s), OUT_DIR (default
-# /tmp/weir-soak.<date>), WEIR_BIN and SOAK_BIN (default: `cargo build --release` of this
+# /tmp/weir-soak.<date>), WEIR_BIN and SOAK_BIN (default: `cargo build --profile dist` of this
 # checkout), SOAK_SCALE (multiplies the load, 1: about 160 requests/s), SWAP_EVERY (3 s),
 # ROTATE_EVERY (60 s), CHURN_EVERY (20 s), DRAIN (5 s), FLAP_EVERY (90 s), FLAP_DOWN (3 s),
 # FLAP_GRACE (5 s), GROWTH_TOLERANCE (0.10), PORT_BASE (29100: ports 29101-29190 on
@@ -27,7 +27,7 @@ if [ -n "${PROXY_CPU:-}${LOAD_CPU:-}" ]; then tools+=(taskset:util-linux); fi
 require_tools "${tools[@]}"
 
 if [ -z "${WEIR_BIN:-}" ] || [ -z "${SOAK_BIN:-}" ]; then
-  bins=$(release_bins "$root" weir weir-soak)
+  bins=$(dist_bins "$root" weir weir-soak)
   WEIR_BIN=${WEIR_BIN:-$bins/weir}
   SOAK_BIN=${SOAK_BIN:-$bins/weir-soak}
 fi
