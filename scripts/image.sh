@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --output) output=${2:?--output DIR}; shift 2 ;;
     --tag) tag=${2:?--tag TAG}; shift 2 ;;
     --source) source=${2:?--source TEXT}; shift 2 ;;
-    -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done

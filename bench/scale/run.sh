@@ -24,13 +24,13 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+# shellcheck source=../lib.sh
+. "$here/../lib.sh"
 for tool in wrk python3; do
   command -v $tool >/dev/null || { echo "missing $tool (apt-get install -y $tool)" >&2; exit 2; }
 done
 if [ -z "${WEIR_BIN:-}" ]; then
-  (cd "$root" && cargo build --profile dist --locked --bin weir >&2)
-  target=$(cd "$root" && cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-  WEIR_BIN=$target/dist/weir
+  WEIR_BIN=$(dist_bins "$root" weir)/weir
 fi
 export WEIR_BIN
 if [ -z "${WORKDIR:-}" ]; then
